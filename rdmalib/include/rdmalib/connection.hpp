@@ -1,0 +1,92 @@
+// One established link to one peer.
+//
+// On connected fabrics (libfabric FI_EP_MSG, verbs RC) it wraps an endpoint set
+// up by the connection manager; on reliable-datagram fabrics (FI_EP_RDM) it is a
+// private endpoint plus an address-vector entry for the peer, established by a
+// handshake message. Both carry small private data each way during setup, so a
+// client can present a lease or token and the server can answer with a buffer
+// advertisement before any data flows.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmalib/address.hpp>
+#include <rdmalib/buffer.hpp>
+#include <rdmalib/operations.hpp>
+
+namespace rdmalib {
+
+class Fabric;
+class Listener;
+
+/// Queue sizes and deadlines of one connection.
+struct ConnectionOptions {
+  /// Outstanding sends/writes/reads/atomics.
+  uint32_t send_depth = 64;
+  /// Outstanding receives; 0 = the device's default_receive_buffer_size.
+  uint32_t recv_depth = 0;
+  /// How long a post may retry on a full queue before returning Timeout.
+  std::chrono::milliseconds post_deadline{5000};
+};
+
+class Connection {
+public:
+  Connection() noexcept;
+  ~Connection();
+  Connection(Connection &&o) noexcept;
+  Connection &operator=(Connection &&o) noexcept;
+  Connection(const Connection &) = delete;
+  Connection &operator=(const Connection &) = delete;
+
+  /// Active side: connect to a Listener at `remote`, presenting `private_data`
+  /// (at most Capabilities::max_private_data bytes, at least 32 on every fabric).
+  /// Blocks until established or `timeout` passes. Throws Error: Refused when
+  /// nobody listens or the peer rejects, Timeout at the deadline, Config for
+  /// oversized private data, Backend otherwise, each naming the address.
+  static Connection connect(Fabric &fabric, const Address &remote, const void *private_data,
+                            size_t private_len, std::chrono::milliseconds timeout,
+                            const ConnectionOptions &options = {});
+
+  /// The data path. Valid while this Connection lives.
+  Operations ops() const noexcept;
+
+  /// Private data the peer sent during setup (client's request on the server,
+  /// server's reply on the client).
+  const std::vector<uint8_t> &peer_private_data() const noexcept;
+
+  /// Where the peer's listener is (client side) / where the peer connected from
+  /// (server side, best effort).
+  Address remote_address() const;
+
+  /// Bind a memory region to this connection's endpoint. Required before use
+  /// when Capabilities::endpoint_bound_memory; a no-op otherwise. Throws Error.
+  void attach(const MemoryRegion &region);
+
+  /// Graceful close: tells the peer (shutdown / goodbye message) and releases
+  /// the endpoint. Idempotent; called by the destructor. Never throws.
+  void close() noexcept;
+
+  bool is_open() const noexcept;
+
+  /// The Fabric this connection was made on.
+  Fabric &fabric() const noexcept;
+
+  /// Backend object; not for users.
+  detail::ConnectionImpl *impl() const noexcept { return impl_.get(); }
+  /// Takes ownership of a backend connection; used by the backends only.
+  explicit Connection(detail::ConnectionImpl *impl) noexcept;
+  /// Closes and frees a backend connection; used by the backends only.
+  struct Deleter {
+    void operator()(detail::ConnectionImpl *p) const noexcept;
+  };
+
+private:
+  std::unique_ptr<detail::ConnectionImpl, Deleter> impl_;
+};
+
+} // namespace rdmalib

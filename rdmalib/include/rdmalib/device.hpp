@@ -1,0 +1,78 @@
+// Device configuration: which NIC / provider a Fabric opens, and the database
+// of such entries that operators keep in JSON (config/devices.json).
+//
+// JSON shape (every key but "name" is optional):
+//   { "devices": [ { "name": "lo-tcp",          // what users select
+//                    "provider": "tcp",         // libfabric provider or alias, "" = auto
+//                    "domain": "",              // libfabric domain / verbs device name
+//                    "interface": "lo",         // network interface, informational
+//                    "ip_address": "127.0.0.1",
+//                    "port": 0,                 // 0 = let the OS choose
+//                    "max_inline_data": 0,
+//                    "default_receive_buffer_size": 32,
+//                    "endpoint": "auto" } ] }   // "connected" | "rdm" | "auto"
+// Unknown keys are rejected, so a typo cannot silently fall back to a default.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rdmalib {
+
+/// Endpoint type requested by configuration.
+enum class EndpointPreference : uint8_t { Auto, Connected, ReliableDatagram };
+
+/// One device entry. Plain data; copyable.
+struct DeviceConfig {
+  /// Name users select it by.
+  std::string name;
+  /// libfabric provider name or alias ("tcp", "sockets", "shm", "tcp;ofi_rxm",
+  /// "verbs", "verbs;ofi_rxm", "efa", ...); empty = automatic choice (fastest
+  /// available first, sockets last). Ignored by the verbs backend.
+  std::string provider;
+  /// libfabric domain name, or the verbs device name as ibv_devices prints it
+  /// ("mlx5_0", "rxe0"). Empty = any.
+  std::string domain;
+  /// Network interface name, for documentation and rfaas-info.
+  std::string interface;
+  /// IP address this node listens on / connects from.
+  std::string ip_address;
+  /// Default listening port; 0 lets the operating system choose (the chosen
+  /// port is reported by Listener::address()).
+  uint16_t port = 0;
+  /// Inline send limit requested; 0 disables inline sends.
+  uint32_t max_inline_data = 0;
+  /// Default receive-queue depth.
+  uint32_t default_receive_buffer_size = 32;
+  EndpointPreference endpoint = EndpointPreference::Auto;
+};
+
+/// The device database: a list of DeviceConfig loaded from or written to JSON.
+class DeviceDatabase {
+public:
+  DeviceDatabase() = default;
+  explicit DeviceDatabase(std::vector<DeviceConfig> devices) : devices_(std::move(devices)) {}
+
+  /// Load from a file. Throws Error(Config) naming the file and the offending key
+  /// (for example `devices.json: devices[1].port: expected an integer 0..65535`).
+  static DeviceDatabase load(const std::string &path);
+  /// Parse from JSON text; `origin` names the source in error messages.
+  static DeviceDatabase parse(const std::string &json_text, const std::string &origin);
+
+  /// Serialise to the JSON shape above (pretty-printed).
+  std::string to_json() const;
+  /// Write to_json() to a file. Throws Error(Config) if it cannot be written.
+  void save(const std::string &path) const;
+
+  const std::vector<DeviceConfig> &devices() const noexcept { return devices_; }
+
+  /// The entry whose name equals `name_or_ip`, else the first entry whose
+  /// ip_address equals it. Throws Error(NotFound) listing the known names.
+  const DeviceConfig &find(const std::string &name_or_ip) const;
+
+private:
+  std::vector<DeviceConfig> devices_;
+};
+
+} // namespace rdmalib

@@ -1,0 +1,84 @@
+// The opened network: provider/device, domain, and the negotiated Capabilities.
+//
+// Open one Fabric per process and device, early (opening is the slow part:
+// loading libfabric and fi_getinfo cost ~0.3 s on Debian), then create
+// Listeners, Connections and MemoryRegions from it. It must outlive all of them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmalib/capabilities.hpp>
+#include <rdmalib/device.hpp>
+
+namespace rdmalib {
+
+namespace detail {
+struct FabricImpl;
+}
+
+/// One provider/device combination found on this machine (rfaas-info, device
+/// database generation).
+struct ProviderInfo {
+  /// Canonical provider name ("tcp", "tcp;ofi_rxm", "shm", "verbs", ...), or the
+  /// device name on the verbs backend.
+  std::string provider;
+  /// Domain / device name ("eth0", "lo", "rxe0", "shm").
+  std::string domain;
+  /// Fabric name (an IP network for IP providers).
+  std::string fabric;
+  EndpointType endpoint = EndpointType::Connected;
+  /// An address of this node on that domain, if any ("127.0.0.1").
+  std::string ip_address;
+};
+
+class Fabric {
+public:
+  /// Open the device described by `config`, negotiate capabilities, then switch
+  /// off whatever `mask` names. Logs one line naming backend, provider, library
+  /// version and capabilities. Throws Error: NotFound for an unknown provider
+  /// or device (the message lists the available ones), Unsupported when the
+  /// provider misses something rdmalib cannot do without (reliable messaging,
+  /// RMA), Backend otherwise.
+  explicit Fabric(const DeviceConfig &config,
+                  CapabilityMask mask = CapabilityMask::from_environment());
+  ~Fabric();
+  Fabric(Fabric &&) noexcept;
+  Fabric &operator=(Fabric &&) noexcept;
+  Fabric(const Fabric &) = delete;
+  Fabric &operator=(const Fabric &) = delete;
+
+  /// Negotiated capabilities (mask applied). Thread-safe.
+  const Capabilities &capabilities() const noexcept;
+  /// The provider actually opened ("tcp", "tcp;ofi_rxm", "verbs" ...).
+  const std::string &provider() const noexcept;
+  /// The configuration this fabric was opened from (port as configured).
+  const DeviceConfig &device() const noexcept;
+  /// The mask in force.
+  CapabilityMask mask() const noexcept;
+  /// "backend=libfabric 1.17.0 provider=tcp domain=lo endpoint=connected ...":
+  /// the start-up log line.
+  std::string describe() const;
+
+  /// "libfabric" or "verbs": the backend chosen at build time.
+  static const char *backend_name() noexcept;
+  /// Version of the backend library in use at run time.
+  static std::string backend_version();
+  /// Every provider/device usable here, fastest first. Never throws for an
+  /// empty result; throws Error(Backend) if the backend cannot be queried.
+  static std::vector<ProviderInfo> discover();
+  /// Provider names/aliases the backend accepts (for help texts and errors).
+  static std::vector<std::string> known_providers();
+
+  /// Backend object; not for users.
+  detail::FabricImpl *impl() const noexcept { return impl_.get(); }
+
+private:
+  struct Deleter {
+    void operator()(detail::FabricImpl *p) const noexcept;
+  };
+  std::unique_ptr<detail::FabricImpl, Deleter> impl_;
+};
+
+} // namespace rdmalib

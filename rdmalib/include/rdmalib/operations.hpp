@@ -1,0 +1,149 @@
+// The data path of one Connection: posts and completion polling.
+//
+// Rules every call follows:
+//  * never throws, never allocates; failures are Status values;
+//  * posts whose queue is momentarily full (-FI_EAGAIN, ENOMEM on verbs) drive
+//    progress and retry until the connection's post deadline, then return
+//    Status::Timeout;
+//  * every post produces exactly one completion on the Send queue (carrying the
+//    caller's `context`), except receives, which complete on the Recv queue;
+//  * remote memory is always named as (RemoteBuffer, offset): rdmalib turns it
+//    into a virtual address or an offset as the provider requires;
+//  * a write's completion at the initiator means its local buffer may be
+//    reused, not that the target sees the data: on manual-progress providers
+//    (shm, tcp) the target applies it when it next polls or waits. Synchronise
+//    with write_imm or a message before relying on remote visibility.
+//
+// Thread-safety: an Operations handle (and its Connection) is used by one thread
+// at a time. Different connections may be driven from different threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <rdmalib/buffer.hpp>
+#include <rdmalib/errors.hpp>
+
+namespace rdmalib {
+
+namespace detail {
+struct ConnectionImpl;
+}
+
+/// Which completion queue of a connection to poll.
+enum class Queue : uint8_t { Send, Recv };
+
+/// What finished.
+enum class OpKind : uint8_t {
+  Send,
+  Recv,
+  Write,
+  WriteImm,
+  Read,
+  FetchAdd,
+  CompareSwap,
+  /// Target side of a peer's write-with-immediate: `imm` holds the 32-bit value.
+  /// Arrives on the Recv queue. `length` is NOT reliable here (tcp reports 0):
+  /// carry sizes in the immediate or in a header.
+  RemoteWriteImm,
+  /// The peer closed the connection (RDM goodbye, MSG shutdown event).
+  PeerClosed,
+};
+
+/// One completion in backend-neutral form.
+struct Completion {
+  /// The `context` given when the operation was posted.
+  uint64_t context = 0;
+  /// Bytes received (Recv only; see RemoteWriteImm for the caveat).
+  uint32_t length = 0;
+  /// Immediate data (RemoteWriteImm only).
+  uint32_t imm = 0;
+  OpKind kind = OpKind::Send;
+  Status status = Status::Ok;
+};
+
+/// Result of a blocking wait.
+struct WaitResult {
+  /// Completions written to the output array.
+  size_t count = 0;
+  /// Ok when count > 0; Timeout when the deadline passed with none; Closed when
+  /// the peer went away and nothing else is pending; Error otherwise.
+  Status status = Status::Ok;
+};
+
+/// Per-post flags, combined with |.
+enum PostFlags : uint32_t {
+  PostNone = 0,
+  /// Copy the payload at post time (no completion wait needed before reuse).
+  /// Honoured only when len <= Capabilities::max_inline; ignored otherwise.
+  PostInline = 1u << 0,
+};
+
+/// A non-owning handle to a connection's data path. Copyable; valid as long as
+/// the Connection it came from.
+class Operations {
+public:
+  Operations() noexcept = default;
+  explicit Operations(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
+
+  /// Send `src` as one message; the peer needs a posted receive of at least
+  /// src.len bytes.
+  Status send(const LocalRef &src, uint64_t context, uint32_t flags = PostNone) noexcept;
+
+  /// Post one receive buffer.
+  Status post_recv(const LocalRef &dst, uint64_t context) noexcept;
+  /// Post `n` receive buffers at once (one doorbell / lock where the backend
+  /// allows). On failure the first `*posted` were posted (when non-null).
+  Status post_recv(const LocalRef *dst, const uint64_t *contexts, size_t n,
+                   size_t *posted = nullptr) noexcept;
+
+  /// RDMA write of `src` into (dst, offset).
+  Status write(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset,
+               uint64_t context, uint32_t flags = PostNone) noexcept;
+
+  /// RDMA write plus a 32-bit immediate delivered to the peer as a
+  /// RemoteWriteImm completion on its Recv queue, after the data is visible.
+  /// If Capabilities::write_consumes_receive, the peer must have a receive
+  /// posted of at least Capabilities::notify_message_size bytes.
+  /// Without native remote CQ data this is a write followed by an ordered
+  /// notification message.
+  Status write_imm(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset, uint32_t imm,
+                   uint64_t context, uint32_t flags = PostNone) noexcept;
+
+  /// RDMA read of (src, offset) into `dst` (dst.len bytes).
+  Status read(const LocalRef &dst, const RemoteBuffer &src, uint64_t offset,
+              uint64_t context) noexcept;
+
+  /// Atomically add `add` to the 64-bit word at (target, offset); the previous
+  /// value lands in `result` (8 bytes, registered). Status::Unsupported without
+  /// Capabilities::atomics. The target must be 8-byte aligned.
+  Status fetch_add(const LocalRef &result, const RemoteBuffer &target, uint64_t offset,
+                   uint64_t add, uint64_t context) noexcept;
+
+  /// Atomically replace the 64-bit word at (target, offset) by `swap` if it equals
+  /// `compare`; the previous value lands in `result`. Status::Unsupported
+  /// without Capabilities::atomics.
+  Status compare_swap(const LocalRef &result, const RemoteBuffer &target, uint64_t offset,
+                      uint64_t compare, uint64_t swap, uint64_t context) noexcept;
+
+  /// Non-blocking: reap up to `max` completions from queue `q` into `out`, drive
+  /// progress if it is manual, and return how many were written. Failed
+  /// operations come back as completions with a non-Ok status.
+  size_t poll(Queue q, Completion *out, size_t max) noexcept;
+
+  /// Blocking: like poll(), but sleeps (on a wait fd where the fabric has one,
+  /// else polling with backoff) until at least one completion arrives, the peer
+  /// closes, or `timeout_ms` passes (negative = no deadline, use with care).
+  WaitResult wait(Queue q, Completion *out, size_t max, int timeout_ms) noexcept;
+
+  /// Text describing the most recent non-Ok status of this connection (the
+  /// backend's own error string included), for logs.
+  const char *last_error() const noexcept;
+
+  bool valid() const noexcept { return impl_ != nullptr; }
+
+private:
+  detail::ConnectionImpl *impl_ = nullptr;
+};
+
+} // namespace rdmalib
