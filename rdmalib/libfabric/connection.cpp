@@ -1,0 +1,425 @@
+// Connection setup and teardown for the libfabric backend.
+//
+// Connected (FI_EP_MSG) endpoints use libfabric's connection manager with
+// private data. Reliable-datagram (FI_EP_RDM) endpoints have no connection
+// manager, so rdmalib runs its own handshake: the client sends HELLO (its raw
+// address, a nonce and the private data) to the listener's endpoint; the server
+// opens a fresh endpoint for the connection and answers ACCEPT from it (its raw
+// address and the reply private data). From then on each side has exactly one
+// peer in its address vector, and every operation names it.
+#include <random>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include <rdmalib/connection.hpp>
+#include <rdmalib/fabric.hpp>
+
+#include "internal.hpp"
+
+namespace rdmalib {
+namespace detail {
+
+void ConnectionImpl::open_queues(bool want_eq) {
+  FabricImpl &f = *fab;
+  if (options.recv_depth == 0)
+    options.recv_depth = f.config.default_receive_buffer_size ? f.config.default_receive_buffer_size : 32;
+  if (options.send_depth == 0)
+    options.send_depth = 64;
+
+  size_t nslots = options.send_depth + options.recv_depth + kCtlSendSlots + ctl_recv_count + 4;
+  slots.assign(nslots, lf::OpSlot{});
+  for (size_t i = 0; i < nslots; ++i)
+    slots[i].next_free = i + 1 < nslots ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
+  free_head = 0;
+  tx_stash.assign(options.send_depth + kCtlSendSlots + 4, fi_cq_data_entry{});
+  rx_stash.assign(options.recv_depth + ctl_recv_count + 4, fi_cq_data_entry{});
+  prefer_yield = lf::quirk_prefers_blocking_wait(f.provider);
+
+  auto wait = f.wait_fd_cq ? FI_WAIT_FD : f.wait_cq ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
+  fi_cq_attr attr{};
+  attr.format = FI_CQ_FORMAT_DATA;
+  attr.wait_obj = wait;
+  attr.size = tx_stash.size() * 2;
+  int ret = fi_cq_open(f.domain.get(), &attr, txcq.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_cq_open (send queue) on " + f.provider, ret);
+  attr.size = rx_stash.size() * 2;
+  ret = fi_cq_open(f.domain.get(), &attr, rxcq.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_cq_open (receive queue) on " + f.provider, ret);
+
+  if (want_eq) {
+    fi_eq_attr ea{};
+    ea.size = 16;
+    ea.wait_obj = FI_WAIT_UNSPEC;
+    ret = fi_eq_open(f.fabric.get(), &ea, eq.out(), nullptr);
+    if (ret)
+      lf::throw_fi("fi_eq_open on " + f.provider, ret);
+  }
+  if (f.rdm) {
+    fi_av_attr aa{};
+    aa.type = FI_AV_TABLE;
+    aa.count = 4;
+    ret = fi_av_open(f.domain.get(), &aa, av.out(), nullptr);
+    if (ret)
+      lf::throw_fi("fi_av_open on " + f.provider, ret);
+  }
+
+  ctl_mem.assign((ctl_recv_count + kCtlSendSlots) * kCtlSlot + 16 * nslots, 0);
+  iovec iov{ctl_mem.data(), ctl_mem.size()};
+  fi_mr_attr ma{};
+  ma.mr_iov = &iov;
+  ma.iov_count = 1;
+  ma.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
+  ma.iface = FI_HMEM_SYSTEM;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    ma.requested_key = f.app_keys ? f.next_key() : 0;
+    ret = fi_mr_regattr(f.domain.get(), &ma, 0, ctl_mr.out());
+    if (ret != -FI_ENOKEY)
+      break;
+  }
+  if (ret)
+    lf::throw_fi("registering rdmalib's control buffers on " + f.provider, ret);
+}
+
+void ConnectionImpl::create_endpoint(fi_info *info) {
+  FabricImpl &f = *fab;
+  info->tx_attr->size = options.send_depth + kCtlSendSlots;
+  info->rx_attr->size = options.recv_depth + ctl_recv_count;
+  if (f.ordered_saw)
+    info->tx_attr->msg_order |= FI_ORDER_SAW;
+  int ret = fi_endpoint(f.domain.get(), info, ep.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_endpoint on " + f.provider, ret);
+  if (eq && (ret = fi_ep_bind(ep.get(), &eq->fid, 0)))
+    lf::throw_fi("binding the event queue", ret);
+  if (av && (ret = fi_ep_bind(ep.get(), &av->fid, 0)))
+    lf::throw_fi("binding the address vector", ret);
+  if ((ret = fi_ep_bind(ep.get(), &txcq->fid, FI_TRANSMIT)))
+    lf::throw_fi("binding the send queue", ret);
+  if ((ret = fi_ep_bind(ep.get(), &rxcq->fid, FI_RECV)))
+    lf::throw_fi("binding the receive queue", ret);
+  ret = fi_enable(ep.get());
+  if (ret == -FI_EBUSY || ret == -FI_EADDRINUSE)
+    throw Error(ErrorKind::Backend,
+                "rdmalib: the endpoint address is already in use on " + f.provider + ": " +
+                    lf::fi_error_text(ret),
+                -ret);
+  if (ret)
+    lf::throw_fi("fi_enable on " + f.provider, ret);
+  if (f.mr_endpoint) {
+    if ((ret = fi_mr_bind(ctl_mr.get(), &ep->fid, 0)) || (ret = fi_mr_enable(ctl_mr.get())))
+      lf::throw_fi("binding rdmalib's control buffers to the endpoint", ret);
+  }
+}
+
+bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const lf::Deadline &dl,
+                                   int &err) {
+  fid_cq *want = q == Queue::Send ? txcq.get() : rxcq.get();
+  fid_cq *other = q == Queue::Send ? rxcq.get() : txcq.get();
+  err = 0;
+  while (!dl.passed()) {
+    fi_cq_data_entry e;
+    // The other queue only holds rdmalib's own completions during setup;
+    // reading it drives progress and releases their slots.
+    ssize_t r = fi_cq_read(other, &e, 1);
+    if (r == 1 && e.op_context)
+      put_slot(static_cast<lf::OpSlot *>(e.op_context));
+    else if (r == -FI_EAVAIL) {
+      fi_cq_err_entry ee{};
+      fi_cq_readerr(other, &ee, 0);
+      if (ee.op_context)
+        put_slot(static_cast<lf::OpSlot *>(ee.op_context));
+      err = ee.err ? static_cast<int>(ee.err) : FI_EIO;
+      return false;
+    }
+    if (fab->wait_cq)
+      r = fi_cq_sread(want, &out, 1, nullptr, dl.remaining_ms(5) ? dl.remaining_ms(5) : 1);
+    else
+      r = fi_cq_read(want, &out, 1);
+    if (r == 1) {
+      if (out.op_context)
+        put_slot(static_cast<lf::OpSlot *>(out.op_context));
+      return true;
+    }
+    if (r == -FI_EAVAIL) {
+      fi_cq_err_entry ee{};
+      fi_cq_readerr(want, &ee, 0);
+      if (ee.op_context)
+        put_slot(static_cast<lf::OpSlot *>(ee.op_context));
+      err = ee.err ? static_cast<int>(ee.err) : FI_EIO;
+      return false;
+    }
+    if (!fab->wait_cq)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  err = FI_ETIMEDOUT;
+  return false;
+}
+
+void ConnectionImpl::close() noexcept {
+  if (!open)
+    return;
+  open = false;
+  if (!ep)
+    return;
+  if (fab->rdm) {
+    if (!peer_closed) {
+      // Tell the peer; wait briefly for the goodbye to leave, so a
+      // manual-progress provider does not drop it with the endpoint.
+      lf::OpSlot *s = take_slot(0, OpKind::Send, true);
+      if (s) {
+        lf::ControlMessage m{lf::kControlMagic, lf::CtlGoodbye, 0, 0, 0};
+        uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
+        std::memcpy(buf, &m, sizeof m);
+        ssize_t r = fi_send(ep.get(), buf, sizeof m, ctl_desc(), peer, s);
+        lf::Deadline dl(std::chrono::milliseconds(200));
+        while (r == -FI_EAGAIN && !dl.passed()) {
+          fi_cq_read(txcq.get(), nullptr, 0);
+          r = fi_send(ep.get(), buf, sizeof m, ctl_desc(), peer, s);
+        }
+        if (r == 0) {
+          // Drain until our goodbye completes (or the short deadline passes).
+          while (!dl.passed()) {
+            fi_cq_data_entry e;
+            ssize_t n = fi_cq_read(txcq.get(), &e, 1);
+            if (n == 1 && e.op_context == s)
+              break;
+            if (n == -FI_EAVAIL) {
+              fi_cq_err_entry ee{};
+              fi_cq_readerr(txcq.get(), &ee, 0);
+              if (ee.op_context == s)
+                break;
+            }
+            if (n != 1)
+              std::this_thread::sleep_for(std::chrono::microseconds(20));
+          }
+        }
+      }
+    }
+  } else if (!peer_closed) {
+    fi_shutdown(ep.get(), 0);
+  }
+  ep.reset();
+}
+
+} // namespace detail
+
+namespace {
+
+[[noreturn]] void throw_connect(detail::FabricImpl &f, const Address &remote, int err,
+                                const char *step, int timeout_ms) {
+  std::string where = " to " + remote.to_string() + " over " + f.provider;
+  if (err == FI_ECONNREFUSED)
+    throw Error(ErrorKind::Refused,
+                "rdmalib: connection" + where + " refused (nobody listens there, or the server"
+                " rejected the request)",
+                err);
+  if (err == FI_ETIMEDOUT)
+    throw Error(ErrorKind::Timeout,
+                "rdmalib: connection" + where + " timed out after " + std::to_string(timeout_ms) +
+                    " ms (" + step + "); is a server listening there?",
+                err);
+  throw Error(ErrorKind::Backend,
+              "rdmalib: connection" + where + " failed (" + step + "): " + lf::fi_error_text(err),
+              err);
+}
+
+void check_private(const detail::FabricImpl &f, size_t len) {
+  if (len > f.caps.max_private_data)
+    throw Error(ErrorKind::Config, "rdmalib: " + std::to_string(len) +
+                                       " bytes of private data exceed this fabric's limit of " +
+                                       std::to_string(f.caps.max_private_data));
+}
+
+/// Wait on a connection's event queue for FI_CONNECTED, copying the peer's
+/// private data. Errors carry the step and the address.
+void wait_connected(detail::ConnectionImpl &c, const Address &remote, const lf::Deadline &dl,
+                    int timeout_ms, const char *step) {
+  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
+  for (;;) {
+    int slice = dl.remaining_ms(100);
+    if (slice == 0)
+      throw_connect(*c.fab, remote, FI_ETIMEDOUT, step, timeout_ms);
+    uint32_t event = 0;
+    ssize_t r = fi_eq_sread(c.eq.get(), &event, buf, sizeof buf, slice, 0);
+    if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
+      continue;
+    if (r == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      fi_eq_readerr(c.eq.get(), &err, 0);
+      int code = err.err ? err.err : FI_ECONNREFUSED;
+      // A rejected connect shows as ECONNREFUSED on every provider here.
+      throw_connect(*c.fab, remote, code, step, timeout_ms);
+    }
+    if (r < 0)
+      throw_connect(*c.fab, remote, static_cast<int>(-r), step, timeout_ms);
+    if (event == FI_CONNECTED) {
+      size_t plen = static_cast<size_t>(r) > sizeof(fi_eq_cm_entry)
+                        ? static_cast<size_t>(r) - sizeof(fi_eq_cm_entry)
+                        : 0;
+      auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+      c.peer_private.assign(entry->data, entry->data + plen);
+      return;
+    }
+    if (event == FI_SHUTDOWN)
+      throw_connect(*c.fab, remote, FI_ECONNRESET, step, timeout_ms);
+  }
+}
+
+} // namespace
+
+// ---- public API ------------------------------------------------------------
+
+void Connection::Deleter::operator()(detail::ConnectionImpl *p) const noexcept {
+  if (p) {
+    p->close();
+    delete p;
+  }
+}
+
+Connection::Connection() noexcept = default;
+Connection::~Connection() = default;
+Connection::Connection(Connection &&) noexcept = default;
+Connection &Connection::operator=(Connection &&) noexcept = default;
+Connection::Connection(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
+
+Operations Connection::ops() const noexcept { return Operations(impl_.get()); }
+
+const std::vector<uint8_t> &Connection::peer_private_data() const noexcept {
+  static const std::vector<uint8_t> empty;
+  return impl_ ? impl_->peer_private : empty;
+}
+
+Address Connection::remote_address() const { return impl_ ? impl_->remote : Address{}; }
+
+void Connection::attach(const MemoryRegion &region) {
+  if (!impl_ || !impl_->fab->mr_endpoint || !region.impl())
+    return;
+  detail::MemoryRegionImpl &m = *region.impl();
+  if (m.enabled)
+    throw Error(ErrorKind::Unsupported,
+                "rdmalib: provider " + impl_->fab->provider +
+                    " binds memory to one endpoint; this region is already attached");
+  int ret = fi_mr_bind(m.mr.get(), &impl_->ep->fid, 0);
+  if (!ret)
+    ret = fi_mr_enable(m.mr.get());
+  if (ret)
+    lf::throw_fi("binding a memory region to the endpoint", ret);
+  m.enabled = true;
+}
+
+void Connection::close() noexcept {
+  if (impl_)
+    impl_->close();
+}
+
+bool Connection::is_open() const noexcept { return impl_ && impl_->open && !impl_->peer_closed; }
+
+Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }
+
+Connection Connection::connect(Fabric &fabric, const Address &remote, const void *private_data,
+                               size_t private_len, std::chrono::milliseconds timeout,
+                               const ConnectionOptions &options) {
+  detail::FabricImpl &f = *fabric.impl();
+  check_private(f, private_len);
+  std::unique_ptr<detail::ConnectionImpl, Connection::Deleter> c(new detail::ConnectionImpl);
+  c->fab = &f;
+  c->fabric_handle = &fabric;
+  c->options = options;
+  c->remote = remote;
+  c->open_queues(!f.rdm);
+  lf::Deadline dl(timeout);
+  int timeout_ms = static_cast<int>(timeout.count());
+  std::vector<uint8_t> raw = f.raw_address(remote);
+
+  if (!f.rdm) {
+    lf::InfoPtr info = f.endpoint_info(nullptr);
+    c->create_endpoint(info.get());
+    int ret = fi_connect(c->ep.get(), raw.data(), private_data, private_len);
+    if (ret)
+      throw_connect(f, remote, -ret, "fi_connect", timeout_ms);
+    wait_connected(*c, remote, dl, timeout_ms, "waiting for the server to accept");
+  } else {
+    lf::InfoPtr info = f.endpoint_info(nullptr);
+    c->create_endpoint(info.get());
+    fi_addr_t listener = FI_ADDR_UNSPEC;
+    int ret = fi_av_insert(c->av.get(), raw.data(), 1, &listener, 0, nullptr);
+    if (ret != 1)
+      throw_connect(f, remote, ret < 0 ? -ret : FI_ECONNREFUSED,
+                    "inserting the server address (is a server listening there?)", timeout_ms);
+
+    // Receive for the answer first, then HELLO.
+    lf::OpSlot *rs = c->take_slot(0, OpKind::Recv, true);
+    uint8_t *rbuf = c->ctl_recv(0);
+    ssize_t r;
+    do {
+      r = fi_recv(c->ep.get(), rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), FI_ADDR_UNSPEC,
+                  rs);
+      if (r == -FI_EAGAIN)
+        c->progress();
+    } while (r == -FI_EAGAIN && !dl.passed());
+    if (r)
+      throw_connect(f, remote, static_cast<int>(-r), "posting the handshake receive", timeout_ms);
+
+    lf::HandshakeMessage hello{};
+    hello.magic = lf::kHandshakeMagic;
+    hello.version = lf::kHandshakeVersion;
+    hello.type = lf::HsHello;
+    std::random_device rd;
+    hello.nonce = (static_cast<uint64_t>(rd()) << 32) | rd();
+    size_t alen = sizeof hello.address;
+    ret = fi_getname(&c->ep->fid, hello.address, &alen);
+    if (ret)
+      throw_connect(f, remote, -ret, "fi_getname", timeout_ms);
+    hello.address_len = static_cast<uint32_t>(alen);
+    hello.private_len = static_cast<uint32_t>(private_len);
+    if (private_len)
+      std::memcpy(hello.private_data, private_data, private_len);
+    uint8_t *sbuf = c->ctl_send(0);
+    std::memcpy(sbuf, &hello, sizeof hello);
+    lf::OpSlot *ss = c->take_slot(0, OpKind::Send, true);
+    do {
+      r = fi_send(c->ep.get(), sbuf, sizeof hello, c->ctl_desc(), listener, ss);
+      if (r == -FI_EAGAIN)
+        c->progress();
+    } while (r == -FI_EAGAIN && !dl.passed());
+    if (r)
+      throw_connect(f, remote, static_cast<int>(-r), r == -FI_EAGAIN ? "sending the handshake (queue stayed full)" : "sending the handshake", timeout_ms);
+
+    // The send's completion is drained by wait_internal; an error there (a
+    // refused TCP connection under RxM, say) ends the attempt at once.
+    fi_cq_data_entry e{};
+    int err = 0;
+    for (;;) {
+      if (!c->wait_internal(Queue::Recv, e, dl, err))
+        throw_connect(f, remote, err, "waiting for the server's handshake answer", timeout_ms);
+      lf::HandshakeMessage ans;
+      std::memcpy(&ans, rbuf, sizeof ans);
+      if (ans.magic != lf::kHandshakeMagic || ans.nonce != hello.nonce) {
+        // Not ours (a stale answer): listen again.
+        rs = c->take_slot(0, OpKind::Recv, true);
+        fi_recv(c->ep.get(), rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), FI_ADDR_UNSPEC, rs);
+        continue;
+      }
+      if (ans.type == lf::HsReject)
+        throw_connect(f, remote, FI_ECONNREFUSED, "handshake", timeout_ms);
+      if (ans.type != lf::HsAccept || ans.address_len > sizeof ans.address ||
+          ans.private_len > sizeof ans.private_data)
+        throw Error(ErrorKind::Backend, "rdmalib: malformed handshake answer from " +
+                                            remote.to_string());
+      ret = fi_av_insert(c->av.get(), ans.address, 1, &c->peer, 0, nullptr);
+      if (ret != 1)
+        throw_connect(f, remote, ret < 0 ? -ret : FI_EINVAL,
+                      "inserting the server's connection endpoint", timeout_ms);
+      c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
+      break;
+    }
+    fi_av_remove(c->av.get(), &listener, 1, 0);
+  }
+  c->open = true;
+  return Connection(c.release());
+}
+
+} // namespace rdmalib

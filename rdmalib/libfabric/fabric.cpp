@@ -1,0 +1,425 @@
+// Fabric for the libfabric backend: provider resolution, capability
+// negotiation, and the helpers endpoints need (addresses, keys).
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cstring>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <rdma/fi_atomic.h>
+#include <spdlog/spdlog.h>
+
+#include <rdmalib/fabric.hpp>
+
+#include "internal.hpp"
+
+namespace rdmalib {
+
+namespace lf {
+
+std::string fi_error_text(int ret) {
+  int code = ret < 0 ? -ret : ret;
+  return std::string(fi_strerror(code)) + " (" + std::to_string(code) + ")";
+}
+
+void throw_fi(const std::string &what, int ret) {
+  int code = ret < 0 ? -ret : ret;
+  ErrorKind kind = ErrorKind::Backend;
+  if (code == FI_ECONNREFUSED)
+    kind = ErrorKind::Refused;
+  else if (code == FI_ETIMEDOUT)
+    kind = ErrorKind::Timeout;
+  else if (code == FI_ENODATA || code == FI_ENOENT)
+    kind = ErrorKind::NotFound;
+  throw Error(kind, "rdmalib: " + what + ": " + fi_error_text(ret), code);
+}
+
+void close_fid(fid *f) noexcept {
+  int ret = fi_close(f);
+  if (ret)
+    spdlog::warn("rdmalib: fi_close of a libfabric object (class {}) failed: {}", f->fclass,
+                 fi_error_text(ret));
+}
+
+namespace {
+
+std::string join(const std::vector<std::string> &v) {
+  std::string out;
+  for (const auto &s : v) {
+    if (!out.empty())
+      out += ", ";
+    out += s;
+  }
+  return out;
+}
+
+bool is_loopback(const std::string &ip) {
+  return ip.empty() || ip.rfind("127.", 0) == 0 || ip == "::1" || ip == "localhost";
+}
+
+/// Hints offering the most any provider could need, so fi_getinfo only drops
+/// what cannot work. The provider clears the mr_mode / mode bits it does not
+/// require; what it keeps is honoured by FabricImpl.
+InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool offer_virt_addr,
+                   const std::string &domain) {
+  InfoPtr h(fi_allocinfo());
+  if (!h.p)
+    throw Error(ErrorKind::Backend, "rdmalib: fi_allocinfo failed (out of memory)");
+  h->fabric_attr->prov_name = strdup(p.name);
+  h->ep_attr->type = ep == EndpointType::Connected ? FI_EP_MSG : FI_EP_RDM;
+  h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND |
+            FI_RECV | (atomics ? FI_ATOMIC : 0);
+  h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
+                            (offer_virt_addr ? FI_MR_VIRT_ADDR : 0);
+  h->domain_attr->threading = FI_THREAD_SAFE;
+  h->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
+  h->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
+  if (!domain.empty())
+    h->domain_attr->name = strdup(domain.c_str());
+  return h;
+}
+
+/// fi_getinfo for one provider/endpoint type; returns null (and the error)
+/// when the provider cannot serve it.
+InfoPtr try_getinfo(const ProviderPolicy &p, EndpointType ep, const DeviceConfig &cfg,
+                    bool atomics, bool offer_virt_addr, int *err) {
+  InfoPtr hints = make_hints(p, ep, atomics, offer_virt_addr, cfg.domain);
+  fi_info *out = nullptr;
+  const char *node = nullptr;
+  if (!p.node_local && !cfg.ip_address.empty())
+    node = cfg.ip_address.c_str();
+  int ret = fi_getinfo(kApiVersion, node, nullptr, node ? FI_SOURCE : 0, hints.get(), &out);
+  if (ret) {
+    *err = ret;
+    return InfoPtr();
+  }
+  // Utility providers can stack several ways ("tcp;ofi_rxm" also matches
+  // "verbs;ofi_rxm" on some machines): keep the first exact match.
+  InfoPtr all(out);
+  for (fi_info *i = out; i; i = i->next) {
+    if (std::strcmp(i->fabric_attr->prov_name, p.name) == 0)
+      return InfoPtr(fi_dupinfo(i));
+  }
+  *err = -FI_ENODATA;
+  return InfoPtr();
+}
+
+uint64_t mix64(uint64_t z) {
+  // splitmix64's finaliser: a bijection on 64-bit values.
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint32_t mix32(uint32_t z) {
+  // A bijection on 32-bit values (each step is invertible).
+  z = (z ^ (z >> 16)) * 0x7feb352dU;
+  z = (z ^ (z >> 15)) * 0x846ca68bU;
+  return z ^ (z >> 16);
+}
+
+void fill_capabilities(detail::FabricImpl &f) {
+  fi_info *i = f.info.get();
+  Capabilities &c = f.caps;
+  const CapabilityMask &m = f.mask;
+  c.endpoint = f.rdm ? EndpointType::ReliableDatagram : EndpointType::Connected;
+  c.progress =
+      i->domain_attr->data_progress == FI_PROGRESS_MANUAL ? Progress::Manual : Progress::Auto;
+  uint64_t mr = static_cast<uint64_t>(i->domain_attr->mr_mode);
+  f.app_keys = !(mr & FI_MR_PROV_KEY);
+  f.virt_addr = mr & FI_MR_VIRT_ADDR;
+  f.mr_endpoint = mr & FI_MR_ENDPOINT;
+  f.mr_local = mr & FI_MR_LOCAL;
+  f.need_context = i->mode & (FI_CONTEXT | FI_CONTEXT2);
+  f.rx_cq_data = i->mode & FI_RX_CQ_DATA;
+  f.ordered_saw = i->tx_attr->msg_order & FI_ORDER_SAW;
+  f.inject_size = i->tx_attr->inject_size;
+  f.addr_format = i->addr_format;
+  f.native_cq_data = i->domain_attr->cq_data_size >= 4 && !m.disables(CapRemoteCqData);
+
+  c.remote_cq_data = f.native_cq_data;
+  c.provider_keys = !f.app_keys;
+  c.virtual_addressing = f.virt_addr;
+  c.local_registration = f.mr_local;
+  c.endpoint_bound_memory = f.mr_endpoint;
+  c.write_consumes_receive = !f.native_cq_data || f.rx_cq_data;
+  c.notify_message_size = f.native_cq_data ? 0 : sizeof(ControlMessage);
+  c.max_message = i->ep_attr->max_msg_size;
+  c.mr_key_size = i->domain_attr->mr_key_size;
+  c.max_inline = m.disables(CapInline) ? 0 : std::min<size_t>(f.config.max_inline_data, f.inject_size);
+  c.max_private_data = f.rdm ? kMaxPrivateData : 56;
+
+  // Atomics: the provider must advertise FI_ATOMIC and really support the two
+  // 64-bit operations rdmalib offers.
+  bool atomics = (i->caps & FI_ATOMIC) && !m.disables(CapAtomics);
+  if (atomics) {
+    fi_atomic_attr attr{};
+    atomics = fi_query_atomic(f.domain.get(), FI_UINT64, FI_SUM, &attr, FI_FETCH_ATOMIC) == 0 &&
+              fi_query_atomic(f.domain.get(), FI_UINT64, FI_CSWAP, &attr, FI_COMPARE_ATOMIC) == 0;
+  }
+  c.atomics = atomics;
+
+  // Wait objects: probe once which kind of blocking CQ read the provider
+  // supports (shm 1.17 refuses FI_WAIT_FD but has a blocking read).
+  for (auto wait : {FI_WAIT_FD, FI_WAIT_UNSPEC}) {
+    fi_cq_attr attr{};
+    attr.format = FI_CQ_FORMAT_DATA;
+    attr.size = 1;
+    attr.wait_obj = wait;
+    Fid<fid_cq> probe;
+    if (fi_cq_open(f.domain.get(), &attr, probe.out(), nullptr) == 0) {
+      f.wait_cq = true;
+      f.wait_fd_cq = wait == FI_WAIT_FD;
+      break;
+    }
+  }
+  if (m.disables(CapWaitFd)) {
+    f.wait_cq = false;
+    f.wait_fd_cq = false;
+  }
+  c.wait_fd = f.wait_cq;
+}
+
+} // namespace
+} // namespace lf
+
+namespace detail {
+
+lf::InfoPtr FabricImpl::endpoint_info(const Address *src) const {
+  lf::InfoPtr i(fi_dupinfo(info.get()));
+  if (!i.p)
+    throw Error(ErrorKind::Backend, "rdmalib: fi_dupinfo failed (out of memory)");
+  free(i->dest_addr);
+  i->dest_addr = nullptr;
+  i->dest_addrlen = 0;
+  if (!src)
+    return i;
+  std::vector<uint8_t> raw = raw_address(*src);
+  free(i->src_addr);
+  i->src_addr = malloc(raw.size());
+  std::memcpy(i->src_addr, raw.data(), raw.size());
+  i->src_addrlen = raw.size();
+  return i;
+}
+
+std::vector<uint8_t> FabricImpl::raw_address(const Address &a) const {
+  if (addr_format == FI_ADDR_STR) {
+    std::string name = lf::quirk_shm_endpoint_name(a.host, a.port);
+    return std::vector<uint8_t>(name.c_str(), name.c_str() + name.size() + 1);
+  }
+  // IP providers: resolve the host; keep the family the provider asked for.
+  addrinfo hints{};
+  hints.ai_family = addr_format == FI_SOCKADDR_IN6 ? AF_INET6
+                    : addr_format == FI_SOCKADDR_IN ? AF_INET
+                                                    : AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *res = nullptr;
+  std::string port = std::to_string(a.port);
+  int rc = getaddrinfo(a.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || !res)
+    throw Error(ErrorKind::NotFound,
+                "rdmalib: cannot resolve address '" + a.to_string() + "': " + gai_strerror(rc));
+  std::vector<uint8_t> out(reinterpret_cast<uint8_t *>(res->ai_addr),
+                           reinterpret_cast<uint8_t *>(res->ai_addr) + res->ai_addrlen);
+  freeaddrinfo(res);
+  return out;
+}
+
+Address FabricImpl::decode_address(const void *raw, size_t len) const {
+  Address a;
+  if (addr_format == FI_ADDR_STR) {
+    std::string name(static_cast<const char *>(raw), strnlen(static_cast<const char *>(raw), len));
+    // "rdmalib-<host>-<port>" when rdmalib named it; otherwise the raw name.
+    auto dash = name.rfind('-');
+    if (name.rfind("rdmalib-", 0) == 0 && dash != std::string::npos && dash > 8) {
+      a.host = name.substr(8, dash - 8);
+      a.port = static_cast<uint16_t>(std::strtoul(name.c_str() + dash + 1, nullptr, 10));
+    } else {
+      a.host = name;
+    }
+    return a;
+  }
+  char buf[INET6_ADDRSTRLEN] = {0};
+  auto *sa = static_cast<const sockaddr *>(raw);
+  if (len >= sizeof(sockaddr_in) && sa->sa_family == AF_INET) {
+    auto *in = static_cast<const sockaddr_in *>(raw);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+    a.port = ntohs(in->sin_port);
+  } else if (len >= sizeof(sockaddr_in6) && sa->sa_family == AF_INET6) {
+    auto *in6 = static_cast<const sockaddr_in6 *>(raw);
+    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
+    a.port = ntohs(in6->sin6_port);
+  }
+  a.host = buf;
+  return a;
+}
+
+uint64_t FabricImpl::next_key() {
+  uint64_t n = key_counter.fetch_add(1, std::memory_order_relaxed);
+  if (caps.mr_key_size >= 8)
+    return lf::mix64(key_secret + n);
+  if (caps.mr_key_size >= 4)
+    return lf::mix32(static_cast<uint32_t>(key_secret) + static_cast<uint32_t>(n));
+  // Keys narrower than 32 bits cannot be both unique and unpredictable for
+  // long; fall back to unique ones.
+  return n & ((1ULL << (8 * caps.mr_key_size)) - 1);
+}
+
+} // namespace detail
+
+void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
+
+Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask)
+    : impl_(new detail::FabricImpl) {
+  using namespace lf;
+  quirk_rxm_cm_progress_interval();
+  detail::FabricImpl &f = *impl_;
+  f.config = config;
+  f.mask = mask;
+
+  std::vector<const ProviderPolicy *> candidates;
+  if (config.provider.empty()) {
+    for (const auto &p : provider_table())
+      if (!p.node_local || is_loopback(config.ip_address))
+        candidates.push_back(&p);
+  } else {
+    const ProviderPolicy *p = find_provider(config.provider);
+    if (!p) {
+      std::vector<std::string> here;
+      try {
+        for (const auto &d : discover())
+          if (std::find(here.begin(), here.end(), d.provider) == here.end())
+            here.push_back(d.provider);
+      } catch (const Error &) {
+      }
+      throw Error(ErrorKind::NotFound, "rdmalib: unknown provider '" + config.provider +
+                                           "' in device '" + config.name +
+                                           "'; available here: " + join(here) +
+                                           "; known names: " + provider_names() +
+                                           " (run rfaas-info to list devices)");
+    }
+    candidates.push_back(p);
+  }
+
+  std::string attempts;
+  bool offer_va = !mask.disables(CapVirtualAddressing);
+  for (const ProviderPolicy *p : candidates) {
+    EndpointType ep = p->natural;
+    if (config.endpoint == EndpointPreference::Connected)
+      ep = EndpointType::Connected;
+    else if (config.endpoint == EndpointPreference::ReliableDatagram)
+      ep = EndpointType::ReliableDatagram;
+    int err = 0;
+    // Ask for atomics first; a provider without them is still usable.
+    InfoPtr info = try_getinfo(*p, ep, config, !mask.disables(CapAtomics), offer_va, &err);
+    if (!info.p)
+      info = try_getinfo(*p, ep, config, false, offer_va, &err);
+    if (!info.p) {
+      attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" +
+                  (ep == EndpointType::Connected ? "connected" : "rdm") +
+                  "): " + fi_error_text(err);
+      continue;
+    }
+    f.info = std::move(info);
+    f.policy = p;
+    f.provider = p->name;
+    f.rdm = ep == EndpointType::ReliableDatagram;
+    break;
+  }
+  if (!f.info.p) {
+    std::string why = config.provider.empty() ? "no provider" : "provider '" + config.provider + "'";
+    std::string extra;
+    if (!offer_va)
+      extra = " (virtual addressing is masked off; providers that require it cannot be used)";
+    throw Error(ErrorKind::NotFound,
+                "rdmalib: " + why + " can serve device '" + config.name + "' at '" +
+                    config.ip_address + "'" + extra + ": " + attempts +
+                    ". Run rfaas-info to list what is available here.");
+  }
+
+  int ret = fi_fabric(f.info->fabric_attr, f.fabric.out(), nullptr);
+  if (ret)
+    throw_fi("fi_fabric for provider " + f.provider, ret);
+  ret = fi_domain(f.fabric.get(), f.info.get(), f.domain.out(), nullptr);
+  if (ret)
+    throw_fi("fi_domain " + std::string(f.info->domain_attr->name) + " of " + f.provider, ret);
+
+  std::random_device rd;
+  f.key_secret = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  fill_capabilities(f);
+  spdlog::info("{}", describe());
+}
+
+Fabric::~Fabric() = default;
+Fabric::Fabric(Fabric &&) noexcept = default;
+Fabric &Fabric::operator=(Fabric &&) noexcept = default;
+
+const Capabilities &Fabric::capabilities() const noexcept { return impl_->caps; }
+const std::string &Fabric::provider() const noexcept { return impl_->provider; }
+const DeviceConfig &Fabric::device() const noexcept { return impl_->config; }
+CapabilityMask Fabric::mask() const noexcept { return impl_->mask; }
+
+std::string Fabric::describe() const {
+  std::ostringstream s;
+  s << "rdmalib backend=libfabric " << backend_version() << " provider=" << impl_->provider
+    << " domain=" << impl_->info->domain_attr->name << " fabric=" << impl_->info->fabric_attr->name;
+  std::string m = impl_->mask.to_string();
+  if (!m.empty())
+    s << " masked=" << m;
+  s << " " << impl_->caps.describe();
+  return s.str();
+}
+
+const char *Fabric::backend_name() noexcept { return "libfabric"; }
+
+std::string Fabric::backend_version() {
+  uint32_t v = fi_version();
+  return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+}
+
+std::vector<std::string> Fabric::known_providers() {
+  std::vector<std::string> out;
+  for (const auto &p : lf::provider_table())
+    out.push_back(p.name);
+  return out;
+}
+
+std::vector<ProviderInfo> Fabric::discover() {
+  using namespace lf;
+  std::vector<ProviderInfo> out;
+  std::set<std::string> seen;
+  for (const auto &p : provider_table()) {
+    for (EndpointType ep : {EndpointType::Connected, EndpointType::ReliableDatagram}) {
+      InfoPtr hints = make_hints(p, ep, false, true, "");
+      fi_info *res = nullptr;
+      if (fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), &res) != 0)
+        continue;
+      InfoPtr all(res);
+      for (fi_info *i = res; i; i = i->next) {
+        if (std::strcmp(i->fabric_attr->prov_name, p.name) != 0)
+          continue;
+        ProviderInfo pi;
+        pi.provider = p.name;
+        pi.domain = i->domain_attr->name ? i->domain_attr->name : "";
+        pi.fabric = i->fabric_attr->name ? i->fabric_attr->name : "";
+        pi.endpoint = ep;
+        if (i->src_addr && (i->addr_format == FI_SOCKADDR_IN || i->addr_format == FI_SOCKADDR_IN6)) {
+          detail::FabricImpl tmp;
+          tmp.addr_format = i->addr_format;
+          pi.ip_address = tmp.decode_address(i->src_addr, i->src_addrlen).host;
+        }
+        std::string key = pi.provider + "|" + pi.domain + "|" + pi.ip_address + "|" +
+                          (ep == EndpointType::Connected ? "c" : "r");
+        if (seen.insert(key).second)
+          out.push_back(pi);
+      }
+    }
+  }
+  return out;
+}
+
+} // namespace rdmalib

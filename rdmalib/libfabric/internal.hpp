@@ -1,0 +1,292 @@
+// Private types of the libfabric backend. Nothing here is visible above rdmalib.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include <rdmalib/address.hpp>
+#include <rdmalib/capabilities.hpp>
+#include <rdmalib/connection.hpp>
+#include <rdmalib/device.hpp>
+#include <rdmalib/errors.hpp>
+#include <rdmalib/operations.hpp>
+
+#include "provider_table.hpp"
+
+namespace rdmalib::lf {
+
+constexpr uint32_t kApiVersion = FI_VERSION(1, 9);
+
+/// Text for a negative libfabric return code.
+std::string fi_error_text(int ret);
+/// Throw Error(Backend) "<what>: <fi_strerror> (<code>)".
+[[noreturn]] void throw_fi(const std::string &what, int ret);
+
+/// Owns one libfabric object; fi_close on destruction, logging (never
+/// throwing) a failure. Works for every fid_* type through its embedded fid.
+template <class T> class Fid {
+public:
+  Fid() noexcept = default;
+  explicit Fid(T *p) noexcept : p_(p) {}
+  ~Fid() { reset(); }
+  Fid(Fid &&o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  Fid &operator=(Fid &&o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = o.p_;
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  Fid(const Fid &) = delete;
+  Fid &operator=(const Fid &) = delete;
+
+  T *get() const noexcept { return p_; }
+  T *operator->() const noexcept { return p_; }
+  T **out() noexcept {
+    reset();
+    return &p_;
+  }
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  void reset() noexcept;
+
+private:
+  T *p_ = nullptr;
+};
+
+void close_fid(fid *f) noexcept;
+
+template <class T> void Fid<T>::reset() noexcept {
+  if (p_) {
+    close_fid(&p_->fid);
+    p_ = nullptr;
+  }
+}
+
+/// Owns an fi_info list.
+struct InfoPtr {
+  fi_info *p = nullptr;
+  InfoPtr() = default;
+  explicit InfoPtr(fi_info *i) : p(i) {}
+  ~InfoPtr() {
+    if (p)
+      fi_freeinfo(p);
+  }
+  InfoPtr(InfoPtr &&o) noexcept : p(o.p) { o.p = nullptr; }
+  InfoPtr &operator=(InfoPtr &&o) noexcept {
+    if (this != &o) {
+      if (p)
+        fi_freeinfo(p);
+      p = o.p;
+      o.p = nullptr;
+    }
+    return *this;
+  }
+  InfoPtr(const InfoPtr &) = delete;
+  fi_info *operator->() const { return p; }
+  fi_info *get() const { return p; }
+};
+
+/// Monotonic deadline helper.
+struct Deadline {
+  using clock = std::chrono::steady_clock;
+  clock::time_point at;
+  explicit Deadline(std::chrono::milliseconds ms) : at(clock::now() + ms) {}
+  bool passed() const { return clock::now() >= at; }
+  /// Milliseconds left, at least 0, at most `cap`.
+  int remaining_ms(int cap) const {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - clock::now()).count();
+    if (left < 0)
+      return 0;
+    return left > cap ? cap : static_cast<int>(left);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Control messages. rdmalib sends a few messages of its own on the data path:
+// the emulated write-with-immediate notification and the RDM goodbye, plus the
+// RDM handshake. They start with a magic so a receive completion can be told
+// apart from an application message; applications must not send exactly 16
+// bytes starting with kControlMagic (documented in docs/rdmalib.md).
+constexpr uint32_t kControlMagic = 0x4e4d4452; // "RDMN" little-endian
+enum ControlType : uint16_t { CtlNotify = 1, CtlGoodbye = 2 };
+struct ControlMessage {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t reserved;
+  uint32_t imm;
+  uint32_t length;
+};
+static_assert(sizeof(ControlMessage) == 16, "control message is 16 bytes on the wire");
+
+// RDM handshake, sent to the listener's endpoint and answered from the new
+// per-connection endpoint.
+constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
+constexpr uint16_t kHandshakeVersion = 1;
+enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3 };
+constexpr size_t kMaxRawAddress = 128;
+constexpr size_t kMaxPrivateData = 256;
+struct HandshakeMessage {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint64_t nonce;          // client's connection attempt id, echoed back
+  uint32_t address_len;    // raw fi_getname bytes of the sender's endpoint
+  uint32_t private_len;
+  uint8_t address[kMaxRawAddress];
+  uint8_t private_data[kMaxPrivateData];
+};
+
+// ---------------------------------------------------------------------------
+// Per-operation context. Every post carries a pointer to one of these as its
+// op_context: the first member doubles as the fi_context2 scratch space some
+// providers require (FI_CONTEXT / FI_CONTEXT2 mode), and the rest maps the
+// completion back to the caller's context and operation kind without any
+// allocation.
+struct OpSlot {
+  fi_context2 fictx;
+  uint64_t user = 0;
+  void *buf = nullptr; // receives: where the message lands (control messages are read there)
+  OpKind kind = OpKind::Send;
+  bool internal = false; // completion is rdmalib's own; do not report it
+  uint32_t next_free = 0;
+};
+
+} // namespace rdmalib::lf
+
+namespace rdmalib::detail {
+
+struct FabricImpl {
+  lf::InfoPtr info; // the chosen fi_info (one entry)
+  lf::Fid<fid_fabric> fabric;
+  lf::Fid<fid_domain> domain;
+  DeviceConfig config;
+  CapabilityMask mask;
+  Capabilities caps;
+  const lf::ProviderPolicy *policy = nullptr;
+  std::string provider;      // canonical name, e.g. "tcp;ofi_rxm"
+  bool rdm = false;          // FI_EP_RDM endpoints
+  bool ordered_saw = false;  // send-after-write ordering available
+  bool need_context = false; // FI_CONTEXT/FI_CONTEXT2 mode kept
+  bool rx_cq_data = false;   // FI_RX_CQ_DATA: writedata consumes a receive
+  bool native_cq_data = false;
+  bool app_keys = false;     // rdmalib chooses MR keys
+  bool virt_addr = false;
+  bool mr_endpoint = false;
+  bool mr_local = false;
+  bool wait_fd_cq = false;   // CQs opened with FI_WAIT_FD
+  bool wait_cq = false;      // CQs support a blocking read (fd or unspec)
+  size_t inject_size = 0;
+  uint32_t addr_format = 0;
+
+  /// fi_info for a new endpoint bound to `src` (host, port; port 0 = any).
+  /// For FI_ADDR_STR providers (shm) the name is derived from host and port.
+  lf::InfoPtr endpoint_info(const Address *src) const;
+  /// Raw provider address (as fi_av_insert wants it) for a listener at `a`.
+  std::vector<uint8_t> raw_address(const Address &a) const;
+  /// Decode a raw provider address back into host:port (best effort).
+  Address decode_address(const void *raw, size_t len) const;
+  /// Draw the next application-chosen MR key (unique, unpredictable).
+  uint64_t next_key();
+
+  std::atomic<uint64_t> key_counter{0};
+  uint64_t key_secret = 0;
+};
+
+struct MemoryRegionImpl {
+  lf::Fid<fid_mr> mr;
+  FabricImpl *fabric = nullptr;
+  bool enabled = false;
+};
+
+struct ConnectionImpl {
+  FabricImpl *fab = nullptr;
+  Fabric *fabric_handle = nullptr;
+  ConnectionOptions options;
+
+  // Order matters: members are destroyed bottom-up, so the endpoint goes
+  // before the queues, address vector and event queue it is bound to, and the
+  // slot pool (in-flight contexts) outlives the endpoint.
+  std::vector<lf::OpSlot> slots;
+  uint32_t free_head = UINT32_MAX;
+  lf::Fid<fid_eq> eq;
+  lf::Fid<fid_cq> txcq;
+  lf::Fid<fid_cq> rxcq;
+  lf::Fid<fid_av> av;
+  std::vector<uint8_t> ctl_mem; // control send/recv buffers
+  lf::Fid<fid_mr> ctl_mr;
+  lf::Fid<fid_ep> ep;
+
+  fi_addr_t peer = FI_ADDR_UNSPEC; // RDM: the peer's AV entry
+  std::vector<uint8_t> peer_private;
+  Address remote;
+  bool open = false;
+  bool peer_closed = false;
+
+  // Completions read while driving progress for a retried post; poll()
+  // returns them first so nothing is lost.
+  std::vector<fi_cq_data_entry> tx_stash, rx_stash;
+  size_t tx_stash_head = 0, rx_stash_head = 0;
+  size_t tx_stash_len = 0, rx_stash_len = 0;
+  /// poll() yields the CPU when it finds nothing (see quirk_prefers_blocking_wait).
+  bool prefer_yield = false;
+
+  char last_error[256] = {0};
+  uint32_t ctl_send_next = 0;
+
+  // Control memory layout (one registration): `ctl_recv_count` handshake
+  // receive slots, kCtlSendSlots send slots, then one 16-byte atomic operand
+  // area per OpSlot (operands must live in registered memory on FI_MR_LOCAL
+  // providers).
+  static constexpr size_t kCtlSlot = sizeof(lf::HandshakeMessage);
+  static constexpr size_t kCtlSendSlots = 8;
+  size_t ctl_recv_count = 1;
+  uint8_t *ctl_recv(size_t i) { return ctl_mem.data() + i * kCtlSlot; }
+  uint8_t *ctl_send(size_t i) { return ctl_mem.data() + (ctl_recv_count + i) * kCtlSlot; }
+  uint64_t *operand(const lf::OpSlot *s) {
+    size_t base = (ctl_recv_count + kCtlSendSlots) * kCtlSlot;
+    return reinterpret_cast<uint64_t *>(ctl_mem.data() + base + 16 * (s - slots.data()));
+  }
+  void *ctl_desc() const { return ctl_mr ? fi_mr_desc(ctl_mr.get()) : nullptr; }
+
+  // --- setup (connection.cpp)
+  /// Queues, AV (RDM), EQ (MSG), slots and control memory.
+  void open_queues(bool want_eq);
+  /// fi_endpoint from `info`, bind everything, enable.
+  void create_endpoint(fi_info *info);
+  /// Wait for one raw completion of an internal operation on `q` (handshakes),
+  /// driving progress on both queues. Returns false at the deadline.
+  bool wait_internal(Queue q, fi_cq_data_entry &out, const lf::Deadline &dl, int &err);
+
+  // --- data path (operations.cpp)
+  lf::OpSlot *take_slot(uint64_t user, OpKind kind, bool internal);
+  void put_slot(lf::OpSlot *s) {
+    s->next_free = free_head;
+    free_head = static_cast<uint32_t>(s - slots.data());
+  }
+  void progress() noexcept;
+  bool check_events() noexcept; // MSG: returns true when the peer closed
+  Status send_control(lf::ControlType type, uint32_t imm, uint32_t length, uint64_t user,
+                      bool report) noexcept;
+  size_t reap(Queue q, Completion *out, size_t max) noexcept;
+  size_t convert(Queue q, const fi_cq_data_entry *e, size_t n, Completion *out) noexcept;
+  Completion convert_error(Queue q, fid_cq *cq) noexcept;
+  void set_error(const char *fmt, ...) noexcept;
+  void close() noexcept;
+};
+
+struct RequestImpl;
+struct ListenerImpl;
+
+} // namespace rdmalib::detail

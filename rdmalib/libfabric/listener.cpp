@@ -1,0 +1,390 @@
+// The passive side of connection setup for the libfabric backend.
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include <rdmalib/fabric.hpp>
+#include <rdmalib/listener.hpp>
+
+#include "internal.hpp"
+
+namespace rdmalib {
+namespace detail {
+
+struct ListenerImpl {
+  FabricImpl *fab = nullptr;
+  Fabric *fabric_handle = nullptr;
+  Address address;
+  // Connected endpoints: a passive endpoint and its event queue.
+  lf::Fid<fid_eq> eq;
+  lf::Fid<fid_pep> pep;
+  // Reliable datagrams: an endpoint that receives HELLO messages.
+  std::unique_ptr<ConnectionImpl> hs;
+  int wait_fd = -1;
+};
+
+struct RequestImpl {
+  ListenerImpl *listener = nullptr;
+  std::vector<uint8_t> private_data;
+  // MSG: the connection request's info (owns the handle).
+  lf::InfoPtr info;
+  // RDM: the HELLO.
+  lf::HandshakeMessage hello{};
+  bool done = false;
+};
+
+namespace {
+
+constexpr size_t kHandshakeReceives = 8;
+
+void post_handshake_recv(ConnectionImpl &c, size_t i) {
+  lf::OpSlot *s = c.take_slot(i, OpKind::Recv, true);
+  if (!s)
+    throw Error(ErrorKind::Backend, "rdmalib: listener out of handshake slots");
+  ssize_t r;
+  lf::Deadline dl(std::chrono::milliseconds(1000));
+  do {
+    r = fi_recv(c.ep.get(), c.ctl_recv(i), sizeof(lf::HandshakeMessage), c.ctl_desc(),
+                FI_ADDR_UNSPEC, s);
+    if (r == -FI_EAGAIN)
+      c.progress();
+  } while (r == -FI_EAGAIN && !dl.passed());
+  if (r) {
+    c.put_slot(s);
+    lf::throw_fi("posting a handshake receive on the listener", static_cast<int>(r));
+  }
+}
+
+/// Send a handshake message from `c` to `to` and wait for it to leave.
+void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage &m,
+                    const lf::Deadline &dl, const char *what) {
+  uint8_t *buf = c.ctl_send(c.ctl_send_next++ % ConnectionImpl::kCtlSendSlots);
+  std::memcpy(buf, &m, sizeof m);
+  lf::OpSlot *s = c.take_slot(0, OpKind::Send, true);
+  if (!s)
+    throw Error(ErrorKind::Backend, std::string("rdmalib: no slot to send the ") + what);
+  ssize_t r;
+  do {
+    r = fi_send(c.ep.get(), buf, sizeof m, c.ctl_desc(), to, s);
+    if (r == -FI_EAGAIN)
+      c.progress();
+  } while (r == -FI_EAGAIN && !dl.passed());
+  if (r) {
+    c.put_slot(s);
+    lf::throw_fi(std::string("sending the ") + what, static_cast<int>(r));
+  }
+  fi_cq_data_entry e{};
+  int err = 0;
+  if (!c.wait_internal(Queue::Send, e, dl, err))
+    lf::throw_fi(std::string("completing the ") + what, -err);
+}
+
+} // namespace
+} // namespace detail
+
+// ---- ConnectionRequest -------------------------------------------------------
+
+void ConnectionRequest::Deleter::operator()(detail::RequestImpl *p) const noexcept {
+  if (!p)
+    return;
+  if (!p->done) {
+    ConnectionRequest tmp(p);
+    tmp.reject();
+    tmp.impl_.release();
+  }
+  delete p;
+}
+
+ConnectionRequest::ConnectionRequest() noexcept = default;
+ConnectionRequest::~ConnectionRequest() = default;
+ConnectionRequest::ConnectionRequest(ConnectionRequest &&) noexcept = default;
+ConnectionRequest &ConnectionRequest::operator=(ConnectionRequest &&) noexcept = default;
+ConnectionRequest::ConnectionRequest(detail::RequestImpl *impl) noexcept : impl_(impl) {}
+
+const std::vector<uint8_t> &ConnectionRequest::private_data() const noexcept {
+  static const std::vector<uint8_t> empty;
+  return impl_ ? impl_->private_data : empty;
+}
+
+void ConnectionRequest::reject() noexcept {
+  if (!impl_ || impl_->done)
+    return;
+  impl_->done = true;
+  detail::ListenerImpl &l = *impl_->listener;
+  try {
+    if (!l.fab->rdm) {
+      fi_reject(l.pep.get(), impl_->info->handle, nullptr, 0);
+      return;
+    }
+    detail::ConnectionImpl &hs = *l.hs;
+    fi_addr_t to = FI_ADDR_UNSPEC;
+    if (fi_av_insert(hs.av.get(), impl_->hello.address, 1, &to, 0, nullptr) != 1)
+      return;
+    lf::HandshakeMessage m{};
+    m.magic = lf::kHandshakeMagic;
+    m.version = lf::kHandshakeVersion;
+    m.type = lf::HsReject;
+    m.nonce = impl_->hello.nonce;
+    detail::send_handshake(hs, to, m, lf::Deadline(std::chrono::milliseconds(1000)), "rejection");
+    fi_av_remove(hs.av.get(), &to, 1, 0);
+  } catch (const std::exception &e) {
+    spdlog::warn("rdmalib: rejecting a connection request failed: {}", e.what());
+  }
+}
+
+Connection ConnectionRequest::accept(const void *private_data, size_t private_len,
+                                     std::chrono::milliseconds timeout,
+                                     const ConnectionOptions &options) {
+  if (!impl_ || impl_->done)
+    throw Error(ErrorKind::Config, "rdmalib: this connection request was already answered");
+  detail::ListenerImpl &l = *impl_->listener;
+  detail::FabricImpl &f = *l.fab;
+  if (private_len > f.caps.max_private_data)
+    throw Error(ErrorKind::Config, "rdmalib: " + std::to_string(private_len) +
+                                       " bytes of private data exceed this fabric's limit of " +
+                                       std::to_string(f.caps.max_private_data));
+  impl_->done = true;
+  lf::Deadline dl(timeout);
+  std::unique_ptr<detail::ConnectionImpl, Connection::Deleter> c(new detail::ConnectionImpl);
+  c->fab = &f;
+  c->fabric_handle = l.fabric_handle;
+  c->options = options;
+  c->open_queues(!f.rdm);
+
+  if (!f.rdm) {
+    c->create_endpoint(impl_->info.get());
+    c->remote = f.decode_address(impl_->info->dest_addr, impl_->info->dest_addrlen);
+    int ret = fi_accept(c->ep.get(), private_data, private_len);
+    if (ret)
+      lf::throw_fi("fi_accept", ret);
+    alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
+    for (;;) {
+      int slice = dl.remaining_ms(100);
+      if (slice == 0)
+        throw Error(ErrorKind::Timeout, "rdmalib: accepting a connection from " +
+                                            c->remote.to_string() + " timed out after " +
+                                            std::to_string(timeout.count()) + " ms");
+      uint32_t event = 0;
+      ssize_t r = fi_eq_sread(c->eq.get(), &event, buf, sizeof buf, slice, 0);
+      if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
+        continue;
+      if (r == -FI_EAVAIL) {
+        fi_eq_err_entry err{};
+        fi_eq_readerr(c->eq.get(), &err, 0);
+        lf::throw_fi("accepting a connection from " + c->remote.to_string(), -err.err);
+      }
+      if (r < 0)
+        lf::throw_fi("accepting a connection", static_cast<int>(r));
+      if (event == FI_CONNECTED)
+        break;
+      if (event == FI_SHUTDOWN)
+        throw Error(ErrorKind::Closed, "rdmalib: the client " + c->remote.to_string() +
+                                           " went away during accept");
+    }
+  } else {
+    lf::InfoPtr info = f.endpoint_info(nullptr);
+    c->create_endpoint(info.get());
+    const lf::HandshakeMessage &h = impl_->hello;
+    c->remote = f.decode_address(h.address, h.address_len);
+    int ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
+    if (ret != 1)
+      lf::throw_fi("inserting the client's address", ret < 0 ? ret : -FI_EINVAL);
+    lf::HandshakeMessage m{};
+    m.magic = lf::kHandshakeMagic;
+    m.version = lf::kHandshakeVersion;
+    m.type = lf::HsAccept;
+    m.nonce = h.nonce;
+    size_t alen = sizeof m.address;
+    ret = fi_getname(&c->ep->fid, m.address, &alen);
+    if (ret)
+      lf::throw_fi("fi_getname", ret);
+    m.address_len = static_cast<uint32_t>(alen);
+    m.private_len = static_cast<uint32_t>(private_len);
+    if (private_len)
+      std::memcpy(m.private_data, private_data, private_len);
+    detail::send_handshake(*c, c->peer, m, dl, "handshake answer");
+  }
+  c->peer_private = impl_->private_data;
+  c->open = true;
+  return Connection(c.release());
+}
+
+// ---- Listener ----------------------------------------------------------------
+
+void Listener::Deleter::operator()(detail::ListenerImpl *p) const noexcept { delete p; }
+
+Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::ListenerImpl) {
+  detail::FabricImpl &f = *fabric.impl();
+  detail::ListenerImpl &l = *impl_;
+  l.fab = &f;
+  l.fabric_handle = &fabric;
+  Address want = bind;
+  if (want.host.empty())
+    want.host = f.config.ip_address.empty() ? "127.0.0.1" : f.config.ip_address;
+
+  if (!f.rdm) {
+    lf::InfoPtr info = f.endpoint_info(&want);
+    int ret = fi_passive_ep(f.fabric.get(), info.get(), l.pep.out(), nullptr);
+    if (ret)
+      lf::throw_fi("fi_passive_ep on " + want.to_string() + " (" + f.provider + ")", ret);
+    fi_eq_attr ea{};
+    ea.size = 64;
+    ea.wait_obj = FI_WAIT_FD;
+    ret = fi_eq_open(f.fabric.get(), &ea, l.eq.out(), nullptr);
+    if (ret) {
+      ea.wait_obj = FI_WAIT_UNSPEC;
+      ret = fi_eq_open(f.fabric.get(), &ea, l.eq.out(), nullptr);
+    } else if (fi_control(&l.eq->fid, FI_GETWAIT, &l.wait_fd) != 0) {
+      l.wait_fd = -1;
+    }
+    if (ret)
+      lf::throw_fi("fi_eq_open for the listener", ret);
+    if ((ret = fi_pep_bind(l.pep.get(), &l.eq->fid, 0)))
+      lf::throw_fi("binding the listener's event queue", ret);
+    ret = fi_listen(l.pep.get());
+    if (ret)
+      throw Error(ErrorKind::Backend,
+                  "rdmalib: cannot listen on " + want.to_string() + " over " + f.provider + ": " +
+                      lf::fi_error_text(ret) + " (address in use, or not an address of this node?)",
+                  -ret);
+    uint8_t name[lf::kMaxRawAddress];
+    size_t len = sizeof name;
+    if ((ret = fi_getname(&l.pep->fid, name, &len)))
+      lf::throw_fi("fi_getname of the listener", ret);
+    l.address = f.decode_address(name, len);
+    if (l.address.host.empty() || l.address.host == "0.0.0.0")
+      l.address.host = want.host;
+    return;
+  }
+
+  // RDM: an endpoint at a well-known address receives HELLO messages.
+  bool pick_port = want.port == 0 && f.addr_format == FI_ADDR_STR;
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0;; ++attempt) {
+    Address a = want;
+    if (pick_port)
+      a.port = static_cast<uint16_t>(20000 + rng() % 40000);
+    auto hs = std::make_unique<detail::ConnectionImpl>();
+    hs->fab = &f;
+    hs->fabric_handle = &fabric;
+    hs->ctl_recv_count = detail::kHandshakeReceives;
+    hs->options.recv_depth = 1;
+    hs->options.send_depth = 16;
+    hs->open_queues(false);
+    lf::InfoPtr info = f.endpoint_info(&a);
+    try {
+      hs->create_endpoint(info.get());
+    } catch (const Error &e) {
+      // Only shm names can collide when rdmalib picks the "port" itself.
+      if (pick_port && attempt < 16 && (e.backend_code() == FI_EBUSY || e.backend_code() == FI_EADDRINUSE))
+        continue;
+      throw Error(ErrorKind::Backend, std::string(e.what()) + " (listening on " + a.to_string() + ")",
+                  e.backend_code());
+    }
+    uint8_t name[lf::kMaxRawAddress];
+    size_t len = sizeof name;
+    int ret = fi_getname(&hs->ep->fid, name, &len);
+    if (ret)
+      lf::throw_fi("fi_getname of the listener", ret);
+    l.address = f.decode_address(name, len);
+    if (l.address.host.empty() || l.address.host == "0.0.0.0")
+      l.address.host = a.host;
+    if (l.address.port == 0)
+      l.address.port = a.port;
+    hs->open = true;
+    l.hs = std::move(hs);
+    break;
+  }
+  for (size_t i = 0; i < detail::kHandshakeReceives; ++i)
+    detail::post_handshake_recv(*l.hs, i);
+}
+
+Listener::~Listener() = default;
+Listener::Listener(Listener &&) noexcept = default;
+Listener &Listener::operator=(Listener &&) noexcept = default;
+
+const Address &Listener::address() const noexcept { return impl_->address; }
+
+int Listener::fd() const noexcept { return impl_->wait_fd; }
+
+ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
+  detail::ListenerImpl &l = *impl_;
+  lf::Deadline dl(timeout);
+  if (!l.fab->rdm) {
+    alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
+    for (;;) {
+      int slice = dl.remaining_ms(100);
+      if (slice == 0)
+        throw Error(ErrorKind::Timeout, "rdmalib: no connection request on " +
+                                            l.address.to_string() + " within " +
+                                            std::to_string(timeout.count()) + " ms");
+      uint32_t event = 0;
+      ssize_t r = fi_eq_sread(l.eq.get(), &event, buf, sizeof buf, slice, 0);
+      if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
+        continue;
+      if (r == -FI_EAVAIL) {
+        fi_eq_err_entry err{};
+        fi_eq_readerr(l.eq.get(), &err, 0);
+        spdlog::warn("rdmalib: listener {}: connection event error: {}", l.address.to_string(),
+                     fi_strerror(err.err));
+        continue;
+      }
+      if (r < 0)
+        lf::throw_fi("reading the listener's event queue", static_cast<int>(r));
+      if (event != FI_CONNREQ)
+        continue;
+      auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+      auto *req = new detail::RequestImpl;
+      req->listener = &l;
+      req->info = lf::InfoPtr(entry->info);
+      size_t plen = static_cast<size_t>(r) - sizeof(fi_eq_cm_entry);
+      req->private_data.assign(entry->data, entry->data + plen);
+      return ConnectionRequest(req);
+    }
+  }
+  detail::ConnectionImpl &hs = *l.hs;
+  for (;;) {
+    fi_cq_data_entry e{};
+    int err = 0;
+    if (!hs.wait_internal(Queue::Recv, e, dl, err)) {
+      if (err == FI_ETIMEDOUT)
+        throw Error(ErrorKind::Timeout, "rdmalib: no connection request on " +
+                                            l.address.to_string() + " within " +
+                                            std::to_string(timeout.count()) + " ms");
+      spdlog::warn("rdmalib: listener {}: handshake receive failed: {}", l.address.to_string(),
+                   lf::fi_error_text(err));
+      continue;
+    }
+    // The slot's context is the index of the handshake buffer.
+    auto *slot = static_cast<lf::OpSlot *>(e.op_context);
+    size_t idx = slot ? static_cast<size_t>(slot->user) : 0;
+    lf::HandshakeMessage h;
+    std::memcpy(&h, hs.ctl_recv(idx), sizeof h);
+    detail::post_handshake_recv(hs, idx);
+    if (h.magic != lf::kHandshakeMagic || h.type != lf::HsHello ||
+        h.address_len > sizeof h.address || h.private_len > sizeof h.private_data) {
+      spdlog::warn("rdmalib: listener {}: ignoring a malformed handshake", l.address.to_string());
+      continue;
+    }
+    if (h.version != lf::kHandshakeVersion) {
+      spdlog::warn("rdmalib: listener {}: handshake version {} (expected {})",
+                   l.address.to_string(), h.version, lf::kHandshakeVersion);
+    }
+    auto *req = new detail::RequestImpl;
+    req->listener = &l;
+    req->hello = h;
+    req->private_data.assign(h.private_data, h.private_data + h.private_len);
+    return ConnectionRequest(req);
+  }
+}
+
+Connection Listener::accept(const void *private_data, size_t private_len,
+                            std::chrono::milliseconds timeout, const ConnectionOptions &options) {
+  lf::Deadline dl(timeout);
+  ConnectionRequest req = next_request(timeout);
+  auto left = std::chrono::milliseconds(dl.remaining_ms(INT32_MAX));
+  return req.accept(private_data, private_len, left.count() > 0 ? left : std::chrono::milliseconds(1),
+                    options);
+}
+
+} // namespace rdmalib

@@ -1,0 +1,71 @@
+#include "provider_table.hpp"
+
+#include <cstdlib>
+#include <rdma/fabric.h>
+
+namespace rdmalib::lf {
+
+const std::vector<ProviderPolicy> &provider_table() {
+  static const std::vector<ProviderPolicy> table = {
+      {"verbs", {"ibverbs", "verbs-msg"}, EndpointType::Connected, 0, false,
+       "InfiniBand / RoCE through libfabric; connected endpoints"},
+      {"efa", {"aws-efa"}, EndpointType::ReliableDatagram, 1, false,
+       "AWS Elastic Fabric Adapter; reliable datagrams only"},
+      {"cxi", {}, EndpointType::ReliableDatagram, 2, false, "HPE Slingshot"},
+      {"verbs;ofi_rxm", {"verbs-rdm", "verbs-rxm"}, EndpointType::ReliableDatagram, 3, false,
+       "verbs under the RxM utility layer"},
+      {"tcp", {"tcp-msg"}, EndpointType::Connected, 10, false,
+       "kernel TCP; manual progress; no atomics"},
+      {"tcp;ofi_rxm", {"rxm", "tcp-rdm", "tcp-rxm"}, EndpointType::ReliableDatagram, 11, false,
+       "tcp under RxM; connects lazily; no atomics"},
+      {"shm", {"shared-memory"}, EndpointType::ReliableDatagram, 20, true,
+       "processes on one node only; virtual addressing; atomics"},
+      {"sockets", {}, EndpointType::Connected, 30, false,
+       "functional fallback with a progress thread per endpoint; wait, do not spin"},
+  };
+  return table;
+}
+
+const ProviderPolicy *find_provider(const std::string &name) {
+  for (const auto &p : provider_table()) {
+    if (name == p.name)
+      return &p;
+    for (const char *a : p.aliases)
+      if (name == a)
+        return &p;
+  }
+  return nullptr;
+}
+
+std::string provider_names() {
+  std::string out;
+  for (const auto &p : provider_table()) {
+    if (!out.empty())
+      out += ", ";
+    out += p.name;
+    for (const char *a : p.aliases) {
+      out += " (";
+      out += a;
+      out += ")";
+    }
+  }
+  return out;
+}
+
+void quirk_rxm_cm_progress_interval() {
+  // Only where the provider is the one measured; newer releases may change the
+  // default, and an operator's own setting always wins.
+  if (FI_MAJOR(fi_version()) != 1 || FI_MINOR(fi_version()) > 20)
+    return;
+  setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "100", /*overwrite=*/0);
+}
+
+std::string quirk_shm_endpoint_name(const std::string &host, unsigned port) {
+  return "rdmalib-" + host + "-" + std::to_string(port);
+}
+
+bool quirk_prefers_blocking_wait(const std::string &provider) {
+  return provider == "sockets";
+}
+
+} // namespace rdmalib::lf
