@@ -385,8 +385,15 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
       if (r == -FI_EAGAIN)
         c->progress();
     } while (r == -FI_EAGAIN && !dl.passed());
+    // Without a listener, RDM providers either fail the send at once (sockets:
+    // ENOENT, RxM: ECONNREFUSED) or keep it queued (shm, RxM retrying): both
+    // mean nobody answers at that address.
+    if (r == -FI_EAGAIN)
+      throw_connect(f, remote, FI_ETIMEDOUT, "sending the handshake", timeout_ms);
+    if (r == -FI_ENOENT || r == -FI_ECONNREFUSED || r == -FI_EHOSTUNREACH)
+      throw_connect(f, remote, FI_ECONNREFUSED, "sending the handshake", timeout_ms);
     if (r)
-      throw_connect(f, remote, static_cast<int>(-r), r == -FI_EAGAIN ? "sending the handshake (queue stayed full)" : "sending the handshake", timeout_ms);
+      throw_connect(f, remote, static_cast<int>(-r), "sending the handshake", timeout_ms);
 
     // The send's completion is drained by wait_internal; an error there (a
     // refused TCP connection under RxM, say) ends the attempt at once.
@@ -394,7 +401,9 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
     int err = 0;
     for (;;) {
       if (!c->wait_internal(Queue::Recv, e, dl, err))
-        throw_connect(f, remote, err, "waiting for the server's handshake answer", timeout_ms);
+        throw_connect(f, remote,
+                      err == FI_ENOENT || err == FI_EHOSTUNREACH ? FI_ECONNREFUSED : err,
+                      "waiting for the server's handshake answer", timeout_ms);
       lf::HandshakeMessage ans;
       std::memcpy(&ans, rbuf, sizeof ans);
       if (ans.magic != lf::kHandshakeMagic || ans.nonce != hello.nonce) {

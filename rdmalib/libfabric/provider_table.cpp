@@ -43,9 +43,12 @@ std::string provider_names() {
     if (!out.empty())
       out += ", ";
     out += p.name;
-    for (const char *a : p.aliases) {
-      out += " (";
-      out += a;
+    if (!p.aliases.empty()) {
+      out += " (alias";
+      for (const char *a : p.aliases) {
+        out += " ";
+        out += a;
+      }
       out += ")";
     }
   }
