@@ -1,0 +1,547 @@
+// Shared by the two ping-pong benchmarks (raw_libfabric_pingpong and
+// rdmalib_pingpong): command line, iteration policy, statistics, output and
+// the two-process harness. Nothing here knows about a network library, so the
+// two programs differ only in the transport code being measured.
+//
+// Harness: the program forks once, before any network library is initialised.
+// The parent is the server (pinned to --server-core), the child the client
+// (pinned to --client-core); they share a socketpair for out-of-band setup
+// (addresses, memory keys) and for "ready" barriers between measurements, so
+// that nothing out-of-band happens inside a timed loop. Every blocking step has
+// a deadline; the client dies with its parent (PR_SET_PDEATHSIG) and the
+// parent notices a dead client from its spin loops, so a failure on either side
+// ends both processes promptly.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cxxopts.hpp>
+
+namespace pingpong {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Mode { Send, WriteImm };
+
+inline const char *mode_name(Mode m) { return m == Mode::Send ? "send" : "writeimm"; }
+
+/// How a side waits for a completion.
+enum class WaitPolicy { Auto, Busy, Block };
+
+inline const char *wait_name(WaitPolicy w) {
+  switch (w) {
+  case WaitPolicy::Busy:
+    return "busy";
+  case WaitPolicy::Block:
+    return "block";
+  default:
+    return "auto";
+  }
+}
+
+struct Options {
+  std::string program;
+  std::string provider = "tcp";
+  std::string endpoint = "auto"; // auto | msg | rdm
+  std::string host = "127.0.0.1";
+  std::vector<Mode> modes{Mode::Send, Mode::WriteImm};
+  std::vector<size_t> sizes{8, 1024, 64 * 1024, 1024 * 1024};
+  size_t iters = 0;  // 0 = per-size default (default_iterations)
+  size_t warmup = 0; // 0 = per-size default (default_warmup)
+  WaitPolicy wait = WaitPolicy::Auto;
+  int server_core = 0;
+  int client_core = 1;
+  bool pin = true;
+  int timeout_s = 60;
+  std::string csv;
+  bool csv_header = true;
+  bool quiet = false;
+};
+
+/// Iterations measured for one size: enough for a stable median and a
+/// meaningful p99, few enough that a tcp + shm sweep of both programs stays
+/// well under a minute on a loaded 2-core machine.
+inline size_t default_iterations(size_t size) {
+  if (size <= 1024)
+    return 10000;
+  if (size <= 64 * 1024)
+    return 2000;
+  return 300;
+}
+
+inline size_t default_warmup(size_t size) {
+  if (size <= 1024)
+    return 1000;
+  if (size <= 64 * 1024)
+    return 200;
+  return 30;
+}
+
+inline size_t parse_size(const std::string &text) {
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &pos);
+  } catch (const std::exception &) {
+    throw std::invalid_argument("bad size '" + text + "'");
+  }
+  std::string suffix = text.substr(pos);
+  if (suffix == "" || suffix == "B" || suffix == "b")
+    return v;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    return v * 1024;
+  if (suffix == "M" || suffix == "m" || suffix == "MiB")
+    return v * 1024 * 1024;
+  throw std::invalid_argument("bad size suffix in '" + text + "' (use B, K or M)");
+}
+
+inline std::vector<std::string> split(const std::string &text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string::npos)
+      end = text.size();
+    if (end > start)
+      out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+/// Parse the command line shared by both programs. Prints help and exits on
+/// --help; throws std::invalid_argument on a bad value.
+inline Options parse_options(int argc, char **argv, const char *program, const char *what) {
+  cxxopts::Options spec(program, what);
+  // clang-format off
+  spec.add_options()
+    ("p,provider", "libfabric provider or alias: tcp, shm, sockets, \"tcp;ofi_rxm\", ...",
+     cxxopts::value<std::string>()->default_value("tcp"))
+    ("e,endpoint", "endpoint type: auto (provider's natural one), msg or rdm",
+     cxxopts::value<std::string>()->default_value("auto"))
+    ("host", "loopback address both sides use", cxxopts::value<std::string>()->default_value("127.0.0.1"))
+    ("m,modes", "comma-separated: send, writeimm (alias write)",
+     cxxopts::value<std::string>()->default_value("send,writeimm"))
+    ("s,sizes", "comma-separated payload sizes (suffix K, M)",
+     cxxopts::value<std::string>()->default_value("8,1K,64K,1M"))
+    ("n,iters", "measured round trips per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)",
+     cxxopts::value<size_t>()->default_value("0"))
+    ("w,warmup", "unmeasured round trips before each size (0 = about a tenth of iters)",
+     cxxopts::value<size_t>()->default_value("0"))
+    ("wait", "completion wait: busy (spin on the CQ), block (sleep in the provider), auto",
+     cxxopts::value<std::string>()->default_value("auto"))
+    ("server-core", "CPU the server process is pinned to", cxxopts::value<int>()->default_value("0"))
+    ("client-core", "CPU the client process is pinned to", cxxopts::value<int>()->default_value("1"))
+    ("no-pin", "do not pin the processes")
+    ("t,timeout", "overall deadline in seconds; both processes exit with an error after it",
+     cxxopts::value<int>()->default_value("60"))
+    ("csv", "append one CSV row per (mode,size) to this file", cxxopts::value<std::string>())
+    ("no-csv-header", "do not write the CSV header even if the file is new/empty")
+    ("q,quiet", "print only the result table")
+    ("h,help", "this help");
+  // clang-format on
+  cxxopts::ParseResult r;
+  try {
+    r = spec.parse(argc, argv);
+  } catch (const std::exception &e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (r.count("help")) {
+    std::printf("%s\n", spec.help().c_str());
+    std::exit(0);
+  }
+  Options o;
+  o.program = program;
+  o.provider = r["provider"].as<std::string>();
+  o.endpoint = r["endpoint"].as<std::string>();
+  if (o.endpoint != "auto" && o.endpoint != "msg" && o.endpoint != "rdm")
+    throw std::invalid_argument("--endpoint must be auto, msg or rdm, not '" + o.endpoint + "'");
+  o.host = r["host"].as<std::string>();
+  o.modes.clear();
+  for (const auto &m : split(r["modes"].as<std::string>(), ',')) {
+    if (m == "send")
+      o.modes.push_back(Mode::Send);
+    else if (m == "writeimm" || m == "write" || m == "write_imm")
+      o.modes.push_back(Mode::WriteImm);
+    else
+      throw std::invalid_argument("unknown mode '" + m + "' (send, writeimm)");
+  }
+  o.sizes.clear();
+  for (const auto &s : split(r["sizes"].as<std::string>(), ','))
+    o.sizes.push_back(parse_size(s));
+  if (o.modes.empty() || o.sizes.empty())
+    throw std::invalid_argument("need at least one mode and one size");
+  for (size_t s : o.sizes)
+    if (s == 0 || s > (size_t(1) << 30))
+      throw std::invalid_argument("sizes must be between 1 B and 1 GiB");
+  o.iters = r["iters"].as<size_t>();
+  o.warmup = r["warmup"].as<size_t>();
+  std::string w = r["wait"].as<std::string>();
+  if (w == "busy")
+    o.wait = WaitPolicy::Busy;
+  else if (w == "block")
+    o.wait = WaitPolicy::Block;
+  else if (w == "auto")
+    o.wait = WaitPolicy::Auto;
+  else
+    throw std::invalid_argument("--wait must be busy, block or auto, not '" + w + "'");
+  o.server_core = r["server-core"].as<int>();
+  o.client_core = r["client-core"].as<int>();
+  o.pin = r.count("no-pin") == 0;
+  o.timeout_s = r["timeout"].as<int>();
+  if (o.timeout_s <= 0)
+    throw std::invalid_argument("--timeout must be positive");
+  if (r.count("csv"))
+    o.csv = r["csv"].as<std::string>();
+  o.csv_header = r.count("no-csv-header") == 0;
+  o.quiet = r.count("quiet") != 0;
+  return o;
+}
+
+inline size_t max_size(const Options &o) { return *std::max_element(o.sizes.begin(), o.sizes.end()); }
+inline size_t iterations_for(const Options &o, size_t size) {
+  return o.iters ? o.iters : default_iterations(size);
+}
+inline size_t warmup_for(const Options &o, size_t size) {
+  return o.warmup ? o.warmup : (o.iters ? std::max<size_t>(o.iters / 10, 10) : default_warmup(size));
+}
+
+// ---- failure, deadlines, liveness ----------------------------------------------
+
+/// Which side this process is, for messages.
+inline const char *&side_name() {
+  static const char *name = "main";
+  return name;
+}
+
+[[noreturn]] inline void die(const char *fmt, ...) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%s] error: ", side_name());
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+  std::_Exit(2);
+}
+
+/// The process-wide deadline and the peer's liveness. check() is cheap enough
+/// to call every few thousand spins of a polling loop.
+struct Watchdog {
+  Clock::time_point deadline;
+  pid_t child = -1;      // server: the client process
+  pid_t parent = -1;     // client: the server process
+  const char *what = ""; // what we are waiting for, for the timeout message
+
+  void check() {
+    if (Clock::now() > deadline)
+      die("deadline passed while waiting for %s (raise --timeout?)", what);
+    if (child > 0) {
+      int st = 0;
+      pid_t r = ::waitpid(child, &st, WNOHANG);
+      if (r == child) {
+        child = -1;
+        die("the client process exited (%s %d) while the server waited for %s",
+            WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
+            what);
+      }
+    }
+    if (parent > 0 && ::getppid() != parent)
+      die("the server process went away while the client waited for %s", what);
+  }
+  /// Remaining milliseconds until the deadline (at least 1).
+  int remaining_ms() const {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return left > 1 ? static_cast<int>(std::min<long long>(left, 1 << 30)) : 1;
+  }
+};
+
+inline Watchdog &watchdog() {
+  static Watchdog w;
+  return w;
+}
+
+/// Call in every pass of every wait loop: checks the deadline and the peer
+/// every 4096 calls, counted process-wide so that a run of short waits is
+/// checked as well as one long one.
+inline void spin_check() {
+  static uint32_t counter = 0;
+  if ((++counter & 4095u) == 0)
+    watchdog().check();
+}
+
+// ---- out-of-band channel (socketpair) ---------------------------------------------
+
+class Oob {
+public:
+  explicit Oob(int fd = -1) : fd_(fd) {}
+  int fd() const { return fd_; }
+
+  void send_bytes(const void *data, size_t len) {
+    const char *p = static_cast<const char *>(data);
+    while (len > 0) {
+      ssize_t n = ::send(fd_, p, len, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        die("out-of-band send failed: %s", std::strerror(errno));
+      p += n;
+      len -= static_cast<size_t>(n);
+    }
+  }
+  void recv_bytes(void *data, size_t len, const char *what) {
+    char *p = static_cast<char *>(data);
+    while (len > 0) {
+      pollfd pfd{fd_, POLLIN, 0};
+      int r = ::poll(&pfd, 1, 100);
+      if (r < 0 && errno != EINTR)
+        die("poll on the out-of-band channel: %s", std::strerror(errno));
+      if (r <= 0) {
+        watchdog().what = what;
+        watchdog().check();
+        continue;
+      }
+      ssize_t n = ::recv(fd_, p, len, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n == 0)
+        die("the peer closed the out-of-band channel while we waited for %s", what);
+      if (n < 0)
+        die("out-of-band recv failed: %s", std::strerror(errno));
+      p += n;
+      len -= static_cast<size_t>(n);
+    }
+  }
+  template <class T> void send_value(const T &v) { send_bytes(&v, sizeof v); }
+  template <class T> T recv_value(const char *what) {
+    T v{};
+    recv_bytes(&v, sizeof v, what);
+    return v;
+  }
+  void send_blob(const std::vector<uint8_t> &b) {
+    uint32_t n = static_cast<uint32_t>(b.size());
+    send_value(n);
+    if (n)
+      send_bytes(b.data(), n);
+  }
+  std::vector<uint8_t> recv_blob(const char *what) {
+    uint32_t n = recv_value<uint32_t>(what);
+    if (n > (1u << 20))
+      die("out-of-band blob of %u bytes is implausible", n);
+    std::vector<uint8_t> b(n);
+    if (n)
+      recv_bytes(b.data(), n, what);
+    return b;
+  }
+  /// Both sides call it with the same tag: a rendezvous outside timed regions.
+  void barrier(uint32_t tag, const char *what) {
+    send_value(tag);
+    uint32_t got = recv_value<uint32_t>(what);
+    if (got != tag)
+      die("out-of-band barrier mismatch at %s: expected %u, got %u", what, tag, got);
+  }
+
+private:
+  int fd_;
+};
+
+// ---- statistics and output ------------------------------------------------------
+
+struct Row {
+  Mode mode;
+  size_t size;
+  size_t iters;
+  double median_us, p99_us, min_us, mean_us;
+};
+
+inline Row summarise(Mode mode, size_t size, std::vector<double> &us) {
+  std::sort(us.begin(), us.end());
+  size_t n = us.size();
+  Row r{mode, size, n, 0, 0, 0, 0};
+  if (n == 0)
+    return r;
+  r.median_us = (n % 2) ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  size_t k = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(n)));
+  r.p99_us = us[std::min(n - 1, k ? k - 1 : 0)];
+  r.min_us = us.front();
+  double sum = 0;
+  for (double v : us)
+    sum += v;
+  r.mean_us = sum / static_cast<double>(n);
+  return r;
+}
+
+/// Identification printed above the table and stored in every CSV row.
+struct RunInfo {
+  std::string impl;     // "raw" or "rdmalib"
+  std::string provider; // provider actually opened
+  std::string endpoint; // "msg" or "rdm"
+  std::string wait;     // "busy" or "block"
+  std::string detail;   // free text for the header line (versions, caps)
+};
+
+inline void print_header(const Options &o, const RunInfo &info) {
+  if (!o.quiet) {
+    std::printf("# %s impl=%s provider=%s endpoint=%s wait=%s pin=%s %s\n", o.program.c_str(),
+                info.impl.c_str(), info.provider.c_str(), info.endpoint.c_str(), info.wait.c_str(),
+                o.pin ? (std::to_string(o.server_core) + "," + std::to_string(o.client_core)).c_str()
+                      : "no",
+                info.detail.c_str());
+  }
+  std::printf("%-9s %9s %7s %11s %11s %11s %11s %9s\n", "mode", "size", "iters", "median_us",
+              "p99_us", "min_us", "mean_us", "GB/s");
+  std::fflush(stdout);
+}
+
+inline void print_row(const Row &r) {
+  // Bytes carried per round trip (one payload each way) over the median.
+  double gbps = r.median_us > 0 ? 2.0 * static_cast<double>(r.size) / (r.median_us * 1e3) : 0;
+  std::printf("%-9s %9zu %7zu %11.2f %11.2f %11.2f %11.2f %9.3f\n", mode_name(r.mode), r.size,
+              r.iters, r.median_us, r.p99_us, r.min_us, r.mean_us, gbps);
+  std::fflush(stdout);
+}
+
+inline void write_csv(const Options &o, const RunInfo &info, const std::vector<Row> &rows) {
+  if (o.csv.empty())
+    return;
+  bool fresh = true;
+  {
+    std::ifstream in(o.csv);
+    fresh = !in.good() || in.peek() == std::ifstream::traits_type::eof();
+  }
+  std::ofstream out(o.csv, std::ios::app);
+  if (!out)
+    die("cannot open %s for writing", o.csv.c_str());
+  if (fresh && o.csv_header)
+    out << "impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,min_us,mean_us\n";
+  char line[512];
+  for (const Row &r : rows) {
+    std::snprintf(line, sizeof line, "%s,\"%s\",%s,%s,%s,%zu,%zu,%.3f,%.3f,%.3f,%.3f\n",
+                  info.impl.c_str(), info.provider.c_str(), info.endpoint.c_str(), info.wait.c_str(),
+                  mode_name(r.mode), r.size, r.iters, r.median_us, r.p99_us, r.min_us, r.mean_us);
+    out << line;
+  }
+  if (!out)
+    die("writing %s failed", o.csv.c_str());
+}
+
+inline double elapsed_us(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+// ---- process harness ----------------------------------------------------------------
+
+inline void pin_to(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  if (::sched_setaffinity(0, sizeof set, &set) != 0)
+    die("cannot pin to CPU %d: %s (use --no-pin or another --server-core/--client-core)", core,
+        std::strerror(errno));
+}
+
+/// Fork into server (parent) and client (child) and run the two functions with
+/// the out-of-band channel. Returns the process exit code: 0 when both sides
+/// succeeded. The client prints the results.
+inline int run_pair(const Options &o, const std::function<void(Oob &)> &server,
+                    const std::function<void(Oob &)> &client) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    die("socketpair: %s", std::strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t parent = ::getpid();
+  auto deadline = Clock::now() + std::chrono::seconds(o.timeout_s);
+  pid_t pid = ::fork();
+  if (pid < 0)
+    die("fork: %s", std::strerror(errno));
+  if (pid == 0) {
+    // Client. Die with the server so that no client is ever left behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      std::_Exit(3);
+    ::close(sv[0]);
+    side_name() = "client";
+    watchdog().deadline = deadline;
+    watchdog().parent = parent;
+    if (o.pin)
+      pin_to(o.client_core);
+    Oob oob(sv[1]);
+    client(oob);
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  ::close(sv[1]);
+  side_name() = "server";
+  watchdog().deadline = deadline;
+  watchdog().child = pid;
+  if (o.pin)
+    pin_to(o.server_core);
+  Oob oob(sv[0]);
+  server(oob);
+  // The client finishes right after the server's last reply; give it until the
+  // deadline (plus a grace second) to exit, then kill it.
+  int status = 0;
+  auto hard = deadline + std::chrono::seconds(1);
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      break;
+    if (r < 0 && errno != EINTR)
+      die("waitpid: %s", std::strerror(errno));
+    if (Clock::now() > hard) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      std::fprintf(stderr, "[server] error: the client did not exit by the deadline; killed it\n");
+      return 2;
+    }
+    ::usleep(1000);
+  }
+  watchdog().child = -1;
+  ::close(sv[0]);
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  std::fprintf(stderr, "[server] error: the client died of signal %d\n", WTERMSIG(status));
+  return 2;
+}
+
+/// Wrap main(): parse options, report errors uniformly.
+inline int guarded_main(int argc, char **argv, const char *program, const char *what,
+                        const std::function<int(const Options &)> &body) {
+  Options o;
+  try {
+    o = parse_options(argc, argv, program, what);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", program, e.what());
+    return 1;
+  }
+  try {
+    return body(o);
+  } catch (const std::exception &e) {
+    die("%s", e.what());
+  }
+}
+
+} // namespace pingpong

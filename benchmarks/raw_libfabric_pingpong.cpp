@@ -1,0 +1,648 @@
+// raw_libfabric_pingpong: the transport baseline. A ping-pong written directly
+// against libfabric, with no rdmalib in between, so that rdmalib_pingpong (the
+// same measurement through rdmalib's public API) can be reported as a ratio to
+// it. This is the one file outside rdmalib/ allowed to include libfabric
+// headers (its name contains "raw"; see DESIGN.md §2).
+//
+// It does what a careful direct user of libfabric would do and nothing more:
+// one endpoint, separate transmit and receive completion queues, one memory
+// registration covering all buffers, receives pre-posted in two slots, no
+// allocation and no logging on the data path.
+//
+// Modes (client side; the server mirrors them):
+//  * send:     fi_send(size) -> wait for the reply's receive completion.
+//  * writeimm: fi_writedata(size, imm = sequence number) into the peer's
+//              target buffer -> wait for the peer's write-with-data, recognised
+//              on the receive CQ by FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA. The
+//              completion's len is never used: tcp reports 0 there.
+// One round trip = post + wait for the reply + repost the receive + reap our own
+// transmit completion: everything a steady-state loop has to do.
+//
+// Providers: tcp (MSG), sockets (MSG or RDM), shm (RDM), "tcp;ofi_rxm" (RDM),
+// or anything else that offers FI_MSG | FI_RMA with remote CQ data.
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "pingpong_common.hpp"
+
+namespace {
+
+using namespace pingpong;
+
+/// The API version we ask for: the headers we build against. Diagnostic knob:
+/// RAW_PINGPONG_API=MAJOR.MINOR asks for another one.
+uint32_t api_version() {
+  static const uint32_t v = [] {
+    const char *a = std::getenv("RAW_PINGPONG_API");
+    unsigned major = 0, minor = 0;
+    if (a && std::sscanf(a, "%u.%u", &major, &minor) == 2)
+      return static_cast<uint32_t>(FI_VERSION(major, minor));
+    return static_cast<uint32_t>(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION));
+  }();
+  return v;
+}
+constexpr size_t kCqBatch = 8;
+
+[[noreturn]] void fi_die(const char *call, int ret) {
+  die("%s failed: %s (%d)", call, fi_strerror(-ret), ret);
+}
+
+void fi_check(const char *call, int ret) {
+  if (ret)
+    fi_die(call, ret);
+}
+
+/// Aliases users type for the RDM layering over tcp.
+std::string canonical_provider(const std::string &p) {
+  if (p == "rxm" || p == "tcp-rdm" || p == "ofi_rxm")
+    return "tcp;ofi_rxm";
+  return p;
+}
+
+/// Provider quirk (libfabric 1.17, measured here, DESIGN.md §3): `sockets`
+/// progresses every endpoint from its own thread. A process spinning on the CQ
+/// on a 2-core machine starves that thread (milliseconds per message), while
+/// blocking CQ reads give ~28 us one way. So on sockets we sleep in
+/// fi_cq_sread instead of spinning, unless the user asked otherwise.
+bool provider_needs_blocking_waits(const std::string &provider) {
+  return provider == "sockets";
+}
+
+void close_fid(fid_t f, const char *what) {
+  if (!f)
+    return;
+  int ret = fi_close(f);
+  if (ret)
+    std::fprintf(stderr, "[%s] warning: fi_close(%s): %s\n", side_name(), what, fi_strerror(-ret));
+}
+
+struct RxEvent {
+  bool remote_write = false; // a peer's write-with-data (else a message)
+  int slot = -1;             // receive slot consumed, or -1
+  uint64_t data = 0;         // remote CQ data
+  size_t len = 0;            // message length (messages only)
+};
+
+/// What the peer needs to reach our memory, sent out of band.
+struct RemoteInfo {
+  uint64_t base = 0; // address of region offset 0 in remote operations
+  uint64_t key = 0;
+};
+
+/// All libfabric state of one side.
+class RawEndpoint {
+public:
+  RawEndpoint(const Options &o, bool server) : o_(o), server_(server) {
+    provider_ = canonical_provider(o.provider);
+    slot_bytes_ = std::max<size_t>(max_size(o), 64); // same layout as rdmalib_pingpong
+    // Region layout: [send | recv slot 0 | recv slot 1 | RMA target].
+    region_bytes_ = 4 * slot_bytes_;
+    region_bytes_ = (region_bytes_ + 4095) / 4096 * 4096;
+    region_ = static_cast<char *>(std::aligned_alloc(4096, region_bytes_));
+    if (!region_)
+      die("cannot allocate %zu bytes", region_bytes_);
+    std::memset(region_, server ? 0xA5 : 0x5A, region_bytes_);
+  }
+
+  ~RawEndpoint() {
+    close_fid(ep_ ? &ep_->fid : nullptr, "endpoint");
+    close_fid(mr_ ? &mr_->fid : nullptr, "memory region");
+    close_fid(txcq_ ? &txcq_->fid : nullptr, "tx cq");
+    close_fid(rxcq_ ? &rxcq_->fid : nullptr, "rx cq");
+    close_fid(av_ ? &av_->fid : nullptr, "address vector");
+    close_fid(pep_ ? &pep_->fid : nullptr, "passive endpoint");
+    close_fid(eq_ ? &eq_->fid : nullptr, "event queue");
+    close_fid(domain_ ? &domain_->fid : nullptr, "domain");
+    close_fid(fabric_ ? &fabric_->fid : nullptr, "fabric");
+    if (conn_info_)
+      fi_freeinfo(conn_info_);
+    if (info_)
+      fi_freeinfo(info_);
+    std::free(region_);
+  }
+
+  /// Set up the endpoint and connect to the peer through the OOB channel.
+  void establish(Oob &oob) {
+    WaitPolicy w = o_.wait;
+    if (w == WaitPolicy::Auto)
+      w = provider_needs_blocking_waits(provider_) ? WaitPolicy::Block : WaitPolicy::Busy;
+    block_ = (w == WaitPolicy::Block);
+
+    if (o_.endpoint == "msg" || o_.endpoint == "auto") {
+      info_ = query(FI_EP_MSG, server_);
+      if (!info_ && o_.endpoint == "msg")
+        die("provider \"%s\" offers no FI_EP_MSG endpoint with FI_MSG|FI_RMA here (try --endpoint rdm)",
+            provider_.c_str());
+    }
+    if (!info_) {
+      info_ = query(FI_EP_RDM, server_);
+      if (!info_)
+        die("provider \"%s\" offers no %s endpoint with FI_MSG|FI_RMA here (fi_info -l lists providers)",
+            provider_.c_str(), o_.endpoint == "rdm" ? "FI_EP_RDM" : "MSG or RDM");
+    }
+    rdm_ = info_->ep_attr->type == FI_EP_RDM;
+    if (rdm_)
+      establish_rdm(oob);
+    else if (server_)
+      establish_msg_server(oob);
+    else
+      establish_msg_client(oob);
+
+    // Exchange what each side needs to write into the other.
+    RemoteInfo mine{(info_mr_mode() & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(region_) : 0,
+                    fi_mr_key(mr_)};
+    oob.send_value(mine);
+    peer_ = oob.recv_value<RemoteInfo>("the peer's memory key");
+  }
+
+  std::string provider_name() const { return info_->fabric_attr->prov_name; }
+  const char *endpoint_name() const { return rdm_ ? "rdm" : "msg"; }
+  const char *wait_policy() const { return block_ ? "block" : "busy"; }
+  bool consumes_receive() const { return (info_->mode & FI_RX_CQ_DATA) != 0; }
+
+  // ---- data path -----------------------------------------------------------------
+
+  char *send_buf() { return region_; }
+  char *slot_buf(int slot) { return region_ + (1 + slot) * slot_bytes_; }
+  char *target_buf() { return region_ + 3 * slot_bytes_; }
+
+  void post_recv(int slot) {
+    for (;;) {
+      ssize_t ret = fi_recv(ep_, slot_buf(slot), slot_bytes_, desc_, FI_ADDR_UNSPEC, &recv_ctx_[slot]);
+      if (ret == 0)
+        return;
+      if (ret != -FI_EAGAIN)
+        fi_die("fi_recv", static_cast<int>(ret));
+      progress();
+      watchdog().what = "a free receive slot";
+      spin_check();
+    }
+  }
+
+  void post_send(size_t size) {
+    for (;;) {
+      ssize_t ret = fi_send(ep_, send_buf(), size, desc_, peer_addr_, &send_ctx_);
+      if (ret == 0)
+        break;
+      // tcp;ofi_rxm and shm return -FI_EAGAIN on a first post (connection or
+      // resource setup): drive progress by reading the CQs and retry.
+      if (ret != -FI_EAGAIN)
+        fi_die("fi_send", static_cast<int>(ret));
+      progress();
+      watchdog().what = "fi_send to accept the post";
+      spin_check();
+    }
+    ++tx_posted_;
+  }
+
+  void post_writedata(size_t size, uint64_t imm) {
+    uint64_t dst = peer_.base + 3 * slot_bytes_;
+    for (;;) {
+      ssize_t ret = fi_writedata(ep_, send_buf(), size, desc_, imm, peer_addr_, dst, peer_.key,
+                                 &write_ctx_);
+      if (ret == 0)
+        break;
+      if (ret != -FI_EAGAIN)
+        fi_die("fi_writedata", static_cast<int>(ret));
+      progress();
+      watchdog().what = "fi_writedata to accept the post";
+      spin_check();
+    }
+    ++tx_posted_;
+  }
+
+  /// Wait for the next receive-side event (message or remote write).
+  RxEvent wait_rx(const char *what) {
+    watchdog().what = what;
+    while (rx_head_ == rx_tail_) {
+      // Blocking reads time out every 100 ms to look at the deadline.
+      if (read_cq(rxcq_, true, block_ ? 100 : 0) == 0 && block_)
+        watchdog().check();
+      spin_check();
+    }
+    return rxq_[rx_head_++ % kRxQueue];
+  }
+
+  /// Wait until every posted transmit has completed.
+  void wait_tx(const char *what) {
+    watchdog().what = what;
+    while (tx_done_ < tx_posted_) {
+      // Blocking reads time out every 100 ms to look at the deadline.
+      if (read_cq(txcq_, false, block_ ? 100 : 0) == 0 && block_)
+        watchdog().check();
+      spin_check();
+    }
+  }
+
+private:
+  static constexpr unsigned kRxQueue = 16;
+
+  uint64_t info_mr_mode() const { return info_->domain_attr->mr_mode; }
+
+  /// One thread drives each endpoint, so FI_THREAD_DOMAIN is enough.
+  /// Diagnostic knob: RAW_PINGPONG_THREADING=domain|safe|completion.
+  static fi_threading threading_hint() {
+    const char *t = std::getenv("RAW_PINGPONG_THREADING");
+    if (!t || std::string(t) == "domain")
+      return FI_THREAD_DOMAIN;
+    if (std::string(t) == "safe")
+      return FI_THREAD_SAFE;
+    if (std::string(t) == "completion")
+      return FI_THREAD_COMPLETION;
+    die("RAW_PINGPONG_THREADING must be domain, safe or completion, not '%s'", t);
+  }
+
+  fi_info *query(fi_ep_type type, bool source_side) {
+    fi_info *hints = fi_allocinfo();
+    if (!hints)
+      die("fi_allocinfo: out of memory");
+    hints->caps = FI_MSG | FI_RMA;
+    // We pass a struct fi_context with every operation and cope with remote CQ
+    // data consuming a receive, so offer both modes.
+    hints->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+    hints->ep_attr->type = type;
+    // Offer every memory registration mode we handle; honour what the provider keeps.
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    hints->domain_attr->threading = threading_hint();
+    hints->fabric_attr->prov_name = ::strdup(provider_.c_str());
+    fi_info *out = nullptr;
+    int ret = -FI_ENODATA;
+    if (type == FI_EP_MSG && !source_side) {
+      // The MSG client: the server's listening address arrives later through
+      // hints->dest_addr; only report availability here.
+      ret = fi_getinfo(api_version(), nullptr, nullptr, 0, hints, &out);
+    } else {
+      ret = fi_getinfo(api_version(), nullptr, nullptr, 0, hints, &out);
+      // Providers with IP addresses (tcp, sockets, rxm) bind to the loopback
+      // host, on an ephemeral port. Others keep the source name they chose:
+      // shm would take the host string itself as its name, and two processes
+      // with the same shm name collide (fi_enable: EBUSY).
+      bool ip = ret == 0 && (out->addr_format == FI_SOCKADDR_IN ||
+                             out->addr_format == FI_SOCKADDR_IN6 || out->addr_format == FI_SOCKADDR);
+      if (ip) {
+        fi_freeinfo(out);
+        out = nullptr;
+        ret = fi_getinfo(api_version(), o_.host.c_str(), "0", FI_SOURCE, hints, &out);
+      }
+    }
+    fi_freeinfo(hints);
+    if (ret == -FI_ENODATA)
+      return nullptr;
+    if (ret)
+      fi_die("fi_getinfo", ret);
+    return out;
+  }
+
+  void open_cqs(fid_domain *domain) {
+    fi_cq_attr attr{};
+    attr.size = 128;
+    attr.format = FI_CQ_FORMAT_DATA;
+    attr.wait_obj = block_ ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
+    // Diagnostic knob: RAW_PINGPONG_CQ_WAIT=none|unspec|fd forces the CQs' wait
+    // object, to measure what a wait object costs a busy-polling loop.
+    if (const char *w = std::getenv("RAW_PINGPONG_CQ_WAIT")) {
+      std::string v = w;
+      if (v == "none")
+        attr.wait_obj = FI_WAIT_NONE;
+      else if (v == "unspec")
+        attr.wait_obj = FI_WAIT_UNSPEC;
+      else if (v == "fd")
+        attr.wait_obj = FI_WAIT_FD;
+      else
+        die("RAW_PINGPONG_CQ_WAIT must be none, unspec or fd, not '%s'", w);
+      if (block_ && attr.wait_obj == FI_WAIT_NONE)
+        die("--wait block needs a CQ wait object (RAW_PINGPONG_CQ_WAIT=none conflicts)");
+    }
+    fi_check("fi_cq_open(tx)", fi_cq_open(domain, &attr, &txcq_, nullptr));
+    fi_check("fi_cq_open(rx)", fi_cq_open(domain, &attr, &rxcq_, nullptr));
+  }
+
+  void register_memory(const fi_info *info) {
+    uint64_t mode = info->domain_attr->mr_mode;
+    // Without FI_MR_PROV_KEY the application picks keys, unique per domain;
+    // one registration per process, so any constant will do.
+    uint64_t key = (mode & FI_MR_PROV_KEY) ? 0 : (server_ ? 0x5e12 : 0xc11e);
+    uint64_t access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    fi_check("fi_mr_reg", fi_mr_reg(domain_, region_, region_bytes_, access, 0, key, 0, &mr_, nullptr));
+    if (mode & FI_MR_ENDPOINT) {
+      fi_check("fi_mr_bind", fi_mr_bind(mr_, &ep_->fid, 0));
+      fi_check("fi_mr_enable", fi_mr_enable(mr_));
+    }
+    desc_ = fi_mr_desc(mr_);
+  }
+
+  void open_endpoint(fi_info *info) {
+    fi_check("fi_endpoint", fi_endpoint(domain_, info, &ep_, nullptr));
+    if (eq_)
+      fi_check("fi_ep_bind(eq)", fi_ep_bind(ep_, &eq_->fid, 0));
+    if (av_)
+      fi_check("fi_ep_bind(av)", fi_ep_bind(ep_, &av_->fid, 0));
+    fi_check("fi_ep_bind(tx cq)", fi_ep_bind(ep_, &txcq_->fid, FI_TRANSMIT));
+    fi_check("fi_ep_bind(rx cq)", fi_ep_bind(ep_, &rxcq_->fid, FI_RECV));
+    fi_check("fi_enable", fi_enable(ep_));
+    register_memory(info);
+    post_recv(0);
+    post_recv(1);
+  }
+
+  void open_eq() {
+    fi_eq_attr attr{};
+    attr.size = 16;
+    attr.wait_obj = FI_WAIT_UNSPEC;
+    fi_check("fi_eq_open", fi_eq_open(fabric_, &attr, &eq_, nullptr));
+  }
+
+  /// Wait for a CM event; both sides must read their EQ for tcp to progress.
+  uint32_t wait_cm_event(fi_eq_cm_entry *entry, size_t entry_bytes, const char *what) {
+    watchdog().what = what;
+    for (;;) {
+      uint32_t event = 0;
+      ssize_t ret = fi_eq_sread(eq_, &event, entry, entry_bytes, 10, 0);
+      if (ret > 0)
+        return event;
+      if (ret == -FI_EAVAIL) {
+        fi_eq_err_entry err{};
+        fi_eq_readerr(eq_, &err, 0);
+        die("%s: %s (%s)", what, fi_strerror(err.err),
+            fi_eq_strerror(eq_, err.prov_errno, err.err_data, nullptr, 0));
+      }
+      if (ret != -FI_EAGAIN && ret != -FI_ETIMEDOUT)
+        fi_die("fi_eq_sread", static_cast<int>(ret));
+      watchdog().check();
+    }
+  }
+
+  void establish_msg_server(Oob &oob) {
+    fi_check("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
+    open_eq();
+    fi_check("fi_passive_ep", fi_passive_ep(fabric_, info_, &pep_, nullptr));
+    fi_check("fi_pep_bind", fi_pep_bind(pep_, &eq_->fid, 0));
+    fi_check("fi_listen", fi_listen(pep_));
+    std::vector<uint8_t> name(256);
+    size_t len = name.size();
+    fi_check("fi_getname(pep)", fi_getname(&pep_->fid, name.data(), &len));
+    name.resize(len);
+    oob.send_value<uint32_t>(info_->addr_format);
+    oob.send_blob(name);
+
+    alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
+    auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+    uint32_t ev = wait_cm_event(entry, sizeof buf, "a connection request");
+    if (ev != FI_CONNREQ)
+      die("expected FI_CONNREQ on the event queue, got event %u", ev);
+    conn_info_ = entry->info;
+    fi_check("fi_domain", fi_domain(fabric_, conn_info_, &domain_, nullptr));
+    open_cqs(domain_);
+    open_endpoint(conn_info_);
+    fi_check("fi_accept", fi_accept(ep_, nullptr, 0));
+    ev = wait_cm_event(entry, sizeof buf, "the connection to complete (server)");
+    if (ev != FI_CONNECTED)
+      die("expected FI_CONNECTED on the event queue, got event %u", ev);
+  }
+
+  void establish_msg_client(Oob &oob) {
+    uint32_t format = oob.recv_value<uint32_t>("the server's address format");
+    std::vector<uint8_t> name = oob.recv_blob("the server's address");
+    // Ask again, now with the server's address as the destination.
+    fi_freeinfo(info_);
+    info_ = nullptr;
+    fi_info *hints = fi_allocinfo();
+    hints->caps = FI_MSG | FI_RMA;
+    hints->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+    hints->ep_attr->type = FI_EP_MSG;
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    hints->domain_attr->threading = threading_hint();
+    hints->fabric_attr->prov_name = ::strdup(provider_.c_str());
+    hints->addr_format = format;
+    hints->dest_addr = std::malloc(name.size());
+    std::memcpy(hints->dest_addr, name.data(), name.size());
+    hints->dest_addrlen = name.size();
+    int ret = fi_getinfo(api_version(), nullptr, nullptr, 0, hints, &info_);
+    fi_freeinfo(hints);
+    if (ret)
+      fi_die("fi_getinfo(client, with the server's address)", ret);
+    fi_check("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
+    open_eq();
+    fi_check("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
+    open_cqs(domain_);
+    open_endpoint(info_);
+    fi_check("fi_connect", fi_connect(ep_, info_->dest_addr, nullptr, 0));
+    alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
+    uint32_t ev = wait_cm_event(reinterpret_cast<fi_eq_cm_entry *>(buf), sizeof buf,
+                                "the connection to complete (client)");
+    if (ev != FI_CONNECTED)
+      die("expected FI_CONNECTED on the event queue, got event %u", ev);
+  }
+
+  void establish_rdm(Oob &oob) {
+    fi_check("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
+    fi_check("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
+    fi_av_attr av_attr{};
+    av_attr.type = info_->domain_attr->av_type;
+    av_attr.count = 4;
+    fi_check("fi_av_open", fi_av_open(domain_, &av_attr, &av_, nullptr));
+    open_cqs(domain_);
+    open_endpoint(info_);
+    std::vector<uint8_t> name(256);
+    size_t len = name.size();
+    fi_check("fi_getname", fi_getname(&ep_->fid, name.data(), &len));
+    name.resize(len);
+    oob.send_blob(name);
+    std::vector<uint8_t> peer = oob.recv_blob("the peer's endpoint name");
+    int n = fi_av_insert(av_, peer.data(), 1, &peer_addr_, 0, nullptr);
+    if (n != 1)
+      fi_die("fi_av_insert", n < 0 ? n : -FI_EINVAL);
+  }
+
+  void progress() {
+    read_cq(rxcq_, true, 0);
+    read_cq(txcq_, false, 0);
+  }
+
+  /// Read one batch from a CQ (blocking up to timeout_ms when > 0) and record it.
+  /// Returns the number of completions recorded.
+  size_t read_cq(fid_cq *cq, bool rx, int timeout_ms) {
+    fi_cq_data_entry e[kCqBatch];
+    ssize_t n = timeout_ms > 0 ? fi_cq_sread(cq, e, kCqBatch, nullptr, timeout_ms)
+                               : fi_cq_read(cq, e, kCqBatch);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i)
+        rx ? record_rx(e[i]) : record_tx(e[i]);
+      return static_cast<size_t>(n);
+    }
+    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT)
+      return 0;
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      fi_cq_readerr(cq, &err, 0);
+      die("%s completion failed: %s (%s)", rx ? "receive" : "transmit", fi_strerror(err.err),
+          fi_cq_strerror(cq, err.prov_errno, err.err_data, nullptr, 0));
+    }
+    fi_die(timeout_ms > 0 ? "fi_cq_sread" : "fi_cq_read", static_cast<int>(n));
+  }
+
+  void record_tx(const fi_cq_data_entry &) { ++tx_done_; }
+
+  void record_rx(const fi_cq_data_entry &e) {
+    RxEvent ev;
+    ev.slot = e.op_context == &recv_ctx_[0] ? 0 : e.op_context == &recv_ctx_[1] ? 1 : -1;
+    // An incoming write-with-data carries FI_REMOTE_CQ_DATA together with
+    // FI_REMOTE_WRITE; where remote CQ data consumes a receive (FI_RX_CQ_DATA)
+    // it arrives as a receive completion with FI_REMOTE_CQ_DATA instead.
+    const uint64_t remote_write = FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
+    ev.remote_write = (e.flags & remote_write) == remote_write ||
+                      (consumes_receive() && (e.flags & FI_REMOTE_CQ_DATA));
+    ev.data = e.data;
+    ev.len = e.len;
+    if (rx_tail_ - rx_head_ >= kRxQueue)
+      die("receive event queue overflow (the peer sent more than expected)");
+    rxq_[rx_tail_++ % kRxQueue] = ev;
+  }
+
+  const Options &o_;
+  bool server_;
+  std::string provider_;
+  bool rdm_ = false;
+  bool block_ = false;
+
+  fi_info *info_ = nullptr;
+  fi_info *conn_info_ = nullptr;
+  fid_fabric *fabric_ = nullptr;
+  fid_domain *domain_ = nullptr;
+  fid_eq *eq_ = nullptr;
+  fid_pep *pep_ = nullptr;
+  fid_av *av_ = nullptr;
+  fid_cq *txcq_ = nullptr;
+  fid_cq *rxcq_ = nullptr;
+  fid_ep *ep_ = nullptr;
+  fid_mr *mr_ = nullptr;
+  void *desc_ = nullptr;
+  fi_addr_t peer_addr_ = FI_ADDR_UNSPEC;
+  RemoteInfo peer_;
+
+  char *region_ = nullptr;
+  size_t region_bytes_ = 0;
+  size_t slot_bytes_ = 0;
+
+  fi_context recv_ctx_[2]{};
+  fi_context send_ctx_{};
+  fi_context write_ctx_{};
+  uint64_t tx_posted_ = 0, tx_done_ = 0;
+  RxEvent rxq_[kRxQueue];
+  uint64_t rx_head_ = 0, rx_tail_ = 0;
+};
+
+// ---- the ping-pong ---------------------------------------------------------------------
+
+void check_event(const RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
+  if (mode == Mode::Send) {
+    if (ev.remote_write || ev.slot < 0)
+      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
+    if (ev.len != size)
+      die("received %zu bytes, expected %zu", ev.len, size);
+  } else {
+    if (!ev.remote_write)
+      die("expected a write-with-data, got a message of %zu bytes", ev.len);
+    if (ev.data != (seq & 0xffffffffu))
+      die("write-with-data carried %llu, expected %llu", static_cast<unsigned long long>(ev.data),
+          static_cast<unsigned long long>(seq & 0xffffffffu));
+  }
+}
+
+void repost_if_consumed(RawEndpoint &ep, const RxEvent &ev) {
+  if (ev.slot >= 0)
+    ep.post_recv(ev.slot);
+}
+
+void server(const Options &o, Oob &oob) {
+  RawEndpoint ep(o, true);
+  ep.establish(oob);
+  uint32_t tag = 0;
+  for (Mode mode : o.modes) {
+    for (size_t size : o.sizes) {
+      size_t total = warmup_for(o, size) + iterations_for(o, size);
+      oob.barrier(++tag, "the client to start a measurement");
+      for (size_t i = 0; i < total; ++i) {
+        RxEvent ev = ep.wait_rx("the client's ping");
+        check_event(ev, mode, size, i);
+        if (mode == Mode::Send)
+          ep.post_send(size);
+        else
+          ep.post_writedata(size, i & 0xffffffffu);
+        repost_if_consumed(ep, ev);
+        ep.wait_tx("the server's reply to complete");
+      }
+      oob.barrier(++tag, "the client to finish a measurement");
+    }
+  }
+  oob.barrier(~0u, "the client to finish");
+}
+
+void client(const Options &o, Oob &oob) {
+  RawEndpoint ep(o, false);
+  ep.establish(oob);
+  RunInfo info{"raw", ep.provider_name(), ep.endpoint_name(), ep.wait_policy(),
+               std::string("libfabric=") + std::to_string(FI_MAJOR(fi_version())) + "." +
+                   std::to_string(FI_MINOR(fi_version()))};
+  print_header(o, info);
+  std::vector<Row> rows;
+  std::vector<double> us;
+  uint32_t tag = 0;
+  for (Mode mode : o.modes) {
+    for (size_t size : o.sizes) {
+      size_t warm = warmup_for(o, size), iters = iterations_for(o, size);
+      us.clear();
+      us.reserve(iters);
+      // Clear where the reply lands, to check the first one carried the bytes.
+      // (No data is in flight here: the server waits at the barrier.)
+      char *landing = ep.target_buf();
+      landing[0] = landing[size - 1] = 0;
+      for (int s = 0; s < 2; ++s)
+        ep.slot_buf(s)[0] = ep.slot_buf(s)[size - 1] = 0;
+      oob.barrier(++tag, "the server to start a measurement");
+      for (size_t i = 0; i < warm + iters; ++i) {
+        auto t0 = Clock::now();
+        if (mode == Mode::Send)
+          ep.post_send(size);
+        else
+          ep.post_writedata(size, i & 0xffffffffu);
+        RxEvent ev = ep.wait_rx("the server's reply");
+        repost_if_consumed(ep, ev);
+        ep.wait_tx("the client's ping to complete");
+        auto t1 = Clock::now();
+        check_event(ev, mode, size, i);
+        if (i == 0) {
+          const char *got = mode == Mode::Send ? ep.slot_buf(ev.slot) : landing;
+          if (static_cast<unsigned char>(got[0]) != 0xA5 ||
+              static_cast<unsigned char>(got[size - 1]) != 0xA5)
+            die("%s of %zu bytes: the reply's bytes did not arrive", mode_name(mode), size);
+        }
+        if (i >= warm)
+          us.push_back(elapsed_us(t0, t1));
+      }
+      oob.barrier(++tag, "the server to finish a measurement");
+      rows.push_back(summarise(mode, size, us));
+      print_row(rows.back());
+    }
+  }
+  write_csv(o, info, rows);
+  oob.barrier(~0u, "the server to finish");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return guarded_main(argc, argv, "raw_libfabric_pingpong",
+                      "Ping-pong written directly against libfabric: the baseline for rdmalib_pingpong.",
+                      [](const Options &o) {
+                        return run_pair(
+                            o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
+                      });
+}

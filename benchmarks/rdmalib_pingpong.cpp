@@ -1,0 +1,327 @@
+// rdmalib_pingpong: the ping-pong of raw_libfabric_pingpong, through rdmalib's
+// public API only (Fabric, Listener, Connection, Operations, Buffer). Same
+// options, same protocol, same buffer layout and same output, so that
+// run-pingpong.sh can report rdmalib / raw per (mode, size).
+//
+// Modes (client side; the server mirrors them):
+//  * send:     Operations::send(size) -> wait for the reply on the Recv queue.
+//  * writeimm: Operations::write_imm(size, imm = sequence number) into the
+//              peer's target buffer -> wait for the peer's RemoteWriteImm on
+//              the Recv queue (its length is not used: tcp reports 0).
+// One round trip = post + wait for the reply + repost the receive (when one
+// was consumed) + reap our own Send completion.
+//
+// Waiting: --wait busy spins on Operations::poll; --wait block sleeps in
+// Operations::wait. "auto" is busy: rdmalib's poll already yields the CPU on
+// providers whose progress thread would otherwise starve (sockets).
+#include <rdmalib/rdmalib.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include "pingpong_common.hpp"
+
+namespace {
+
+using namespace pingpong;
+using namespace std::chrono_literals;
+
+constexpr size_t kBatch = 8;
+/// Send context of our own pings / replies.
+constexpr uint64_t kSendContext = 0x5e4d;
+
+/// Payload slots: [send | recv slot 0 | recv slot 1 | RMA target], as in the raw
+/// benchmark. Receive slots are at least 64 bytes so that rdmalib's 16-byte
+/// control messages (emulated immediates, goodbyes) always fit.
+size_t slot_bytes_for(const Options &o) { return std::max<size_t>(max_size(o), 64); }
+
+struct RxEvent {
+  bool remote_write = false;
+  int slot = -1;
+  uint32_t imm = 0;
+  size_t len = 0;
+};
+
+class Side {
+public:
+  Side(const Options &o, bool server)
+      : o_(o), server_(server), fabric_(device_config(o)), slot_bytes_(slot_bytes_for(o)),
+        buf_(fabric_, 4 * slot_bytes_) {
+    std::memset(buf_.data(), server ? 0xA5 : 0x5A, buf_.bytes());
+    caps_ = fabric_.capabilities();
+    WaitPolicy w = o.wait == WaitPolicy::Auto ? WaitPolicy::Busy : o.wait;
+    block_ = w == WaitPolicy::Block;
+  }
+
+  static rdmalib::DeviceConfig device_config(const Options &o) {
+    rdmalib::DeviceConfig d;
+    d.name = "pingpong";
+    d.provider = o.provider;
+    d.ip_address = o.host;
+    d.endpoint = o.endpoint == "msg"   ? rdmalib::EndpointPreference::Connected
+                 : o.endpoint == "rdm" ? rdmalib::EndpointPreference::ReliableDatagram
+                                       : rdmalib::EndpointPreference::Auto;
+    return d;
+  }
+
+  void establish_server(Oob &oob) {
+    rdmalib::Listener listener(fabric_, rdmalib::Address{o_.host, 0});
+    oob.send_value<uint16_t>(listener.address().port);
+    watchdog().what = "the client's connection request";
+    auto req = listener.next_request(std::chrono::milliseconds(watchdog().remaining_ms()));
+    const auto &pd = req.private_data();
+    if (pd.size() < sizeof(rdmalib::RemoteBuffer))
+      die("the client's private data has %zu bytes, expected a RemoteBuffer", pd.size());
+    std::memcpy(&peer_, pd.data(), sizeof peer_);
+    const rdmalib::RemoteBuffer &mine = buf_.remote();
+    conn_ = req.accept(&mine, sizeof mine, std::chrono::milliseconds(watchdog().remaining_ms()));
+    ready();
+  }
+
+  void establish_client(Oob &oob) {
+    uint16_t port = oob.recv_value<uint16_t>("the server's listening port");
+    const rdmalib::RemoteBuffer &mine = buf_.remote();
+    watchdog().what = "the connection to the server";
+    conn_ = rdmalib::Connection::connect(fabric_, rdmalib::Address{o_.host, port}, &mine,
+                                         sizeof mine,
+                                         std::chrono::milliseconds(watchdog().remaining_ms()));
+    const auto &pd = conn_.peer_private_data();
+    if (pd.size() < sizeof(rdmalib::RemoteBuffer))
+      die("the server's private data has %zu bytes, expected a RemoteBuffer", pd.size());
+    std::memcpy(&peer_, pd.data(), sizeof peer_);
+    ready();
+  }
+
+  const rdmalib::Fabric &fabric() const { return fabric_; }
+  const char *endpoint_name() const {
+    return caps_.endpoint == rdmalib::EndpointType::Connected ? "msg" : "rdm";
+  }
+  const char *wait_policy() const { return block_ ? "block" : "busy"; }
+
+  char *slot_buf(int slot) { return buf_.data() + (1 + slot) * slot_bytes_; }
+  char *target_buf() { return buf_.data() + 3 * slot_bytes_; }
+
+  // ---- data path -------------------------------------------------------------------
+
+  void post_recv(int slot) {
+    rdmalib::Status st =
+        ops_.post_recv(buf_.local_bytes((1 + slot) * slot_bytes_, slot_bytes_), uint64_t(slot));
+    if (st != rdmalib::Status::Ok)
+      die("post_recv: %s: %s", rdmalib::to_string(st), ops_.last_error());
+  }
+
+  void send(size_t size) {
+    rdmalib::Status st = ops_.send(buf_.local_bytes(0, size), kSendContext);
+    if (st != rdmalib::Status::Ok)
+      die("send: %s: %s", rdmalib::to_string(st), ops_.last_error());
+    ++tx_posted_;
+  }
+
+  void write_imm(size_t size, uint32_t imm) {
+    rdmalib::Status st =
+        ops_.write_imm(buf_.local_bytes(0, size), peer_, 3 * slot_bytes_, imm, kSendContext);
+    if (st != rdmalib::Status::Ok)
+      die("write_imm: %s: %s", rdmalib::to_string(st), ops_.last_error());
+    ++tx_posted_;
+  }
+
+  RxEvent wait_rx(const char *what) {
+    watchdog().what = what;
+    while (rx_head_ == rx_tail_) {
+      if (fetch(rdmalib::Queue::Recv) == 0 && block_)
+        watchdog().check();
+      spin_check();
+    }
+    return rxq_[rx_head_++ % kRxQueue];
+  }
+
+  void wait_tx(const char *what) {
+    watchdog().what = what;
+    while (tx_done_ < tx_posted_) {
+      if (fetch(rdmalib::Queue::Send) == 0 && block_)
+        watchdog().check();
+      spin_check();
+    }
+  }
+
+  /// Whether a RemoteWriteImm consumed one of our receives (to be reposted).
+  bool write_consumes_receive() const { return caps_.write_consumes_receive; }
+
+  void close() { conn_.close(); }
+
+private:
+  static constexpr unsigned kRxQueue = 16;
+
+  void ready() {
+    conn_.attach(buf_.region());
+    ops_ = conn_.ops();
+    post_recv(0);
+    post_recv(1);
+  }
+
+  size_t fetch(rdmalib::Queue q) {
+    rdmalib::Completion c[kBatch];
+    size_t n = 0;
+    if (block_) {
+      rdmalib::WaitResult r = ops_.wait(q, c, kBatch, 100);
+      if (r.status == rdmalib::Status::Timeout)
+        return 0;
+      if (r.status != rdmalib::Status::Ok)
+        die("wait: %s: %s", rdmalib::to_string(r.status), ops_.last_error());
+      n = r.count;
+    } else {
+      n = ops_.poll(q, c, kBatch);
+    }
+    for (size_t i = 0; i < n; ++i)
+      record(c[i]);
+    return n;
+  }
+
+  void record(const rdmalib::Completion &c) {
+    if (c.status != rdmalib::Status::Ok)
+      die("completion (kind %d, context %llu) failed: %s: %s", static_cast<int>(c.kind),
+          static_cast<unsigned long long>(c.context), rdmalib::to_string(c.status),
+          ops_.last_error());
+    switch (c.kind) {
+    case rdmalib::OpKind::Recv:
+    case rdmalib::OpKind::RemoteWriteImm: {
+      RxEvent ev;
+      ev.remote_write = c.kind == rdmalib::OpKind::RemoteWriteImm;
+      bool owns_slot = !ev.remote_write || caps_.write_consumes_receive;
+      ev.slot = owns_slot && c.context < 2 ? static_cast<int>(c.context) : -1;
+      ev.imm = c.imm;
+      ev.len = c.length;
+      if (rx_tail_ - rx_head_ >= kRxQueue)
+        die("receive event queue overflow (the peer sent more than expected)");
+      rxq_[rx_tail_++ % kRxQueue] = ev;
+      break;
+    }
+    case rdmalib::OpKind::PeerClosed:
+      die("the peer closed the connection in the middle of a measurement");
+    default:
+      ++tx_done_;
+    }
+  }
+
+  const Options &o_;
+  bool server_;
+  rdmalib::Fabric fabric_;
+  rdmalib::Capabilities caps_;
+  size_t slot_bytes_;
+  rdmalib::Buffer<char> buf_;
+  rdmalib::RemoteBuffer peer_{};
+  rdmalib::Connection conn_;
+  rdmalib::Operations ops_;
+  bool block_ = false;
+
+  uint64_t tx_posted_ = 0, tx_done_ = 0;
+  RxEvent rxq_[kRxQueue];
+  uint64_t rx_head_ = 0, rx_tail_ = 0;
+};
+
+void check_event(const RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
+  if (mode == Mode::Send) {
+    if (ev.remote_write || ev.slot < 0)
+      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
+    if (ev.len != size)
+      die("received %zu bytes, expected %zu", ev.len, size);
+  } else {
+    if (!ev.remote_write)
+      die("expected a write-with-immediate, got a message of %zu bytes", ev.len);
+    if (ev.imm != static_cast<uint32_t>(seq))
+      die("write-with-immediate carried %u, expected %u", ev.imm, static_cast<uint32_t>(seq));
+  }
+}
+
+void repost_if_consumed(Side &s, const RxEvent &ev) {
+  if (ev.slot >= 0)
+    s.post_recv(ev.slot);
+}
+
+void server(const Options &o, Oob &oob) {
+  Side side(o, true);
+  side.establish_server(oob);
+  uint32_t tag = 0;
+  for (Mode mode : o.modes) {
+    for (size_t size : o.sizes) {
+      size_t total = warmup_for(o, size) + iterations_for(o, size);
+      oob.barrier(++tag, "the client to start a measurement");
+      for (size_t i = 0; i < total; ++i) {
+        RxEvent ev = side.wait_rx("the client's ping");
+        check_event(ev, mode, size, i);
+        if (mode == Mode::Send)
+          side.send(size);
+        else
+          side.write_imm(size, static_cast<uint32_t>(i));
+        repost_if_consumed(side, ev);
+        side.wait_tx("the server's reply to complete");
+      }
+      oob.barrier(++tag, "the client to finish a measurement");
+    }
+  }
+  oob.barrier(~0u, "the client to finish");
+  side.close();
+}
+
+void client(const Options &o, Oob &oob) {
+  Side side(o, false);
+  side.establish_client(oob);
+  RunInfo info{"rdmalib", side.fabric().provider(), side.endpoint_name(), side.wait_policy(),
+               side.fabric().describe()};
+  print_header(o, info);
+  std::vector<Row> rows;
+  std::vector<double> us;
+  uint32_t tag = 0;
+  for (Mode mode : o.modes) {
+    for (size_t size : o.sizes) {
+      size_t warm = warmup_for(o, size), iters = iterations_for(o, size);
+      us.clear();
+      us.reserve(iters);
+      // (No data is in flight here: the server waits at the barrier.)
+      char *landing = side.target_buf();
+      landing[0] = landing[size - 1] = 0;
+      for (int s = 0; s < 2; ++s)
+        side.slot_buf(s)[0] = side.slot_buf(s)[size - 1] = 0;
+      oob.barrier(++tag, "the server to start a measurement");
+      for (size_t i = 0; i < warm + iters; ++i) {
+        auto t0 = Clock::now();
+        if (mode == Mode::Send)
+          side.send(size);
+        else
+          side.write_imm(size, static_cast<uint32_t>(i));
+        RxEvent ev = side.wait_rx("the server's reply");
+        repost_if_consumed(side, ev);
+        side.wait_tx("the client's ping to complete");
+        auto t1 = Clock::now();
+        check_event(ev, mode, size, i);
+        if (i == 0) {
+          const char *got = mode == Mode::Send ? side.slot_buf(ev.slot) : landing;
+          if (static_cast<unsigned char>(got[0]) != 0xA5 ||
+              static_cast<unsigned char>(got[size - 1]) != 0xA5)
+            die("%s of %zu bytes: the reply's bytes did not arrive", mode_name(mode), size);
+        }
+        if (i >= warm)
+          us.push_back(elapsed_us(t0, t1));
+      }
+      oob.barrier(++tag, "the server to finish a measurement");
+      rows.push_back(summarise(mode, size, us));
+      print_row(rows.back());
+    }
+  }
+  write_csv(o, info, rows);
+  oob.barrier(~0u, "the server to finish");
+  side.close();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return guarded_main(argc, argv, "rdmalib_pingpong",
+                      "Ping-pong through rdmalib's public API; compare with raw_libfabric_pingpong.",
+                      [](const Options &o) {
+                        // The start-up line (Fabric::describe) goes into our header;
+                        // keep rdmalib's own info logging out of the table.
+                        spdlog::set_level(spdlog::level::warn);
+                        return run_pair(
+                            o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
+                      });
+}

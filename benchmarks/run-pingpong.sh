@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# run-pingpong.sh: rdmalib ping-pong against the raw libfabric baseline, same
+# provider, sizes and modes, in the same run (DESIGN.md §6). For each provider it
+# runs raw_libfabric_pingpong and rdmalib_pingpong back to back (--repeat times,
+# alternating, so both see the same machine load) and prints per (mode, size):
+# raw median and p99, rdmalib median and p99, and rdmalib/raw of the medians.
+#
+#   benchmarks/run-pingpong.sh                       # tcp and shm, all sizes
+#   benchmarks/run-pingpong.sh --providers "tcp shm sockets tcp;ofi_rxm" --csv out.csv
+#   benchmarks/run-pingpong.sh --sizes 8,1K --repeat 3 -- --no-pin
+#
+# Arguments after "--" go to both programs (see their --help). With --repeat N
+# each figure is the median over the N runs of that run's median (or p99).
+# Every run has a deadline; nothing is left running on exit or Ctrl-C.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bin_dir=""
+providers="tcp shm"
+sizes="8,1K,64K,1M"
+modes="send,writeimm"
+csv=""
+repeat=1
+timeout_s=60
+extra=()
+
+usage() {
+  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  cat <<EOF
+Options:
+  --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
+                     (default: next to this script, else build*/benchmarks)
+  --providers LIST   space-separated providers (default: "$providers")
+  --sizes LIST       comma-separated sizes (default: $sizes)
+  --modes LIST       send,writeimm (default: $modes)
+  --repeat N         runs of each program per provider (default: $repeat)
+  --timeout S        deadline of one program run in seconds (default: $timeout_s)
+  --csv FILE         write the comparison as CSV
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bin-dir) bin_dir="$2"; shift 2 ;;
+    --providers) providers="$2"; shift 2 ;;
+    --sizes) sizes="$2"; shift 2 ;;
+    --modes) modes="$2"; shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --timeout) timeout_s="$2"; shift 2 ;;
+    --csv) csv="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "run-pingpong.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
+  esac
+done
+[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --repeat needs a positive integer" >&2; exit 1; }
+[[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --timeout needs a positive integer" >&2; exit 1; }
+
+find_bins() {
+  local d
+  for d in "$bin_dir" "$here" "$here"/../build*/benchmarks; do
+    [[ -n "$d" && -x "$d/raw_libfabric_pingpong" && -x "$d/rdmalib_pingpong" ]] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+if ! bin_dir="$(find_bins)"; then
+  echo "run-pingpong.sh: raw_libfabric_pingpong and rdmalib_pingpong not found; build them" >&2
+  echo "  (cmake --build <build-dir> --target raw_libfabric_pingpong rdmalib_pingpong)" >&2
+  echo "  or pass --bin-dir <build-dir>/benchmarks" >&2
+  exit 1
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/pingpong.XXXXXX")"
+child=""
+cleanup() {
+  # The programs kill their own client with them and have deadlines; this only
+  # covers the driver being interrupted while one runs.
+  if [[ -n "$child" ]] && kill -0 "$child" 2>/dev/null; then
+    kill -TERM "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# One program run, under a hard deadline beyond its own (--timeout).
+run_one() { # impl provider wait csvfile
+  local prog="$bin_dir/${1}_pingpong"
+  [[ "$1" == raw ]] && prog="$bin_dir/raw_libfabric_pingpong"
+  local log="$work/log"
+  timeout -k 5 $((timeout_s + 10)) "$prog" --provider "$2" --wait "$3" --sizes "$sizes" \
+    --modes "$modes" --timeout "$timeout_s" --csv "$4" --quiet "${extra[@]}" >"$log" 2>&1 &
+  child=$!
+  if ! wait "$child"; then
+    child=""
+    echo "run-pingpong.sh: $(basename "$prog") --provider '$2' failed:" >&2
+    sed 's/^/  /' "$log" >&2
+    return 1
+  fi
+  child=""
+}
+
+# Median over the runs, per key: input "key,value" lines; output "key,median".
+median_by_key() {
+  sort -t, -k1,1 -k2,2g | awk -F, '
+    function flush() { if (n) printf "%s,%s\n", key, v[int((n + 1) / 2)]; n = 0 }
+    $1 != key { flush(); key = $1 }
+    { v[++n] = $2 }
+    END { flush() }'
+}
+
+status=0
+results="$work/results"
+: >"$results"
+for provider in $providers; do
+  # sockets progresses from a thread that a spinning process starves on small
+  # machines (DESIGN.md §3): both programs block in the provider there.
+  wait_policy=busy
+  [[ "$provider" == sockets ]] && wait_policy=block
+  # rdmalib lowers RxM's connection-manager polling interval for itself; give
+  # the baseline the same environment so that only the library differs.
+  if [[ "$provider" == "tcp;ofi_rxm" || "$provider" == rxm ]]; then
+    export FI_OFI_RXM_CM_PROGRESS_INTERVAL="${FI_OFI_RXM_CM_PROGRESS_INTERVAL:-100}"
+  fi
+  raw_csv="$work/raw.csv" lib_csv="$work/lib.csv"
+  rm -f "$raw_csv" "$lib_csv"
+  ok=1
+  for ((r = 0; r < repeat; r++)); do
+    run_one raw "$provider" "$wait_policy" "$raw_csv" || { ok=0; break; }
+    run_one rdmalib "$provider" "$wait_policy" "$lib_csv" || { ok=0; break; }
+  done
+  if [[ $ok -eq 0 ]]; then status=1; continue; fi
+  # CSV columns: impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,...
+  for f in "$raw_csv" "$lib_csv"; do
+    tail -n +2 "$f" | awk -F, '{ printf "%s|%s|%s,%s\n", $5, $6, $7, $8 }' | median_by_key >"$f.med"
+    tail -n +2 "$f" | awk -F, '{ printf "%s|%s|%s,%s\n", $5, $6, $7, $9 }' | median_by_key >"$f.p99"
+  done
+  endpoint="$(tail -n 1 "$lib_csv" | awk -F, '{ print $3 }')"
+  # Join on mode|size|iters, keeping the order of --modes and --sizes.
+  awk -F, -v OFS=, -v prov="$provider" -v ep="$endpoint" -v w="$wait_policy" '
+    FILENAME == ARGV[1] { rm[$1] = $2; next }
+    FILENAME == ARGV[2] { rp[$1] = $2; next }
+    FILENAME == ARGV[3] { lm[$1] = $2; next }
+    FILENAME == ARGV[4] { lp[$1] = $2; next }
+    FNR > 1 {
+      k = $5 "|" $6 "|" $7
+      if (seen[k]++ || !(k in rm) || !(k in lm)) next
+      split(k, p, "|")
+      print prov, ep, w, p[1], p[2], p[3], rm[k], rp[k], lm[k], lp[k], (rm[k] > 0 ? lm[k] / rm[k] : 0)
+    }' "$raw_csv.med" "$raw_csv.p99" "$lib_csv.med" "$lib_csv.p99" "$lib_csv" >>"$results"
+done
+
+if [[ -s "$results" ]]; then
+  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s\n' provider ep mode size iters \
+    raw_med raw_p99 lib_med lib_p99 lib/raw
+  while IFS=, read -r prov ep w mode size iters rmed rp99 lmed lp99 ratio; do
+    printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f\n' "$prov" "$ep" "$mode" \
+      "$size" "$iters" "$rmed" "$rp99" "$lmed" "$lp99" "$ratio"
+  done <"$results"
+  echo "(round trips in microseconds; medians over $repeat run(s); load on this machine shows in p99)"
+  if [[ -n "$csv" ]]; then
+    {
+      echo "provider,endpoint,wait,mode,size,iters,raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_median"
+      awk -F, -v OFS=, '{ $11 = sprintf("%.4f", $11); print "\"" $1 "\"", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$results"
+    } >"$csv"
+    echo "wrote $csv"
+  fi
+fi
+exit $status
