@@ -25,7 +25,21 @@ namespace {
 using namespace pingpong;
 using namespace std::chrono_literals;
 
+/// Completions asked for per poll/wait: a batched poller, as rdmalib users are
+/// encouraged to be. Diagnostic knob: RDMALIB_PINGPONG_POLL_BATCH=1..8.
 constexpr size_t kBatch = 8;
+size_t poll_batch() {
+  static const size_t b = [] {
+    const char *e = std::getenv("RDMALIB_PINGPONG_POLL_BATCH");
+    if (!e)
+      return kBatch;
+    long v = std::strtol(e, nullptr, 10);
+    if (v < 1 || v > static_cast<long>(kBatch))
+      die("RDMALIB_PINGPONG_POLL_BATCH must be 1..%zu, not '%s'", kBatch, e);
+    return static_cast<size_t>(v);
+  }();
+  return b;
+}
 /// Send context of our own pings / replies.
 constexpr uint64_t kSendContext = 0x5e4d;
 
@@ -161,15 +175,16 @@ private:
   size_t fetch(rdmalib::Queue q) {
     rdmalib::Completion c[kBatch];
     size_t n = 0;
+    const size_t batch = poll_batch();
     if (block_) {
-      rdmalib::WaitResult r = ops_.wait(q, c, kBatch, 100);
+      rdmalib::WaitResult r = ops_.wait(q, c, batch, 100);
       if (r.status == rdmalib::Status::Timeout)
         return 0;
       if (r.status != rdmalib::Status::Ok)
         die("wait: %s: %s", rdmalib::to_string(r.status), ops_.last_error());
       n = r.count;
     } else {
-      n = ops_.poll(q, c, kBatch);
+      n = ops_.poll(q, c, batch);
     }
     for (size_t i = 0; i < n; ++i)
       record(c[i]);
