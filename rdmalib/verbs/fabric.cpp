@@ -116,6 +116,21 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
   f.config = config;
   f.mask = mask;
 
+  // One provider here. Anything else is a libfabric provider name: say so
+  // rather than silently opening an RDMA device for a "tcp" configuration.
+  if (!config.provider.empty() && config.provider != "verbs")
+    throw Error(ErrorKind::NotFound,
+                "rdmalib verbs: no provider \"" + config.provider + "\" (device config \"" +
+                    config.name +
+                    "\"): this build's verbs backend provides only \"verbs\" (known providers: "
+                    "verbs); libfabric providers need a build with "
+                    "-DRFAAS_NETWORK_BACKEND=libfabric");
+  if (config.endpoint == EndpointPreference::ReliableDatagram)
+    throw Error(ErrorKind::Unsupported,
+                "rdmalib verbs: device config \"" + config.name +
+                    "\" asks for reliable-datagram endpoints; the verbs backend has connected "
+                    "(RC) endpoints only: set \"endpoint\" to \"connected\" or \"auto\"");
+
   int n = 0;
   f.devices.reset(rdma_get_devices(&n));
   if (!f.devices || n == 0)
@@ -331,11 +346,11 @@ std::vector<ProviderInfo> Fabric::discover() {
     for (const auto &fd : found) {
       if (fd.device != name)
         continue;
-      out.push_back(ProviderInfo{name, name, fd.network, EndpointType::Connected, fd.ip});
+      out.push_back(ProviderInfo{"verbs", name, fd.network, EndpointType::Connected, fd.ip});
       any = true;
     }
     if (!any)
-      out.push_back(ProviderInfo{name, name, "", EndpointType::Connected, ""});
+      out.push_back(ProviderInfo{"verbs", name, "", EndpointType::Connected, ""});
   }
   // Fastest first: software devices (soft-RoCE, soft-iWARP) after hardware.
   auto soft = [](const ProviderInfo &p) {
