@@ -1,0 +1,352 @@
+// Peers in a second process (forked and exec'ed helper, peer_main.cpp), a peer
+// killed mid-stream, and many connections on one listener.
+#include "common.hpp"
+
+#include <csignal>
+#include <cstring>
+#include <sys/wait.h>
+
+using namespace rdmalib;
+using namespace conformance;
+
+namespace {
+
+class Peers : public ParamFixture {
+protected:
+  /// Arguments shared by every peer invocation.
+  std::vector<std::string> peer_args(const std::string &mode, const std::string &address,
+                                     uint64_t seed) const {
+    const auto &p = GetParam();
+    return {peer_binary(), "--provider", p.provider.provider, "--endpoint",
+            p.provider.endpoint_name, "--caps", p.mask.caps, mode, address, "--seed",
+            std::to_string(seed)};
+  }
+
+  /// Accept the connection of a peer process that connects to `listener`, failing
+  /// fast (with its exit status) if it dies before connecting.
+  Connection accept_from(Listener &listener, ChildProcess &peer, uint64_t seed,
+                         const ConnectionOptions &opts = {}) {
+    auto reply = test_private_data(seed);
+    auto deadline = Clock::now() + kDeadline + std::chrono::seconds(5); // + process start-up
+    while (Clock::now() < deadline) {
+      try {
+        ConnectionRequest r = listener.next_request(std::chrono::milliseconds(500));
+        EXPECT_EQ(r.private_data().size(), sizeof(PeerHello));
+        if (r.private_data().size() == sizeof(PeerHello)) {
+          std::memcpy(&hello_, r.private_data().data(), sizeof hello_);
+          EXPECT_TRUE(hello_valid(hello_, seed)) << "peer's private data corrupted";
+        }
+        return r.accept(reply.data(), reply.size(), kDeadline, opts);
+      } catch (const Error &e) {
+        if (e.kind() != ErrorKind::Timeout)
+          throw;
+      }
+      if (!peer.running()) {
+        ADD_FAILURE() << "peer process " << ChildProcess::describe_status(peer.wait_exit(0ms))
+                      << " before connecting (its stderr is above)";
+        return Connection();
+      }
+    }
+    ADD_FAILURE() << "peer process did not connect within " << (kDeadline.count() + 5000) << " ms";
+    return Connection();
+  }
+
+  PeerHello hello_{};
+};
+
+/// Receive buffers on the test side of a peer link, kept posted.
+struct Slots {
+  Slots(Fabric &f, Connection &c, size_t n, size_t size)
+      : buf(f, n * size), count(n), slot(size), conn(c) {
+    attach_if_needed(c, buf.region());
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(conn.ops().post_recv(buf.local_bytes(i * slot, slot), i), Status::Ok);
+  }
+  uint8_t *data(uint64_t ctx) { return buf.data() + ctx * slot; }
+  void repost(uint64_t ctx) {
+    EXPECT_EQ(conn.ops().post_recv(buf.local_bytes(ctx * slot, slot), ctx), Status::Ok);
+  }
+  Buffer<uint8_t> buf;
+  size_t count, slot;
+  Connection &conn;
+};
+
+/// Send `len` bytes of `src` and wait for the completion.
+bool send_and_wait(Operations ops, Buffer<uint8_t> &src, size_t len, uint64_t ctx,
+                   const std::string &what) {
+  Status st = ops.send(src.local_bytes(0, len), ctx);
+  if (st != Status::Ok) {
+    ADD_FAILURE() << what << ": send returned " << to_string(st) << " " << ops.last_error();
+    return false;
+  }
+  return expect_completion(ops, Queue::Send, OpKind::Send, ctx, what);
+}
+
+/// Wait for one message; returns its slot context, or -1 after adding a failure.
+long long recv_message(Operations ops, const std::string &what) {
+  auto c = wait_one(ops, Queue::Recv, what);
+  if (!c)
+    return -1;
+  if (c->status != Status::Ok || c->kind != OpKind::Recv) {
+    ADD_FAILURE() << what << ": got " << op_name(c->kind) << " with status "
+                  << to_string(c->status) << " (" << ops.last_error() << ")";
+    return -1;
+  }
+  return static_cast<long long>(c->context) | (static_cast<long long>(c->length) << 32);
+}
+
+void expect_clean_exit(ChildProcess &peer) {
+  auto st = peer.wait_exit(kDeadline);
+  EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
+      << "peer process " << ChildProcess::describe_status(st);
+}
+
+// Exercise a link to a peer process: echoes, a read of the peer's region, a
+// write_imm into it (the peer answers with what it sees), then 'Q'.
+void exercise_peer(Fabric &fabric, Connection &conn, Slots &slots, const PeerHello &hello,
+                   uint64_t seed) {
+  Operations ops = conn.ops();
+  Buffer<uint8_t> out(fabric, kPeerSlotSize), rd(fabric, kPeerRegionSize);
+  attach_if_needed(conn, out.region());
+  attach_if_needed(conn, rd.region());
+
+  for (size_t n : {size_t(1), size_t(64), size_t(4096), size_t(65536)}) {
+    std::string what = "echo of " + std::to_string(n) + " B";
+    out[0] = 'E';
+    fill_pattern(out.data() + 1, n, 900 + n);
+    ASSERT_TRUE(send_and_wait(ops, out, n + 1, 1, what));
+    long long r = recv_message(ops, what);
+    ASSERT_GE(r, 0);
+    uint64_t ctx = r & 0xffffffff, len = uint64_t(r) >> 32;
+    EXPECT_EQ(len, n + 1) << what;
+    EXPECT_EQ(slots.data(ctx)[0], 'E') << what;
+    EXPECT_EQ(pattern_mismatch(slots.data(ctx) + 1, n, 900 + n), -1) << what;
+    slots.repost(ctx);
+  }
+
+  // Read the peer's region: keys and addresses cross a process boundary.
+  ASSERT_EQ(hello.region.size, kPeerRegionSize);
+  ASSERT_EQ(ops.read(rd.local(), hello.region, 0, 2), Status::Ok) << ops.last_error();
+  ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Read, 2, "read of the peer region"));
+  EXPECT_EQ(pattern_mismatch(rd.data(), kPeerRegionSize, seed), -1)
+      << "read of the peer's region: first differing byte";
+  ASSERT_EQ(ops.read(rd.local_bytes(0, 100), hello.region, 1000, 3), Status::Ok);
+  ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Read, 3, "read at offset 1000"));
+  EXPECT_EQ(pattern_mismatch(rd.data(), 100, seed, 1000), -1) << "read at offset 1000";
+
+  // write_imm into the peer's region; the peer replies with what it sees.
+  const uint32_t n = 40000;
+  fill_pattern(out.data(), n, 4242);
+  ASSERT_EQ(ops.write_imm(out.local_bytes(0, n), hello.region, 0, n, 4), Status::Ok)
+      << ops.last_error();
+  ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::WriteImm, 4, "write_imm to the peer"));
+  long long r = recv_message(ops, "peer's view after write_imm");
+  ASSERT_GE(r, 0);
+  uint64_t ctx = r & 0xffffffff, len = uint64_t(r) >> 32;
+  EXPECT_EQ(len, n + 1u);
+  EXPECT_EQ(slots.data(ctx)[0], 'M');
+  EXPECT_EQ(pattern_mismatch(slots.data(ctx) + 1, n, 4242), -1)
+      << "the peer's region after write_imm: first differing byte";
+  slots.repost(ctx);
+
+  out[0] = 'Q';
+  send_and_wait(ops, out, 1, 5, "quit");
+}
+
+TEST_P(Peers, PeerProcessConnectsBackAndEchoes) {
+  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  const uint64_t seed = 17;
+  ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
+  Connection conn = accept_from(listener, peer, seed);
+  ASSERT_TRUE(conn.is_open());
+  Slots slots(*server_fabric_, conn, kPeerSlots, kPeerSlotSize);
+  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"))
+      << "peer never reported its receives posted";
+  exercise_peer(*server_fabric_, conn, slots, hello_, seed);
+  expect_clean_exit(peer);
+}
+
+TEST_P(Peers, PeerProcessListensOnReportedPort) {
+  const uint64_t seed = 23;
+  ChildProcess peer(peer_args("--listen", "127.0.0.1:0", seed));
+  auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
+  ASSERT_TRUE(line && line->rfind("PORT ", 0) == 0)
+      << "peer never printed its port; " << ChildProcess::describe_status(peer.wait_exit(0ms));
+  int port = std::stoi(line->substr(5));
+  ASSERT_GT(port, 0) << "a listener must report its real port";
+  ASSERT_LT(port, 65536);
+
+  auto request = test_private_data(seed);
+  Address where{"127.0.0.1", static_cast<uint16_t>(port)};
+  Connection conn =
+      Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
+  ASSERT_EQ(conn.peer_private_data().size(), sizeof(PeerHello));
+  PeerHello hello;
+  std::memcpy(&hello, conn.peer_private_data().data(), sizeof hello);
+  ASSERT_TRUE(hello_valid(hello, seed));
+  Slots slots(*client_fabric_, conn, kPeerSlots, kPeerSlotSize);
+  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
+  exercise_peer(*client_fabric_, conn, slots, hello, seed);
+  expect_clean_exit(peer);
+}
+
+TEST_P(Peers, PeerKilledMidStreamIsReported) {
+  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  const uint64_t seed = 29;
+  ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
+  ConnectionOptions opts;
+  opts.post_deadline = std::chrono::milliseconds(3000);
+  Connection conn = accept_from(listener, peer, seed, opts);
+  ASSERT_TRUE(conn.is_open());
+  Operations ops = conn.ops();
+  Slots slots(*server_fabric_, conn, 32, 2 * kStreamMessageSize);
+  Buffer<uint8_t> out(*server_fabric_, 64);
+  attach_if_needed(conn, out.region());
+  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
+
+  out[0] = 'S';
+  ASSERT_TRUE(send_and_wait(ops, out, 1, 1, "start streaming"));
+  uint64_t expected_seq = 0;
+  auto check_stream_message = [&](uint64_t ctx, uint64_t len) {
+    EXPECT_EQ(len, kStreamMessageSize);
+    EXPECT_EQ(slots.data(ctx)[0], 'D');
+    uint64_t seq;
+    std::memcpy(&seq, slots.data(ctx) + 1, 8);
+    EXPECT_EQ(seq, expected_seq) << "stream message out of order or lost";
+    expected_seq = seq + 1;
+    EXPECT_EQ(pattern_mismatch(slots.data(ctx) + 9, kStreamMessageSize - 9, seq), -1);
+    slots.repost(ctx);
+  };
+  for (int i = 0; i < 5; ++i) {
+    long long r = recv_message(ops, "stream message " + std::to_string(i));
+    ASSERT_GE(r, 0);
+    check_stream_message(r & 0xffffffff, uint64_t(r) >> 32);
+  }
+
+  peer.kill(SIGKILL);
+  auto st = peer.wait_exit(kDeadline);
+  ASSERT_TRUE(st && WIFSIGNALED(*st)) << ChildProcess::describe_status(st);
+
+  // Messages already in flight may still arrive; then the connection must
+  // report Closed, an error, or time out, within the deadline. Never hang.
+  const auto deadline = std::chrono::milliseconds(4000);
+  auto start = Clock::now();
+  std::string outcome;
+  size_t drained = 0;
+  while (outcome.empty()) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - (Clock::now() - start));
+    if (left.count() <= 0) {
+      outcome = "deadline (messages kept arriving)";
+      break;
+    }
+    Completion c;
+    WaitResult r = ops.wait(Queue::Recv, &c, 1, static_cast<int>(left.count()));
+    if (r.count == 0) {
+      outcome = std::string("wait returned ") + to_string(r.status);
+      EXPECT_TRUE(r.status == Status::Closed || r.status == Status::Error ||
+                  r.status == Status::Timeout)
+          << outcome;
+    } else if (c.status == Status::Ok && c.kind == OpKind::Recv) {
+      check_stream_message(c.context, c.length);
+      ++drained;
+    } else {
+      outcome = std::string("completion ") + op_name(c.kind) + " status " + to_string(c.status);
+    }
+  }
+  auto took = Clock::now() - start;
+  RecordProperty("after_kill", outcome + ", " + std::to_string(drained) + " messages drained");
+  EXPECT_LT(took, deadline + kSlack) << outcome;
+  EXPECT_NE(outcome, "deadline (messages kept arriving)");
+
+  // Sending to the dead peer fails or completes; it must not hang either.
+  auto t0 = Clock::now();
+  Status s = ops.send(out.local_bytes(0, 16), 2);
+  if (s == Status::Ok) {
+    Completion c;
+    ops.wait(Queue::Send, &c, 1, 3000);
+  }
+  EXPECT_LT(Clock::now() - t0, opts.post_deadline + std::chrono::milliseconds(3000) + kSlack)
+      << "send to a dead peer";
+  t0 = Clock::now();
+  conn.close();
+  EXPECT_LT(Clock::now() - t0, kDeadline) << "close() of a dead peer's connection";
+}
+
+TEST_P(Peers, ManyConnectionsOnOneListener) {
+  constexpr size_t kConns = 8;
+  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Address where = listener.address();
+  std::vector<Connection> server(kConns), client(kConns);
+  Buffer<uint8_t> s_buf(*server_fabric_, kConns * 128), c_buf(*client_fabric_, kConns * 128);
+  Buffer<uint8_t> s_out(*server_fabric_, kConns * 64), c_out(*client_fabric_, kConns * 64);
+  Event ready;
+
+  run_both(
+      [&] {
+        // Accept in arrival order; each request says which client it is.
+        for (size_t i = 0; i < kConns; ++i) {
+          ConnectionRequest r = listener.next_request(kDeadline);
+          ASSERT_EQ(r.private_data().size(), 32u);
+          uint32_t idx;
+          std::memcpy(&idx, r.private_data().data(), 4);
+          ASSERT_LT(idx, kConns);
+          EXPECT_EQ(pattern_mismatch(r.private_data().data() + 4, 28, 60 + idx), -1);
+          auto reply = pattern_vector(32, 80 + idx);
+          server[idx] = r.accept(reply.data(), reply.size(), kDeadline);
+          attach_if_needed(server[idx], s_buf.region());
+          attach_if_needed(server[idx], s_out.region());
+          ASSERT_EQ(server[idx].ops().post_recv(s_buf.local_bytes(idx * 128, 128), idx),
+                    Status::Ok);
+        }
+        ready.post();
+        // Each connection gets its own message and answers on its own.
+        for (size_t i = 0; i < kConns; ++i) {
+          Operations ops = server[i].ops();
+          std::string what = "server, connection " + std::to_string(i);
+          long long r = recv_message(ops, what);
+          ASSERT_GE(r, 0);
+          EXPECT_EQ(uint64_t(r) & 0xffffffff, i) << what;
+          EXPECT_EQ(uint64_t(r) >> 32, 48u) << what;
+          EXPECT_EQ(pattern_mismatch(s_buf.data() + i * 128, 48, 100 + i), -1)
+              << what << ": message from another connection?";
+          fill_pattern(s_out.data() + i * 64, 64, 200 + i);
+          ASSERT_EQ(ops.send(s_out.local_bytes(i * 64, 64), 1000 + i), Status::Ok);
+          ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Send, 1000 + i, what));
+        }
+      },
+      [&] {
+        for (size_t i = 0; i < kConns; ++i) {
+          std::vector<uint8_t> pd(32);
+          uint32_t idx = static_cast<uint32_t>(i);
+          std::memcpy(pd.data(), &idx, 4);
+          fill_pattern(pd.data() + 4, 28, 60 + i);
+          client[i] = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+          EXPECT_EQ(client[i].peer_private_data(), pattern_vector(32, 80 + i));
+          attach_if_needed(client[i], c_buf.region());
+          attach_if_needed(client[i], c_out.region());
+          ASSERT_EQ(client[i].ops().post_recv(c_buf.local_bytes(i * 128, 128), 50 + i),
+                    Status::Ok);
+        }
+        ASSERT_TRUE(ready.wait());
+        // Send in reverse order so a connection mix-up cannot go unnoticed.
+        for (size_t j = kConns; j-- > 0;) {
+          fill_pattern(c_out.data() + j * 64, 48, 100 + j);
+          ASSERT_EQ(client[j].ops().send(c_out.local_bytes(j * 64, 48), 500 + j), Status::Ok);
+        }
+        for (size_t i = 0; i < kConns; ++i) {
+          Operations ops = client[i].ops();
+          std::string what = "client, connection " + std::to_string(i);
+          ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Send, 500 + i, what));
+          long long r = recv_message(ops, what + " reply");
+          ASSERT_GE(r, 0);
+          EXPECT_EQ(uint64_t(r) & 0xffffffff, 50 + i);
+          EXPECT_EQ(pattern_mismatch(c_buf.data() + i * 128, 64, 200 + i), -1) << what;
+        }
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, Peers, testing::ValuesIn(params(process_masks())),
+                         param_name);
+
+} // namespace

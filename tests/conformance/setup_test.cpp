@@ -1,0 +1,215 @@
+// Connection setup failures and configuration errors: refused / timed-out
+// connects, rejected requests, oversized private data, unknown providers, bad
+// device databases.
+#include "common.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+using namespace rdmalib;
+using namespace conformance;
+
+namespace {
+
+class Setup : public ProviderFixture {};
+
+/// A TCP port on 127.0.0.1 that is bound (so nobody else takes it during the
+/// test) but not listening: connecting to it is refused by the kernel.
+class DeadPort {
+public:
+  DeadPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0)
+      throw std::runtime_error("cannot bind a probe socket on 127.0.0.1");
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~DeadPort() { close(fd_); }
+  uint16_t port() const { return port_; }
+
+private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+TEST_P(Setup, ConnectToClosedPortFailsWithinDeadline) {
+  DeadPort dead;
+  Address where{"127.0.0.1", dead.port()};
+  const auto timeout = std::chrono::milliseconds(3000);
+  auto pd = pattern_vector(32, 3);
+  auto t0 = Clock::now();
+  try {
+    Connection c = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), timeout);
+    FAIL() << "connect to " << where.to_string() << ", where nobody listens, succeeded";
+  } catch (const Error &e) {
+    auto took = Clock::now() - t0;
+    std::string msg = e.what();
+    RecordProperty("error", std::string(kind_name(e.kind())) + ": " + msg);
+    EXPECT_TRUE(e.kind() == ErrorKind::Refused || e.kind() == ErrorKind::Timeout)
+        << "kind " << kind_name(e.kind()) << ": " << msg;
+    EXPECT_NE(msg.find(where.to_string()), std::string::npos)
+        << "the message must name the address " << where.to_string() << ": " << msg;
+    EXPECT_LT(took, timeout + kSlack) << "connect overran its deadline: " << msg;
+  }
+}
+
+TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
+  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Address where = listener.address();
+  auto pd = pattern_vector(32, 4);
+  run_both(
+      [&] {
+        ConnectionRequest first = listener.next_request(kDeadline);
+        EXPECT_EQ(first.private_data(), pd);
+        first.reject();
+        // The listener serves the next client normally.
+        Connection ok = listener.accept(pd.data(), pd.size(), kDeadline);
+        EXPECT_TRUE(ok.is_open());
+      },
+      [&] {
+        auto t0 = Clock::now();
+        try {
+          Connection c = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+          ADD_FAILURE() << "connect succeeded although the server rejected it";
+        } catch (const Error &e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Refused) << kind_name(e.kind()) << ": " << e.what();
+          EXPECT_NE(std::string(e.what()).find(where.to_string()), std::string::npos) << e.what();
+          EXPECT_LT(Clock::now() - t0, kDeadline + kSlack);
+        }
+        Connection second =
+            Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+        EXPECT_TRUE(second.is_open());
+        EXPECT_EQ(second.peer_private_data(), pd);
+      });
+}
+
+TEST_P(Setup, OversizedPrivateDataIsConfigError) {
+  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  std::vector<uint8_t> pd(caps().max_private_data + 1, 0x42);
+  try {
+    Connection c =
+        Connection::connect(*client_fabric_, listener.address(), pd.data(), pd.size(), 3000ms);
+    FAIL() << "connect with " << pd.size() << " bytes of private data (max "
+           << caps().max_private_data << ") succeeded";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Config) << kind_name(e.kind()) << ": " << e.what();
+  }
+}
+
+TEST_P(Setup, DeviceDatabaseEntryOpensFabric) {
+  char path[] = "/tmp/rdmalib-conformance-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  DeviceConfig d = device_for(GetParam());
+  d.name = "conformance-device";
+  DeviceDatabase({d}).save(path);
+  DeviceDatabase db = DeviceDatabase::load(path);
+  std::remove(path);
+  Fabric f(db.find("conformance-device"), CapabilityMask{});
+  EXPECT_EQ(f.provider(), server_fabric_->provider());
+  EXPECT_EQ(f.device().name, "conformance-device");
+  EXPECT_EQ(f.device().ip_address, "127.0.0.1");
+  std::string line = f.describe();
+  EXPECT_NE(line.find(Fabric::backend_name()), std::string::npos) << line;
+  EXPECT_NE(line.find(f.provider()), std::string::npos) << line;
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, Setup, testing::ValuesIn(provider_configs()), provider_name);
+
+// ---- configuration errors (no provider parameter) ---------------------------------------------
+
+TEST(Errors, UnknownProviderListsAvailableOnes) {
+  DeviceConfig d;
+  d.name = "bogus";
+  d.provider = "no-such-provider";
+  d.ip_address = "127.0.0.1";
+  try {
+    Fabric f(d, CapabilityMask{});
+    FAIL() << "a Fabric opened with provider \"no-such-provider\"";
+  } catch (const Error &e) {
+    std::string msg = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::NotFound) << kind_name(e.kind()) << ": " << msg;
+    EXPECT_NE(msg.find("no-such-provider"), std::string::npos) << msg;
+    // Every provider this suite runs on is available, so each must be listed.
+    for (const auto &p : provider_configs()) {
+      std::string base = p.provider.substr(0, p.provider.find(';'));
+      EXPECT_NE(msg.find(base), std::string::npos)
+          << "available provider " << base << " not listed: " << msg;
+    }
+  }
+}
+
+TEST(Errors, KnownProvidersAreListed) {
+  auto names = Fabric::known_providers();
+  EXPECT_FALSE(names.empty());
+  for (const auto &p : provider_configs()) {
+    bool found = false;
+    for (const auto &n : names)
+      found = found || n == p.provider;
+    EXPECT_TRUE(found) << p.provider << " missing from Fabric::known_providers()";
+  }
+}
+
+TEST(Errors, DiscoverFindsConfiguredProviders) {
+  auto found = Fabric::discover();
+  for (const auto &p : provider_configs()) {
+    bool any = false;
+    for (const auto &info : found)
+      any = any || info.provider == p.provider;
+    EXPECT_TRUE(any) << p.provider << " not in Fabric::discover()";
+  }
+}
+
+class TempFile {
+public:
+  explicit TempFile(const std::string &content) {
+    char tmpl[] = "/tmp/rdmalib-devices-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0)
+      throw std::runtime_error("mkstemp failed");
+    close(fd);
+    path_ = tmpl;
+    std::ofstream(path_) << content;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string &path() const { return path_; }
+
+private:
+  std::string path_;
+};
+
+void expect_config_error(const std::string &content, const std::string &key) {
+  TempFile f(content);
+  try {
+    DeviceDatabase::load(f.path());
+    ADD_FAILURE() << "device database accepted: " << content;
+  } catch (const Error &e) {
+    std::string msg = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Config) << msg;
+    EXPECT_NE(msg.find(f.path()), std::string::npos) << "file not named: " << msg;
+    EXPECT_NE(msg.find(key), std::string::npos) << "key " << key << " not named: " << msg;
+  }
+}
+
+TEST(Errors, MalformedDeviceDatabaseNamesFileAndKey) {
+  expect_config_error(R"({"devices": [{"name": "a", "provider": "tcp", "prot": 1}]})",
+                      "devices[0].prot");
+  expect_config_error(R"({"devices": [{"name": "a"}, {"name": "b", "port": "x"}]})",
+                      "devices[1].port");
+  expect_config_error(R"({"devices": [{"name": "a", "endpoint": "datagram"}]})",
+                      "devices[0].endpoint");
+  expect_config_error(R"({"devices": [{"name": "a",}]})", "at byte");
+}
+
+} // namespace
