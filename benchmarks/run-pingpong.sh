@@ -127,8 +127,15 @@ for provider in $providers; do
   rm -f "$raw_csv" "$lib_csv"
   ok=1
   for ((r = 0; r < repeat; r++)); do
-    run_one raw "$provider" "$wait_policy" "$raw_csv" || { ok=0; break; }
-    run_one rdmalib "$provider" "$wait_policy" "$lib_csv" || { ok=0; break; }
+    # Alternate which program goes first, so that a drift in machine load
+    # during a repetition does not always favour the same one.
+    if ((r % 2 == 0)); then
+      run_one raw "$provider" "$wait_policy" "$raw_csv" || { ok=0; break; }
+      run_one rdmalib "$provider" "$wait_policy" "$lib_csv" || { ok=0; break; }
+    else
+      run_one rdmalib "$provider" "$wait_policy" "$lib_csv" || { ok=0; break; }
+      run_one raw "$provider" "$wait_policy" "$raw_csv" || { ok=0; break; }
+    fi
   done
   if [[ $ok -eq 0 ]]; then status=1; continue; fi
   # CSV columns: impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,...
