@@ -3,9 +3,10 @@
 // against the public rdmalib API only, so it runs on either backend.
 //
 // Usage: verbs_smoke [--server-ip A] [--client-ip B] [--device-server D]
-//                    [--device-client D]
+//                    [--device-client D] [--provider P]
 // Defaults: both sides on $SOFTROCE_IP (one device, loopback). With two
-// devices: --server-ip 10.99.0.2 --client-ip 10.99.0.1.
+// devices: --server-ip 10.99.0.2 --client-ip 10.99.0.1. --provider picks a
+// libfabric provider ("verbs") when built with the libfabric backend.
 // Prints one line per case and "verbs_smoke: N passed, M failed".
 #include <rdmalib/rdmalib.hpp>
 
@@ -44,7 +45,7 @@ struct Failure {
   } while (0)
 
 struct Options {
-  std::string server_ip, client_ip, server_dev, client_dev;
+  std::string server_ip, client_ip, server_dev, client_dev, provider;
 };
 Options g_opt;
 
@@ -52,6 +53,7 @@ DeviceConfig config(const std::string &ip, const std::string &dev) {
   DeviceConfig c;
   c.name = dev.empty() ? ip : dev;
   c.domain = dev;
+  c.provider = g_opt.provider;
   c.ip_address = ip;
   c.default_receive_buffer_size = 64;
   return c;
@@ -364,10 +366,12 @@ int main(int argc, char **argv) {
       g_opt.server_dev = argv[i + 1];
     else if (a == "--device-client")
       g_opt.client_dev = argv[i + 1];
+    else if (a == "--provider")
+      g_opt.provider = argv[i + 1];
     else {
       std::fprintf(stderr,
                    "usage: %s [--server-ip A] [--client-ip B] [--device-server D] "
-                   "[--device-client D]\n",
+                   "[--device-client D] [--provider P]\n",
                    argv[0]);
       return 2;
     }

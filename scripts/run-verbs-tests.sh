@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# scripts/run-verbs-tests.sh - build rFaaS with the verbs backend and run the
+# verbs tests on soft-RoCE inside a VM (tests/softroce/run-in-vm.sh), so they run
+# on any Linux machine without RDMA hardware. scripts/test.sh (the README's
+# test command, and CI) calls this as its "verbs" phase.
+#
+#   1. configure + build everything with -DRFAAS_NETWORK_BACKEND=verbs (the layers
+#      above rdmalib must build unchanged), warnings as errors;
+#   2. configure + build the libfabric backend's conformance suite for
+#      libfabric's verbs providers ("verbs" MSG and "verbs;ofi_rxm" RDM);
+#   3. boot one VM with rxe0 and rxe1 and run tests/softroce/guest-suite.sh:
+#      verbs_smoke and the conformance suite on rxe0 alone (loopback) and from
+#      rxe0 to rxe1, then the libfabric verbs-provider suite.
+#
+# On a machine WITH an RDMA NIC, no VM is needed: build as in step 1 and run
+#   RFAAS_TEST_SERVER_IP=<ip of the NIC> build-verbs/tests/rdmalib_conformance
+#   build-verbs/tests/softroce/verbs_smoke --server-ip <ip> --client-ip <ip>
+#
+# Environment:
+#   RFAAS_VERBS_BUILD_DIR     verbs build (default build-verbs)
+#   RFAAS_VERBS_LF_BUILD_DIR  libfabric build for the verbs providers
+#                             (default build-verbs-libfabric)
+#   RFAAS_VERBS_JOBS          build parallelism (default 2)
+#   RFAAS_VERBS_VM_TIMEOUT    seconds for the whole VM run (default 2700)
+#   RFAAS_VERBS_SKIP_LIBFABRIC=1  do not build/run the libfabric verbs providers
+#   RFAAS_VERBS_LF_STRICT=1   libfabric verbs-provider failures fail this script
+#                             (default: reported as KNOWN-FAIL; README explains)
+#   RFAAS_VERBS_STEP_TIMEOUT  seconds per step inside the VM (default 900)
+# Exit status: 0 when every required step passed.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+verbs_dir=${RFAAS_VERBS_BUILD_DIR:-build-verbs}
+lf_dir=${RFAAS_VERBS_LF_BUILD_DIR:-build-verbs-libfabric}
+jobs=${RFAAS_VERBS_JOBS:-2}
+vm_timeout=${RFAAS_VERBS_VM_TIMEOUT:-2700}
+
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+# Keep an existing build directory's generator.
+gen_for() { [[ -f $1/CMakeCache.txt ]] && return 0; printf '%s\n' "${generator[@]}"; }
+
+note() { echo "run-verbs-tests.sh: $*"; }
+elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
+
+t_all=$(date +%s.%N)
+
+# ---- 1. the verbs backend, everything -------------------------------------------------
+t=$(date +%s.%N)
+note "configure + build $verbs_dir (-DRFAAS_NETWORK_BACKEND=verbs)"
+mapfile -t g < <(gen_for "$verbs_dir")
+cmake -S . -B "$verbs_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DRFAAS_NETWORK_BACKEND=verbs -DRFAAS_TEST_PROVIDERS=verbs/msg -DRFAAS_WERROR=ON >/dev/null ||
+  { note "FAILED: cmake configure of the verbs backend"; exit 1; }
+cmake --build "$verbs_dir" -j "$jobs" || { note "FAILED: build of the verbs backend"; exit 1; }
+if [[ ! -x $verbs_dir/tests/softroce/verbs_smoke ]]; then
+  # tests/CMakeLists.txt does not add tests/softroce yet: build the smoke test
+  # by hand against the verbs rdmalib.
+  note "tests/softroce is not part of the build yet; compiling verbs_smoke directly"
+  ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Werror -Irdmalib/include -I"$verbs_dir/rdmalib/include" \
+    tests/softroce/verbs_smoke.cpp "$verbs_dir/rdmalib/librdmalib.a" \
+    -lrdmacm -libverbs -lspdlog -lfmt -pthread -ldl -o "$verbs_dir/verbs_smoke" ||
+    { note "FAILED: verbs_smoke"; exit 1; }
+fi
+note "verbs build done in $(elapsed "$t") s"
+
+# ---- 2. the libfabric backend for libfabric's verbs providers ----------------------------
+lf_arg=""
+if [[ ${RFAAS_VERBS_SKIP_LIBFABRIC:-0} == 1 && ${CI:-} != true ]]; then
+  note "RFAAS_VERBS_SKIP_LIBFABRIC=1: libfabric verbs providers not tested"
+else
+  t=$(date +%s.%N)
+  note "configure + build $lf_dir (libfabric backend, providers verbs/msg and verbs;ofi_rxm/rdm)"
+  mapfile -t g < <(gen_for "$lf_dir")
+  if cmake -S . -B "$lf_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DRFAAS_NETWORK_BACKEND=libfabric '-DRFAAS_TEST_PROVIDERS=verbs/msg;verbs\;ofi_rxm/rdm' \
+    -DRFAAS_BUILD_BENCHMARKS=OFF >/dev/null &&
+    cmake --build "$lf_dir" -j "$jobs" --target rdmalib_conformance rdmalib_conformance_peer; then
+    cmake --build "$lf_dir" -j "$jobs" --target verbs_smoke >/dev/null 2>&1 || true
+    lf_arg=$lf_dir
+    note "libfabric build done in $(elapsed "$t") s"
+  else
+    note "FAILED: libfabric build for the verbs providers"
+    exit 1
+  fi
+fi
+
+# ---- 3. the VM -----------------------------------------------------------------------
+note "booting the soft-RoCE VM (rxe0 + rxe1)"
+vm_env=(-e "RFAAS_VERBS_LF_STRICT=${RFAAS_VERBS_LF_STRICT:-0}")
+[[ -n ${RFAAS_VERBS_STEP_TIMEOUT:-} ]] && vm_env+=(-e "RFAAS_VERBS_STEP_TIMEOUT=$RFAAS_VERBS_STEP_TIMEOUT")
+run_vm() {
+  tests/softroce/run-in-vm.sh --two --timeout "$vm_timeout" "${vm_env[@]}" \
+    sh tests/softroce/guest-suite.sh "$verbs_dir" $lf_arg
+}
+run_vm
+rc=$?
+if [[ $rc == 127 || $rc == 125 ]]; then
+  # A one-off seen with the original tool: the guest did not find a program in
+  # the shared directory (127), or the VM failed to boot (125). Retry once.
+  note "VM run ended with $rc; retrying once"
+  run_vm
+  rc=$?
+fi
+note "exit=$rc total $(elapsed "$t_all") s"
+exit "$rc"
