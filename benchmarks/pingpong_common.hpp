@@ -74,6 +74,7 @@ struct Options {
   int client_core = 1;
   bool pin = true;
   int timeout_s = 60;
+  double budget_s = 1.0; // per measurement; 0 = always run all iterations
   std::string csv;
   bool csv_header = true;
   bool quiet = false;
@@ -156,6 +157,9 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
     ("no-pin", "do not pin the processes")
     ("t,timeout", "overall deadline in seconds; both processes exit with an error after it",
      cxxopts::value<int>()->default_value("60"))
+    ("b,budget", "seconds per (mode,size) after which measuring stops early, once at least "
+     "min(iters,500) round trips are in (0 = never; the table shows the count measured)",
+     cxxopts::value<double>()->default_value("1"))
     ("csv", "append one CSV row per (mode,size) to this file", cxxopts::value<std::string>())
     ("no-csv-header", "do not write the CSV header even if the file is new/empty")
     ("q,quiet", "print only the result table")
@@ -212,6 +216,9 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
   o.timeout_s = r["timeout"].as<int>();
   if (o.timeout_s <= 0)
     throw std::invalid_argument("--timeout must be positive");
+  o.budget_s = r["budget"].as<double>();
+  if (o.budget_s < 0)
+    throw std::invalid_argument("--budget must be >= 0");
   if (r.count("csv"))
     o.csv = r["csv"].as<std::string>();
   o.csv_header = r.count("no-csv-header") == 0;
@@ -219,12 +226,47 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
   return o;
 }
 
+// ---- measurement schedule ---------------------------------------------------------
+//
+// The client decides when a measurement ends (iteration count, or the time
+// budget on a loaded machine) and says so in band: the first payload byte of its
+// last ping is kLastMarker. It lands in the server's receive slot (send) or RMA
+// target (writeimm), which the server looks at anyway, so both programs pay the
+// same single byte read per round trip and no out-of-band traffic is needed
+// inside a measurement.
+constexpr unsigned char kServerFill = 0xA5;
+constexpr unsigned char kClientFill = 0x5A;
+constexpr unsigned char kLastMarker = 0x4C;
+
+struct Schedule {
+  size_t warm = 0, iters = 0, min_measured = 0;
+  Clock::duration budget{};
+  Clock::time_point measure_start{};
+
+  /// Whether round trip `i` (0-based, warm-up included), starting at `t0`, is the last.
+  bool last(size_t i, Clock::time_point t0) {
+    if (i == warm)
+      measure_start = t0;
+    if (i + 1 >= warm + iters)
+      return true;
+    return budget.count() > 0 && i >= warm + min_measured && t0 - measure_start > budget;
+  }
+};
+
 inline size_t max_size(const Options &o) { return *std::max_element(o.sizes.begin(), o.sizes.end()); }
 inline size_t iterations_for(const Options &o, size_t size) {
   return o.iters ? o.iters : default_iterations(size);
 }
 inline size_t warmup_for(const Options &o, size_t size) {
   return o.warmup ? o.warmup : (o.iters ? std::max<size_t>(o.iters / 10, 10) : default_warmup(size));
+}
+inline Schedule schedule_for(const Options &o, size_t size) {
+  Schedule s;
+  s.warm = warmup_for(o, size);
+  s.iters = iterations_for(o, size);
+  s.min_measured = std::min<size_t>(s.iters, 500);
+  s.budget = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.budget_s));
+  return s;
 }
 
 // ---- failure, deadlines, liveness ----------------------------------------------

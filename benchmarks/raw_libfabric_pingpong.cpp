@@ -106,7 +106,7 @@ public:
     region_ = static_cast<char *>(std::aligned_alloc(4096, region_bytes_));
     if (!region_)
       die("cannot allocate %zu bytes", region_bytes_);
-    std::memset(region_, server ? 0xA5 : 0x5A, region_bytes_);
+    std::memset(region_, server ? kServerFill : kClientFill, region_bytes_);
   }
 
   ~RawEndpoint() {
@@ -567,17 +567,22 @@ void server(const Options &o, Oob &oob) {
   uint32_t tag = 0;
   for (Mode mode : o.modes) {
     for (size_t size : o.sizes) {
-      size_t total = warmup_for(o, size) + iterations_for(o, size);
       oob.barrier(++tag, "the client to start a measurement");
-      for (size_t i = 0; i < total; ++i) {
+      for (size_t i = 0;; ++i) {
         RxEvent ev = ep.wait_rx("the client's ping");
         check_event(ev, mode, size, i);
+        // The client marks its last ping in the first payload byte.
+        bool last = static_cast<unsigned char>(
+                        (mode == Mode::Send ? ep.slot_buf(ev.slot) : ep.target_buf())[0]) ==
+                    kLastMarker;
         if (mode == Mode::Send)
           ep.post_send(size);
         else
           ep.post_writedata(size, i & 0xffffffffu);
         repost_if_consumed(ep, ev);
         ep.wait_tx("the server's reply to complete");
+        if (last)
+          break;
       }
       oob.barrier(++tag, "the client to finish a measurement");
     }
@@ -597,9 +602,9 @@ void client(const Options &o, Oob &oob) {
   uint32_t tag = 0;
   for (Mode mode : o.modes) {
     for (size_t size : o.sizes) {
-      size_t warm = warmup_for(o, size), iters = iterations_for(o, size);
+      Schedule sched = schedule_for(o, size);
       us.clear();
-      us.reserve(iters);
+      us.reserve(sched.iters);
       // Clear where the reply lands, to check the first one carried the bytes.
       // (No data is in flight here: the server waits at the barrier.)
       char *landing = ep.target_buf();
@@ -607,8 +612,11 @@ void client(const Options &o, Oob &oob) {
       for (int s = 0; s < 2; ++s)
         ep.slot_buf(s)[0] = ep.slot_buf(s)[size - 1] = 0;
       oob.barrier(++tag, "the server to start a measurement");
-      for (size_t i = 0; i < warm + iters; ++i) {
+      for (size_t i = 0;; ++i) {
         auto t0 = Clock::now();
+        bool last = sched.last(i, t0);
+        // Our previous ping has completed (wait_tx), so its buffer is ours.
+        ep.send_buf()[0] = static_cast<char>(last ? kLastMarker : kClientFill);
         if (mode == Mode::Send)
           ep.post_send(size);
         else
@@ -620,12 +628,14 @@ void client(const Options &o, Oob &oob) {
         check_event(ev, mode, size, i);
         if (i == 0) {
           const char *got = mode == Mode::Send ? ep.slot_buf(ev.slot) : landing;
-          if (static_cast<unsigned char>(got[0]) != 0xA5 ||
-              static_cast<unsigned char>(got[size - 1]) != 0xA5)
+          if (static_cast<unsigned char>(got[0]) != kServerFill ||
+              static_cast<unsigned char>(got[size - 1]) != kServerFill)
             die("%s of %zu bytes: the reply's bytes did not arrive", mode_name(mode), size);
         }
-        if (i >= warm)
+        if (i >= sched.warm)
           us.push_back(elapsed_us(t0, t1));
+        if (last)
+          break;
       }
       oob.barrier(++tag, "the server to finish a measurement");
       rows.push_back(summarise(mode, size, us));

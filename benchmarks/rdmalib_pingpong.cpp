@@ -60,7 +60,7 @@ public:
   Side(const Options &o, bool server)
       : o_(o), server_(server), fabric_(device_config(o)), slot_bytes_(slot_bytes_for(o)),
         buf_(fabric_, 4 * slot_bytes_) {
-    std::memset(buf_.data(), server ? 0xA5 : 0x5A, buf_.bytes());
+    std::memset(buf_.data(), server ? kServerFill : kClientFill, buf_.bytes());
     caps_ = fabric_.capabilities();
     WaitPolicy w = o.wait == WaitPolicy::Auto ? WaitPolicy::Busy : o.wait;
     block_ = w == WaitPolicy::Block;
@@ -111,6 +111,7 @@ public:
   }
   const char *wait_policy() const { return block_ ? "block" : "busy"; }
 
+  char *send_buf() { return buf_.data(); }
   char *slot_buf(int slot) { return buf_.data() + (1 + slot) * slot_bytes_; }
   char *target_buf() { return buf_.data() + 3 * slot_bytes_; }
 
@@ -261,17 +262,22 @@ void server(const Options &o, Oob &oob) {
   uint32_t tag = 0;
   for (Mode mode : o.modes) {
     for (size_t size : o.sizes) {
-      size_t total = warmup_for(o, size) + iterations_for(o, size);
       oob.barrier(++tag, "the client to start a measurement");
-      for (size_t i = 0; i < total; ++i) {
+      for (size_t i = 0;; ++i) {
         RxEvent ev = side.wait_rx("the client's ping");
         check_event(ev, mode, size, i);
+        // The client marks its last ping in the first payload byte.
+        bool last = static_cast<unsigned char>(
+                        (mode == Mode::Send ? side.slot_buf(ev.slot) : side.target_buf())[0]) ==
+                    kLastMarker;
         if (mode == Mode::Send)
           side.send(size);
         else
           side.write_imm(size, static_cast<uint32_t>(i));
         repost_if_consumed(side, ev);
         side.wait_tx("the server's reply to complete");
+        if (last)
+          break;
       }
       oob.barrier(++tag, "the client to finish a measurement");
     }
@@ -291,17 +297,20 @@ void client(const Options &o, Oob &oob) {
   uint32_t tag = 0;
   for (Mode mode : o.modes) {
     for (size_t size : o.sizes) {
-      size_t warm = warmup_for(o, size), iters = iterations_for(o, size);
+      Schedule sched = schedule_for(o, size);
       us.clear();
-      us.reserve(iters);
+      us.reserve(sched.iters);
       // (No data is in flight here: the server waits at the barrier.)
       char *landing = side.target_buf();
       landing[0] = landing[size - 1] = 0;
       for (int s = 0; s < 2; ++s)
         side.slot_buf(s)[0] = side.slot_buf(s)[size - 1] = 0;
       oob.barrier(++tag, "the server to start a measurement");
-      for (size_t i = 0; i < warm + iters; ++i) {
+      for (size_t i = 0;; ++i) {
         auto t0 = Clock::now();
+        bool last = sched.last(i, t0);
+        // Our previous ping has completed (wait_tx), so its buffer is ours.
+        side.send_buf()[0] = static_cast<char>(last ? kLastMarker : kClientFill);
         if (mode == Mode::Send)
           side.send(size);
         else
@@ -313,12 +322,14 @@ void client(const Options &o, Oob &oob) {
         check_event(ev, mode, size, i);
         if (i == 0) {
           const char *got = mode == Mode::Send ? side.slot_buf(ev.slot) : landing;
-          if (static_cast<unsigned char>(got[0]) != 0xA5 ||
-              static_cast<unsigned char>(got[size - 1]) != 0xA5)
+          if (static_cast<unsigned char>(got[0]) != kServerFill ||
+              static_cast<unsigned char>(got[size - 1]) != kServerFill)
             die("%s of %zu bytes: the reply's bytes did not arrive", mode_name(mode), size);
         }
-        if (i >= warm)
+        if (i >= sched.warm)
           us.push_back(elapsed_us(t0, t1));
+        if (last)
+          break;
       }
       oob.barrier(++tag, "the server to finish a measurement");
       rows.push_back(summarise(mode, size, us));

@@ -7,7 +7,7 @@
 #
 #   benchmarks/run-pingpong.sh                       # tcp and shm, all sizes
 #   benchmarks/run-pingpong.sh --providers "tcp shm sockets tcp;ofi_rxm" --csv out.csv
-#   benchmarks/run-pingpong.sh --sizes 8,1K --repeat 3 -- --no-pin
+#   benchmarks/run-pingpong.sh --sizes 8,1K --repeat 3 -- --no-pin --budget 0
 #
 # Arguments after "--" go to both programs (see their --help). With --repeat N
 # each figure is the median over the N runs of that run's median (or p99).
@@ -139,37 +139,43 @@ for provider in $providers; do
   done
   if [[ $ok -eq 0 ]]; then status=1; continue; fi
   # CSV columns: impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,...
+  # Keys are mode|size: with --budget the measured count can differ between runs.
   for f in "$raw_csv" "$lib_csv"; do
-    tail -n +2 "$f" | awk -F, '{ printf "%s|%s|%s,%s\n", $5, $6, $7, $8 }' | median_by_key >"$f.med"
-    tail -n +2 "$f" | awk -F, '{ printf "%s|%s|%s,%s\n", $5, $6, $7, $9 }' | median_by_key >"$f.p99"
+    tail -n +2 "$f" | awk -F, '{ printf "%s|%s,%s\n", $5, $6, $8 }' | median_by_key >"$f.med"
+    tail -n +2 "$f" | awk -F, '{ printf "%s|%s,%s\n", $5, $6, $9 }' | median_by_key >"$f.p99"
+    tail -n +2 "$f" | awk -F, '{ n[$5 "|" $6] += $7 } END { for (k in n) printf "%s,%d\n", k, n[k] }' >"$f.n"
   done
   endpoint="$(tail -n 1 "$lib_csv" | awk -F, '{ print $3 }')"
-  # Join on mode|size|iters, keeping the order of --modes and --sizes.
+  # Join on mode|size, keeping the order of --modes and --sizes.
   awk -F, -v OFS=, -v prov="$provider" -v ep="$endpoint" -v w="$wait_policy" '
     FILENAME == ARGV[1] { rm[$1] = $2; next }
     FILENAME == ARGV[2] { rp[$1] = $2; next }
-    FILENAME == ARGV[3] { lm[$1] = $2; next }
-    FILENAME == ARGV[4] { lp[$1] = $2; next }
+    FILENAME == ARGV[3] { rn[$1] = $2; next }
+    FILENAME == ARGV[4] { lm[$1] = $2; next }
+    FILENAME == ARGV[5] { lp[$1] = $2; next }
+    FILENAME == ARGV[6] { ln[$1] = $2; next }
     FNR > 1 {
-      k = $5 "|" $6 "|" $7
+      k = $5 "|" $6
       if (seen[k]++ || !(k in rm) || !(k in lm)) next
       split(k, p, "|")
-      print prov, ep, w, p[1], p[2], p[3], rm[k], rp[k], lm[k], lp[k], (rm[k] > 0 ? lm[k] / rm[k] : 0)
-    }' "$raw_csv.med" "$raw_csv.p99" "$lib_csv.med" "$lib_csv.p99" "$lib_csv" >>"$results"
+      print prov, ep, w, p[1], p[2], rn[k], ln[k], rm[k], rp[k], lm[k], lp[k], (rm[k] > 0 ? lm[k] / rm[k] : 0)
+    }' "$raw_csv.med" "$raw_csv.p99" "$raw_csv.n" "$lib_csv.med" "$lib_csv.p99" "$lib_csv.n" \
+    "$lib_csv" >>"$results"
 done
 
 if [[ -s "$results" ]]; then
   printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s\n' provider ep mode size iters \
     raw_med raw_p99 lib_med lib_p99 lib/raw
-  while IFS=, read -r prov ep w mode size iters rmed rp99 lmed lp99 ratio; do
+  while IFS=, read -r prov ep w mode size rn ln rmed rp99 lmed lp99 ratio; do
     printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f\n' "$prov" "$ep" "$mode" \
-      "$size" "$iters" "$rmed" "$rp99" "$lmed" "$lp99" "$ratio"
+      "$size" "$((rn < ln ? rn : ln))" "$rmed" "$rp99" "$lmed" "$lp99" "$ratio"
   done <"$results"
-  echo "(round trips in microseconds; medians over $repeat run(s); load on this machine shows in p99)"
+  echo "(round-trip times in microseconds; medians over $repeat run(s) of each program;"
+  echo " iters = round trips measured per program, summed over runs; p99 reflects machine load)"
   if [[ -n "$csv" ]]; then
     {
-      echo "provider,endpoint,wait,mode,size,iters,raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_median"
-      awk -F, -v OFS=, '{ $11 = sprintf("%.4f", $11); print "\"" $1 "\"", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$results"
+      echo "provider,endpoint,wait,mode,size,raw_iters,rdmalib_iters,raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_median"
+      awk -F, -v OFS=, '{ $12 = sprintf("%.4f", $12); $1 = "\"" $1 "\""; print }' "$results"
     } >"$csv"
     echo "wrote $csv"
   fi
