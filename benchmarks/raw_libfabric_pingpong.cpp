@@ -134,13 +134,13 @@ public:
     block_ = (w == WaitPolicy::Block);
 
     if (o_.endpoint == "msg" || o_.endpoint == "auto") {
-      info_ = query(FI_EP_MSG, server_);
+      info_ = query(FI_EP_MSG);
       if (!info_ && o_.endpoint == "msg")
         die("provider \"%s\" offers no FI_EP_MSG endpoint with FI_MSG|FI_RMA here (try --endpoint rdm)",
             provider_.c_str());
     }
     if (!info_) {
-      info_ = query(FI_EP_RDM, server_);
+      info_ = query(FI_EP_RDM);
       if (!info_)
         die("provider \"%s\" offers no %s endpoint with FI_MSG|FI_RMA here (fi_info -l lists providers)",
             provider_.c_str(), o_.endpoint == "rdm" ? "FI_EP_RDM" : "MSG or RDM");
@@ -257,7 +257,8 @@ private:
     die("RAW_PINGPONG_THREADING must be domain, safe or completion, not '%s'", t);
   }
 
-  fi_info *query(fi_ep_type type, bool source_side) {
+  /// Hints for the provider and endpoint type asked for. Caller frees.
+  fi_info *make_hints(fi_ep_type type) const {
     fi_info *hints = fi_allocinfo();
     if (!hints)
       die("fi_allocinfo: out of memory");
@@ -271,25 +272,27 @@ private:
         FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     hints->domain_attr->threading = threading_hint();
     hints->fabric_attr->prov_name = ::strdup(provider_.c_str());
+    return hints;
+  }
+
+  /// The provider's endpoint of `type`, bound to our loopback host where the
+  /// provider has IP addresses; null when the provider has no such endpoint.
+  /// (The MSG client asks again in establish_msg_client, with the server's
+  /// address; here it only learns whether MSG is available.)
+  fi_info *query(fi_ep_type type) {
+    fi_info *hints = make_hints(type);
     fi_info *out = nullptr;
-    int ret = -FI_ENODATA;
-    if (type == FI_EP_MSG && !source_side) {
-      // The MSG client: the server's listening address arrives later through
-      // hints->dest_addr; only report availability here.
-      ret = fi_getinfo(api_version(), nullptr, nullptr, 0, hints, &out);
-    } else {
-      ret = fi_getinfo(api_version(), nullptr, nullptr, 0, hints, &out);
-      // Providers with IP addresses (tcp, sockets, rxm) bind to the loopback
-      // host, on an ephemeral port. Others keep the source name they chose:
-      // shm would take the host string itself as its name, and two processes
-      // with the same shm name collide (fi_enable: EBUSY).
-      bool ip = ret == 0 && (out->addr_format == FI_SOCKADDR_IN ||
-                             out->addr_format == FI_SOCKADDR_IN6 || out->addr_format == FI_SOCKADDR);
-      if (ip) {
-        fi_freeinfo(out);
-        out = nullptr;
-        ret = fi_getinfo(api_version(), o_.host.c_str(), "0", FI_SOURCE, hints, &out);
-      }
+    int ret = fi_getinfo(api_version(), nullptr, nullptr, 0, hints, &out);
+    // Providers with IP addresses (tcp, sockets, rxm) bind to the loopback
+    // host, on an ephemeral port. Others keep the source name they chose:
+    // shm would take the host string itself as its name, and two processes
+    // with the same shm name collide (fi_enable: EBUSY).
+    bool ip = ret == 0 && (out->addr_format == FI_SOCKADDR_IN ||
+                           out->addr_format == FI_SOCKADDR_IN6 || out->addr_format == FI_SOCKADDR);
+    if (ip && !(type == FI_EP_MSG && !server_)) {
+      fi_freeinfo(out);
+      out = nullptr;
+      ret = fi_getinfo(api_version(), o_.host.c_str(), "0", FI_SOURCE, hints, &out);
     }
     fi_freeinfo(hints);
     if (ret == -FI_ENODATA)
@@ -412,14 +415,7 @@ private:
     // Ask again, now with the server's address as the destination.
     fi_freeinfo(info_);
     info_ = nullptr;
-    fi_info *hints = fi_allocinfo();
-    hints->caps = FI_MSG | FI_RMA;
-    hints->mode = FI_CONTEXT | FI_RX_CQ_DATA;
-    hints->ep_attr->type = FI_EP_MSG;
-    hints->domain_attr->mr_mode =
-        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-    hints->domain_attr->threading = threading_hint();
-    hints->fabric_attr->prov_name = ::strdup(provider_.c_str());
+    fi_info *hints = make_hints(FI_EP_MSG);
     hints->addr_format = format;
     hints->dest_addr = std::malloc(name.size());
     std::memcpy(hints->dest_addr, name.data(), name.size());

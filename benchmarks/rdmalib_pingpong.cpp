@@ -58,7 +58,7 @@ struct RxEvent {
 class Side {
 public:
   Side(const Options &o, bool server)
-      : o_(o), server_(server), fabric_(device_config(o)), slot_bytes_(slot_bytes_for(o)),
+      : o_(o), fabric_(device_config(o)), slot_bytes_(slot_bytes_for(o)),
         buf_(fabric_, 4 * slot_bytes_) {
     std::memset(buf_.data(), server ? kServerFill : kClientFill, buf_.bytes());
     caps_ = fabric_.capabilities();
@@ -221,7 +221,6 @@ private:
   }
 
   const Options &o_;
-  bool server_;
   rdmalib::Fabric fabric_;
   rdmalib::Capabilities caps_;
   size_t slot_bytes_;
