@@ -25,7 +25,7 @@ timeout_s=60
 extra=()
 
 usage() {
-  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<EOF
 Options:
   --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
