@@ -101,6 +101,7 @@ fi
 if [ -n "$lf" ]; then
   lf_req=$lf_strict
   lfsmoke=$lf/tests/softroce/verbs_smoke
+  [ -x "$lfsmoke" ] || lfsmoke=$lf/verbs_smoke
   if [ -x "$lfsmoke" ]; then
     step libfabric-verbs-smoke-rxe0 "$lf_req" "$lfsmoke" --provider verbs --server-ip "$ip0" --client-ip "$ip0"
   fi
