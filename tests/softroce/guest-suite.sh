@@ -12,8 +12,10 @@
 # no required step failed.
 #
 # Environment: RFAAS_VERBS_STEP_TIMEOUT (seconds per step, default 900),
-# RFAAS_VERBS_LF_STRICT=1 (libfabric-backend steps count as failures; default:
-# reported as KNOWN-FAIL, see tests/softroce/README.md).
+# RFAAS_VERBS_LF_STRICT=1 (run all libfabric-backend verbs-provider tests and
+# count their failures; default: a short subset reported as KNOWN-FAIL, see
+# tests/softroce/README.md), RFAAS_VERBS_LF_STEP_TIMEOUT (that subset's
+# timeout, default 240).
 set -u
 
 verbs=${1:?usage: guest-suite.sh VERBS_BUILD [LIBFABRIC_BUILD]}
@@ -98,12 +100,24 @@ else
 fi
 
 # ---- the libfabric backend with libfabric's verbs provider ----------------------------
+# Until the libfabric backend passes here (tests/softroce/README.md, "Known
+# failures"), a short representative subset runs and reports KNOWN-FAIL, so CI
+# time is not spent on timeouts; RFAAS_VERBS_LF_STRICT=1 runs everything and
+# counts failures.
 if [ -n "$lf" ]; then
-  lf_req=$lf_strict
+  if [ "$lf_strict" = 1 ]; then
+    msg_filter='*verbs_msg*:Errors.*'
+    rxm_filter='*verbs_ofi_rxm*'
+  else
+    msg_filter='*ConnectCarriesPrivateData*verbs_msg__native:*SendRecvSizes*verbs_msg__native:*CapabilitiesMatch*verbs_msg__all_off'
+    rxm_filter='*ConnectCarriesPrivateData*verbs_ofi_rxm*native:*SendRecvSizes*verbs_ofi_rxm*native:*WriteImm*verbs_ofi_rxm*native'
+  fi
   lfsmoke=$lf/tests/softroce/verbs_smoke
   [ -x "$lfsmoke" ] || lfsmoke=$lf/verbs_smoke
-  if [ -x "$lfsmoke" ]; then
-    step libfabric-verbs-smoke-rxe0 "$lf_req" "$lfsmoke" --provider verbs --server-ip "$ip0" --client-ip "$ip0"
+  if [ "$lf_strict" != 1 ]; then
+    skip libfabric-verbs-smoke "known to fail (fi_endpoint EINVAL); runs with RFAAS_VERBS_LF_STRICT=1"
+  elif [ -x "$lfsmoke" ]; then
+    step libfabric-verbs-smoke-rxe0 1 "$lfsmoke" --provider verbs --server-ip "$ip0" --client-ip "$ip0"
   fi
   lfconf=$lf/tests/rdmalib_conformance
   if [ ! -x "$lfconf" ]; then
@@ -111,12 +125,15 @@ if [ -n "$lf" ]; then
   elif ! grep -q RFAAS_TEST_SERVER_IP "$lfconf"; then
     skip libfabric-verbs-conformance "the suite has no RFAAS_TEST_SERVER_IP hook yet (docs/HEADER-REQUESTS.md)"
   else
-    step libfabric-verbs-msg-rxe0 "$lf_req" env RFAAS_TEST_SERVER_IP="$ip0" RFAAS_TEST_CLIENT_IP="$ip0" \
-      "$lfconf" --gtest_brief=1 --gtest_filter='*verbs_msg*:Errors.*'
+    step_timeout_saved=$step_timeout
+    [ "$lf_strict" = 1 ] || step_timeout=${RFAAS_VERBS_LF_STEP_TIMEOUT:-240}
+    step libfabric-verbs-msg-rxe0 "$lf_strict" env RFAAS_TEST_SERVER_IP="$ip0" RFAAS_TEST_CLIENT_IP="$ip0" \
+      "$lfconf" --gtest_brief=1 "--gtest_filter=$msg_filter"
     # rxm sizes its MSG completion queues as rx_size x FI_UNIVERSE_SIZE (256 by
     # default), beyond rxe's max_cqe of 32767: "Unable to create verbs CQ".
-    step libfabric-verbs-rxm-rxe0 "$lf_req" env FI_UNIVERSE_SIZE=32 RFAAS_TEST_SERVER_IP="$ip0" \
-      RFAAS_TEST_CLIENT_IP="$ip0" "$lfconf" --gtest_brief=1 --gtest_filter='*verbs_ofi_rxm*'
+    step libfabric-verbs-rxm-rxe0 "$lf_strict" env FI_UNIVERSE_SIZE=32 RFAAS_TEST_SERVER_IP="$ip0" \
+      RFAAS_TEST_CLIENT_IP="$ip0" "$lfconf" --gtest_brief=1 "--gtest_filter=$rxm_filter"
+    step_timeout=$step_timeout_saved
   fi
 fi
 
