@@ -86,12 +86,12 @@ if [[ $fix -eq 1 ]]; then
   exit 0
 fi
 
-bad=()
-for f in "${present[@]}"; do
-  if ! "$clang_format" --style=file --dry-run --Werror "$f" >/dev/null 2>&1; then
-    bad+=("$f")
-  fi
-done
+# One clang-format per file, nproc at a time; each prints its name if it differs.
+mapfile -t bad < <(printf '%s\0' "${present[@]}" |
+  xargs -0 -n 1 -P "$(nproc)" sh -c \
+    '"$0" --style=file --dry-run --Werror "$1" >/dev/null 2>&1 || printf "%s\n" "$1"' \
+    "$clang_format" |
+  sort)
 
 if [[ ${#bad[@]} -gt 0 ]]; then
   echo "check-format.sh: ${#bad[@]} of ${#present[@]} files are not formatted:"
