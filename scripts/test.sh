@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The project's test command: set up a Debian 12 machine and run every test.
+# This is what the README documents and what .ci/run runs.
+#
+# Phases (each prints a header and its wall time; a failed phase does not stop
+# the independent ones that follow):
+#   deps       scripts/install-deps.sh (apt-get only when something is missing)
+#   build      configure + build the libfabric backend (RelWithDebInfo, warnings as errors)
+#   test       ctest on that build: unit, conformance over every provider, e2e
+#   san-build  the same with AddressSanitizer + UBSan (-DRFAAS_SANITIZE=ON; warnings not
+#              fatal there: GCC's sanitizer instrumentation causes false positives)
+#   san-test   ctest on the sanitizer build
+#   verbs      scripts/run-verbs-tests.sh: verbs backend on soft-RoCE in a VM
+#   format     scripts/check-format.sh
+# The last line reads "N passed, M failed, K skipped"; exit status is 0 only if
+# no phase failed.
+#
+# Environment (for quick local runs; under CI=true every phase runs):
+#   RFAAS_TEST_SKIP_DEPS=1 RFAAS_TEST_SKIP_SANITIZE=1 RFAAS_TEST_SKIP_VERBS=1
+#   RFAAS_TEST_SKIP_FORMAT=1   skip that phase
+#   RFAAS_TEST_BUILD_DIR       build root (default: build/test), holds release/, sanitize/,
+#                              verbs/ and verbs-libfabric/
+#   RFAAS_TEST_JOBS            build parallelism (default: nproc)
+#   RFAAS_TEST_CTEST_ARGS      extra ctest arguments, e.g. "-R conformance"
+#   RFAAS_TEST_TIMEOUT         default per-test timeout in seconds (default 600)
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+build_root=${RFAAS_TEST_BUILD_DIR:-build/test}
+jobs=${RFAAS_TEST_JOBS:-$(nproc)}
+test_timeout=${RFAAS_TEST_TIMEOUT:-600}
+read -r -a ctest_extra <<<"${RFAAS_TEST_CTEST_ARGS:-}"
+
+skip_requested() { # $1 = variable name
+  [[ ${!1:-0} == 1 ]] || return 1
+  if [[ ${CI:-} == true ]]; then
+    echo "test.sh: ignoring $1=1 because CI=true (CI runs every phase)"
+    return 1
+  fi
+  return 0
+}
+
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+
+declare -a names=() results=() times=()
+passed=0
+failed=0
+skipped=0
+start_all=$(date +%s.%N)
+
+elapsed_since() { # $1 = start time from date +%s.%N
+  awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'
+}
+
+record() { # $1 = name, $2 = PASSED|FAILED|SKIPPED, $3 = seconds, $4 = note
+  names+=("$1")
+  results+=("$2${4:+ ($4)}")
+  times+=("$3")
+  case $2 in
+    PASSED) passed=$((passed + 1)) ;;
+    FAILED) failed=$((failed + 1)) ;;
+    *) skipped=$((skipped + 1)) ;;
+  esac
+}
+
+# phase NAME DESCRIPTION COMMAND... : run one phase with a header and its time.
+phase() {
+  local name=$1 description=$2
+  shift 2
+  echo
+  echo "=================================================================="
+  echo "==> $name: $description"
+  echo "    $*"
+  echo "=================================================================="
+  local start status
+  start=$(date +%s.%N)
+  "$@"
+  status=$?
+  local secs
+  secs=$(elapsed_since "$start")
+  if [[ $status -eq 0 ]]; then
+    echo "<== $name: PASSED in ${secs} s"
+    record "$name" PASSED "$secs"
+  else
+    echo "<== $name: FAILED (exit $status) in ${secs} s"
+    record "$name" FAILED "$secs" "exit $status"
+  fi
+  return $status
+}
+
+skip() { # $1 = name, $2 = reason
+  echo
+  echo "==> $1: SKIPPED ($2)"
+  record "$1" SKIPPED 0 "$2"
+}
+
+configure_and_build() { # $1 = build dir, then extra cmake arguments
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DRFAAS_NETWORK_BACKEND=libfabric "$@" &&
+    cmake --build "$dir" -j "$jobs"
+}
+
+run_ctest() { # $1 = build dir
+  ctest --test-dir "$1" --output-on-failure --no-tests=error --timeout "$test_timeout" "${ctest_extra[@]}"
+}
+
+# Sanitizer runs: stop at the first report, with a stack, and fail the test.
+run_ctest_sanitized() {
+  ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_init_order=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    run_ctest "$@"
+}
+
+echo "test.sh: rFaaS at $repo ($(git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))," \
+  "$(nproc) cores, build root $build_root, CI=${CI:-unset}"
+
+# ---- deps
+if skip_requested RFAAS_TEST_SKIP_DEPS; then
+  skip deps "RFAAS_TEST_SKIP_DEPS=1"
+else
+  phase deps "install Debian packages" scripts/install-deps.sh
+fi
+
+# ---- libfabric backend, release-ish build
+if phase build "configure + build, libfabric backend" \
+  configure_and_build "$build_root/release" -DRFAAS_WERROR=ON; then
+  phase test "ctest, libfabric backend" run_ctest "$build_root/release"
+else
+  skip test "build failed"
+fi
+
+# ---- sanitizer build
+if skip_requested RFAAS_TEST_SKIP_SANITIZE; then
+  skip san-build "RFAAS_TEST_SKIP_SANITIZE=1"
+  skip san-test "RFAAS_TEST_SKIP_SANITIZE=1"
+elif phase san-build "configure + build with ASan + UBSan" \
+  configure_and_build "$build_root/sanitize" -DRFAAS_SANITIZE=ON -DRFAAS_BUILD_BENCHMARKS=OFF; then
+  phase san-test "ctest, ASan + UBSan build" run_ctest_sanitized "$build_root/sanitize"
+else
+  skip san-test "sanitizer build failed"
+fi
+
+# ---- verbs backend in a soft-RoCE VM (owned by scripts/run-verbs-tests.sh)
+run_verbs() {
+  # Keep its builds under this run's build root, next to the others.
+  RFAAS_VERBS_BUILD_DIR=${RFAAS_VERBS_BUILD_DIR:-$build_root/verbs} \
+    RFAAS_VERBS_LF_BUILD_DIR=${RFAAS_VERBS_LF_BUILD_DIR:-$build_root/verbs-libfabric} \
+    RFAAS_VERBS_JOBS=${RFAAS_VERBS_JOBS:-$jobs} \
+    bash scripts/run-verbs-tests.sh
+}
+if skip_requested RFAAS_TEST_SKIP_VERBS; then
+  skip verbs "RFAAS_TEST_SKIP_VERBS=1"
+elif [[ -f scripts/run-verbs-tests.sh ]]; then
+  phase verbs "verbs backend on soft-RoCE (VM)" run_verbs
+else
+  skip verbs "scripts/run-verbs-tests.sh does not exist yet"
+fi
+
+# ---- formatting
+if skip_requested RFAAS_TEST_SKIP_FORMAT; then
+  skip format "RFAAS_TEST_SKIP_FORMAT=1"
+else
+  phase format "clang-format check" scripts/check-format.sh
+fi
+
+# ---- summary
+echo
+echo "=================================================================="
+echo "test.sh summary"
+for i in "${!names[@]}"; do
+  printf '  %-10s %-40s %8s s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+done
+echo "$passed passed, $failed failed, $skipped skipped ($(elapsed_since "$start_all") s)"
+[[ $failed -eq 0 ]]
