@@ -112,11 +112,12 @@ TEST_P(DataPath, ConnectCarriesPrivateDataBothWays) {
 // ---- messages ------------------------------------------------------------------------------
 
 TEST_P(DataPath, SendRecvSizesBothWays) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
   const size_t sizes[] = {1, 64, 4 * KiB, 64 * KiB, 1 * MiB};
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint8_t> s_recv(*server_fabric_, MiB), s_send(*server_fabric_, MiB);
   Buffer<uint8_t> c_recv(*client_fabric_, MiB), c_send(*client_fabric_, MiB);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, s_recv.region());
   attach_if_needed(k.server, s_send.region());
   attach_if_needed(k.client, c_recv.region());
@@ -174,8 +175,6 @@ TEST_P(DataPath, SendRecvSizesBothWays) {
 }
 
 TEST_P(DataPath, InlineSendBufferIsReusableAtOnce) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
   size_t max_inline = caps().max_inline;
   if (mask_.disables(CapInline)) {
     EXPECT_EQ(max_inline, 0u) << "inline is masked off";
@@ -183,7 +182,10 @@ TEST_P(DataPath, InlineSendBufferIsReusableAtOnce) {
   // With inline, the source may be overwritten right after the post; without,
   // PostInline must be ignored and the send still work.
   size_t n = max_inline ? std::min<size_t>(max_inline, 64) : 32;
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint8_t> s_recv(*server_fabric_, 64), c_send(*client_fabric_, 64);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, s_recv.region());
   attach_if_needed(k.client, c_send.region());
   Event ready;
@@ -216,9 +218,10 @@ TEST_P(DataPath, BatchedPostRecvThenManySends) {
   ConnectionOptions opts;
   opts.recv_depth = 2 * kCount;
   opts.send_depth = 16; // fewer than kCount: posts must retry with progress, not fail
+  // Buffers first: they must outlive the connections (posted receives use them).
+  Buffer<uint8_t> s_recv(*server_fabric_, kCount * kSlot), c_send(*client_fabric_, kCount * kSlot);
   Link k = make_link(*server_fabric_, *client_fabric_, opts);
   ASSERT_FALSE(HasFailure());
-  Buffer<uint8_t> s_recv(*server_fabric_, kCount * kSlot), c_send(*client_fabric_, kCount * kSlot);
   attach_if_needed(k.server, s_recv.region());
   attach_if_needed(k.client, c_send.region());
   auto length = [](size_t i) { return 16 + (i * 37) % (kSlot - 16); };
@@ -314,10 +317,11 @@ struct Chunk {
 const Chunk kChunks[] = {{0, 1}, {8, 64}, {4096 + 17, 4 * KiB}, {64 * KiB, 960 * KiB}};
 
 TEST_P(DataPath, WriteDeliversBytes) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint8_t> region(*server_fabric_, MiB), done_buf(*server_fabric_, 64);
   Buffer<uint8_t> src(*client_fabric_, MiB), note(*client_fabric_, 16);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, region.region());
   attach_if_needed(k.server, done_buf.region());
   attach_if_needed(k.client, src.region());
@@ -366,13 +370,14 @@ TEST_P(DataPath, WriteDeliversBytes) {
 }
 
 TEST_P(DataPath, WriteImmDeliversImmediateAndBytes) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
   const Capabilities &c = caps();
   constexpr size_t kRecvs = 16;
   size_t slot = std::max<size_t>(64, c.notify_message_size);
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint8_t> region(*server_fabric_, MiB), recvs(*server_fabric_, kRecvs * slot);
   Buffer<uint8_t> src(*client_fabric_, MiB);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, region.region());
   attach_if_needed(k.server, recvs.region());
   attach_if_needed(k.client, src.region());
@@ -439,10 +444,11 @@ TEST_P(DataPath, WriteImmDeliversImmediateAndBytes) {
 }
 
 TEST_P(DataPath, ReadFetchesBytes) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint8_t> region(*server_fabric_, MiB), done_buf(*server_fabric_, 64);
   Buffer<uint8_t> dst(*client_fabric_, MiB), note(*client_fabric_, 16);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, region.region());
   attach_if_needed(k.server, done_buf.region());
   attach_if_needed(k.client, dst.region());
@@ -505,10 +511,11 @@ bool atomics_absent(const Capabilities &c, const Expectation &e, CapabilityMask 
 }
 
 TEST_P(DataPath, FetchAdd) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint64_t> words(*server_fabric_, 8), done_buf(*server_fabric_, 8);
   Buffer<uint64_t> result(*client_fabric_, 1), note(*client_fabric_, 2);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, words.region());
   attach_if_needed(k.server, done_buf.region());
   attach_if_needed(k.client, result.region());
@@ -554,10 +561,11 @@ TEST_P(DataPath, FetchAdd) {
 }
 
 TEST_P(DataPath, CompareSwap) {
-  Link k = make_link(*server_fabric_, *client_fabric_);
-  ASSERT_FALSE(HasFailure());
+  // Buffers first: they must outlive the connections (posted receives use them).
   Buffer<uint64_t> words(*server_fabric_, 8), done_buf(*server_fabric_, 8);
   Buffer<uint64_t> result(*client_fabric_, 1), note(*client_fabric_, 2);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
   attach_if_needed(k.server, words.region());
   attach_if_needed(k.server, done_buf.region());
   attach_if_needed(k.client, result.region());
@@ -607,9 +615,10 @@ TEST_P(DataPath, CompareSwap) {
 // ---- close ---------------------------------------------------------------------------------
 
 TEST_P(DataPath, PeerCloseIsReported) {
+  // Buffers first: they must outlive the connections (posted receives use them).
+  Buffer<uint8_t> recvs(*server_fabric_, 4 * 64), out(*server_fabric_, 64);
   Link k = make_link(*server_fabric_, *client_fabric_);
   ASSERT_FALSE(HasFailure());
-  Buffer<uint8_t> recvs(*server_fabric_, 4 * 64), out(*server_fabric_, 64);
   attach_if_needed(k.server, recvs.region());
   attach_if_needed(k.server, out.region());
   Operations ops = k.server.ops();

@@ -62,6 +62,10 @@ struct Slots {
     for (size_t i = 0; i < n; ++i)
       EXPECT_EQ(conn.ops().post_recv(buf.local_bytes(i * slot, slot), i), Status::Ok);
   }
+  // Receives stay posted in `buf`: close the connection before the memory goes.
+  ~Slots() { conn.close(); }
+  Slots(const Slots &) = delete;
+  Slots &operator=(const Slots &) = delete;
   uint8_t *data(uint64_t ctx) { return buf.data() + ctx * slot; }
   void repost(uint64_t ctx) {
     EXPECT_EQ(conn.ops().post_recv(buf.local_bytes(ctx * slot, slot), ctx), Status::Ok);
@@ -277,9 +281,10 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
   constexpr size_t kConns = 8;
   Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
   Address where = listener.address();
-  std::vector<Connection> server(kConns), client(kConns);
+  // Buffers before connections: posted receives must not outlive their memory.
   Buffer<uint8_t> s_buf(*server_fabric_, kConns * 128), c_buf(*client_fabric_, kConns * 128);
   Buffer<uint8_t> s_out(*server_fabric_, kConns * 64), c_out(*client_fabric_, kConns * 64);
+  std::vector<Connection> server(kConns), client(kConns);
   Event ready;
 
   run_both(
