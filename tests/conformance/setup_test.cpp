@@ -4,9 +4,11 @@
 #include "common.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -123,6 +125,51 @@ TEST_P(Setup, DeviceDatabaseEntryOpensFabric) {
   std::string line = f.describe();
   EXPECT_NE(line.find(Fabric::backend_name()), std::string::npos) << line;
   EXPECT_NE(line.find(f.provider()), std::string::npos) << line;
+}
+
+TEST_P(Setup, EnvironmentMaskIsTheDefault) {
+  // Fabric's mask argument defaults to CapabilityMask::from_environment().
+  const char *old = std::getenv("RDMALIB_DISABLE_CAPS");
+  std::string saved = old ? old : "";
+  setenv("RDMALIB_DISABLE_CAPS", "remote_cq_data,wait_fd", 1);
+  std::unique_ptr<Fabric> f;
+  try {
+    f = std::make_unique<Fabric>(device_for(GetParam()));
+  } catch (...) {
+    old ? setenv("RDMALIB_DISABLE_CAPS", saved.c_str(), 1) : unsetenv("RDMALIB_DISABLE_CAPS");
+    throw;
+  }
+  old ? setenv("RDMALIB_DISABLE_CAPS", saved.c_str(), 1) : unsetenv("RDMALIB_DISABLE_CAPS");
+  EXPECT_EQ(f->mask().to_string(), "remote_cq_data,wait_fd");
+  EXPECT_FALSE(f->capabilities().remote_cq_data);
+  EXPECT_FALSE(f->capabilities().wait_fd);
+  EXPECT_TRUE(f->capabilities().write_consumes_receive);
+}
+
+TEST_P(Setup, ListenerFdSignalsPendingRequest) {
+  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  int fd = listener.fd();
+  RecordProperty("listener_fd", fd >= 0 ? "yes" : "none");
+  auto pd = pattern_vector(32, 6);
+  Address where = listener.address();
+  run_both(
+      [&] {
+        if (fd >= 0) {
+          // A daemon multiplexes listeners with poll(): the fd must wake it.
+          pollfd p{fd, POLLIN, 0};
+          auto t0 = Clock::now();
+          int r = 0;
+          while (r == 0 && Clock::now() - t0 < kDeadline)
+            r = poll(&p, 1, kDeadlineMs);
+          ASSERT_EQ(r, 1) << "listener fd never became readable for a pending request";
+        }
+        Connection c = listener.accept(pd.data(), pd.size(), kDeadline);
+        EXPECT_TRUE(c.is_open());
+      },
+      [&] {
+        Connection c = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+        EXPECT_TRUE(c.is_open());
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, Setup, testing::ValuesIn(provider_configs()), provider_name);
