@@ -110,7 +110,7 @@ if [ -n "$lf" ]; then
     rxm_filter='*verbs_ofi_rxm*'
   else
     msg_filter='*ConnectCarriesPrivateData*verbs_msg__native:*SendRecvSizes*verbs_msg__native:*CapabilitiesMatch*verbs_msg__all_off'
-    rxm_filter='*ConnectCarriesPrivateData*verbs_ofi_rxm*native:*SendRecvSizes*verbs_ofi_rxm*native:*WriteImm*verbs_ofi_rxm*native'
+    rxm_filter='*ConnectCarriesPrivateData*verbs_ofi_rxm*native:*SendRecvSizes*verbs_ofi_rxm*native'
   fi
   lfsmoke=$lf/tests/softroce/verbs_smoke
   [ -x "$lfsmoke" ] || lfsmoke=$lf/verbs_smoke
