@@ -76,6 +76,15 @@ uname -r
 rdma link show
 
 # ---- the verbs backend -------------------------------------------------------------
+# Discovery and capability negotiation through the user tool, and a device
+# database written for this machine that opens again.
+if [ -x "$verbs/tools/rfaas-info" ]; then
+  step verbs-rfaas-info 1 sh -c "'$verbs/tools/rfaas-info' --write-devices /tmp/devices.json &&
+    '$verbs/tools/rfaas-info' --devices /tmp/devices.json && cat /tmp/devices.json"
+fi
+if [ -x "$verbs/tests/rdmalib_unit_tests" ]; then
+  step verbs-unit-tests 1 "$verbs/tests/rdmalib_unit_tests" --gtest_brief=1
+fi
 smoke=$verbs/tests/softroce/verbs_smoke
 [ -x "$smoke" ] || smoke=$verbs/verbs_smoke
 if [ -x "$smoke" ]; then
