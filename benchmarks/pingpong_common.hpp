@@ -253,12 +253,15 @@ struct Schedule {
   }
 };
 
-inline size_t max_size(const Options &o) { return *std::max_element(o.sizes.begin(), o.sizes.end()); }
+inline size_t max_size(const Options &o) {
+  return *std::max_element(o.sizes.begin(), o.sizes.end());
+}
 inline size_t iterations_for(const Options &o, size_t size) {
   return o.iters ? o.iters : default_iterations(size);
 }
 inline size_t warmup_for(const Options &o, size_t size) {
-  return o.warmup ? o.warmup : (o.iters ? std::max<size_t>(o.iters / 10, 10) : default_warmup(size));
+  return o.warmup ? o.warmup
+                  : (o.iters ? std::max<size_t>(o.iters / 10, 10) : default_warmup(size));
 }
 inline Schedule schedule_for(const Options &o, size_t size) {
   Schedule s;
@@ -315,7 +318,8 @@ struct Watchdog {
   }
   /// Remaining milliseconds until the deadline (at least 1).
   int remaining_ms() const {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     return left > 1 ? static_cast<int>(std::min<long long>(left, 1 << 30)) : 1;
   }
 };
@@ -448,8 +452,9 @@ inline void print_header(const Options &o, const RunInfo &info) {
   if (!o.quiet) {
     std::printf("# %s impl=%s provider=%s endpoint=%s wait=%s pin=%s %s\n", o.program.c_str(),
                 info.impl.c_str(), info.provider.c_str(), info.endpoint.c_str(), info.wait.c_str(),
-                o.pin ? (std::to_string(o.server_core) + "," + std::to_string(o.client_core)).c_str()
-                      : "no",
+                o.pin
+                    ? (std::to_string(o.server_core) + "," + std::to_string(o.client_core)).c_str()
+                    : "no",
                 info.detail.c_str());
   }
   std::printf("%-9s %9s %7s %11s %11s %11s %11s %9s\n", "mode", "size", "iters", "median_us",
@@ -481,8 +486,9 @@ inline void write_csv(const Options &o, const RunInfo &info, const std::vector<R
   char line[512];
   for (const Row &r : rows) {
     std::snprintf(line, sizeof line, "%s,\"%s\",%s,%s,%s,%zu,%zu,%.3f,%.3f,%.3f,%.3f\n",
-                  info.impl.c_str(), info.provider.c_str(), info.endpoint.c_str(), info.wait.c_str(),
-                  mode_name(r.mode), r.size, r.iters, r.median_us, r.p99_us, r.min_us, r.mean_us);
+                  info.impl.c_str(), info.provider.c_str(), info.endpoint.c_str(),
+                  info.wait.c_str(), mode_name(r.mode), r.size, r.iters, r.median_us, r.p99_us,
+                  r.min_us, r.mean_us);
     out << line;
   }
   if (!out)

@@ -69,9 +69,7 @@ std::string canonical_provider(const std::string &p) {
 /// on a 2-core machine starves that thread (milliseconds per message), while
 /// blocking CQ reads give ~28 us one way. So on sockets we sleep in
 /// fi_cq_sread instead of spinning, unless the user asked otherwise.
-bool provider_needs_blocking_waits(const std::string &provider) {
-  return provider == "sockets";
-}
+bool provider_needs_blocking_waits(const std::string &provider) { return provider == "sockets"; }
 
 void close_fid(fid_t f, const char *what) {
   if (!f)
@@ -136,13 +134,15 @@ public:
     if (o_.endpoint == "msg" || o_.endpoint == "auto") {
       info_ = query(FI_EP_MSG);
       if (!info_ && o_.endpoint == "msg")
-        die("provider \"%s\" offers no FI_EP_MSG endpoint with FI_MSG|FI_RMA here (try --endpoint rdm)",
+        die("provider \"%s\" offers no FI_EP_MSG endpoint with FI_MSG|FI_RMA here (try --endpoint "
+            "rdm)",
             provider_.c_str());
     }
     if (!info_) {
       info_ = query(FI_EP_RDM);
       if (!info_)
-        die("provider \"%s\" offers no %s endpoint with FI_MSG|FI_RMA here (fi_info -l lists providers)",
+        die("provider \"%s\" offers no %s endpoint with FI_MSG|FI_RMA here (fi_info -l lists "
+            "providers)",
             provider_.c_str(), o_.endpoint == "rdm" ? "FI_EP_RDM" : "MSG or RDM");
     }
     rdm_ = info_->ep_attr->type == FI_EP_RDM;
@@ -173,7 +173,8 @@ public:
 
   void post_recv(int slot) {
     for (;;) {
-      ssize_t ret = fi_recv(ep_, slot_buf(slot), slot_bytes_, desc_, FI_ADDR_UNSPEC, &recv_ctx_[slot]);
+      ssize_t ret =
+          fi_recv(ep_, slot_buf(slot), slot_bytes_, desc_, FI_ADDR_UNSPEC, &recv_ctx_[slot]);
       if (ret == 0)
         return;
       if (ret != -FI_EAGAIN)
@@ -203,8 +204,8 @@ public:
   void post_writedata(size_t size, uint64_t imm) {
     uint64_t dst = peer_.base + 3 * slot_bytes_;
     for (;;) {
-      ssize_t ret = fi_writedata(ep_, send_buf(), size, desc_, imm, peer_addr_, dst, peer_.key,
-                                 &write_ctx_);
+      ssize_t ret =
+          fi_writedata(ep_, send_buf(), size, desc_, imm, peer_addr_, dst, peer_.key, &write_ctx_);
       if (ret == 0)
         break;
       if (ret != -FI_EAGAIN)
@@ -332,7 +333,8 @@ private:
     // one registration per process, so any constant will do.
     uint64_t key = (mode & FI_MR_PROV_KEY) ? 0 : (server_ ? 0x5e12 : 0xc11e);
     uint64_t access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-    fi_check("fi_mr_reg", fi_mr_reg(domain_, region_, region_bytes_, access, 0, key, 0, &mr_, nullptr));
+    fi_check("fi_mr_reg",
+             fi_mr_reg(domain_, region_, region_bytes_, access, 0, key, 0, &mr_, nullptr));
     if (mode & FI_MR_ENDPOINT) {
       fi_check("fi_mr_bind", fi_mr_bind(mr_, &ep_->fid, 0));
       fi_check("fi_mr_enable", fi_mr_enable(mr_));
@@ -568,9 +570,9 @@ void server(const Options &o, Oob &oob) {
         RxEvent ev = ep.wait_rx("the client's ping");
         check_event(ev, mode, size, i);
         // The client marks its last ping in the first payload byte.
-        bool last = static_cast<unsigned char>(
-                        (mode == Mode::Send ? ep.slot_buf(ev.slot) : ep.target_buf())[0]) ==
-                    kLastMarker;
+        bool last =
+            static_cast<unsigned char>(
+                (mode == Mode::Send ? ep.slot_buf(ev.slot) : ep.target_buf())[0]) == kLastMarker;
         if (mode == Mode::Send)
           ep.post_send(size);
         else
@@ -645,10 +647,11 @@ void client(const Options &o, Oob &oob) {
 } // namespace
 
 int main(int argc, char **argv) {
-  return guarded_main(argc, argv, "raw_libfabric_pingpong",
-                      "Ping-pong written directly against libfabric: the baseline for rdmalib_pingpong.",
-                      [](const Options &o) {
-                        return run_pair(
-                            o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
-                      });
+  return guarded_main(
+      argc, argv, "raw_libfabric_pingpong",
+      "Ping-pong written directly against libfabric: the baseline for rdmalib_pingpong.",
+      [](const Options &o) {
+        return run_pair(
+            o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
+      });
 }

@@ -95,9 +95,9 @@ public:
     uint16_t port = oob.recv_value<uint16_t>("the server's listening port");
     const rdmalib::RemoteBuffer &mine = buf_.remote();
     watchdog().what = "the connection to the server";
-    conn_ = rdmalib::Connection::connect(fabric_, rdmalib::Address{o_.host, port}, &mine,
-                                         sizeof mine,
-                                         std::chrono::milliseconds(watchdog().remaining_ms()));
+    conn_ =
+        rdmalib::Connection::connect(fabric_, rdmalib::Address{o_.host, port}, &mine, sizeof mine,
+                                     std::chrono::milliseconds(watchdog().remaining_ms()));
     const auto &pd = conn_.peer_private_data();
     if (pd.size() < sizeof(rdmalib::RemoteBuffer))
       die("the server's private data has %zu bytes, expected a RemoteBuffer", pd.size());
@@ -266,9 +266,9 @@ void server(const Options &o, Oob &oob) {
         RxEvent ev = side.wait_rx("the client's ping");
         check_event(ev, mode, size, i);
         // The client marks its last ping in the first payload byte.
-        bool last = static_cast<unsigned char>(
-                        (mode == Mode::Send ? side.slot_buf(ev.slot) : side.target_buf())[0]) ==
-                    kLastMarker;
+        bool last =
+            static_cast<unsigned char>((mode == Mode::Send ? side.slot_buf(ev.slot)
+                                                           : side.target_buf())[0]) == kLastMarker;
         if (mode == Mode::Send)
           side.send(size);
         else
@@ -343,13 +343,14 @@ void client(const Options &o, Oob &oob) {
 } // namespace
 
 int main(int argc, char **argv) {
-  return guarded_main(argc, argv, "rdmalib_pingpong",
-                      "Ping-pong through rdmalib's public API; compare with raw_libfabric_pingpong.",
-                      [](const Options &o) {
-                        // The start-up line (Fabric::describe) goes into our header;
-                        // keep rdmalib's own info logging out of the table.
-                        spdlog::set_level(spdlog::level::warn);
-                        return run_pair(
-                            o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
-                      });
+  return guarded_main(
+      argc, argv, "rdmalib_pingpong",
+      "Ping-pong through rdmalib's public API; compare with raw_libfabric_pingpong.",
+      [](const Options &o) {
+        // The start-up line (Fabric::describe) goes into our header;
+        // keep rdmalib's own info logging out of the table.
+        spdlog::set_level(spdlog::level::warn);
+        return run_pair(
+            o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
+      });
 }
