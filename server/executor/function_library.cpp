@@ -1,0 +1,172 @@
+#include "executor/function_library.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/protocol.hpp"
+#include "executor/elf_symbols.hpp"
+
+namespace rfaas::executor {
+
+namespace {
+
+std::string errno_text(int err) { return std::string(std::strerror(err)); }
+
+std::string dl_text() {
+  const char *e = dlerror();
+  return e ? std::string(e) : std::string("no error text from the dynamic loader");
+}
+
+} // namespace
+
+FunctionLibrary::~FunctionLibrary() { release(); }
+
+FunctionLibrary::FunctionLibrary(FunctionLibrary &&o) noexcept
+    : handle_(std::exchange(o.handle_, nullptr)), memfd_(std::exchange(o.memfd_, -1)),
+      name_(std::move(o.name_)), table_(std::move(o.table_)), by_hash_(std::move(o.by_hash_)) {}
+
+FunctionLibrary &FunctionLibrary::operator=(FunctionLibrary &&o) noexcept {
+  if (this != &o) {
+    release();
+    handle_ = std::exchange(o.handle_, nullptr);
+    memfd_ = std::exchange(o.memfd_, -1);
+    name_ = std::move(o.name_);
+    table_ = std::move(o.table_);
+    by_hash_ = std::move(o.by_hash_);
+  }
+  return *this;
+}
+
+void FunctionLibrary::release() noexcept {
+  table_.clear();
+  by_hash_.clear();
+  if (handle_) {
+    if (dlclose(handle_) != 0)
+      std::fprintf(stderr, "rfaas: dlclose of function library '%s' failed: %s\n", name_.c_str(),
+                   dl_text().c_str());
+    handle_ = nullptr;
+  }
+  if (memfd_ >= 0) {
+    close(memfd_);
+    memfd_ = -1;
+  }
+}
+
+FunctionLibrary FunctionLibrary::load(const void *bytes, size_t size, const std::string &name) {
+  const std::string what = "function library '" + name + "'";
+  if (bytes == nullptr || size == 0)
+    throw LibraryError(what + " is empty");
+
+  std::string error;
+  if (!check_elf_image(bytes, size, error))
+    throw LibraryError("cannot load " + what + ": " + error);
+
+  FunctionLibrary lib;
+  lib.name_ = name;
+  // The memfd name shows up in /proc/<pid>/maps; it needs no uniqueness.
+  std::string memfd_name = "rfaas:" + name.substr(0, 200);
+  lib.memfd_ = memfd_create(memfd_name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (lib.memfd_ < 0)
+    throw LibraryError("cannot create an in-memory file for " + what +
+                       ": memfd_create: " + errno_text(errno));
+
+  const auto *p = static_cast<const char *>(bytes);
+  size_t left = size;
+  while (left > 0) {
+    ssize_t n = write(lib.memfd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      throw LibraryError("cannot copy " + what + " (" + std::to_string(size) +
+                         " bytes) into memory: write: " + errno_text(errno));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  // Freeze the image: nobody (this process included) can change what was
+  // loaded. Best effort: sealing is a defence, not a requirement.
+  (void)fcntl(lib.memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+
+  const std::string path = "/proc/self/fd/" + std::to_string(lib.memfd_);
+  dlerror(); // clear any stale error
+  // RTLD_NOW: an unresolved symbol fails here, not in the middle of a call.
+  // RTLD_LOCAL: two allocations' libraries never see each other's symbols.
+  lib.handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib.handle_)
+    throw LibraryError("cannot load " + what + " from memory: " + dl_text());
+
+  std::vector<std::string> names;
+  if (!list_exported_functions(bytes, size, names, error))
+    throw LibraryError("cannot list the functions of " + what + ": " + error);
+
+  lib.table_.reserve(names.size());
+  for (std::string &n : names) {
+    dlerror();
+    void *sym = dlsym(lib.handle_, n.c_str());
+    if (!sym)
+      throw LibraryError("cannot resolve function '" + n + "' in " + what + ": " + dl_text());
+    FunctionEntry e;
+    e.hash = protocol::function_hash(n);
+    e.function = reinterpret_cast<Function>(sym);
+    e.name = std::move(n);
+    lib.table_.push_back(std::move(e));
+  }
+
+  lib.by_hash_.reserve(lib.table_.size());
+  for (uint32_t i = 0; i < lib.table_.size(); ++i)
+    lib.by_hash_.emplace_back(lib.table_[i].hash, i);
+  std::sort(lib.by_hash_.begin(), lib.by_hash_.end());
+  for (size_t i = 1; i < lib.by_hash_.size(); ++i) {
+    if (lib.by_hash_[i].first == lib.by_hash_[i - 1].first) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%08x", lib.by_hash_[i].first);
+      throw LibraryError(what + ": functions '" + lib.table_[lib.by_hash_[i - 1].second].name +
+                         "' and '" + lib.table_[lib.by_hash_[i].second].name +
+                         "' have the same name hash " + hex +
+                         ", so invocations could not tell them apart; rename one");
+    }
+  }
+  return lib;
+}
+
+Function FunctionLibrary::find(std::string_view name) const noexcept {
+  long i = index_of(name);
+  return i < 0 ? nullptr : table_[static_cast<size_t>(i)].function;
+}
+
+long FunctionLibrary::index_of(std::string_view name) const noexcept {
+  auto it = std::lower_bound(table_.begin(), table_.end(), name,
+                             [](const FunctionEntry &e, std::string_view n) { return e.name < n; });
+  if (it == table_.end() || it->name != name)
+    return -1;
+  return static_cast<long>(it - table_.begin());
+}
+
+Function FunctionLibrary::find_hash(uint32_t hash) const noexcept {
+  auto it = std::lower_bound(
+      by_hash_.begin(), by_hash_.end(), hash,
+      [](const std::pair<uint32_t, uint32_t> &e, uint32_t h) { return e.first < h; });
+  if (it == by_hash_.end() || it->first != hash)
+    return nullptr;
+  return table_[it->second].function;
+}
+
+Function FunctionLibrary::resolve(const std::string &name) const {
+  if (!handle_)
+    throw LibraryError("cannot resolve function '" + name + "': no library is loaded");
+  dlerror();
+  void *sym = dlsym(handle_, name.c_str());
+  if (!sym)
+    throw LibraryError("function '" + name + "' not found in function library '" + name_ +
+                       "': " + dl_text());
+  return reinterpret_cast<Function>(sym);
+}
+
+} // namespace rfaas::executor
