@@ -1,0 +1,129 @@
+#include "common/launch_spec.hpp"
+
+#include <sstream>
+
+namespace rfaas::server {
+
+std::string to_hex(const void *data, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  const auto *p = static_cast<const uint8_t *>(data);
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = digits[p[i] >> 4];
+    s[2 * i + 1] = digits[p[i] & 0xF];
+  }
+  return s;
+}
+
+std::vector<uint8_t> from_hex(const std::string &hex) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0)
+    throw SpecError("launch spec: hex field has an odd length");
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      throw SpecError("launch spec: hex field holds a non-hex character");
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+std::string LaunchSpec::serialize() const {
+  std::ostringstream o;
+  o << "allocation_id " << allocation_id << "\n";
+  o << "secret " << to_hex(secret.bytes, sizeof secret.bytes) << "\n";
+  o << "cores";
+  for (int c : cores)
+    o << " " << c;
+  o << "\n";
+  o << "memory_mib " << memory_mib << "\n";
+  std::string dev = rdmalib::DeviceDatabase({device}).to_json();
+  o << "device " << to_hex(dev.data(), dev.size()) << "\n";
+  o << "manager_host " << manager_host << "\n";
+  o << "manager_port " << manager_port << "\n";
+  o << "connect_ms " << connect_ms << "\n";
+  o << "library_loaded_ms " << library_loaded_ms << "\n";
+  o << "request " << to_hex(request.data(), request.size()) << "\n";
+  o << "end\n";
+  return o.str();
+}
+
+LaunchSpec LaunchSpec::parse(const std::string &text) {
+  LaunchSpec s;
+  std::istringstream in(text);
+  std::string line;
+  bool ended = false;
+  unsigned seen = 0;
+  auto number = [](const std::string &key, std::istringstream &ls) {
+    uint64_t v;
+    if (!(ls >> v))
+      throw SpecError("launch spec: " + key + ": expected a number");
+    return v;
+  };
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key;
+    ls >> key;
+    if (key == "end") {
+      ended = true;
+      break;
+    }
+    ++seen;
+    if (key == "allocation_id") {
+      s.allocation_id = number(key, ls);
+    } else if (key == "secret") {
+      std::string h;
+      ls >> h;
+      auto b = from_hex(h);
+      if (b.size() != sizeof s.secret.bytes)
+        throw SpecError("launch spec: secret: expected 16 bytes");
+      std::copy(b.begin(), b.end(), s.secret.bytes);
+    } else if (key == "cores") {
+      int c;
+      while (ls >> c)
+        s.cores.push_back(c);
+    } else if (key == "memory_mib") {
+      s.memory_mib = static_cast<uint32_t>(number(key, ls));
+    } else if (key == "device") {
+      std::string h;
+      ls >> h;
+      auto b = from_hex(h);
+      try {
+        auto db = rdmalib::DeviceDatabase::parse(std::string(b.begin(), b.end()), "launch spec");
+        if (db.devices().size() != 1)
+          throw SpecError("launch spec: device: expected exactly one entry");
+        s.device = db.devices()[0];
+      } catch (const rdmalib::Error &e) {
+        throw SpecError(std::string("launch spec: device: ") + e.what());
+      }
+    } else if (key == "manager_host") {
+      ls >> s.manager_host;
+    } else if (key == "manager_port") {
+      s.manager_port = static_cast<uint16_t>(number(key, ls));
+    } else if (key == "connect_ms") {
+      s.connect_ms = static_cast<uint32_t>(number(key, ls));
+    } else if (key == "library_loaded_ms") {
+      s.library_loaded_ms = static_cast<uint32_t>(number(key, ls));
+    } else if (key == "request") {
+      std::string h;
+      ls >> h;
+      s.request = from_hex(h);
+    } else {
+      throw SpecError("launch spec: unknown key \"" + key + "\"");
+    }
+  }
+  if (!ended)
+    throw SpecError("launch spec: truncated (no \"end\" line)");
+  if (seen < 10)
+    throw SpecError("launch spec: incomplete (" + std::to_string(seen) + " of 10 keys)");
+  return s;
+}
+
+} // namespace rfaas::server

@@ -1,0 +1,56 @@
+// What an executor manager tells an executor it starts: the allocation, the
+// cores and memory it may use, where its client and its manager are, and the
+// client's AllocationRequest as received (its result descriptors included).
+//
+// This is not a wire protocol between machines: the manager hands it to its own
+// zygote (or to a freshly executed executor) on the same node through a pipe or
+// a memfd, so it is a simple text form ("key value" lines, binary fields in
+// hex) that is easy to read in a debugger and strict to parse.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <rdmalib/device.hpp>
+
+#include "common/protocol.hpp"
+
+namespace rfaas::server {
+
+class SpecError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchSpec {
+  uint64_t allocation_id = 0;
+  /// Presented back to the manager in ExecutorHello.
+  protocol::Token secret;
+  /// CPU ids, one per worker (worker i is pinned to cores[i]).
+  std::vector<int> cores;
+  /// Data-segment limit of the executor process, MiB (0 = none).
+  uint32_t memory_mib = 0;
+  /// The device the executor opens (the manager's, with its overrides).
+  rdmalib::DeviceConfig device;
+  /// The manager's listener, for the accounting connection.
+  std::string manager_host;
+  uint16_t manager_port = 0;
+  /// Deadlines, milliseconds.
+  uint32_t connect_ms = 5000;
+  uint32_t library_loaded_ms = 10000;
+  /// The client's AllocationRequest and its descriptors, encoded as received.
+  std::vector<uint8_t> request;
+
+  /// Text form. Never fails.
+  std::string serialize() const;
+  /// Parse the text form. Throws SpecError naming the bad line.
+  static LaunchSpec parse(const std::string &text);
+};
+
+/// Lowercase hex of `n` bytes, and back (SpecError on bad input).
+std::string to_hex(const void *data, size_t n);
+std::vector<uint8_t> from_hex(const std::string &hex);
+
+} // namespace rfaas::server

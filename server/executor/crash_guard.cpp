@@ -1,0 +1,96 @@
+#include "executor/crash_guard.hpp"
+
+#include <atomic>
+#include <csetjmp>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace rfaas::executor {
+
+namespace {
+
+constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+
+// Per-thread guard state. Thread-locals of the executable use the
+// initial-exec TLS model: reading them in a signal handler is safe.
+thread_local sigjmp_buf t_jump;
+thread_local volatile sig_atomic_t t_active = 0;
+thread_local void *t_altstack = nullptr;
+
+void on_fatal(int sig, siginfo_t *, void *) {
+  if (t_active) {
+    t_active = 0;
+    siglongjmp(t_jump, sig);
+  }
+  // Not inside a guarded call: die with the signal as if no handler existed.
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  raise(sig);
+}
+
+std::once_flag g_installed;
+
+} // namespace
+
+void CrashGuard::install() {
+  std::call_once(g_installed, [] {
+    for (int sig : kSignals) {
+      struct sigaction sa;
+      std::memset(&sa, 0, sizeof sa);
+      sa.sa_sigaction = on_fatal;
+      sigemptyset(&sa.sa_mask);
+      // SA_NODEFER: the signal is not blocked while the handler runs, so
+      // leaving it with siglongjmp (without a saved mask) leaves the thread's
+      // mask as it was.
+      sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+      if (sigaction(sig, &sa, nullptr) != 0)
+        throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
+                                 "): " + std::strerror(errno));
+    }
+  });
+}
+
+void CrashGuard::prepare_thread() {
+  if (t_altstack)
+    return;
+  // Large enough for the handler even with a deep libc frame on top.
+  size_t size = 64 * 1024;
+  if (size < static_cast<size_t>(SIGSTKSZ))
+    size = SIGSTKSZ;
+  void *mem = std::malloc(size);
+  if (!mem)
+    throw std::runtime_error("crash guard: cannot allocate the alternate signal stack");
+  stack_t st;
+  st.ss_sp = mem;
+  st.ss_size = size;
+  st.ss_flags = 0;
+  if (sigaltstack(&st, nullptr) != 0) {
+    std::free(mem);
+    throw std::runtime_error(std::string("crash guard: sigaltstack: ") + std::strerror(errno));
+  }
+  // Lives as long as the thread; a worker thread ends with its process.
+  t_altstack = mem;
+}
+
+int CrashGuard::run(GuardedFunction f, void *in, uint32_t size, void *out,
+                    uint32_t &result) noexcept {
+  int sig = sigsetjmp(t_jump, 0);
+  if (sig != 0)
+    return sig;
+  t_active = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  uint32_t r = f(in, size, out);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_active = 0;
+  result = r;
+  return 0;
+}
+
+} // namespace rfaas::executor

@@ -1,0 +1,38 @@
+// Runs a user function so that a fatal signal in it (SIGSEGV, SIGBUS, SIGFPE,
+// SIGILL, SIGABRT) comes back as a value instead of killing the executor
+// silently: the executor can then answer FunctionCrashed to the client and end
+// cleanly (the process's memory can no longer be trusted, so it never serves
+// another call).
+//
+// How: process-wide handlers installed once run on a per-thread alternate
+// signal stack (a stack overflow in the function still reaches the handler),
+// and siglongjmp back into run(). sigsetjmp does not save the signal mask
+// (that would be a system call per invocation); the handlers are installed
+// with SA_NODEFER instead, so the mask is unchanged when the jump lands.
+// A fatal signal outside run() (a bug in the executor itself) restores the
+// default action and re-raises it, so the process still dies with that signal.
+#pragma once
+
+#include <cstdint>
+
+namespace rfaas::executor {
+
+using GuardedFunction = uint32_t (*)(void *in, uint32_t size, void *out);
+
+class CrashGuard {
+public:
+  /// Install the process-wide handlers. Idempotent; thread-safe. Throws
+  /// std::runtime_error if sigaction fails.
+  static void install();
+
+  /// Give the calling thread its alternate signal stack. Call once per thread
+  /// that uses run(), before the first call. Throws std::runtime_error.
+  static void prepare_thread();
+
+  /// Call f(in, size, out), storing its return value in `result`. Returns 0,
+  /// or the number of the fatal signal the function raised. No allocation, no
+  /// system call on the normal path.
+  static int run(GuardedFunction f, void *in, uint32_t size, void *out, uint32_t &result) noexcept;
+};
+
+} // namespace rfaas::executor

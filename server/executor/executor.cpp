@@ -1,0 +1,706 @@
+#include "executor/executor.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <rdmalib/rdmalib.hpp>
+#include <spdlog/spdlog.h>
+
+#include "executor/crash_guard.hpp"
+#include "executor/function_library.hpp"
+
+namespace rfaas::executor {
+
+namespace proto = rfaas::protocol;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+volatile sig_atomic_t g_terminate = 0;
+void on_term(int) { g_terminate = 1; }
+
+uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+/// Counters one worker publishes for the accounting thread. Written only by
+/// the worker (relaxed stores: a plain move on x86/arm64), read by the main
+/// thread; a cache line each so workers never share one.
+struct alignas(64) WorkerCounters {
+  std::atomic<uint64_t> hot_ns{0};
+  std::atomic<uint64_t> exec_ns{0};
+  std::atomic<uint64_t> invocations{0};
+};
+
+struct Shared {
+  const server::LaunchSpec &spec;
+  rdmalib::Fabric &fabric;
+  proto::AllocationRequest request;
+  std::vector<proto::BufferDescriptor> results;
+
+  std::mutex m;
+  std::condition_variable cv;
+  bool library_done = false;
+  proto::ErrorCode library_status = proto::ErrorCode::Internal;
+  std::string library_message;
+  FunctionLibrary library;
+  unsigned finished = 0;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> crash_signal{0};
+  std::unique_ptr<WorkerCounters[]> counters;
+
+  Shared(const server::LaunchSpec &s, rdmalib::Fabric &f) : spec(s), fabric(f) {}
+
+  void end_all() {
+    stop.store(true, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(m);
+    cv.notify_all();
+  }
+  /// First outcome wins (worker 0's exit path publishes a failure that must
+  /// not overwrite a success).
+  void publish_library(proto::ErrorCode st, std::string msg) {
+    std::lock_guard<std::mutex> g(m);
+    if (library_done)
+      return;
+    library_done = true;
+    library_status = st;
+    library_message = std::move(msg);
+    cv.notify_all();
+  }
+};
+
+/// Wait for one completion of queue `q` (its status is returned through `c`).
+rdmalib::Status wait_one(rdmalib::Operations &ops, rdmalib::Queue q, rdmalib::Completion &c,
+                         int timeout_ms) {
+  rdmalib::WaitResult w = ops.wait(q, &c, 1, timeout_ms);
+  if (w.status != rdmalib::Status::Ok)
+    return w.status;
+  return c.status;
+}
+
+/// One worker thread: connect, advertise, (worker 0) fetch the library, Ready,
+/// serve until the client leaves.
+class Worker {
+public:
+  Worker(Shared &s, uint32_t index) : s_(s), index_(index) {}
+
+  void run() noexcept {
+    try {
+      setup_and_serve();
+    } catch (const std::exception &e) {
+      spdlog::error("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, e.what());
+    }
+    if (index_ == 0) // nobody else can fetch the library: release the others
+      s_.publish_library(proto::ErrorCode::Internal, "worker 0 failed");
+    std::lock_guard<std::mutex> g(s_.m);
+    ++s_.finished;
+    s_.cv.notify_all();
+  }
+
+private:
+  void pin() {
+    int cpu = s_.spec.cores[index_];
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (rc != 0)
+      spdlog::warn("executor {:x}: worker {}: cannot pin to CPU {}: {}", s_.spec.allocation_id,
+                   index_, cpu, std::strerror(rc));
+  }
+
+  void post_recv(uint64_t i) {
+    rdmalib::Status st = ops_.post_recv(ctrl_.local_bytes(i * kCtl, kCtl), i);
+    if (st != rdmalib::Status::Ok)
+      throw std::runtime_error(std::string("post_recv: ") + ops_.last_error());
+  }
+
+  /// Send a control message from the send area and wait for its completion.
+  template <class M> void send_control(const M &m) {
+    char *area = ctrl_.data() + nrecv_ * kCtl;
+    proto::WireResult r = proto::encode(m, area, kCtl);
+    if (!r)
+      throw std::runtime_error("encode: " + proto::describe(r));
+    rdmalib::Status st = ops_.send(ctrl_.local_bytes(nrecv_ * kCtl, r.size), kSendCtx);
+    if (st != rdmalib::Status::Ok)
+      throw std::runtime_error(std::string("send: ") + ops_.last_error());
+    rdmalib::Completion c;
+    // Result writes may be outstanding: skip their completions.
+    auto deadline = Clock::now() + milliseconds(s_.spec.connect_ms);
+    for (;;) {
+      st = wait_one(ops_, rdmalib::Queue::Send, c, static_cast<int>(s_.spec.connect_ms));
+      if (st != rdmalib::Status::Ok)
+        throw std::runtime_error(std::string("send completion: ") + rdmalib::to_string(st));
+      if (c.context == kSendCtx)
+        return;
+      --outstanding_;
+      if (Clock::now() > deadline)
+        throw std::runtime_error("send completion: timeout");
+    }
+  }
+
+  void setup_and_serve() {
+    pin();
+    CrashGuard::prepare_thread();
+    const proto::AllocationRequest &req = s_.request;
+    const rdmalib::Capabilities &caps = s_.fabric.capabilities();
+    slots_ = req.input_slots;
+    islot_ = req.input_slot_size;
+    rdesc_ = s_.results[index_];
+    rslot_ = rdesc_.slot_size;
+    nrecv_ = slots_ + 8;
+
+    proto::WorkerHello hello;
+    hello.allocation_id = s_.spec.allocation_id;
+    hello.worker = index_;
+    hello.workers = req.cores;
+    uint8_t hello_bytes[sizeof(proto::WorkerHello)];
+    proto::encode(hello, hello_bytes, sizeof hello_bytes);
+    rdmalib::ConnectionOptions opts;
+    opts.send_depth = slots_ + 8;
+    opts.recv_depth = nrecv_;
+    rdmalib::Address client{std::string(proto::get_text(req.client_host)), req.client_port};
+    conn_ = rdmalib::Connection::connect(s_.fabric, client, hello_bytes, sizeof hello_bytes,
+                                         milliseconds(s_.spec.connect_ms), opts);
+    proto::ConnectReply reply;
+    const auto &pd = conn_.peer_private_data();
+    proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);
+    if (!r)
+      throw std::runtime_error("client's ConnectReply: " + proto::describe(r));
+    if (reply.status != proto::ErrorCode::Ok)
+      throw std::runtime_error(std::string("client refused the worker: ") +
+                               proto::to_string(reply.status));
+
+    input_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * islot_, rdmalib::AccessRemoteWrite);
+    output_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * rslot_, rdmalib::AccessLocal);
+    ctrl_ = rdmalib::Buffer<char>(s_.fabric, (nrecv_ + 1) * kCtl, rdmalib::AccessLocal);
+    conn_.attach(input_.region());
+    conn_.attach(output_.region());
+    conn_.attach(ctrl_.region());
+    ops_ = conn_.ops();
+    for (uint64_t i = 0; i < nrecv_; ++i)
+      post_recv(i);
+    (void)caps;
+
+    proto::BufferAdvertisement adv;
+    adv.descriptor.buffer = input_.remote();
+    adv.descriptor.worker = index_;
+    adv.descriptor.slots = slots_;
+    adv.descriptor.slot_size = islot_;
+    send_control(adv);
+
+    if (index_ == 0)
+      fetch_library();
+    proto::ErrorCode status;
+    std::string message;
+    {
+      std::unique_lock<std::mutex> g(s_.m);
+      auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
+      if (!s_.cv.wait_until(g, deadline, [&] { return s_.library_done || s_.stop.load(); }))
+        s_.library_message = "no CodeHeader in time";
+      status = s_.library_done ? s_.library_status : proto::ErrorCode::Timeout;
+      message = s_.library_done ? s_.library_message : "the library did not arrive in time";
+      if (status == proto::ErrorCode::Ok)
+        lib_ = &s_.library;
+    }
+    proto::Ready ready;
+    ready.status = status;
+    ready.worker = index_;
+    ready.function_count = lib_ ? static_cast<uint32_t>(lib_->size()) : 0;
+    proto::set_text_truncated(ready.message, message);
+    send_control(ready);
+    if (status != proto::ErrorCode::Ok) {
+      s_.end_all();
+      return;
+    }
+    serve();
+  }
+
+  /// Worker 0: wait for the CodeHeader, RDMA-read the library, check, load.
+  void fetch_library() {
+    const auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
+    proto::CodeHeader code;
+    for (;;) {
+      int left = static_cast<int>(
+          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0)
+        return s_.publish_library(proto::ErrorCode::Timeout, "no CodeHeader in time");
+      rdmalib::Completion c;
+      rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, &c, 1, left);
+      if (w.status == rdmalib::Status::Timeout)
+        continue;
+      if (w.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok ||
+          c.kind == rdmalib::OpKind::PeerClosed) {
+        s_.end_all();
+        return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client left");
+      }
+      if (c.kind != rdmalib::OpKind::Recv)
+        continue;
+      const char *msg = ctrl_.data() + c.context * kCtl;
+      proto::Header h;
+      proto::WireResult r = proto::peek(msg, kCtl, h);
+      if (r && h.type == proto::MessageType::Shutdown) {
+        s_.end_all();
+        return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client shut down");
+      }
+      r = proto::decode(msg, kCtl, code);
+      post_recv(c.context);
+      if (!r)
+        return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                                  "bad CodeHeader: " + proto::describe(r));
+      break;
+    }
+    const proto::AllocationRequest &req = s_.request;
+    if (code.library_size != req.library_size || code.checksum != req.library_checksum)
+      return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                                "CodeHeader does not match the AllocationRequest's library");
+    if (code.source.size < code.library_size)
+      return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                                "CodeHeader.source is smaller than the library");
+    rdmalib::Buffer<char> bytes(s_.fabric, code.library_size, rdmalib::AccessLocal);
+    conn_.attach(bytes.region());
+    size_t chunk = s_.fabric.capabilities().max_message;
+    if (chunk == 0 || chunk > (8u << 20))
+      chunk = 8u << 20;
+    for (uint64_t off = 0; off < code.library_size; off += chunk) {
+      size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, code.library_size - off));
+      rdmalib::Status st = ops_.read(bytes.local_bytes(off, len), code.source, off, kReadCtx);
+      rdmalib::Completion c;
+      if (st == rdmalib::Status::Ok)
+        st = wait_one(ops_, rdmalib::Queue::Send, c, static_cast<int>(s_.spec.library_loaded_ms));
+      if (st != rdmalib::Status::Ok)
+        return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                                  std::string("RDMA read of the library failed: ") +
+                                      rdmalib::to_string(st));
+    }
+    if (proto::library_checksum(bytes.data(), code.library_size) != code.checksum)
+      return s_.publish_library(proto::ErrorCode::LibraryInvalid, "library checksum mismatch");
+    try {
+      FunctionLibrary lib = FunctionLibrary::load(bytes.data(), code.library_size,
+                                                  std::string(proto::get_text(code.name)));
+      std::lock_guard<std::mutex> g(s_.m);
+      spdlog::info("executor {:x}: loaded {} ({} bytes, {} functions)", s_.spec.allocation_id,
+                   lib.name(), code.library_size, lib.size());
+      s_.library = std::move(lib);
+      s_.library_done = true;
+      s_.library_status = proto::ErrorCode::Ok;
+      s_.cv.notify_all();
+    } catch (const std::exception &e) {
+      s_.publish_library(proto::ErrorCode::LibraryInvalid, e.what());
+    }
+  }
+
+  /// The hot path: no allocation, no logging, no exception per invocation.
+  void serve() {
+    const bool repost = s_.fabric.capabilities().write_consumes_receive;
+    const int32_t hot_ms = s_.request.hot_timeout_ms;
+    const auto hot_budget = std::chrono::milliseconds(hot_ms < 0 ? 0 : hot_ms);
+    WorkerCounters &pub = s_.counters[index_];
+    uint64_t hot_ns = 0, exec_ns = 0, invocations = 0;
+    rdmalib::Completion comps[16], scomps[16];
+    bool warm = hot_ms == 0;
+    Clock::time_point idle_start = Clock::now();
+    bool ending = false;
+
+    while (!ending) {
+      size_t n = ops_.poll(rdmalib::Queue::Recv, comps, 16);
+      if (outstanding_ > 0) {
+        size_t m = ops_.poll(rdmalib::Queue::Send, scomps, 16);
+        for (size_t i = 0; i < m; ++i)
+          if (scomps[i].status != rdmalib::Status::Ok)
+            ending = true; // the client is gone
+        outstanding_ -= static_cast<uint32_t>(m);
+      }
+      if (n == 0) {
+        if (s_.stop.load(std::memory_order_relaxed) || g_terminate)
+          break;
+        if (hot_ms < 0)
+          continue;
+        if (!warm) {
+          Clock::time_point now = Clock::now();
+          if (now - idle_start < hot_budget)
+            continue;
+          hot_ns += ns_between(idle_start, now);
+          pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+          warm = true;
+        }
+        // Warm: sleep on the completion fd; wake up now and then to notice a
+        // stop request from another worker or the main thread.
+        rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, comps, 16, 200);
+        if (w.status == rdmalib::Status::Timeout)
+          continue;
+        if (w.status != rdmalib::Status::Ok)
+          break;
+        n = w.count;
+      }
+      for (size_t i = 0; i < n && !ending; ++i) {
+        const rdmalib::Completion &c = comps[i];
+        if (c.status != rdmalib::Status::Ok || c.kind == rdmalib::OpKind::PeerClosed) {
+          ending = true;
+          break;
+        }
+        if (c.kind == rdmalib::OpKind::Recv) {
+          proto::Header h;
+          if (proto::peek(ctrl_.data() + c.context * kCtl, kCtl, h) &&
+              h.type == proto::MessageType::Shutdown) {
+            ending = true;
+            break;
+          }
+          if (post_recv_nothrow(c.context))
+            ending = true;
+          continue;
+        }
+        if (c.kind != rdmalib::OpKind::RemoteWriteImm)
+          continue;
+        Clock::time_point t0 = Clock::now();
+        if (!warm)
+          hot_ns += ns_between(idle_start, t0);
+        int crashed = invoke(c.imm);
+        Clock::time_point t1 = Clock::now();
+        exec_ns += ns_between(t0, t1);
+        ++invocations;
+        pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+        pub.exec_ns.store(exec_ns, std::memory_order_relaxed);
+        pub.invocations.store(invocations, std::memory_order_relaxed);
+        if (repost && post_recv_nothrow(c.context))
+          ending = true;
+        if (crashed < 0) // the result could not be posted: the client is gone
+          ending = true;
+        if (crashed > 0) {
+          end_after_crash(crashed);
+          return;
+        }
+        idle_start = t1;
+        warm = hot_ms == 0;
+      }
+    }
+    if (!warm && hot_ms != 0) {
+      hot_ns += ns_between(idle_start, Clock::now());
+      pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+    }
+  }
+
+  bool post_recv_nothrow(uint64_t i) noexcept {
+    return ops_.post_recv(ctrl_.local_bytes(i * kCtl, kCtl), i) != rdmalib::Status::Ok;
+  }
+
+  /// Serve the invocation announced by `imm`. Returns 0, the signal number if
+  /// the function crashed, or -1 if the result could not be posted.
+  int invoke(uint32_t imm) noexcept {
+    const proto::Immediate im = proto::parse_immediate(imm);
+    const uint32_t s = im.slot;
+    if (s >= slots_)
+      return 0; // outside the input buffer: nothing to answer into
+    char *in = input_.data() + size_t(s) * islot_;
+    char *out = output_.data() + size_t(s) * rslot_;
+    proto::InvocationHeader h;
+    proto::WireResult r = proto::decode(in, islot_, h);
+    proto::ResultHeader res;
+    res.slot = static_cast<uint16_t>(s);
+    uint64_t id = im.sequence;
+    int crashed = 0;
+    if (!r) {
+      if (r.error == proto::WireError::TooLarge) {
+        res.status = proto::ErrorCode::PayloadTooLarge;
+        res.detail = islot_ - static_cast<uint32_t>(proto::kInvocationHeaderSize);
+        id = h.invocation_id;
+      } else {
+        res.status = proto::reply_code(r.error);
+      }
+    } else {
+      id = h.invocation_id;
+      Function fn = h.slot == s ? lib_->find_hash(h.function) : nullptr;
+      if (h.slot != s) {
+        res.status = proto::ErrorCode::BadRequest;
+      } else if (!fn) {
+        res.status = proto::ErrorCode::UnknownFunction;
+        res.detail = h.function;
+      } else {
+        uint32_t produced = 0;
+        crashed = CrashGuard::run(fn, in + proto::kInvocationHeaderSize, h.payload_size,
+                                  out + proto::kResultHeaderSize, produced);
+        if (crashed) {
+          res.status = proto::ErrorCode::FunctionCrashed;
+          res.detail = static_cast<uint32_t>(crashed);
+        } else if (produced > rslot_ - proto::kResultHeaderSize) {
+          res.status = proto::ErrorCode::OutputTooLarge;
+          res.detail = produced;
+        } else {
+          res.output_size = produced;
+        }
+      }
+    }
+    res.invocation_id = id;
+    proto::encode(res, out, rslot_);
+    uint32_t rimm = proto::make_immediate(s, id, res.status);
+    rdmalib::Status st = ops_.write_imm(
+        output_.local_bytes(size_t(s) * rslot_, proto::kResultHeaderSize + res.output_size),
+        rdesc_.buffer, uint64_t(s) * rslot_, rimm, kResultCtx);
+    if (st != rdmalib::Status::Ok)
+      return -1;
+    ++outstanding_;
+    return crashed;
+  }
+
+  /// A function crashed: the result is posted; make sure it left, tell the
+  /// client we are ending, and stop the whole executor (its memory can no
+  /// longer be trusted).
+  void end_after_crash(int sig) {
+    s_.crash_signal.store(sig);
+    rdmalib::Completion c;
+    while (outstanding_ > 0 && wait_one(ops_, rdmalib::Queue::Send, c, 1000) == rdmalib::Status::Ok)
+      --outstanding_;
+    proto::Shutdown bye;
+    bye.allocation_id = s_.spec.allocation_id;
+    bye.reason = proto::ErrorCode::FunctionCrashed;
+    try {
+      send_control(bye);
+    } catch (const std::exception &) {
+      // The client may already be gone; ending is all that is left to do.
+    }
+    s_.end_all();
+  }
+
+  static constexpr size_t kCtl = proto::kControlMessageMax;
+  static constexpr uint64_t kSendCtx = 1ull << 40;
+  static constexpr uint64_t kReadCtx = 2ull << 40;
+  static constexpr uint64_t kResultCtx = 3ull << 40;
+
+  Shared &s_;
+  uint32_t index_;
+  uint32_t slots_ = 0, islot_ = 0, rslot_ = 0;
+  uint64_t nrecv_ = 0;
+  uint32_t outstanding_ = 0;
+  proto::BufferDescriptor rdesc_;
+  rdmalib::Connection conn_;
+  rdmalib::Operations ops_;
+  rdmalib::Buffer<char> input_, output_, ctrl_;
+  const FunctionLibrary *lib_ = nullptr;
+};
+
+/// The main thread's link to the manager: accounting increments.
+class AccountingLink {
+public:
+  AccountingLink(Shared &s) : s_(s) {}
+
+  void connect() {
+    const server::LaunchSpec &spec = s_.spec;
+    proto::ExecutorHello hello;
+    hello.allocation_id = spec.allocation_id;
+    hello.secret = spec.secret;
+    uint8_t bytes[sizeof hello];
+    proto::encode(hello, bytes, sizeof bytes);
+    conn_ = rdmalib::Connection::connect(s_.fabric, {spec.manager_host, spec.manager_port}, bytes,
+                                         sizeof bytes, milliseconds(spec.connect_ms));
+    proto::ConnectReply reply;
+    const auto &pd = conn_.peer_private_data();
+    proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);
+    if (!r || reply.status != proto::ErrorCode::Ok)
+      throw std::runtime_error("the manager refused the executor");
+    buf_ = rdmalib::Buffer<char>(s_.fabric, (kRecvs + 1) * kCtl + 64, rdmalib::AccessLocal);
+    conn_.attach(buf_.region());
+    ops_ = conn_.ops();
+    for (uint64_t i = 0; i < kRecvs; ++i)
+      ops_.post_recv(buf_.local_bytes(i * kCtl, kCtl), i);
+    if (!s_.fabric.capabilities().atomics)
+      return;
+    // The manager advertises its accounting record right after accepting.
+    rdmalib::Completion c;
+    rdmalib::WaitResult w =
+        ops_.wait(rdmalib::Queue::Recv, &c, 1, static_cast<int>(spec.connect_ms));
+    if (w.status != rdmalib::Status::Ok || c.kind != rdmalib::OpKind::Recv)
+      throw std::runtime_error("no accounting record from the manager");
+    proto::BufferAdvertisement adv;
+    r = proto::decode(buf_.data() + c.context * kCtl, kCtl, adv);
+    if (!r)
+      throw std::runtime_error("accounting record: " + proto::describe(r));
+    record_ = adv.descriptor.buffer;
+    have_record_ = true;
+    ops_.post_recv(buf_.local_bytes(c.context * kCtl, kCtl), c.context);
+  }
+
+  /// Send what accumulated since the last flush. Returns false if the manager
+  /// is gone.
+  bool flush(Clock::time_point start) {
+    proto::AccountingCounters now;
+    now.allocation_ns = ns_between(start, Clock::now());
+    for (uint32_t i = 0; i < s_.request.cores; ++i) {
+      now.hot_polling_ns += s_.counters[i].hot_ns.load(std::memory_order_relaxed);
+      now.execution_ns += s_.counters[i].exec_ns.load(std::memory_order_relaxed);
+      now.invocations += s_.counters[i].invocations.load(std::memory_order_relaxed);
+    }
+    uint64_t delta[4] = {
+        now.allocation_ns - sent_.allocation_ns, now.hot_polling_ns - sent_.hot_polling_ns,
+        now.execution_ns - sent_.execution_ns, now.invocations - sent_.invocations};
+    sent_ = now;
+    if (have_record_) {
+      uint32_t posted = 0;
+      for (int i = 0; i < 4; ++i) {
+        if (delta[i] == 0)
+          continue;
+        rdmalib::LocalRef result = buf_.local_bytes(kRecvs * kCtl + 8 * i, 8);
+        if (ops_.fetch_add(result, record_, 8 * i, delta[i], i) != rdmalib::Status::Ok)
+          return false;
+        ++posted;
+      }
+      for (; posted > 0; --posted) {
+        rdmalib::Completion c;
+        if (wait_one(ops_, rdmalib::Queue::Send, c, 2000) != rdmalib::Status::Ok)
+          return false;
+      }
+      return true;
+    }
+    proto::Accounting msg;
+    msg.allocation_id = s_.spec.allocation_id;
+    msg.worker = proto::kAllWorkers;
+    msg.counters = {delta[0], delta[1], delta[2], delta[3]};
+    char *area = buf_.data() + kRecvs * kCtl;
+    proto::WireResult r = proto::encode(msg, area, kCtl);
+    rdmalib::Completion c;
+    return r && ops_.send(buf_.local_bytes(kRecvs * kCtl, r.size), 99) == rdmalib::Status::Ok &&
+           wait_one(ops_, rdmalib::Queue::Send, c, 2000) == rdmalib::Status::Ok;
+  }
+
+  /// True when the manager closed or told us to stop.
+  bool manager_left() {
+    rdmalib::Completion c[4];
+    size_t n = ops_.poll(rdmalib::Queue::Recv, c, 4);
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].status != rdmalib::Status::Ok || c[i].kind == rdmalib::OpKind::PeerClosed)
+        return true;
+      proto::Header h;
+      if (proto::peek(buf_.data() + c[i].context * kCtl, kCtl, h) &&
+          h.type == proto::MessageType::Shutdown)
+        return true;
+      ops_.post_recv(buf_.local_bytes(c[i].context * kCtl, kCtl), c[i].context);
+    }
+    return false;
+  }
+
+  void say_goodbye(proto::ErrorCode reason) {
+    proto::Shutdown bye;
+    bye.allocation_id = s_.spec.allocation_id;
+    bye.reason = reason;
+    char *area = buf_.data() + kRecvs * kCtl;
+    proto::WireResult r = proto::encode(bye, area, kCtl);
+    rdmalib::Completion c;
+    if (r && ops_.send(buf_.local_bytes(kRecvs * kCtl, r.size), 98) == rdmalib::Status::Ok)
+      wait_one(ops_, rdmalib::Queue::Send, c, 1000);
+  }
+
+private:
+  static constexpr size_t kCtl = proto::kControlMessageMax;
+  static constexpr uint64_t kRecvs = 4;
+  Shared &s_;
+  rdmalib::Connection conn_;
+  rdmalib::Operations ops_;
+  rdmalib::Buffer<char> buf_;
+  rdmalib::RemoteBuffer record_;
+  bool have_record_ = false;
+  proto::AccountingCounters sent_;
+};
+
+} // namespace
+
+bool limit_memory(uint32_t mib) noexcept {
+  if (mib == 0)
+    return true;
+  // RLIMIT_DATA (Linux >= 4.7 counts every private writable mapping: heap,
+  // anonymous mmap, thread stacks) rather than RLIMIT_AS: glibc reserves 64 MiB
+  // of address space per thread arena and libfabric maps large read-only
+  // regions, so an address-space limit would bite long before the function's
+  // data does, and would depend on the provider.
+  struct rlimit rl;
+  rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(mib) << 20;
+  return setrlimit(RLIMIT_DATA, &rl) == 0;
+}
+
+int run_executor(const server::LaunchSpec &spec) noexcept {
+  const Clock::time_point start = Clock::now();
+  try {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    if (!limit_memory(spec.memory_mib))
+      spdlog::warn("executor {:x}: cannot limit memory to {} MiB: {}", spec.allocation_id,
+                   spec.memory_mib, std::strerror(errno));
+    CrashGuard::install();
+
+    rdmalib::Fabric fabric(spec.device);
+    Shared shared(spec, fabric);
+    proto::WireResult r =
+        proto::decode(spec.request.data(), spec.request.size(), shared.request, shared.results);
+    if (!r)
+      throw std::runtime_error("allocation request: " + proto::describe(r));
+    if (shared.request.cores != spec.cores.size())
+      throw std::runtime_error("launch spec: core count does not match the request");
+    shared.counters.reset(new WorkerCounters[shared.request.cores]);
+
+    AccountingLink link(shared);
+    link.connect();
+
+    std::vector<std::unique_ptr<Worker>> workers;
+    std::vector<std::thread> threads;
+    for (uint32_t i = 0; i < shared.request.cores; ++i) {
+      workers.emplace_back(new Worker(shared, i));
+      threads.emplace_back([w = workers.back().get()] { w->run(); });
+    }
+    bool manager_gone = false;
+    auto last_flush = Clock::now();
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> g(shared.m);
+        shared.cv.wait_for(g, milliseconds(100),
+                           [&] { return shared.finished == shared.request.cores; });
+        if (shared.finished == shared.request.cores)
+          break;
+      }
+      if (g_terminate)
+        shared.end_all();
+      if (link.manager_left()) {
+        manager_gone = true;
+        shared.end_all();
+      }
+      if (!manager_gone && Clock::now() - last_flush > std::chrono::seconds(1)) {
+        if (!link.flush(start))
+          manager_gone = true;
+        last_flush = Clock::now();
+      }
+    }
+    for (auto &t : threads)
+      t.join();
+    int sig = shared.crash_signal.load();
+    if (!manager_gone) {
+      link.flush(start);
+      link.say_goodbye(sig ? proto::ErrorCode::FunctionCrashed : proto::ErrorCode::Ok);
+    }
+    if (sig) {
+      spdlog::error("executor {:x}: a function crashed with signal {} ({}); executor ends",
+                    spec.allocation_id, sig, strsignal(sig));
+      return ExitFunctionCrashed;
+    }
+    return g_terminate ? ExitTerminated : ExitOk;
+  } catch (const std::exception &e) {
+    spdlog::error("executor {:x}: {}", spec.allocation_id, e.what());
+    return ExitSetupFailed;
+  }
+}
+
+} // namespace rfaas::executor

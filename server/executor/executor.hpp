@@ -1,0 +1,42 @@
+// One allocation's executor process: worker threads that serve a client's
+// invocations, plus the main thread that reports accounting to the manager.
+//
+// The executor is started by the executor manager (forked from its zygote, or
+// executed fresh) with a LaunchSpec; users never start it by hand.
+//
+//   main thread                          worker i (pinned to spec.cores[i])
+//   open Fabric                          connect(client, WorkerHello)
+//   connect(manager, ExecutorHello)      advertise input slots
+//   [atomics: receive the accounting     worker 0: CodeHeader -> RDMA read ->
+//    record's advertisement]               checksum -> load from memory
+//   start workers                        every worker: Ready
+//   every second and at the end:         serve: hot-poll hot_timeout_ms, then
+//   fetch_add (atomics) or Accounting      block in wait(); write_imm results
+//   message with the increments          until Shutdown / disconnect / crash
+#pragma once
+
+#include "common/launch_spec.hpp"
+
+namespace rfaas::executor {
+
+/// Process exit codes of an executor, reported by the zygote to the manager.
+enum ExitCode : int {
+  /// The client shut down or disconnected.
+  ExitOk = 0,
+  /// Setup failed (fabric, connections, library).
+  ExitSetupFailed = 1,
+  /// A function crashed; the client got FunctionCrashed.
+  ExitFunctionCrashed = 3,
+  /// Ended by SIGTERM (the manager ended the allocation).
+  ExitTerminated = 4,
+};
+
+/// Apply the memory limit, open the fabric, serve the allocation, report
+/// accounting, and return an ExitCode. Never throws: every failure is logged.
+int run_executor(const server::LaunchSpec &spec) noexcept;
+
+/// Limit the process's data segment (RLIMIT_DATA) to `mib` MiB; 0 = no limit.
+/// Returns false (errno set) on failure.
+bool limit_memory(uint32_t mib) noexcept;
+
+} // namespace rfaas::executor

@@ -1,0 +1,37 @@
+// The zygote: a pre-initialised executor parent that forks one executor per
+// allocation, so that an allocation does not pay for loading libfabric and its
+// providers (~0.2-0.3 s on Debian) in a fresh process.
+//
+// The executor manager starts `executor --zygote` once, with a pipe on its
+// stdin (commands) and one on its stdout (events); logs go to stderr. Lines:
+//
+//   manager -> zygote   spawn <bytes>\n<LaunchSpec text of that many bytes>
+//                       signal <allocation id> <signal number>\n
+//   zygote -> manager   started <allocation id> <pid>\n
+//                       failed <allocation id> <reason...>\n
+//                       exited <allocation id> <pid> <exit code | -signal>\n
+//
+// The zygote is the executors' parent: it reaps them (no zombies) and signals
+// them only while they are unreaped, so a recycled pid is never hit. It dies
+// with the manager (PR_SET_PDEATHSIG), and its executors die with it. When
+// its stdin closes it kills and reaps its executors and exits.
+#pragma once
+
+#include <rdmalib/device.hpp>
+
+#include <string>
+
+namespace rfaas::executor {
+
+/// Run the zygote loop until stdin closes. `warm_device` is opened once and
+/// closed to load and initialise the backend's providers before any fork;
+/// when `exec_each` is true every executor is started with execv() of
+/// `self_exe` instead (cold start, for comparison). Returns the exit code.
+int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
+               const std::string &self_exe);
+
+/// Run one executor from the LaunchSpec text readable on `fd`
+/// (`executor --spec-fd N`). Returns the exit code.
+int run_from_spec_fd(int fd);
+
+} // namespace rfaas::executor

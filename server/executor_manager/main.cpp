@@ -1,0 +1,129 @@
+// executor_manager: leases this node's cores to rFaaS clients.
+//
+//   executor_manager --config config/executor_manager.json --skip-resource-manager
+//
+// Prints "executor_manager: listening on <provider> <host>:<port>" on stdout
+// once it accepts clients (tests wait for that line), logs to stderr, and
+// runs until SIGINT or SIGTERM.
+#include <limits.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include <cxxopts.hpp>
+#include <rdmalib/rdmalib.hpp>
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "executor_manager/config.hpp"
+#include "executor_manager/manager.hpp"
+
+namespace {
+
+/// The executor binary sits next to ours; never looked up through PATH.
+std::string executor_path() {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0)
+    throw rfaas::manager::ConfigError("cannot read /proc/self/exe to find the executor binary");
+  self[n] = '\0';
+  std::string dir(self);
+  dir = dir.substr(0, dir.rfind('/'));
+  // In the build tree the two binaries live in sibling directories.
+  for (const std::string &candidate : {dir + "/executor", dir + "/../executor/executor"})
+    if (access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+  throw rfaas::manager::ConfigError("no executor binary next to " + std::string(self) +
+                                    " (looked for " + dir + "/executor)");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("executor_manager"));
+  spdlog::set_pattern("[%H:%M:%S.%e] [executor_manager] [%l] %v");
+  cxxopts::Options options("executor_manager",
+                           "rFaaS executor manager: leases this node's cores to clients.");
+  options.add_options()("c,config", "configuration file (JSON, see config/README.md)",
+                        cxxopts::value<std::string>())(
+      "device", "device entry to use (overrides the config's \"device\")",
+      cxxopts::value<std::string>())("devices", "device database (overrides \"device_database\")",
+                                     cxxopts::value<std::string>())(
+      "provider", "provider for the device (overrides the device entry)",
+      cxxopts::value<std::string>())("host", "address to listen on (overrides listen.host)",
+                                     cxxopts::value<std::string>())(
+      "port", "port to listen on, 0 = any (overrides listen.port)", cxxopts::value<int>())(
+      "cores", "CPU list for workers, e.g. 1-3 (overrides resources.cores)",
+      cxxopts::value<std::string>())("skip-resource-manager",
+                                     "standalone: accept clients without a resource manager")(
+      "log-level", "trace, debug, info, warn, error (overrides log.level)",
+      cxxopts::value<std::string>())("h,help", "print this help");
+  try {
+    auto args = options.parse(argc, argv);
+    if (args.count("help")) {
+      std::puts(options.help().c_str());
+      return 0;
+    }
+    if (!args.count("config")) {
+      std::fprintf(stderr, "executor_manager: --config FILE is required (example: "
+                           "config/executor_manager.json)\n");
+      return 2;
+    }
+    using rfaas::manager::ConfigError;
+    auto cfg = rfaas::manager::ManagerConfig::load(args["config"].as<std::string>());
+    if (args.count("devices"))
+      cfg.device_database = args["devices"].as<std::string>();
+    if (args.count("device"))
+      cfg.device = args["device"].as<std::string>();
+    if (args.count("host"))
+      cfg.listen_host = args["host"].as<std::string>();
+    if (args.count("port")) {
+      int port = args["port"].as<int>();
+      if (port < 0 || port > 65535)
+        throw ConfigError("--port: expected 0..65535, got " + std::to_string(port));
+      cfg.listen_port = static_cast<uint16_t>(port);
+    }
+    if (args.count("cores"))
+      cfg.cores = rfaas::manager::parse_core_list(args["cores"].as<std::string>(), "--cores");
+    if (args.count("log-level"))
+      cfg.log_level = args["log-level"].as<std::string>();
+    spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+    spdlog::cfg::load_env_levels(); // SPDLOG_LEVEL wins, as in every rFaaS binary
+
+    if (cfg.resource_manager_enabled && !args.count("skip-resource-manager")) {
+      std::fprintf(stderr,
+                   "executor_manager: %s: resource_manager.enabled is true, but registering "
+                   "with a resource manager is not implemented yet; run standalone with "
+                   "--skip-resource-manager (or set resource_manager.enabled to false)\n",
+                   args["config"].as<std::string>().c_str());
+      return 2;
+    }
+    // Every configured core must be usable by this process (cgroups, taskset).
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+      for (int core : cfg.cores)
+        if (core >= CPU_SETSIZE || !CPU_ISSET(core, &allowed))
+          throw ConfigError(args["config"].as<std::string>() + ": resources.cores: CPU " +
+                            std::to_string(core) +
+                            " is not available to this process (see taskset -p / nproc)");
+
+    auto db = rdmalib::DeviceDatabase::load(cfg.device_database);
+    rdmalib::DeviceConfig device = db.find(cfg.device);
+    if (args.count("provider"))
+      device.provider = args["provider"].as<std::string>();
+
+    rfaas::manager::Manager manager(cfg, device, executor_path());
+    std::printf("executor_manager: listening on %s %s\n", manager.provider().c_str(),
+                manager.address().to_string().c_str());
+    std::fflush(stdout);
+    return manager.run();
+  } catch (const cxxopts::exceptions::exception &e) {
+    std::fprintf(stderr, "executor_manager: %s (see --help)\n", e.what());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "executor_manager: %s\n", e.what());
+  }
+  return 1;
+}

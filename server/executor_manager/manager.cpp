@@ -1,0 +1,726 @@
+#include "executor_manager/manager.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "common/launch_spec.hpp"
+
+namespace rfaas::manager {
+
+namespace proto = rfaas::protocol;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr size_t kCtl = proto::kControlMessageMax;
+constexpr size_t kClientRecv = proto::kMaxAllocationRequestSize;
+constexpr uint64_t kClientRecvs = 2;
+constexpr uint64_t kExecutorRecvs = 8;
+
+void random_bytes(void *out, size_t n) {
+  auto *p = static_cast<uint8_t *>(out);
+  while (n > 0) {
+    ssize_t r = getrandom(p, n, 0);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+bool write_all(int fd, const std::string &s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string describe_exit(long code) {
+  if (code < 0)
+    return std::string("killed by signal ") + std::to_string(-code) + " (" +
+           strsignal(static_cast<int>(-code)) + ")";
+  switch (code) {
+  case 0:
+    return "exited normally";
+  case 1:
+    return "exited: setup failed (see its log)";
+  case 3:
+    return "exited after a function crashed";
+  case 4:
+    return "exited on SIGTERM";
+  default:
+    return "exited with code " + std::to_string(code);
+  }
+}
+
+} // namespace
+
+struct Manager::Client {
+  rdmalib::Connection conn;
+  rdmalib::Operations ops;
+  rdmalib::Buffer<char> buf; // kClientRecvs receives + a send area
+  std::string peer;
+  uint64_t allocation = 0;
+  bool requested = false;
+  bool closed = false;
+};
+
+struct Manager::Allocation {
+  uint64_t id = 0;
+  proto::Token secret;
+  std::vector<size_t> core_slots; // indices into cfg_.cores
+  uint32_t memory_mib = 0;
+  uint32_t workers = 0;
+  pid_t pid = -1;
+  bool exited = false;
+  long exit_code = 0;
+  Clock::time_point started, exited_at;
+  /// When the client said goodbye or vanished; the executor gets a grace
+  /// period after a goodbye, none after a disconnect.
+  bool client_gone = false;
+  Clock::time_point term_at, kill_at;
+  bool term_sent = false, kill_sent = false;
+  std::string client_peer;
+
+  rdmalib::Buffer<uint64_t> record; // accounting words (remote atomics)
+  bool has_record = false;
+  AllocationAccounting accounting;
+  rdmalib::Connection exec_conn;
+  rdmalib::Operations exec_ops;
+  rdmalib::Buffer<char> exec_buf;
+  bool exec_connected = false;
+  bool exec_done = false; // goodbye or close seen on the accounting link
+};
+
+Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string executor)
+    : cfg_(std::move(config)), device_(std::move(device)), executor_path_(std::move(executor)),
+      fabric_(device_),
+      listener_(fabric_,
+                rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
+                                 cfg_.listen_port}) {
+  core_used_.assign(cfg_.cores.size(), false);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0)
+    throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  signal(SIGPIPE, SIG_IGN);
+  start_zygote();
+}
+
+Manager::~Manager() {
+  stop_zygote();
+  if (signal_fd_ >= 0)
+    ::close(signal_fd_);
+}
+
+const rdmalib::Address &Manager::address() const { return listener_.address(); }
+const std::string &Manager::provider() const { return fabric_.provider(); }
+
+void Manager::start_zygote() {
+  int to_child[2], from_child[2];
+  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  std::string dev = rdmalib::DeviceDatabase({device_}).to_json();
+  std::string hex = server::to_hex(dev.data(), dev.size());
+  pid_t pid = fork();
+  if (pid < 0)
+    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    const char *mode = cfg_.zygote ? nullptr : "--exec-each";
+    execl(executor_path_.c_str(), "executor", "--zygote", "--device", hex.c_str(), mode,
+          static_cast<char *>(nullptr));
+    std::fprintf(stderr, "executor_manager: cannot execute %s: %s\n", executor_path_.c_str(),
+                 std::strerror(errno));
+    _exit(127);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  zygote_pid_ = pid;
+  zygote_in_ = to_child[1];
+  zygote_out_ = from_child[0];
+  zygote_buf_.clear();
+  zygote_ready_ = false;
+  // Wait for the zygote to have loaded the backend, so that the first
+  // allocation's cold start is the one every later allocation sees.
+  auto deadline = Clock::now() + milliseconds(cfg_.executor_start_ms);
+  while (!zygote_ready_ && zygote_pid_ > 0 && Clock::now() < deadline)
+    read_zygote(100);
+  if (!zygote_ready_)
+    throw std::runtime_error("the executor zygote (" + executor_path_ +
+                             " --zygote) did not become ready within " +
+                             std::to_string(cfg_.executor_start_ms) + " ms");
+  spdlog::info("zygote {} ready ({})", zygote_pid_,
+               cfg_.zygote ? "forks pre-initialised executors" : "executes each executor");
+}
+
+void Manager::stop_zygote() {
+  if (zygote_pid_ <= 0)
+    return;
+  // Closing its command pipe makes the zygote kill and reap its executors.
+  if (zygote_in_ >= 0)
+    ::close(zygote_in_);
+  zygote_in_ = -1;
+  int status;
+  auto deadline = Clock::now() + milliseconds(cfg_.shutdown_grace_ms);
+  while (waitpid(zygote_pid_, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      kill(zygote_pid_, SIGKILL);
+      waitpid(zygote_pid_, &status, 0);
+      break;
+    }
+    read_zygote(20);
+  }
+  if (zygote_out_ >= 0)
+    ::close(zygote_out_);
+  zygote_out_ = -1;
+  zygote_pid_ = -1;
+}
+
+bool Manager::read_zygote(int timeout_ms) {
+  if (zygote_out_ < 0)
+    return false;
+  pollfd p{zygote_out_, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0)
+    return false;
+  char buf[4096];
+  ssize_t n = ::read(zygote_out_, buf, sizeof buf);
+  if (n <= 0) {
+    if (n < 0 && errno == EINTR)
+      return false;
+    if (zygote_in_ < 0)
+      return false; // stop_zygote() closed its commands: this EOF is expected
+    // The zygote died: its executors died with it (PR_SET_PDEATHSIG).
+    spdlog::error("the executor zygote {} died; restarting it", zygote_pid_);
+    int status;
+    kill(zygote_pid_, SIGKILL);
+    waitpid(zygote_pid_, &status, 0);
+    ::close(zygote_out_);
+    ::close(zygote_in_);
+    zygote_out_ = zygote_in_ = -1;
+    zygote_pid_ = -1;
+    for (auto &kv : allocations_)
+      if (!kv.second->exited && kv.second->pid > 0) {
+        kv.second->exited = true;
+        kv.second->exit_code = -SIGKILL;
+        kv.second->exited_at = Clock::now();
+      }
+    try {
+      start_zygote();
+    } catch (const std::exception &e) {
+      spdlog::error("{}", e.what());
+    }
+    return false;
+  }
+  zygote_buf_.append(buf, static_cast<size_t>(n));
+  size_t nl;
+  while ((nl = zygote_buf_.find('\n')) != std::string::npos) {
+    std::string line = zygote_buf_.substr(0, nl);
+    zygote_buf_.erase(0, nl + 1);
+    zygote_event(line);
+  }
+  return true;
+}
+
+void Manager::zygote_event(const std::string &line) {
+  std::istringstream in(line);
+  std::string what;
+  uint64_t id = 0;
+  in >> what;
+  if (what == "ready") {
+    zygote_ready_ = true;
+    return;
+  }
+  in >> id;
+  auto it = allocations_.find(id);
+  if (what == "started") {
+    long pid = -1;
+    in >> pid;
+    if (it != allocations_.end())
+      it->second->pid = static_cast<pid_t>(pid);
+  } else if (what == "failed") {
+    std::string reason;
+    std::getline(in, reason);
+    spdlog::error("zygote could not start the executor of allocation {:x}:{}", id, reason);
+    if (it != allocations_.end()) {
+      it->second->exited = true;
+      it->second->exit_code = 1;
+      it->second->exited_at = Clock::now();
+      it->second->pid = 0;
+    }
+  } else if (what == "exited") {
+    long pid = 0, code = 0;
+    in >> pid >> code;
+    if (it != allocations_.end()) {
+      it->second->exited = true;
+      it->second->exit_code = code;
+      it->second->exited_at = Clock::now();
+    }
+  } else {
+    spdlog::warn("zygote said something unexpected: \"{}\"", line);
+  }
+}
+
+void Manager::signal_executor(Allocation &a, int sig) {
+  if (a.exited || zygote_in_ < 0)
+    return;
+  write_all(zygote_in_, "signal " + std::to_string(a.id) + " " + std::to_string(sig) + "\n");
+}
+
+int Manager::run() {
+  bool stopping = false;
+  while (!stopping) {
+    bool busy = !allocations_.empty() || !clients_.empty();
+    pollfd p[3] = {{listener_.fd(), POLLIN, 0}, {zygote_out_, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+    // Connections have no fd of their own: while any exist, wake up often to
+    // poll them (and drive progress for the executors' remote atomics).
+    int timeout = busy ? 2 : (listener_.fd() < 0 ? 10 : 200);
+    ::poll(p, 3, timeout);
+    if (p[2].revents & POLLIN) {
+      signalfd_siginfo si;
+      while (::read(signal_fd_, &si, sizeof si) == sizeof si) {
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM)
+          stopping = true;
+        // SIGCHLD: the zygote is our only child; its death shows as EOF on
+        // its pipe, handled in read_zygote().
+      }
+    }
+    if (p[1].revents & (POLLIN | POLLHUP))
+      read_zygote(0);
+    if (listener_.fd() < 0 || (p[0].revents & POLLIN))
+      accept_requests();
+    poll_clients();
+    poll_executors();
+    tick();
+  }
+  spdlog::info("stopping: ending {} allocation(s)", allocations_.size());
+  for (auto &kv : allocations_)
+    signal_executor(*kv.second, SIGTERM);
+  auto deadline = Clock::now() + milliseconds(cfg_.shutdown_grace_ms);
+  while (Clock::now() < deadline &&
+         std::any_of(allocations_.begin(), allocations_.end(),
+                     [](const auto &kv) { return !kv.second->exited; })) {
+    read_zygote(10);
+    poll_executors();
+  }
+  stop_zygote();
+  for (auto &kv : allocations_) {
+    if (!kv.second->exited) {
+      kv.second->exited = true;
+      kv.second->exit_code = -SIGKILL;
+    }
+    finish(*kv.second);
+  }
+  allocations_.clear();
+  clients_.clear();
+  return 0;
+}
+
+void Manager::accept_requests() {
+  // Take every pending request, but never block the loop for long.
+  for (int i = 0; i < 16; ++i) {
+    rdmalib::ConnectionRequest req;
+    try {
+      // Not 0 or 1 ms: the backend truncates the remaining time to whole
+      // milliseconds and gives up before reading its event queue (BACKEND-BUGS).
+      req = listener_.next_request(milliseconds(5));
+    } catch (const rdmalib::Error &e) {
+      if (e.kind() != rdmalib::ErrorKind::Timeout)
+        spdlog::warn("listener: {}", e.what());
+      return;
+    }
+    try {
+      accept_one(req);
+    } catch (const std::exception &e) {
+      spdlog::warn("connection setup failed: {}", e.what());
+    }
+  }
+}
+
+void Manager::accept_one(rdmalib::ConnectionRequest &req) {
+  const std::vector<uint8_t> &pd = req.private_data();
+  proto::Header h;
+  proto::WireResult r = proto::peek(pd.data(), pd.size(), h);
+  proto::ConnectReply reply;
+  uint8_t reply_bytes[sizeof reply];
+  auto refuse = [&](proto::ErrorCode status, const std::string &why) {
+    // Accept and answer with the status, then close: a bare reject would leave
+    // the peer with "refused" and no reason.
+    spdlog::warn("refusing a connection: {}", why);
+    reply.status = status;
+    proto::encode(reply, reply_bytes, sizeof reply_bytes);
+    rdmalib::Connection c =
+        req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms));
+    c.close();
+  };
+  if (!r) {
+    if (r.error == proto::WireError::VersionMismatch)
+      return refuse(proto::ErrorCode::VersionMismatch,
+                    "peer speaks protocol version " + std::to_string(h.version));
+    spdlog::warn("rejecting a connection request: {}", proto::describe(r));
+    req.reject();
+    return;
+  }
+  proto::encode(reply, reply_bytes, sizeof reply_bytes);
+  if (h.type == proto::MessageType::ClientHello) {
+    proto::ClientHello hello;
+    r = proto::decode(pd.data(), pd.size(), hello);
+    if (!r)
+      return refuse(proto::reply_code(r.error), "bad ClientHello: " + proto::describe(r));
+    // Standalone mode: every lease is accepted (lease id 0 and any token).
+    auto c = std::make_unique<Client>();
+    c->buf =
+        rdmalib::Buffer<char>(fabric_, kClientRecvs * kClientRecv + kCtl, rdmalib::AccessLocal);
+    rdmalib::ConnectionOptions opts;
+    opts.recv_depth = kClientRecvs + 2;
+    c->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
+    c->conn.attach(c->buf.region());
+    c->ops = c->conn.ops();
+    for (uint64_t i = 0; i < kClientRecvs; ++i)
+      if (c->ops.post_recv(c->buf.local_bytes(i * kClientRecv, kClientRecv), i) !=
+          rdmalib::Status::Ok)
+        throw std::runtime_error(std::string("post_recv: ") + c->ops.last_error());
+    try {
+      c->peer = c->conn.remote_address().to_string();
+    } catch (const std::exception &) {
+      c->peer = "?";
+    }
+    spdlog::info("client {} connected (lease {})", c->peer, hello.lease_id);
+    clients_.push_back(std::move(c));
+    return;
+  }
+  if (h.type == proto::MessageType::ExecutorHello) {
+    proto::ExecutorHello hello;
+    r = proto::decode(pd.data(), pd.size(), hello);
+    if (!r)
+      return refuse(proto::reply_code(r.error), "bad ExecutorHello: " + proto::describe(r));
+    auto it = allocations_.find(hello.allocation_id);
+    if (it == allocations_.end() || it->second->exec_connected ||
+        !proto::equal(it->second->secret, hello.secret))
+      return refuse(proto::ErrorCode::LeaseInvalid,
+                    "an executor presented an unknown allocation or a wrong secret");
+    Allocation &a = *it->second;
+    a.exec_buf = rdmalib::Buffer<char>(fabric_, (kExecutorRecvs + 1) * kCtl, rdmalib::AccessLocal);
+    rdmalib::ConnectionOptions opts;
+    opts.recv_depth = kExecutorRecvs + 2;
+    a.exec_conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
+    a.exec_conn.attach(a.exec_buf.region());
+    a.exec_ops = a.exec_conn.ops();
+    for (uint64_t i = 0; i < kExecutorRecvs; ++i)
+      a.exec_ops.post_recv(a.exec_buf.local_bytes(i * kCtl, kCtl), i);
+    a.exec_connected = true;
+    if (a.has_record) {
+      a.exec_conn.attach(a.record.region());
+      proto::BufferAdvertisement adv;
+      adv.descriptor.buffer = a.record.remote();
+      adv.descriptor.worker = proto::kAllWorkers;
+      adv.descriptor.slots = 1;
+      adv.descriptor.slot_size = sizeof(proto::AccountingCounters);
+      char *area = a.exec_buf.data() + kExecutorRecvs * kCtl;
+      proto::WireResult w = proto::encode(adv, area, kCtl);
+      rdmalib::Completion c;
+      if (!w ||
+          a.exec_ops.send(a.exec_buf.local_bytes(kExecutorRecvs * kCtl, w.size), 1000) !=
+              rdmalib::Status::Ok ||
+          a.exec_ops.wait(rdmalib::Queue::Send, &c, 1, static_cast<int>(cfg_.connect_ms)).status !=
+              rdmalib::Status::Ok)
+        spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
+                     a.exec_ops.last_error());
+    }
+    spdlog::debug("allocation {:x}: executor connected", a.id);
+    return;
+  }
+  spdlog::warn("rejecting a connection request with a {} as private data",
+               proto::to_string(h.type));
+  req.reject();
+}
+
+void Manager::reply(Client &c, proto::ErrorCode status, uint64_t id, uint32_t workers,
+                    const std::string &message) {
+  proto::AllocationResponse resp;
+  resp.allocation_id = id;
+  resp.status = status;
+  resp.workers = workers;
+  proto::set_text_truncated(resp.message, message);
+  char *area = c.buf.data() + kClientRecvs * kClientRecv;
+  proto::WireResult w = proto::encode(resp, area, kCtl);
+  rdmalib::Completion comp;
+  if (!w ||
+      c.ops.send(c.buf.local_bytes(kClientRecvs * kClientRecv, w.size), 1000) !=
+          rdmalib::Status::Ok ||
+      c.ops.wait(rdmalib::Queue::Send, &comp, 1, static_cast<int>(cfg_.connect_ms)).status !=
+          rdmalib::Status::Ok)
+    spdlog::warn("client {}: cannot send the AllocationResponse: {}", c.peer, c.ops.last_error());
+  if (status != proto::ErrorCode::Ok)
+    spdlog::warn("client {}: allocation refused: {}: {}", c.peer, proto::to_string(status),
+                 message);
+}
+
+void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t len) {
+  using E = proto::ErrorCode;
+  proto::AllocationRequest req;
+  std::vector<proto::BufferDescriptor> results;
+  proto::WireResult r = proto::decode(msg, len, req, results);
+  if (!r)
+    return reply(c, proto::reply_code(r.error), 0, 0, proto::describe(r));
+  if (c.requested)
+    return reply(c, E::BadRequest, 0, 0, "one allocation per connection");
+  if (req.client_port == 0 || proto::get_text(req.client_host).empty())
+    return reply(c, E::BadRequest, 0, 0, "AllocationRequest names no client listener");
+  if (req.input_slots > cfg_.max_input_slots)
+    return reply(c, E::ResourcesUnavailable, 0, 0,
+                 "input_slots above this manager's limit of " +
+                     std::to_string(cfg_.max_input_slots));
+  if (req.input_slot_size <= proto::kInvocationHeaderSize ||
+      req.input_slot_size > cfg_.max_slot_size)
+    return reply(c, E::ResourcesUnavailable, 0, 0,
+                 "input_slot_size must be 33.." + std::to_string(cfg_.max_slot_size));
+  for (const auto &d : results)
+    if (d.slot_size > cfg_.max_slot_size)
+      return reply(c, E::ResourcesUnavailable, 0, 0,
+                   "result slot_size above this manager's limit of " +
+                       std::to_string(cfg_.max_slot_size));
+  if (req.library_size == 0 || req.library_size > cfg_.max_library_size)
+    return reply(c, E::ResourcesUnavailable, 0, 0,
+                 "library_size must be 1.." + std::to_string(cfg_.max_library_size));
+  if (allocations_.size() >= cfg_.max_allocations)
+    return reply(c, E::ResourcesUnavailable, 0, 0, "too many allocations on this node");
+  uint32_t memory = req.memory_mib ? req.memory_mib : cfg_.default_memory_mib;
+  if (memory_used_ + static_cast<uint64_t>(memory) > cfg_.memory_mib)
+    return reply(c, E::ResourcesUnavailable, 0, 0,
+                 std::to_string(memory) + " MiB requested, " +
+                     std::to_string(cfg_.memory_mib - memory_used_) + " MiB free");
+  std::vector<size_t> free_slots;
+  for (size_t i = 0; i < core_used_.size() && free_slots.size() < req.cores; ++i)
+    if (!core_used_[i])
+      free_slots.push_back(i);
+  if (free_slots.size() < req.cores)
+    return reply(c, E::ResourcesUnavailable, 0, 0,
+                 std::to_string(req.cores) + " cores requested, " +
+                     std::to_string(std::count(core_used_.begin(), core_used_.end(), false)) +
+                     " free");
+  if (zygote_in_ < 0)
+    return reply(c, E::Internal, 0, 0, "the executor zygote is not running");
+
+  auto a = std::make_unique<Allocation>();
+  do
+    random_bytes(&a->id, sizeof a->id);
+  while (a->id == 0 || allocations_.count(a->id));
+  random_bytes(a->secret.bytes, sizeof a->secret.bytes);
+  a->core_slots = free_slots;
+  a->memory_mib = memory;
+  a->workers = req.cores;
+  a->started = Clock::now();
+  a->client_peer = c.peer;
+  if (fabric_.capabilities().atomics) {
+    a->record = rdmalib::Buffer<uint64_t>(fabric_, 4, rdmalib::AccessAll);
+    a->has_record = true;
+  }
+  server::LaunchSpec spec;
+  spec.allocation_id = a->id;
+  spec.secret = a->secret;
+  for (size_t s : free_slots)
+    spec.cores.push_back(cfg_.cores[s]);
+  spec.memory_mib = memory;
+  spec.device = device_;
+  spec.manager_host = listener_.address().host;
+  spec.manager_port = listener_.address().port;
+  spec.connect_ms = cfg_.workers_connected_ms;
+  spec.library_loaded_ms = cfg_.library_loaded_ms;
+  spec.request.assign(msg, msg + r.size);
+  std::string text = spec.serialize();
+  uint64_t id = a->id;
+  Allocation &ref = *a;
+  allocations_[id] = std::move(a);
+  for (size_t s : free_slots)
+    core_used_[s] = true;
+  memory_used_ += memory;
+  c.requested = true;
+  c.allocation = id;
+
+  if (!write_all(zygote_in_, "spawn " + std::to_string(text.size()) + "\n" + text)) {
+    ref.exited = true;
+    ref.exit_code = 1;
+    ref.client_gone = true;
+    return reply(c, E::Internal, 0, 0, "cannot reach the executor zygote");
+  }
+  auto deadline = Clock::now() + milliseconds(cfg_.executor_start_ms);
+  while (ref.pid < 0 && !ref.exited && Clock::now() < deadline)
+    read_zygote(10);
+  if (ref.pid <= 0) {
+    ref.client_gone = true;
+    if (!ref.exited) {
+      ref.exited = true;
+      ref.exit_code = 1;
+    }
+    return reply(c, E::Internal, 0, 0, "the executor did not start");
+  }
+  spdlog::info("allocation {:x}: {} core(s), {} MiB, hot {} ms, client {}, executor pid {}", id,
+               req.cores, memory, req.hot_timeout_ms, c.peer, ref.pid);
+  reply(c, E::Ok, id, req.cores, "");
+}
+
+void Manager::poll_clients() {
+  for (auto &cp : clients_) {
+    Client &c = *cp;
+    if (c.closed)
+      continue;
+    rdmalib::Completion comps[4];
+    size_t n = c.ops.poll(rdmalib::Queue::Recv, comps, 4);
+    for (size_t i = 0; i < n && !c.closed; ++i) {
+      const rdmalib::Completion &k = comps[i];
+      if (k.status != rdmalib::Status::Ok || k.kind == rdmalib::OpKind::PeerClosed) {
+        client_left(c, false);
+        break;
+      }
+      if (k.kind != rdmalib::OpKind::Recv || k.context >= kClientRecvs)
+        continue;
+      const uint8_t *msg =
+          reinterpret_cast<const uint8_t *>(c.buf.data()) + k.context * kClientRecv;
+      size_t len = std::min<size_t>(k.length ? k.length : kClientRecv, kClientRecv);
+      proto::Header h;
+      proto::WireResult r = proto::peek(msg, len, h);
+      if (r && h.type == proto::MessageType::AllocationRequest) {
+        handle_allocation_request(c, msg, len);
+      } else if (r && h.type == proto::MessageType::Shutdown) {
+        client_left(c, true);
+        break;
+      } else {
+        spdlog::warn("client {}: ignoring a message: {}", c.peer,
+                     r ? std::string("unexpected ") + proto::to_string(h.type)
+                       : proto::describe(r));
+        if (!r)
+          reply(c, proto::reply_code(r.error), 0, 0, proto::describe(r));
+      }
+      if (c.ops.post_recv(c.buf.local_bytes(k.context * kClientRecv, kClientRecv), k.context) !=
+          rdmalib::Status::Ok)
+        client_left(c, false);
+    }
+  }
+  clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
+                                [](const std::unique_ptr<Client> &c) { return c->closed; }),
+                 clients_.end());
+}
+
+void Manager::client_left(Client &c, bool graceful) {
+  c.closed = true;
+  c.conn.close();
+  auto it = allocations_.find(c.allocation);
+  spdlog::info("client {} {}", c.peer, graceful ? "deallocated" : "disconnected");
+  if (it == allocations_.end())
+    return;
+  Allocation &a = *it->second;
+  a.client_gone = true;
+  auto now = Clock::now();
+  // After a goodbye the executor ends by itself (its workers got Shutdown
+  // too); give it a grace period. After a disconnect, terminate it now.
+  a.term_at = graceful ? now + milliseconds(cfg_.shutdown_grace_ms) : now;
+  a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
+}
+
+void Manager::poll_executors() {
+  for (auto &kv : allocations_) {
+    Allocation &a = *kv.second;
+    if (!a.exec_connected || a.exec_done)
+      continue;
+    rdmalib::Completion comps[8];
+    size_t n = a.exec_ops.poll(rdmalib::Queue::Recv, comps, 8);
+    for (size_t i = 0; i < n; ++i) {
+      const rdmalib::Completion &k = comps[i];
+      if (k.status != rdmalib::Status::Ok || k.kind == rdmalib::OpKind::PeerClosed) {
+        a.exec_done = true;
+        break;
+      }
+      if (k.kind != rdmalib::OpKind::Recv || k.context >= kExecutorRecvs)
+        continue;
+      const char *msg = a.exec_buf.data() + k.context * kCtl;
+      proto::Header h;
+      proto::WireResult r = proto::peek(msg, kCtl, h);
+      if (r && h.type == proto::MessageType::Accounting) {
+        proto::Accounting acc;
+        r = proto::decode(msg, kCtl, acc);
+        if (r && acc.allocation_id == a.id)
+          a.accounting.add(acc.counters);
+        else
+          spdlog::warn("allocation {:x}: dropping a bad Accounting message", a.id);
+      } else if (r && h.type == proto::MessageType::Shutdown) {
+        a.exec_done = true;
+        break;
+      } else {
+        spdlog::warn("allocation {:x}: executor sent something unexpected", a.id);
+      }
+      a.exec_ops.post_recv(a.exec_buf.local_bytes(k.context * kCtl, kCtl), k.context);
+    }
+  }
+}
+
+void Manager::tick() {
+  auto now = Clock::now();
+  for (auto it = allocations_.begin(); it != allocations_.end();) {
+    Allocation &a = *it->second;
+    if (!a.exited && a.client_gone) {
+      if (!a.term_sent && now >= a.term_at) {
+        signal_executor(a, SIGTERM);
+        a.term_sent = true;
+      } else if (a.term_sent && !a.kill_sent && now >= a.kill_at) {
+        spdlog::warn("allocation {:x}: executor ignored SIGTERM; killing it", a.id);
+        signal_executor(a, SIGKILL);
+        a.kill_sent = true;
+      }
+    }
+    // An executor that ended on its own (crash, setup failure): its client
+    // learns it from the worker connections; the allocation ends here.
+    bool drained = !a.exec_connected || a.exec_done || now - a.exited_at > milliseconds(500);
+    if (a.exited && drained) {
+      finish(a);
+      for (auto &c : clients_)
+        if (c->allocation == a.id)
+          c->allocation = 0;
+      it = allocations_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Manager::finish(Allocation &a) {
+  for (size_t s : a.core_slots)
+    core_used_[s] = false;
+  memory_used_ -= std::min(memory_used_, a.memory_mib);
+  proto::AccountingCounters t = a.accounting.totals(a.has_record ? a.record.data() : nullptr);
+  if (cfg_.log_accounting)
+    spdlog::info("allocation {:x} ended: executor {}; {}", a.id, describe_exit(a.exit_code),
+                 AllocationAccounting::describe(t));
+}
+
+} // namespace rfaas::manager

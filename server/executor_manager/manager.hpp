@@ -1,0 +1,85 @@
+// The executor manager: one per node. Listens on the fabric, accepts clients
+// (standalone mode: any lease) and the executors it started, grants
+// allocations by starting an executor through its zygote, keeps accounting,
+// and ends every allocation whose client or executor goes away.
+//
+// Everything runs on one thread: a poll() loop over the listener's fd, the
+// zygote's event pipe and a signalfd, followed by a non-blocking poll of every
+// open connection (which also drives progress on manual-progress fabrics, as
+// executors' remote atomics into the accounting records need). Nothing a peer
+// sends can stop the loop: malformed messages are answered with an error
+// status or dropped, and every failure is logged and survived.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmalib/rdmalib.hpp>
+
+#include "common/protocol.hpp"
+#include "executor_manager/accounting.hpp"
+#include "executor_manager/config.hpp"
+
+namespace rfaas::manager {
+
+class Manager {
+public:
+  /// Opens the fabric and the listener and starts the zygote. `executor` is
+  /// the path of the executor binary. Throws rdmalib::Error / ConfigError /
+  /// std::runtime_error with the cause.
+  Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string executor);
+  ~Manager();
+
+  /// The address clients connect to (real port).
+  const rdmalib::Address &address() const;
+  const std::string &provider() const;
+
+  /// Serve until SIGINT or SIGTERM; then end every allocation and return 0.
+  int run();
+
+private:
+  using Clock = std::chrono::steady_clock;
+  struct Client;
+  struct Allocation;
+
+  void start_zygote();
+  void stop_zygote();
+  bool read_zygote(int timeout_ms);
+  void zygote_event(const std::string &line);
+  void accept_requests();
+  void accept_one(rdmalib::ConnectionRequest &req);
+  void poll_clients();
+  void poll_executors();
+  void handle_allocation_request(Client &c, const uint8_t *msg, size_t len);
+  void reply(Client &c, protocol::ErrorCode status, uint64_t id, uint32_t workers,
+             const std::string &message);
+  void client_left(Client &c, bool graceful);
+  void tick();
+  void finish(Allocation &a);
+  void signal_executor(Allocation &a, int sig);
+
+  ManagerConfig cfg_;
+  rdmalib::DeviceConfig device_;
+  std::string executor_path_;
+  rdmalib::Fabric fabric_;
+  rdmalib::Listener listener_;
+  int signal_fd_ = -1;
+  pid_t zygote_pid_ = -1;
+  int zygote_in_ = -1;  // commands to the zygote
+  int zygote_out_ = -1; // events from the zygote
+  std::string zygote_buf_;
+  bool zygote_ready_ = false;
+
+  std::vector<bool> core_used_;
+  uint32_t memory_used_ = 0;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::map<uint64_t, std::unique_ptr<Allocation>> allocations_;
+};
+
+} // namespace rfaas::manager

@@ -1,0 +1,107 @@
+// The executor manager's configuration: the example parses, and every kind of
+// mistake gives an error naming the file and the key.
+#include <gtest/gtest.h>
+
+#include "executor_manager/config.hpp"
+
+using rfaas::manager::ConfigError;
+using rfaas::manager::ManagerConfig;
+using rfaas::manager::parse_core_list;
+
+namespace {
+
+const char *kMinimal = R"({"device_database": "devices.json", "device": "lo-tcp",
+                          "resources": {"cores": [1]}})";
+
+std::string error_of(const std::string &json) {
+  try {
+    ManagerConfig::parse(json, "em.json", "/etc/rfaas");
+  } catch (const ConfigError &e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string with(const std::string &extra) {
+  return R"({"device_database": "devices.json", "device": "lo-tcp", "resources": {"cores": [1]}, )" +
+         extra + "}";
+}
+
+} // namespace
+
+TEST(ManagerConfig, ExampleFileLoads) {
+  ManagerConfig c = ManagerConfig::load(RFAAS_SOURCE_DIR "/config/executor_manager.json");
+  EXPECT_EQ(c.device, "lo-tcp");
+  EXPECT_EQ(c.device_database, RFAAS_SOURCE_DIR "/config/devices.json");
+  EXPECT_EQ(c.cores, std::vector<int>{1});
+  EXPECT_FALSE(c.resource_manager_enabled);
+  EXPECT_TRUE(c.zygote);
+}
+
+TEST(ManagerConfig, MinimalUsesDefaultsAndResolvesPaths) {
+  ManagerConfig c = ManagerConfig::parse(kMinimal, "em.json", "/etc/rfaas");
+  EXPECT_EQ(c.device_database, "/etc/rfaas/devices.json");
+  EXPECT_EQ(c.listen_port, 0);
+  EXPECT_EQ(c.max_allocations, 4u);
+  EXPECT_EQ(c.shutdown_grace_ms, 2000u);
+}
+
+TEST(ManagerConfig, UnknownKeysNameFileAndPath) {
+  std::string e = error_of(with(R"("limits": {"max_slots": 3})"));
+  EXPECT_NE(e.find("em.json: limits.max_slots: unknown key"), std::string::npos) << e;
+  e = error_of(with(R"("listne": {})"));
+  EXPECT_NE(e.find("em.json: listne: unknown key"), std::string::npos) << e;
+}
+
+TEST(ManagerConfig, ValuesAreRangeChecked) {
+  EXPECT_NE(error_of(with(R"("listen": {"port": 70000})")).find("listen.port"), std::string::npos);
+  EXPECT_NE(error_of(with(R"("listen": {"port": "80"})")).find("listen.port"), std::string::npos);
+  EXPECT_NE(error_of(with(R"("limits": {"max_input_slots": 0})")).find("max_input_slots"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("limits": {"max_slot_size": 32})")).find("max_slot_size"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("deadlines_ms": {"connect": -1})")).find("deadlines_ms.connect"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("log": {"level": "loud"})")).find("log.level"), std::string::npos);
+  EXPECT_NE(error_of(with(R"("executor": {"zygote": 1})")).find("executor.zygote"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("limits": {"default_memory_mib": 4096})"))
+                .find("larger than resources.memory_mib"),
+            std::string::npos);
+}
+
+TEST(ManagerConfig, MissingRequiredKeys) {
+  EXPECT_NE(error_of(R"({"device": "x", "resources": {"cores": [1]}})").find("device_database"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"device_database": "d", "device": "x"})").find("resources"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"device_database": "d", "device": "x", "resources": {"cores": []}})")
+                .find("resources.cores: empty"),
+            std::string::npos);
+  EXPECT_NE(error_of("{nope").find("em.json: not valid JSON"), std::string::npos);
+}
+
+TEST(ManagerConfig, CoresAsArrayOrList) {
+  auto c = ManagerConfig::parse(
+      R"({"device_database": "d", "device": "x", "resources": {"cores": "0-2,5"}})", "em.json", "");
+  EXPECT_EQ(c.cores, (std::vector<int>{0, 1, 2, 5}));
+  EXPECT_NE(error_of(R"({"device_database": "d", "device": "x", "resources": {"cores": [1, 1]}})")
+                .find("resources.cores[1]: CPU 1 is listed twice"),
+            std::string::npos);
+}
+
+TEST(CoreList, Parses) {
+  EXPECT_EQ(parse_core_list("3", "t"), std::vector<int>{3});
+  EXPECT_EQ(parse_core_list("0-3", "t"), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(parse_core_list("0,2,4-6", "t"), (std::vector<int>{0, 2, 4, 5, 6}));
+}
+
+TEST(CoreList, RejectsMalformed) {
+  for (const char *bad : {"", ",", "1,", "a", "3-1", "1-", "-1", "1,1", "0-2,2", "5000", "1 2"})
+    EXPECT_THROW(parse_core_list(bad, "--cores"), ConfigError) << bad;
+  try {
+    parse_core_list("1,x", "--cores");
+  } catch (const ConfigError &e) {
+    EXPECT_NE(std::string(e.what()).find("--cores: \"x\""), std::string::npos) << e.what();
+  }
+}

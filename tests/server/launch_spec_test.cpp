@@ -1,0 +1,60 @@
+// The manager -> executor launch spec survives a round trip and rejects
+// damage.
+#include <gtest/gtest.h>
+
+#include "common/launch_spec.hpp"
+
+using rfaas::server::from_hex;
+using rfaas::server::LaunchSpec;
+using rfaas::server::SpecError;
+using rfaas::server::to_hex;
+
+namespace {
+LaunchSpec sample() {
+  LaunchSpec s;
+  s.allocation_id = 0xfeedfacecafebeefull;
+  for (int i = 0; i < 16; ++i)
+    s.secret.bytes[i] = static_cast<uint8_t>(i * 17);
+  s.cores = {1, 3};
+  s.memory_mib = 256;
+  s.device.name = "lo-tcp";
+  s.device.provider = "tcp;ofi_rxm";
+  s.device.ip_address = "127.0.0.1";
+  s.manager_host = "127.0.0.1";
+  s.manager_port = 4242;
+  s.connect_ms = 1234;
+  s.library_loaded_ms = 5678;
+  s.request = {0, 1, 2, 250, 255};
+  return s;
+}
+} // namespace
+
+TEST(LaunchSpec, RoundTrip) {
+  LaunchSpec s = sample();
+  LaunchSpec t = LaunchSpec::parse(s.serialize());
+  EXPECT_EQ(t.allocation_id, s.allocation_id);
+  EXPECT_TRUE(rfaas::protocol::equal(t.secret, s.secret));
+  EXPECT_EQ(t.cores, s.cores);
+  EXPECT_EQ(t.memory_mib, 256u);
+  EXPECT_EQ(t.device.provider, "tcp;ofi_rxm");
+  EXPECT_EQ(t.device.ip_address, "127.0.0.1");
+  EXPECT_EQ(t.manager_port, 4242);
+  EXPECT_EQ(t.connect_ms, 1234u);
+  EXPECT_EQ(t.library_loaded_ms, 5678u);
+  EXPECT_EQ(t.request, s.request);
+}
+
+TEST(LaunchSpec, RejectsDamage) {
+  std::string text = sample().serialize();
+  EXPECT_THROW(LaunchSpec::parse(text.substr(0, text.size() / 2)), SpecError);
+  EXPECT_THROW(LaunchSpec::parse("bogus 1\n" + text), SpecError);
+  EXPECT_THROW(LaunchSpec::parse("end\n"), SpecError);
+}
+
+TEST(Hex, RoundTripAndErrors) {
+  const uint8_t b[] = {0x00, 0x7f, 0x80, 0xff};
+  EXPECT_EQ(to_hex(b, 4), "007f80ff");
+  EXPECT_EQ(from_hex("007f80ff"), std::vector<uint8_t>(b, b + 4));
+  EXPECT_THROW(from_hex("abc"), SpecError);
+  EXPECT_THROW(from_hex("zz"), SpecError);
+}

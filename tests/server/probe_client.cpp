@@ -1,0 +1,414 @@
+// rfaas_server_probe: a minimal client speaking protocol v1, to exercise the
+// executor manager and executors end to end before librfaas exists (and to
+// measure them). It allocates, ships a function library, runs invocations and
+// the error cases, and deallocates.
+//
+//   rfaas_server_probe --devices config/devices.json --device lo-tcp
+//       --manager 127.0.0.1:PORT --library build/examples/functions/libfunctions.so
+//       [--cores 1] [--iterations 10000] [--payload 8] [--hot-ms -1] [--scenario all]
+//
+// Scenarios: "latency" (echo round trips, median and percentiles), "errors"
+// (unknown function, payload too large, output too large), "crash" (a crashing
+// function gives FunctionCrashed and the executor ends), "disconnect" (the
+// client vanishes mid-lease), "all" (latency, errors, then crash).
+// Exit code 0 when every check passed.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <rdmalib/rdmalib.hpp>
+
+#include "common/protocol.hpp"
+
+namespace proto = rfaas::protocol;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr size_t kCtl = proto::kControlMessageMax;
+int g_failures = 0;
+
+void check(bool ok, const std::string &what) {
+  std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what.c_str());
+  std::fflush(stdout);
+  if (!ok)
+    ++g_failures;
+}
+
+struct Link {
+  rdmalib::Connection conn;
+  rdmalib::Operations ops;
+  rdmalib::Buffer<char> ctrl; // nrecv receives + one send area
+  uint64_t nrecv = 0;
+  proto::BufferDescriptor input;
+
+  void setup(rdmalib::Fabric &f, uint64_t n) {
+    nrecv = n;
+    ctrl = rdmalib::Buffer<char>(f, (n + 1) * kCtl, rdmalib::AccessLocal);
+    conn.attach(ctrl.region());
+    ops = conn.ops();
+    for (uint64_t i = 0; i < n; ++i)
+      repost(i);
+  }
+  void repost(uint64_t i) { ops.post_recv(ctrl.local_bytes(i * kCtl, kCtl), i); }
+  template <class M> void send(const M &m) {
+    proto::WireResult r = proto::encode(m, ctrl.data() + nrecv * kCtl, kCtl);
+    if (!r)
+      throw std::runtime_error("encode " + proto::describe(r));
+    if (ops.send(ctrl.local_bytes(nrecv * kCtl, r.size), 7) != rdmalib::Status::Ok)
+      throw std::runtime_error(std::string("send: ") + ops.last_error());
+    rdmalib::Completion c;
+    for (;;) {
+      auto w = ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+      if (w.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok)
+        throw std::runtime_error("send completion failed");
+      if (c.context == 7)
+        return;
+    }
+  }
+  /// Next control message (Recv completion); returns its bytes or nullptr on
+  /// close / timeout. Skips result notifications.
+  const char *next_control(int timeout_ms, rdmalib::OpKind *kind = nullptr) {
+    auto deadline = Clock::now() + milliseconds(timeout_ms);
+    while (Clock::now() < deadline) {
+      rdmalib::Completion c;
+      auto w = ops.wait(rdmalib::Queue::Recv, &c, 1, 100);
+      if (w.status == rdmalib::Status::Timeout)
+        continue;
+      if (w.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok ||
+          c.kind == rdmalib::OpKind::PeerClosed) {
+        if (kind)
+          *kind = rdmalib::OpKind::PeerClosed;
+        return nullptr;
+      }
+      if (c.kind == rdmalib::OpKind::Recv) {
+        repost(c.context); // consumed right away by the caller, before any new message
+        if (kind)
+          *kind = c.kind;
+        return ctrl.data() + c.context * kCtl;
+      }
+    }
+    return nullptr;
+  }
+};
+
+struct Options {
+  std::string devices, device, manager, library;
+  uint32_t cores = 1, iterations = 10000, payload = 8, slots = 4, slot_size = 4096;
+  int32_t hot_ms = -1;
+  std::string scenario = "all";
+};
+
+class Probe {
+public:
+  explicit Probe(const Options &o)
+      : o_(o), fabric_(rdmalib::DeviceDatabase::load(o.devices).find(o.device)),
+        listener_(fabric_, rdmalib::Address{fabric_.device().ip_address, 0}) {}
+
+  void allocate() {
+    std::ifstream f(o_.library, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (bytes.empty())
+      throw std::runtime_error("cannot read " + o_.library);
+    library_ = rdmalib::Buffer<char>(fabric_, bytes.size(), rdmalib::AccessRemoteRead);
+    std::memcpy(library_.data(), bytes.data(), bytes.size());
+    uint64_t checksum = proto::library_checksum(bytes.data(), bytes.size());
+
+    auto t0 = Clock::now();
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    manager_.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                                 sizeof hb, milliseconds(5000));
+    proto::ConnectReply reply;
+    auto &pd = manager_.conn.peer_private_data();
+    if (!proto::decode(pd.data(), pd.size(), reply) || reply.status != proto::ErrorCode::Ok)
+      throw std::runtime_error("manager refused the client");
+    manager_.setup(fabric_, 4);
+
+    proto::AllocationRequest req;
+    req.cores = o_.cores;
+    req.hot_timeout_ms = o_.hot_ms;
+    req.input_slots = o_.slots;
+    req.input_slot_size = o_.slot_size;
+    req.client_port = listener_.address().port;
+    req.library_size = bytes.size();
+    req.library_checksum = checksum;
+    proto::set_text(req.client_host, listener_.address().host);
+    std::vector<proto::BufferDescriptor> results;
+    for (uint32_t w = 0; w < o_.cores; ++w) {
+      results_.emplace_back(fabric_, size_t(o_.slots) * o_.slot_size, rdmalib::AccessRemoteWrite);
+      inputs_.emplace_back(fabric_, size_t(o_.slots) * o_.slot_size, rdmalib::AccessLocal);
+      proto::BufferDescriptor d;
+      d.buffer = results_.back().remote();
+      d.worker = w;
+      d.slots = o_.slots;
+      d.slot_size = o_.slot_size;
+      results.push_back(d);
+    }
+    rdmalib::Buffer<char> reqbuf(fabric_, proto::allocation_request_size(o_.cores),
+                                 rdmalib::AccessLocal);
+    manager_.conn.attach(reqbuf.region());
+    proto::WireResult r = proto::encode(req, results, reqbuf.data(), reqbuf.bytes());
+    if (!r)
+      throw std::runtime_error(proto::describe(r));
+    rdmalib::Completion c;
+    manager_.ops.send(reqbuf.local_bytes(0, r.size), 9);
+    manager_.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+    const char *msg = manager_.next_control(10000);
+    proto::AllocationResponse resp;
+    if (!msg || !proto::decode(msg, kCtl, resp))
+      throw std::runtime_error("no AllocationResponse");
+    if (resp.status != proto::ErrorCode::Ok)
+      throw std::runtime_error(std::string("allocation refused: ") + proto::to_string(resp.status) +
+                               ": " + std::string(proto::get_text(resp.message)));
+    allocation_ = resp.allocation_id;
+    auto t1 = Clock::now();
+
+    workers_.resize(o_.cores);
+    for (uint32_t n = 0; n < o_.cores; ++n) {
+      rdmalib::ConnectionRequest cr = listener_.next_request(milliseconds(10000));
+      proto::WorkerHello wh;
+      auto &wpd = cr.private_data();
+      proto::ConnectReply ok;
+      uint8_t ob[sizeof ok];
+      if (!proto::decode(wpd.data(), wpd.size(), wh) || wh.allocation_id != allocation_ ||
+          wh.worker >= o_.cores || workers_[wh.worker].conn.is_open()) {
+        ok.status = proto::ErrorCode::LeaseInvalid;
+        proto::encode(ok, ob, sizeof ob);
+        cr.accept(ob, sizeof ob, milliseconds(5000)).close();
+        --n;
+        continue;
+      }
+      proto::encode(ok, ob, sizeof ob);
+      rdmalib::ConnectionOptions co;
+      co.recv_depth = o_.slots + 8;
+      Link &l = workers_[wh.worker];
+      l.conn = cr.accept(ob, sizeof ob, milliseconds(5000), co);
+      l.conn.attach(results_[wh.worker].region());
+      l.conn.attach(inputs_[wh.worker].region());
+      l.conn.attach(library_.region());
+      l.setup(fabric_, o_.slots + 8);
+    }
+    for (auto &l : workers_) {
+      proto::BufferAdvertisement adv;
+      const char *m = l.next_control(10000);
+      if (!m || !proto::decode(m, kCtl, adv))
+        throw std::runtime_error("no BufferAdvertisement from a worker");
+      l.input = adv.descriptor;
+    }
+    auto t2 = Clock::now();
+    proto::CodeHeader code;
+    code.library_size = bytes.size();
+    code.checksum = checksum;
+    code.source = library_.remote();
+    proto::set_text(code.name, "libfunctions.so");
+    workers_[0].send(code);
+    for (auto &l : workers_) {
+      proto::Ready ready;
+      const char *m = l.next_control(10000);
+      if (!m || !proto::decode(m, kCtl, ready))
+        throw std::runtime_error("no Ready from a worker");
+      if (ready.status != proto::ErrorCode::Ok)
+        throw std::runtime_error("worker not ready: " +
+                                 std::string(proto::get_text(ready.message)));
+      functions_ = ready.function_count;
+    }
+    auto t3 = Clock::now();
+    auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    std::printf("cold start: allocation %.2f ms, workers connected %.2f ms, code+ready %.2f ms, "
+                "total %.2f ms (%u functions)\n",
+                ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3), functions_);
+    check(functions_ > 0, "allocation ready with the library loaded");
+  }
+
+  /// One invocation on worker w, slot 0. Returns the result header; output in
+  /// the result slot.
+  proto::ResultHeader invoke(uint32_t w, const std::string &fn, const void *payload, uint32_t size,
+                             uint32_t claimed_size = 0, int timeout_ms = 5000,
+                             bool *closed = nullptr) {
+    Link &l = workers_[w];
+    char *slot = inputs_[w].data();
+    proto::InvocationHeader h;
+    h.invocation_id = ++invocation_;
+    h.function = proto::function_hash(fn);
+    h.payload_size = size;
+    h.slot = 0;
+    proto::encode(h, slot, o_.slot_size);
+    if (claimed_size) // forge a header announcing more than the slot holds
+      std::memcpy(slot + 20, &claimed_size, 4);
+    std::memcpy(slot + proto::kInvocationHeaderSize, payload, size);
+    uint32_t imm = proto::make_immediate(0, h.invocation_id);
+    l.ops.write_imm(inputs_[w].local_bytes(0, proto::kInvocationHeaderSize + size), l.input.buffer,
+                    0, imm, 1);
+    rdmalib::Completion c[4];
+    auto deadline = Clock::now() + milliseconds(timeout_ms);
+    bool got = false, sent = false;
+    proto::ResultHeader res;
+    res.status = proto::ErrorCode::Timeout;
+    while (!(got && sent)) {
+      size_t n = l.ops.poll(rdmalib::Queue::Recv, c, 4);
+      for (size_t i = 0; i < n; ++i) {
+        if (c[i].kind == rdmalib::OpKind::RemoteWriteImm) {
+          got = proto::decode(results_[w].data(), o_.slot_size, res).ok() &&
+                proto::immediate_matches(c[i].imm, h.invocation_id);
+          if (fabric_.capabilities().write_consumes_receive)
+            l.repost(c[i].context);
+        } else if (c[i].kind == rdmalib::OpKind::PeerClosed || c[i].status != rdmalib::Status::Ok) {
+          if (closed)
+            *closed = true;
+          return res;
+        } else {
+          l.repost(c[i].context);
+        }
+      }
+      if (!sent && l.ops.poll(rdmalib::Queue::Send, c, 1) == 1)
+        sent = true;
+      if (Clock::now() > deadline)
+        return res;
+    }
+    return res;
+  }
+
+  void latency() {
+    std::vector<char> payload(o_.payload, 'x');
+    std::vector<double> us;
+    us.reserve(o_.iterations);
+    bool ok = true;
+    for (uint32_t i = 0; i < o_.iterations + 100; ++i) {
+      auto t0 = Clock::now();
+      proto::ResultHeader r = invoke(i % o_.cores, "echo", payload.data(), o_.payload);
+      auto t1 = Clock::now();
+      if (r.status != proto::ErrorCode::Ok || r.output_size != o_.payload ||
+          std::memcmp(results_[i % o_.cores].data() + proto::kResultHeaderSize, payload.data(),
+                      o_.payload) != 0) {
+        ok = false;
+        std::printf("invocation %u: %s\n", i, proto::to_string(r.status));
+        break;
+      }
+      if (i >= 100)
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    check(ok, "echo round trips return the payload");
+    if (us.empty())
+      return;
+    std::sort(us.begin(), us.end());
+    auto pct = [&](double p) { return us[static_cast<size_t>(p * (us.size() - 1))]; };
+    std::printf("echo %u B x %zu: median %.2f us, p90 %.2f us, p99 %.2f us, min %.2f us\n",
+                o_.payload, us.size(), pct(0.5), pct(0.9), pct(0.99), us.front());
+  }
+
+  void errors() {
+    char b[8] = {};
+    proto::ResultHeader r = invoke(0, "no_such_function", b, 8);
+    check(r.status == proto::ErrorCode::UnknownFunction &&
+              r.detail == proto::function_hash("no_such_function"),
+          "unknown function -> unknown_function");
+    r = invoke(0, "echo", b, 8, o_.slot_size);
+    check(r.status == proto::ErrorCode::PayloadTooLarge, "oversized payload -> payload_too_large");
+    r = invoke(0, "bad_output_size", b, 8);
+    check(r.status == proto::ErrorCode::OutputTooLarge && r.detail == UINT32_MAX,
+          "oversized output -> output_too_large");
+    r = invoke(0, "echo", b, 8);
+    check(r.status == proto::ErrorCode::Ok, "the worker still serves after errors");
+  }
+
+  void crash() {
+    char b[8] = {};
+    proto::ResultHeader r = invoke(0, "crash", b, 8);
+    check(r.status == proto::ErrorCode::FunctionCrashed && r.detail == 11,
+          "crashing function -> function_crashed (signal 11)");
+    // The executor ends: the worker says Shutdown{function_crashed} or closes.
+    rdmalib::OpKind kind = rdmalib::OpKind::Recv;
+    const char *m = workers_[0].next_control(5000, &kind);
+    proto::Shutdown bye;
+    bool ended =
+        kind == rdmalib::OpKind::PeerClosed ||
+        (m && proto::decode(m, kCtl, bye) && bye.reason == proto::ErrorCode::FunctionCrashed);
+    check(ended, "the executor ends after a crash");
+  }
+
+  void deallocate() {
+    proto::Shutdown bye;
+    bye.allocation_id = allocation_;
+    for (auto &l : workers_) {
+      try {
+        l.send(bye);
+      } catch (const std::exception &) {
+        // an executor that ended after a crash is gone already
+      }
+      l.conn.close();
+    }
+    manager_.send(bye);
+    manager_.conn.close();
+  }
+
+  /// Vanish without goodbyes (the manager must end the executor).
+  void vanish() {
+    for (auto &l : workers_)
+      l.conn.close();
+    manager_.conn.close();
+  }
+
+private:
+  Options o_;
+  rdmalib::Fabric fabric_;
+  rdmalib::Listener listener_;
+  rdmalib::Buffer<char> library_;
+  std::vector<rdmalib::Buffer<char>> results_, inputs_;
+  Link manager_;
+  std::vector<Link> workers_;
+  uint64_t allocation_ = 0, invocation_ = 0;
+  uint32_t functions_ = 0;
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  cxxopts::Options options("rfaas_server_probe", "protocol v1 test client for executor_manager");
+  Options o;
+  options.add_options()("devices", "device database", cxxopts::value(o.devices))(
+      "device", "device entry", cxxopts::value(o.device))("manager", "host:port",
+                                                          cxxopts::value(o.manager))(
+      "library", "function library",
+      cxxopts::value(o.library))("cores", "workers", cxxopts::value(o.cores)->default_value("1"))(
+      "iterations", "echo round trips", cxxopts::value(o.iterations)->default_value("10000"))(
+      "payload", "echo payload bytes", cxxopts::value(o.payload)->default_value("8"))(
+      "hot-ms", "hot polling timeout", cxxopts::value(o.hot_ms)->default_value("-1"))(
+      "scenario", "latency, errors, crash, disconnect, all",
+      cxxopts::value(o.scenario)->default_value("all"))("h,help", "help");
+  try {
+    auto args = options.parse(argc, argv);
+    if (args.count("help") || o.manager.empty() || o.library.empty() || o.devices.empty()) {
+      std::puts(options.help().c_str());
+      return 2;
+    }
+    Probe p(o);
+    p.allocate();
+    if (o.scenario == "latency" || o.scenario == "all")
+      p.latency();
+    if (o.scenario == "errors" || o.scenario == "all")
+      p.errors();
+    if (o.scenario == "crash" || o.scenario == "all")
+      p.crash();
+    if (o.scenario == "disconnect")
+      p.vanish();
+    else
+      p.deallocate();
+  } catch (const std::exception &e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  return g_failures ? 1 : 0;
+}
