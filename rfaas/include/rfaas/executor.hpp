@@ -1,0 +1,197 @@
+// rfaas::executor: a lease of remote cores that runs functions.
+//
+//   rfaas::device_database devices = rfaas::device_database::load("devices.json");
+//   rfaas::server_database servers = rfaas::server_database::load("servers.json");
+//   rfaas::executor ex(devices.find("lo-tcp"));
+//   rfaas::allocation_options opts;
+//   opts.cores = 2;
+//   opts.library = "build/examples/functions/libfunctions.so";
+//   ex.allocate(servers.select(), opts);           // throws rfaas::Error
+//   rfaas::result r = ex.execute("echo", in, out);  // never throws for the call
+//   ex.deallocate();                                // also done by the destructor
+//
+// The client keeps its own listener: after the executor manager accepted the
+// allocation, every worker thread of the remote executor connects back to it,
+// advertises its input slots, and worker 0 reads the library from the client's
+// memory (docs/protocol.md). An invocation is then one RDMA write-with-immediate
+// of header + payload into a worker's input slot; the worker writes header +
+// output into this client's result slot, and execute() busy-polls for it.
+//
+// Thread-safety: an executor is used by one thread at a time (its connections
+// are not shared between threads, so the hot path takes no lock). Use one
+// executor per thread for concurrent clients in one process. The registered
+// memory calls (allocate_registered/free_registered) are thread-safe.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <rfaas/buffer.hpp>
+#include <rfaas/devices.hpp>
+#include <rfaas/errors.hpp>
+#include <rfaas/servers.hpp>
+
+namespace rfaas {
+
+/// Deadlines of every blocking step (docs/protocol.md "Deadlines").
+struct timeouts {
+  /// Connecting to the executor manager.
+  std::chrono::milliseconds connect{5000};
+  /// From the AllocationRequest to the AllocationResponse (includes starting
+  /// the executor process).
+  std::chrono::milliseconds allocation{10000};
+  /// From the response until every worker connected and advertised its slots.
+  std::chrono::milliseconds workers{10000};
+  /// From the CodeHeader until every worker is Ready.
+  std::chrono::milliseconds ready{10000};
+  /// Default deadline of an invocation (execute(), async(), execute_parallel()).
+  std::chrono::milliseconds invocation{30000};
+  /// Each Shutdown message of deallocate().
+  std::chrono::milliseconds shutdown{2000};
+};
+
+/// What to ask an executor manager for.
+struct allocation_options {
+  /// Worker threads = leased cores (1..256).
+  uint32_t cores = 1;
+  /// Memory limit of the executor in MiB; 0 = the manager's default.
+  uint32_t memory_mib = 0;
+  /// Path of the shared library of functions to ship (read at allocate()).
+  std::string library;
+  /// How long a worker busy-polls after an invocation before it sleeps:
+  /// -1 always hot, 0 never hot (always warm), otherwise milliseconds.
+  int32_t hot_timeout_ms = 100;
+  /// Largest input of one invocation, bytes (the manager limits it too).
+  uint32_t max_input_size = 64 * 1024;
+  /// Largest output of one invocation, bytes.
+  uint32_t max_output_size = 64 * 1024;
+  /// Input slots per worker: concurrent invocations one worker can queue.
+  uint32_t slots = 1;
+  /// Lease from a resource manager; 0 and a zero token in standalone mode.
+  uint64_t lease_id = 0;
+  std::array<uint8_t, 16> token{};
+};
+
+/// When each cold-start phase of the last allocate() ended, measured from the
+/// start of allocate() (steady clock).
+struct cold_start {
+  /// The manager accepted the connection (ConnectReply ok).
+  std::chrono::nanoseconds connected{0};
+  /// The AllocationResponse arrived (the executor process exists).
+  std::chrono::nanoseconds allocated{0};
+  /// Every worker connected back and advertised its input slots.
+  std::chrono::nanoseconds workers_connected{0};
+  /// The CodeHeader reached worker 0 (it now reads the library).
+  std::chrono::nanoseconds code_shipped{0};
+  /// Every worker loaded the library and sent Ready: allocate() returns.
+  std::chrono::nanoseconds ready{0};
+};
+
+/// Outcome of one invocation.
+struct result {
+  rfaas::status status = status::ok;
+  /// Bytes of output copied into the caller's output buffer (ok only).
+  uint32_t output_size = 0;
+  /// Extra fact for an error: the signal (function_crashed), the size the
+  /// function produced (output_too_large), the largest payload
+  /// (payload_too_large), the unknown name hash (unknown_function).
+  uint32_t detail = 0;
+
+  bool ok() const noexcept { return status == status::ok; }
+  explicit operator bool() const noexcept { return ok(); }
+};
+
+class executor {
+public:
+  /// Open the network on `dev` and start the client's listener. Throws
+  /// rfaas::Error(phase::configuration) when the device cannot be opened or
+  /// the listener cannot bind (the message carries the backend's text).
+  explicit executor(const device &dev, const timeouts &deadlines = {});
+  /// Deallocates (never throws).
+  ~executor();
+  executor(executor &&) noexcept;
+  executor &operator=(executor &&) noexcept;
+  executor(const executor &) = delete;
+  executor &operator=(const executor &) = delete;
+
+  /// Lease `options.cores` cores on `manager`, ship the library, and return
+  /// when every worker is ready. Throws rfaas::Error naming the phase that did
+  /// not finish, the manager and its status (resources_unavailable,
+  /// lease_invalid, version_mismatch, library_invalid, timeout, ...); nothing
+  /// stays allocated after a throw. Throws Error(phase::usage) when already
+  /// allocated.
+  void allocate(const server &manager, const allocation_options &options);
+  /// Shorthand with the other options at their defaults.
+  void allocate(const server &manager, uint32_t cores, uint32_t memory_mib,
+                const std::string &library, int32_t hot_timeout_ms = 100);
+
+  /// Tell every worker and the manager that the allocation ends, and close.
+  /// Idempotent; never throws (problems are logged). Results of unfinished
+  /// invocations become `closed`.
+  void deallocate() noexcept;
+
+  bool allocated() const noexcept;
+  /// Workers (leased cores) of the current allocation; 0 when none.
+  uint32_t workers() const noexcept;
+  /// Input slots per worker.
+  uint32_t slots() const noexcept;
+  uint64_t allocation_id() const noexcept;
+  /// Largest input and output of one invocation in this allocation.
+  uint32_t max_input_size() const noexcept;
+  uint32_t max_output_size() const noexcept;
+  /// Phases of the last successful allocate().
+  const cold_start &cold_start_times() const noexcept;
+  /// "provider=tcp endpoint=connected ...": the network in use, for logs.
+  std::string describe_network() const;
+
+  /// Run `function` on `input` and copy its output into `output`; returns
+  /// when the result arrived or the deadline passed (busy-polling meanwhile).
+  /// Never throws for the invocation's outcome: see result::status. Throws
+  /// Error(phase::usage) when not allocated.
+  ///
+  /// Zero copy: when input.data is the start of memory from rfaas::allocator
+  /// (a std::vector<T, rfaas::allocator<T>>), the payload is written straight
+  /// from it; other memory is copied into a registered staging slot first.
+  /// The hot path allocates nothing and takes no lock.
+  result execute(std::string_view function, const_buffer input, mutable_buffer output);
+  result execute(std::string_view function, const_buffer input, mutable_buffer output,
+                 std::chrono::milliseconds timeout);
+
+  /// Start `function` on a free slot and return at once; the invocation runs
+  /// remotely meanwhile. The future is deferred: its get()/wait() drive the
+  /// network on the calling thread, so call them from the thread that uses
+  /// this executor; wait_for() reports std::future_status::deferred. `input`
+  /// and `output` must stay valid until get() returned. A future consumed
+  /// after deallocate() yields status `closed`. When every slot is busy the
+  /// future is ready at once with status `busy`.
+  std::future<result> async(std::string_view function, const_buffer input, mutable_buffer output);
+
+  /// Run `function` once per input, spread over every worker and slot (input
+  /// i on worker i % workers() first), outputs[i] receiving input i's output.
+  /// More inputs than workers x slots are queued. Returns one result per input,
+  /// in order; invalid_argument (for each) when the counts differ.
+  std::vector<result> execute_parallel(std::string_view function,
+                                       const std::vector<const_buffer> &inputs,
+                                       const std::vector<mutable_buffer> &outputs);
+
+  /// Registered memory for rfaas::allocator: `bytes` usable bytes, aligned to
+  /// 64, preceded by room for the invocation header. Throws std::bad_alloc.
+  /// Thread-safe. The executor must outlive the memory and must not be moved
+  /// while such memory exists.
+  void *allocate_registered(size_t bytes);
+  /// Release memory from allocate_registered(). Thread-safe; nullptr is a no-op.
+  void free_registered(void *p) noexcept;
+
+  struct impl;
+
+private:
+  std::shared_ptr<impl> impl_;
+};
+
+} // namespace rfaas

@@ -1,0 +1,57 @@
+// Where the executor managers are: the server database (JSON).
+//
+//   { "executor_managers": [
+//       { "name": "node1", "address": "127.0.0.1", "port": 10000 } ] }
+//
+// `name` is optional (defaults to "address:port"); unknown keys are rejected so
+// that a typo does not silently fall back to a default.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rfaas {
+
+/// One executor manager. Plain data; copyable.
+struct server {
+  std::string name;
+  /// Host name or IP literal of its listener.
+  std::string address;
+  uint16_t port = 0;
+
+  /// "address:port".
+  std::string endpoint() const;
+};
+
+/// The list of executor managers a client may allocate from.
+/// Thread-safety: const calls are safe from any thread.
+class server_database {
+public:
+  server_database() = default;
+  explicit server_database(std::vector<server> servers) : servers_(std::move(servers)) {}
+
+  /// Load from a file. Throws rfaas::Error(phase::configuration) naming the
+  /// file and the key.
+  static server_database load(const std::string &path);
+  /// Parse JSON text; `origin` names it in errors.
+  static server_database parse(const std::string &json_text, const std::string &origin);
+
+  const std::vector<server> &servers() const noexcept { return servers_; }
+  bool empty() const noexcept { return servers_.empty(); }
+
+  /// The entry called `name` (or whose "address:port" equals it). Throws
+  /// rfaas::Error(phase::configuration) listing the known names.
+  const server &find(const std::string &name) const;
+
+  /// A manager for the next allocation: round robin over the list, starting
+  /// with the first. Throws rfaas::Error(phase::configuration) when empty.
+  /// Not thread-safe (it advances a cursor).
+  const server &select();
+
+private:
+  std::vector<server> servers_;
+  size_t next_ = 0;
+};
+
+} // namespace rfaas

@@ -1,0 +1,90 @@
+#include <rfaas/devices.hpp>
+#include <rfaas/errors.hpp>
+
+#include <rdmalib/device.hpp>
+#include <rdmalib/errors.hpp>
+
+#include "device_conversion.hpp"
+
+namespace rfaas {
+
+namespace {
+const char *endpoint_name(rdmalib::EndpointPreference e) {
+  switch (e) {
+  case rdmalib::EndpointPreference::Connected:
+    return "connected";
+  case rdmalib::EndpointPreference::ReliableDatagram:
+    return "rdm";
+  case rdmalib::EndpointPreference::Auto:
+    break;
+  }
+  return "auto";
+}
+} // namespace
+
+device_database device_database::load(const std::string &path) {
+  device_database db;
+  db.origin_ = path;
+  try {
+    // One parser for the format: rdmalib's, which every rFaaS binary uses.
+    rdmalib::DeviceDatabase parsed = rdmalib::DeviceDatabase::load(path);
+    for (const rdmalib::DeviceConfig &c : parsed.devices()) {
+      device d;
+      d.name = c.name;
+      d.provider = c.provider;
+      d.domain = c.domain;
+      d.interface = c.interface;
+      d.ip_address = c.ip_address;
+      d.port = c.port;
+      d.max_inline_data = c.max_inline_data;
+      d.default_receive_buffer_size = c.default_receive_buffer_size;
+      d.endpoint = endpoint_name(c.endpoint);
+      db.devices_.push_back(std::move(d));
+    }
+  } catch (const rdmalib::Error &e) {
+    throw Error(phase::configuration, "", status::invalid_argument, e.what());
+  }
+  return db;
+}
+
+const device &device_database::find(const std::string &name_or_ip) const {
+  for (const device &d : devices_)
+    if (d.name == name_or_ip)
+      return d;
+  for (const device &d : devices_)
+    if (d.ip_address == name_or_ip)
+      return d;
+  std::string known;
+  for (const device &d : devices_)
+    known += (known.empty() ? "" : ", ") + d.name;
+  throw Error(phase::configuration, "", status::invalid_argument,
+              origin_ + ": no device named \"" + name_or_ip + "\" (known: " + known + ")");
+}
+
+namespace detail {
+
+rdmalib::DeviceConfig to_rdmalib(const device &d) {
+  rdmalib::DeviceConfig c;
+  c.name = d.name;
+  c.provider = d.provider;
+  c.domain = d.domain;
+  c.interface = d.interface;
+  c.ip_address = d.ip_address;
+  c.port = d.port;
+  c.max_inline_data = d.max_inline_data;
+  c.default_receive_buffer_size = d.default_receive_buffer_size;
+  if (d.endpoint == "connected" || d.endpoint == "msg")
+    c.endpoint = rdmalib::EndpointPreference::Connected;
+  else if (d.endpoint == "rdm")
+    c.endpoint = rdmalib::EndpointPreference::ReliableDatagram;
+  else if (d.endpoint == "auto" || d.endpoint.empty())
+    c.endpoint = rdmalib::EndpointPreference::Auto;
+  else
+    throw Error(phase::configuration, "", status::invalid_argument,
+                "device \"" + d.name + "\": endpoint must be auto, connected or rdm, not \"" +
+                    d.endpoint + "\"");
+  return c;
+}
+
+} // namespace detail
+} // namespace rfaas

@@ -1,0 +1,104 @@
+// Internal: the registered blocks handed out by executor::allocate_registered.
+//
+// execute() asks "does the input start at one of our blocks?" on every call,
+// so the lookup must take no lock and allocate nothing: a fixed open-addressing
+// table of atomics keyed by the user pointer. Inserts and erases come from
+// allocator calls on any thread; a block is never erased while an invocation
+// uses it (the caller owns both), so a lookup never sees a freed block.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <rdmalib/buffer.hpp>
+
+namespace rfaas::detail {
+
+/// One block: [base, base + kPrefix) holds the invocation header when the
+/// block is sent zero-copy, the user's bytes follow.
+struct Registration {
+  /// Room before the user's bytes: 32 for the InvocationHeader, rounded up so
+  /// the user's data stays 64-byte aligned.
+  static constexpr size_t kPrefix = 64;
+  void *base = nullptr;
+  size_t user_bytes = 0;
+  rdmalib::MemoryRegion region;
+  /// Invocations in flight whose header sits in this prefix: a second one must
+  /// not overwrite it (the executor's owner thread only).
+  uint32_t in_flight = 0;
+};
+
+class Registry {
+public:
+  static constexpr size_t kCapacity = 4096;
+
+  Registry() {
+    for (size_t i = 0; i < kCapacity; ++i) {
+      keys_[i].store(kEmpty, std::memory_order_relaxed);
+      values_[i].store(nullptr, std::memory_order_relaxed);
+    }
+  }
+
+  /// False when the table is full.
+  bool insert(const void *key, Registration *r) noexcept {
+    uintptr_t k = reinterpret_cast<uintptr_t>(key);
+    size_t i = hash(k);
+    for (size_t n = 0; n < kCapacity; ++n, i = (i + 1) & (kCapacity - 1)) {
+      uintptr_t cur = keys_[i].load(std::memory_order_acquire);
+      if (cur != kEmpty && cur != kTombstone)
+        continue;
+      // Publish the value before the key becomes visible to lookups.
+      if (keys_[i].compare_exchange_strong(cur, kBusy, std::memory_order_acq_rel)) {
+        values_[i].store(r, std::memory_order_relaxed);
+        keys_[i].store(k, std::memory_order_release);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  Registration *find(const void *key) const noexcept {
+    uintptr_t k = reinterpret_cast<uintptr_t>(key);
+    if (k <= kBusy)
+      return nullptr;
+    size_t i = hash(k);
+    for (size_t n = 0; n < kCapacity; ++n, i = (i + 1) & (kCapacity - 1)) {
+      uintptr_t cur = keys_[i].load(std::memory_order_acquire);
+      if (cur == k)
+        return values_[i].load(std::memory_order_relaxed);
+      if (cur == kEmpty)
+        return nullptr;
+    }
+    return nullptr;
+  }
+
+  /// Remove `key`; returns its registration or nullptr.
+  Registration *erase(const void *key) noexcept {
+    uintptr_t k = reinterpret_cast<uintptr_t>(key);
+    size_t i = hash(k);
+    for (size_t n = 0; n < kCapacity; ++n, i = (i + 1) & (kCapacity - 1)) {
+      uintptr_t cur = keys_[i].load(std::memory_order_acquire);
+      if (cur == k) {
+        Registration *r = values_[i].load(std::memory_order_relaxed);
+        keys_[i].store(kTombstone, std::memory_order_release);
+        return r;
+      }
+      if (cur == kEmpty)
+        return nullptr;
+    }
+    return nullptr;
+  }
+
+private:
+  static constexpr uintptr_t kEmpty = 0, kTombstone = 1, kBusy = 2;
+  static size_t hash(uintptr_t k) noexcept {
+    return static_cast<size_t>(((k >> 6) * 0x9E3779B97F4A7C15ull) >> 52) & (kCapacity - 1);
+  }
+  static_assert((kCapacity & (kCapacity - 1)) == 0, "power of two");
+
+  std::atomic<uintptr_t> keys_[kCapacity];
+  std::atomic<Registration *> values_[kCapacity];
+};
+
+} // namespace rfaas::detail
