@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The project's main job (for now): set up a Debian 12 machine, build, and run
-# the rdmalib ping-pong benchmark over tcp on loopback, next to the same
-# ping-pong written directly against libfabric (the baseline).
+# The project's main job: set up a Debian 12 machine, build, start an rFaaS
+# executor manager on loopback (standalone, default device of
+# config/executor_manager.json: tcp), run the example client against it
+# (synchronous, asynchronous and parallel calls of echo, sum_squares and
+# expand, every output verified), print the verified results and the median
+# hot invocation latency, and stop everything.
 #
-# Usage: scripts/main-job.sh [ARGS...]   ARGS go to benchmarks/run-pingpong.sh
-#        (e.g. --repeat 3, --sizes 8,1K, --providers "tcp shm"; see its --help)
-#
-# Output: a table of round-trip medians and p99 for send/recv and
-# write-with-immediate at 8 B, 1 KiB, 64 KiB and 1 MiB, with the rdmalib/raw
-# ratio; the same as CSV in $RFAAS_MAIN_BUILD_DIR/pingpong-tcp.csv.
+# Usage: scripts/main-job.sh [CLIENT ARGS...]   ARGS go to rfaas-example-client
+#        (e.g. --repetitions 5000, --size 1024, --cores 1; see its --help)
 #
 # Environment:
 #   RFAAS_MAIN_BUILD_DIR   build directory (default: build/main)
 #   RFAAS_MAIN_JOBS        build parallelism (default: nproc)
+#   RFAAS_MAIN_DEVICE      device entry of config/devices.json (default: lo-tcp)
+#   RFAAS_MAIN_PINGPONG=1  also run the rdmalib vs raw libfabric ping-pong
+#                          (benchmarks/run-pingpong.sh) over tcp afterwards
 #   RFAAS_SKIP_DEPS=1      do not run scripts/install-deps.sh
 set -euo pipefail
 
@@ -20,15 +22,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
-  echo
-  bash benchmarks/run-pingpong.sh --help
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 
 build=${RFAAS_MAIN_BUILD_DIR:-build/main}
 jobs=${RFAAS_MAIN_JOBS:-$(nproc)}
-driver=benchmarks/run-pingpong.sh
+device=${RFAAS_MAIN_DEVICE:-lo-tcp}
 
 step() { echo "==> main-job.sh: $*"; }
 
@@ -40,19 +40,61 @@ fi
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 
-step "configuring $build (Release, libfabric backend, benchmarks on, tests off)"
+step "configuring $build (Release, libfabric backend, tests off)"
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DRFAAS_NETWORK_BACKEND=libfabric -DRFAAS_BUILD_BENCHMARKS=ON -DRFAAS_BUILD_TESTS=OFF
-step "building the ping-pong benchmarks with $jobs jobs"
-cmake --build "$build" -j "$jobs" --target rdmalib_pingpong raw_libfabric_pingpong
+targets=(executor_manager executor rfaas_example_functions rfaas-example-client)
+[[ ${RFAAS_MAIN_PINGPONG:-0} == 1 ]] && targets+=(rdmalib_pingpong raw_libfabric_pingpong)
+step "building ${targets[*]} with $jobs jobs"
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
-if [[ ! -f $driver ]]; then
-  echo "main-job.sh: $driver is missing: this checkout cannot run the ping-pong benchmark." >&2
+work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-main-job.XXXXXX")
+manager_pid=
+cleanup() {
+  if [[ -n $manager_pid ]] && kill -0 "$manager_pid" 2>/dev/null; then
+    kill -TERM "$manager_pid" 2>/dev/null || true
+    wait "$manager_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+# The manager prints "executor_manager: listening on <provider> <host>:<port>"
+# once it accepts clients; read it from a pipe (no polling, no sleep). Port 0:
+# the OS chooses, so parallel runs never collide.
+step "starting executor_manager on loopback (device $device)"
+mkfifo "$work/ready"
+"$build/server/executor_manager/executor_manager" --config config/executor_manager.json \
+  --skip-resource-manager --device "$device" --host 127.0.0.1 --port 0 \
+  >"$work/ready" 2>"$work/manager.log" &
+manager_pid=$!
+exec 3<"$work/ready"
+line=
+if ! read -r -t 30 -u 3 line || [[ $line != *"listening on"* ]]; then
+  echo "main-job.sh: the executor manager did not become ready (log follows)" >&2
+  cat "$work/manager.log" >&2
   exit 1
 fi
+# Keep draining its stdout so it can never block on a full pipe.
+cat <&3 >/dev/null &
+exec 3<&-
+address=${line##* }
+echo "$line"
 
-# Defaults first: any of them given again in ARGS wins (the driver keeps the
-# last value of an option).
-csv="$build/pingpong-tcp.csv"
-step "running $driver (tcp on loopback; rdmalib against raw libfabric)"
-exec bash "$driver" --bin-dir "$build/benchmarks" --providers tcp --csv "$csv" "$@"
+step "running the example client against $address"
+status=0
+"$build/examples/client/rfaas-example-client" --devices config/devices.json --device "$device" \
+  --manager "$address" --library "$build/examples/functions/libfunctions.so" \
+  --cores 1 --repetitions 2000 "$@" || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "main-job.sh: the example client failed (status $status); manager log:" >&2
+  tail -n 30 "$work/manager.log" >&2
+  exit "$status"
+fi
+
+if [[ ${RFAAS_MAIN_PINGPONG:-0} == 1 ]]; then
+  step "running benchmarks/run-pingpong.sh (tcp on loopback; rdmalib against raw libfabric)"
+  bash benchmarks/run-pingpong.sh --bin-dir "$build/benchmarks" --providers tcp \
+    --csv "$build/pingpong-tcp.csv"
+fi
+step "done"
