@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -60,6 +61,7 @@ struct Shared {
   unsigned finished = 0;
 
   std::atomic<bool> stop{false};
+  std::atomic<bool> setup_failed{false};
   std::atomic<int> crash_signal{0};
   std::unique_ptr<WorkerCounters[]> counters;
 
@@ -103,6 +105,8 @@ public:
       setup_and_serve();
     } catch (const std::exception &e) {
       spdlog::error("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, e.what());
+      s_.setup_failed.store(true);
+      s_.end_all(); // an allocation with a missing worker is of no use
     }
     if (index_ == 0) // nobody else can fetch the library: release the others
       s_.publish_library(proto::ErrorCode::Internal, "worker 0 failed");
@@ -369,9 +373,8 @@ private:
         Clock::time_point t0 = Clock::now();
         if (!warm)
           hot_ns += ns_between(idle_start, t0);
-        int crashed = invoke(c.imm);
+        int crashed = invoke(c.imm, exec_ns);
         Clock::time_point t1 = Clock::now();
-        exec_ns += ns_between(t0, t1);
         ++invocations;
         pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
         pub.exec_ns.store(exec_ns, std::memory_order_relaxed);
@@ -398,9 +401,10 @@ private:
     return ops_.post_recv(ctrl_.local_bytes(i * kCtl, kCtl), i) != rdmalib::Status::Ok;
   }
 
-  /// Serve the invocation announced by `imm`. Returns 0, the signal number if
-  /// the function crashed, or -1 if the result could not be posted.
-  int invoke(uint32_t imm) noexcept {
+  /// Serve the invocation announced by `imm`; the function's own run time is
+  /// added to `exec_ns`. Returns 0, the signal number if the function
+  /// crashed, or -1 if the result could not be posted.
+  int invoke(uint32_t imm, uint64_t &exec_ns) noexcept {
     const proto::Immediate im = proto::parse_immediate(imm);
     const uint32_t s = im.slot;
     if (s >= slots_)
@@ -431,8 +435,10 @@ private:
         res.detail = h.function;
       } else {
         uint32_t produced = 0;
+        Clock::time_point f0 = Clock::now();
         crashed = CrashGuard::run(fn, in + proto::kInvocationHeaderSize, h.payload_size,
                                   out + proto::kResultHeaderSize, produced);
+        exec_ns += ns_between(f0, Clock::now());
         if (crashed) {
           res.status = proto::ErrorCode::FunctionCrashed;
           res.detail = static_cast<uint32_t>(crashed);
@@ -664,6 +670,7 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
     }
     bool manager_gone = false;
     auto last_flush = Clock::now();
+    Clock::time_point terminate_at{};
     for (;;) {
       {
         std::unique_lock<std::mutex> g(shared.m);
@@ -672,8 +679,19 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
         if (shared.finished == shared.request.cores)
           break;
       }
-      if (g_terminate)
+      if (g_terminate && terminate_at == Clock::time_point{}) {
         shared.end_all();
+        terminate_at = Clock::now();
+      }
+      // A worker stuck inside a long function cannot see the stop request:
+      // report what we have and end without it rather than wait for SIGKILL.
+      if (terminate_at != Clock::time_point{} && Clock::now() - terminate_at > milliseconds(500)) {
+        if (!manager_gone)
+          link.flush(start);
+        spdlog::warn("executor {:x}: terminated while a function was running", spec.allocation_id);
+        std::fflush(nullptr);
+        _exit(ExitTerminated);
+      }
       if (link.manager_left()) {
         manager_gone = true;
         shared.end_all();
@@ -696,7 +714,9 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
                     spec.allocation_id, sig, strsignal(sig));
       return ExitFunctionCrashed;
     }
-    return g_terminate ? ExitTerminated : ExitOk;
+    if (g_terminate)
+      return ExitTerminated;
+    return shared.setup_failed.load() ? ExitSetupFailed : ExitOk;
   } catch (const std::exception &e) {
     spdlog::error("executor {:x}: {}", spec.allocation_id, e.what());
     return ExitSetupFailed;

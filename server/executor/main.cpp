@@ -35,8 +35,10 @@ int main(int argc, char **argv) {
       std::puts(options.help().c_str());
       return 0;
     }
-    if (args.count("spec-fd"))
+    if (args.count("spec-fd")) {
+      spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       return rfaas::executor::run_from_spec_fd(args["spec-fd"].as<int>());
+    }
     if (args.count("zygote")) {
       rdmalib::DeviceConfig dev;
       if (args.count("device")) {

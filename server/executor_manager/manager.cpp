@@ -82,6 +82,7 @@ struct Manager::Client {
   rdmalib::Buffer<char> buf; // kClientRecvs receives + a send area
   std::string peer;
   uint64_t allocation = 0;
+  Clock::time_point connected_at = Clock::now();
   bool requested = false;
   bool closed = false;
 };
@@ -686,6 +687,16 @@ void Manager::poll_executors() {
 
 void Manager::tick() {
   auto now = Clock::now();
+  // A client that connects and never asks for anything must not hold a
+  // connection forever.
+  for (auto &c : clients_)
+    if (!c->closed && !c->requested &&
+        now - c->connected_at > milliseconds(cfg_.executor_start_ms)) {
+      spdlog::warn("client {}: no AllocationRequest within {} ms; closing", c->peer,
+                   cfg_.executor_start_ms);
+      c->closed = true;
+      c->conn.close();
+    }
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     Allocation &a = *it->second;
     if (!a.exited && a.client_gone) {

@@ -10,7 +10,9 @@
 // Scenarios: "latency" (echo round trips, median and percentiles), "errors"
 // (unknown function, payload too large, output too large), "crash" (a crashing
 // function gives FunctionCrashed and the executor ends), "disconnect" (the
-// client vanishes mid-lease), "all" (latency, errors, then crash).
+// client vanishes mid-lease), "busy-disconnect" (it vanishes while a
+// 20 s function runs), "hostile" (malformed hellos and requests to the
+// manager first), "all" (hostile, latency, errors, then crash).
 // Exit code 0 when every check passed.
 #include <algorithm>
 #include <chrono>
@@ -113,6 +115,79 @@ public:
   explicit Probe(const Options &o)
       : o_(o), fabric_(rdmalib::DeviceDatabase::load(o.devices).find(o.device)),
         listener_(fabric_, rdmalib::Address{fabric_.device().ip_address, 0}) {}
+
+  /// Misbehave towards the manager; it must answer with error statuses and
+  /// keep serving (allocate() runs afterwards).
+  void hostile() {
+    // Another protocol version: accepted, answered version_mismatch.
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    hb[4] = 99; // Header.version
+    {
+      auto c = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                            sizeof hb, milliseconds(5000));
+      proto::ConnectReply reply;
+      auto &pd = c.peer_private_data();
+      check(proto::decode(pd.data(), pd.size(), reply).ok() &&
+                reply.status == proto::ErrorCode::VersionMismatch,
+            "wrong protocol version -> version_mismatch");
+    }
+    // Garbage private data: refused.
+    {
+      uint8_t junk[32] = {1, 2, 3};
+      bool refused = false;
+      try {
+        rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), junk,
+                                     sizeof junk, milliseconds(5000));
+      } catch (const rdmalib::Error &) {
+        refused = true;
+      }
+      check(refused, "garbage hello -> refused");
+    }
+    // A malformed request, then one asking for too much.
+    hb[4] = 1;
+    Link l;
+    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                          sizeof hb, milliseconds(5000));
+    l.setup(fabric_, 4);
+    proto::Shutdown junk_msg; // right size, wrong type for an allocation
+    junk_msg.allocation_id = 1;
+    char *area = l.ctrl.data() + l.nrecv * kCtl;
+    std::memset(area, 0xAB, 64);
+    rdmalib::Completion c;
+    l.ops.send(l.ctrl.local_bytes(l.nrecv * kCtl, 64), 3);
+    l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+    const char *m = l.next_control(5000);
+    proto::AllocationResponse resp;
+    check(m && proto::decode(m, kCtl, resp).ok() && resp.status == proto::ErrorCode::BadRequest,
+          "malformed AllocationRequest -> bad_request");
+    proto::AllocationRequest req;
+    req.cores = 200; // more than any test machine configures
+    req.input_slots = 1;
+    req.input_slot_size = 64;
+    req.client_port = 1;
+    req.library_size = 1;
+    proto::set_text(req.client_host, "127.0.0.1");
+    std::vector<proto::BufferDescriptor> results(req.cores);
+    for (uint32_t i = 0; i < req.cores; ++i) {
+      results[i].buffer.size = 64;
+      results[i].worker = i;
+      results[i].slots = 1;
+      results[i].slot_size = 64;
+    }
+    rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(req.cores),
+                             rdmalib::AccessLocal);
+    l.conn.attach(rb.region());
+    proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
+    l.ops.send(rb.local_bytes(0, r.size), 4);
+    l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+    m = l.next_control(5000);
+    check(m && proto::decode(m, kCtl, resp).ok() &&
+              resp.status == proto::ErrorCode::ResourcesUnavailable,
+          "200 cores -> resources_unavailable");
+    l.conn.close();
+  }
 
   void allocate() {
     std::ifstream f(o_.library, std::ios::binary);
@@ -354,6 +429,25 @@ public:
     manager_.conn.close();
   }
 
+  /// Start a long function, then vanish without waiting: the worker cannot
+  /// notice, so the manager must terminate the executor.
+  void vanish_busy() {
+    Link &l = workers_[0];
+    char *slot = inputs_[0].data();
+    proto::InvocationHeader h;
+    h.invocation_id = ++invocation_;
+    h.function = proto::function_hash("sleep_ms");
+    h.payload_size = 4;
+    proto::encode(h, slot, o_.slot_size);
+    uint32_t ms = 20000;
+    std::memcpy(slot + proto::kInvocationHeaderSize, &ms, 4);
+    l.ops.write_imm(inputs_[0].local_bytes(0, proto::kInvocationHeaderSize + 4), l.input.buffer, 0,
+                    proto::make_immediate(0, h.invocation_id), 1);
+    rdmalib::Completion c;
+    l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+    vanish();
+  }
+
   /// Vanish without goodbyes (the manager must end the executor).
   void vanish() {
     for (auto &l : workers_)
@@ -395,6 +489,8 @@ int main(int argc, char **argv) {
       return 2;
     }
     Probe p(o);
+    if (o.scenario == "hostile" || o.scenario == "all")
+      p.hostile();
     p.allocate();
     if (o.scenario == "latency" || o.scenario == "all")
       p.latency();
@@ -404,6 +500,8 @@ int main(int argc, char **argv) {
       p.crash();
     if (o.scenario == "disconnect")
       p.vanish();
+    else if (o.scenario == "busy-disconnect")
+      p.vanish_busy();
     else
       p.deallocate();
   } catch (const std::exception &e) {
