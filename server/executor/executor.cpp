@@ -228,6 +228,7 @@ private:
     proto::set_text_truncated(ready.message, message);
     send_control(ready);
     if (status != proto::ErrorCode::Ok) {
+      s_.setup_failed.store(true);
       s_.end_all();
       return;
     }

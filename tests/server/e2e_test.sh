@@ -1,0 +1,95 @@
+#!/bin/bash
+# End-to-end check of the server side with real processes: starts
+# executor_manager (standalone, port 0) on loopback, waits for its readiness
+# line, runs the protocol probe client against it, stops the manager and checks
+# that no executor is left behind.
+#
+#   e2e_test.sh MANAGER PROBE DEVICES LIBRARY DEVICE ZYGOTE SCENARIO [PROBE ARGS...]
+#
+# ZYGOTE is true or false (executor.zygote). SCENARIO is a probe scenario;
+# for "busy-disconnect" the manager's log must also show that it terminated
+# the executor.
+set -u
+MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 ZYGOTE=$6 SCENARIO=$7
+shift 7
+WORK=$(mktemp -d /tmp/rfaas-e2e.XXXXXX)
+MPID=
+cleanup() {
+  if [ -n "$MPID" ] && kill -0 "$MPID" 2>/dev/null; then
+    kill -KILL "$MPID" 2>/dev/null
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+fail() {
+  echo "e2e: FAIL: $*"
+  echo "---- executor_manager log"
+  cat "$WORK/manager.err"
+  exit 1
+}
+
+# Workers may use any CPU this test may use.
+CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+cat > "$WORK/manager.json" <<JSON
+{
+  "device_database": "$DEVICES",
+  "device": "$DEVICE",
+  "listen": { "host": "127.0.0.1", "port": 0 },
+  "resources": { "cores": "$CORES", "memory_mib": 1024, "max_allocations": 4 },
+  "executor": { "zygote": $ZYGOTE },
+  "deadlines_ms": { "shutdown_grace": 1000 }
+}
+JSON
+
+"$MANAGER" --config "$WORK/manager.json" --skip-resource-manager >"$WORK/manager.out" \
+  2>"$WORK/manager.err" &
+MPID=$!
+# Readiness: the manager prints its address once it accepts clients.
+for _ in $(seq 200); do
+  grep -q '^executor_manager: listening on ' "$WORK/manager.out" && break
+  kill -0 "$MPID" 2>/dev/null || fail "executor_manager exited before it was ready"
+  sleep 0.1
+done
+LINE=$(grep '^executor_manager: listening on ' "$WORK/manager.out") ||
+  fail "no readiness line within 20 s"
+ADDRESS=${LINE##* }
+echo "e2e: $LINE"
+
+timeout 120 "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
+  --library "$LIBRARY" --scenario "$SCENARIO" "$@"
+RC=$?
+[ $RC -eq 0 ] || fail "probe client exited with $RC"
+
+if [ "$SCENARIO" = busy-disconnect ]; then
+  for _ in $(seq 100); do
+    grep -q 'ended: executor exited on SIGTERM' "$WORK/manager.err" && break
+    sleep 0.1
+  done
+  grep -q 'ended: executor exited on SIGTERM' "$WORK/manager.err" ||
+    fail "the manager did not terminate the busy executor of a vanished client"
+fi
+
+# Every allocation must have ended (and been accounted) before we stop.
+for _ in $(seq 50); do
+  STARTED=$(grep -c '\] allocation [0-9a-f]*: ' "$WORK/manager.err")
+  ENDED=$(grep -c '\] allocation [0-9a-f]* ended: ' "$WORK/manager.err")
+  [ "$STARTED" -eq "$ENDED" ] && break
+  sleep 0.1
+done
+[ "$STARTED" -eq "$ENDED" ] || fail "$STARTED allocation(s) started, $ENDED ended"
+[ "$STARTED" -ge 1 ] || fail "no allocation was made"
+
+CHILDREN=$(pgrep -P "$MPID" | tr '\n' ' ')
+kill -TERM "$MPID"
+for _ in $(seq 50); do
+  kill -0 "$MPID" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$MPID" 2>/dev/null && fail "executor_manager did not stop within 5 s of SIGTERM"
+wait "$MPID"
+MPID=
+for pid in $CHILDREN; do
+  [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status && fail "process $pid outlived the manager"
+done
+grep 'ended:' "$WORK/manager.err"
+echo "e2e: PASS"
