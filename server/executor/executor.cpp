@@ -320,6 +320,7 @@ private:
     bool warm = hot_ms == 0;
     Clock::time_point idle_start = Clock::now();
     bool ending = false;
+    bool stopped = false; // ended by this executor, not by the client
 
     while (!ending) {
       size_t n = ops_.poll(rdmalib::Queue::Recv, comps, 16);
@@ -331,8 +332,10 @@ private:
         outstanding_ -= static_cast<uint32_t>(m);
       }
       if (n == 0) {
-        if (s_.stop.load(std::memory_order_relaxed) || g_terminate)
+        if (s_.stop.load(std::memory_order_relaxed) || g_terminate) {
+          stopped = true;
           break;
+        }
         if (hot_ms < 0)
           continue;
         if (!warm) {
@@ -395,6 +398,18 @@ private:
     if (!warm && hot_ms != 0) {
       hot_ns += ns_between(idle_start, Clock::now());
       pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+    }
+    if (stopped) {
+      // Tell the client why its worker goes away (manager stopping, lease
+      // ended, another worker failed), rather than just closing.
+      proto::Shutdown bye;
+      bye.allocation_id = s_.spec.allocation_id;
+      bye.reason = proto::ErrorCode::ShuttingDown;
+      try {
+        send_control(bye);
+      } catch (const std::exception &) {
+        // The client may be gone already.
+      }
     }
   }
 
@@ -626,6 +641,12 @@ private:
 bool limit_memory(uint32_t mib) noexcept {
   if (mib == 0)
     return true;
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's shadow memory is terabytes of private writable mappings:
+  // any data limit would make every later allocation fail.
+  spdlog::warn("executor: memory limit of {} MiB not applied under AddressSanitizer", mib);
+  return true;
+#endif
   // RLIMIT_DATA (Linux >= 4.7 counts every private writable mapping: heap,
   // anonymous mmap, thread stacks) rather than RLIMIT_AS: glibc reserves 64 MiB
   // of address space per thread arena and libfabric maps large read-only

@@ -9,10 +9,11 @@
 //
 // Scenarios: "latency" (echo round trips, median and percentiles), "errors"
 // (unknown function, payload too large, output too large), "crash" (a crashing
-// function gives FunctionCrashed and the executor ends), "disconnect" (the
+// function gives FunctionCrashed and the executor ends), "pipeline" (every
+// input slot of a worker busy at once), "disconnect" (the
 // client vanishes mid-lease), "busy-disconnect" (it vanishes while a
 // 20 s function runs), "hostile" (malformed hellos and requests to the
-// manager first), "all" (hostile, latency, errors, then crash).
+// manager first), "all" (hostile, latency, pipeline, errors, then crash).
 // Exit code 0 when every check passed.
 #include <algorithm>
 #include <chrono>
@@ -384,6 +385,67 @@ public:
                 o_.payload, us.size(), pct(0.5), pct(0.9), pct(0.99), us.front());
   }
 
+  /// Keep every input slot of worker 0 busy: results must come back in any
+  /// order, each in its own slot with its own invocation id and output.
+  void pipeline() {
+    Link &l = workers_[0];
+    const uint32_t S = o_.slots, size = o_.slot_size;
+    std::vector<uint64_t> slot_id(S);
+    uint64_t issued = 0, done = 0, total = o_.iterations;
+    bool ok = true;
+    auto post = [&](uint32_t s) {
+      char *slot = inputs_[0].data() + size_t(s) * size;
+      proto::InvocationHeader h;
+      h.invocation_id = ++invocation_;
+      h.function = proto::function_hash("echo");
+      h.payload_size = 8;
+      h.slot = static_cast<uint16_t>(s);
+      proto::encode(h, slot, size);
+      std::memcpy(slot + proto::kInvocationHeaderSize, &h.invocation_id, 8);
+      slot_id[s] = h.invocation_id;
+      ++issued;
+      return l.ops.write_imm(inputs_[0].local_bytes(size_t(s) * size, 40), l.input.buffer,
+                             uint64_t(s) * l.input.slot_size,
+                             proto::make_immediate(s, h.invocation_id),
+                             100 + s) == rdmalib::Status::Ok;
+    };
+    auto t0 = Clock::now();
+    for (uint32_t s = 0; s < S && issued < total; ++s)
+      ok = post(s) && ok;
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    rdmalib::Completion c[16];
+    while (ok && done < total && Clock::now() < deadline) {
+      size_t n = l.ops.poll(rdmalib::Queue::Recv, c, 16);
+      for (size_t i = 0; i < n && ok; ++i) {
+        if (c[i].kind != rdmalib::OpKind::RemoteWriteImm) {
+          ok = c[i].kind == rdmalib::OpKind::Recv;
+          l.repost(c[i].context);
+          continue;
+        }
+        uint32_t s = c[i].imm & 0xFF;
+        proto::ResultHeader r;
+        const char *res = results_[0].data() + size_t(s) * size;
+        uint64_t echoed = 0;
+        ok = s < S && proto::decode(res, size, r).ok() && r.status == proto::ErrorCode::Ok &&
+             r.invocation_id == slot_id[s] && r.slot == s && r.output_size == 8;
+        if (ok)
+          std::memcpy(&echoed, res + proto::kResultHeaderSize, 8);
+        ok = ok && echoed == slot_id[s];
+        if (fabric_.capabilities().write_consumes_receive)
+          l.repost(c[i].context);
+        ++done;
+        if (ok && issued < total)
+          ok = post(s);
+      }
+      l.ops.poll(rdmalib::Queue::Send, c, 16);
+    }
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    check(ok && done == total, "pipelined invocations over " + std::to_string(S) +
+                                   " slots come back in their own slots");
+    std::printf("pipelined echo 8 B, %u slots: %llu invocations in %.3f s, %.0f per second\n", S,
+                static_cast<unsigned long long>(done), secs, done / secs);
+  }
+
   void errors() {
     char b[8] = {};
     proto::ResultHeader r = invoke(0, "no_such_function", b, 8);
@@ -479,6 +541,7 @@ int main(int argc, char **argv) {
       cxxopts::value(o.library))("cores", "workers", cxxopts::value(o.cores)->default_value("1"))(
       "iterations", "echo round trips", cxxopts::value(o.iterations)->default_value("10000"))(
       "payload", "echo payload bytes", cxxopts::value(o.payload)->default_value("8"))(
+      "slots", "input slots per worker", cxxopts::value(o.slots)->default_value("4"))(
       "hot-ms", "hot polling timeout", cxxopts::value(o.hot_ms)->default_value("-1"))(
       "scenario", "latency, errors, crash, disconnect, all",
       cxxopts::value(o.scenario)->default_value("all"))("h,help", "help");
@@ -494,6 +557,8 @@ int main(int argc, char **argv) {
     p.allocate();
     if (o.scenario == "latency" || o.scenario == "all")
       p.latency();
+    if (o.scenario == "pipeline" || o.scenario == "all")
+      p.pipeline();
     if (o.scenario == "errors" || o.scenario == "all")
       p.errors();
     if (o.scenario == "crash" || o.scenario == "all")
