@@ -681,16 +681,25 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
       throw std::runtime_error("launch spec: core count does not match the request");
     shared.counters.reset(new WorkerCounters[shared.request.cores]);
 
-    AccountingLink link(shared);
-    link.connect();
-
+    // Workers first: their connections to the client are on the critical path
+    // of the cold start, the accounting link is not (connection setup costs a
+    // round trip on tcp and ~1 s on tcp;ofi_rxm, so they overlap).
     std::vector<std::unique_ptr<Worker>> workers;
     std::vector<std::thread> threads;
     for (uint32_t i = 0; i < shared.request.cores; ++i) {
       workers.emplace_back(new Worker(shared, i));
       threads.emplace_back([w = workers.back().get()] { w->run(); });
     }
+    AccountingLink link(shared);
     bool manager_gone = false;
+    try {
+      link.connect();
+    } catch (const std::exception &e) {
+      // Serving the client matters more than accounting: keep going.
+      spdlog::error("executor {:x}: no accounting link to the manager: {}", spec.allocation_id,
+                    e.what());
+      manager_gone = true;
+    }
     auto last_flush = Clock::now();
     Clock::time_point terminate_at{};
     for (;;) {
@@ -714,7 +723,7 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
         std::fflush(nullptr);
         _exit(ExitTerminated);
       }
-      if (link.manager_left()) {
+      if (!manager_gone && link.manager_left()) {
         manager_gone = true;
         shared.end_all();
       }
