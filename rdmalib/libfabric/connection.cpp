@@ -7,8 +7,11 @@
 // opens a fresh endpoint for the connection and answers ACCEPT from it (its raw
 // address and the reply private data). From then on each side has exactly one
 // peer in its address vector, and every operation names it.
+#include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
@@ -20,10 +23,87 @@
 namespace rdmalib {
 namespace detail {
 
+namespace {
+
+/// Endpoints of this process, by raw name, for
+/// quirk_in_process_peer_must_be_alive. Leaked on purpose: connections owned by
+/// static objects may close after a function-local static would be destroyed.
+struct LocalEndpoints {
+  std::mutex m;
+  std::unordered_map<std::string, int> live;
+  std::unordered_set<std::string> seen;
+};
+LocalEndpoints &local_endpoints() {
+  static auto *r = new LocalEndpoints;
+  return *r;
+}
+
+/// True when `name` was an endpoint of this process and none by that name is
+/// open any more. The caller holds the registry's mutex.
+bool closed_in_this_process(LocalEndpoints &r, const std::string &name) {
+  if (!r.seen.count(name))
+    return false;
+  auto it = r.live.find(name);
+  return it == r.live.end() || it->second == 0;
+}
+
+/// Drop `name` from the live endpoints. The caller holds the registry's mutex.
+void forget_local_locked(LocalEndpoints &r, std::string &name) {
+  if (name.empty())
+    return;
+  auto it = r.live.find(name);
+  if (it != r.live.end() && --it->second <= 0)
+    r.live.erase(it);
+  name.clear();
+}
+
+void forget_local(std::string &name) {
+  if (name.empty())
+    return;
+  LocalEndpoints &r = local_endpoints();
+  std::lock_guard<std::mutex> g(r.m);
+  forget_local_locked(r, name);
+}
+
+} // namespace
+
+ConnectionImpl::~ConnectionImpl() { forget_local(local_name); }
+
+void ConnectionImpl::set_peer_name(const void *raw, size_t len) {
+  if (lf::quirk_in_process_peer_must_be_alive(fab->provider))
+    peer_name.assign(static_cast<const char *>(raw), len);
+}
+
+void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
+  if (!lf::quirk_dead_peer_can_hang_progress(fab->provider) || pid == 0)
+    return;
+  uint32_t self = 0;
+  uint64_t ns = 0;
+  lf::self_process(self, ns);
+  // A pid from another pid namespace names some other process here.
+  if (ns != 0 && ns == pid_namespace && pid != self)
+    peer_pid = pid;
+}
+
+bool ConnectionImpl::peer_process_gone() noexcept {
+  if (!peer_pid)
+    return false;
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_liveness_check)
+    return false;
+  next_liveness_check = now + std::chrono::milliseconds(1);
+  if (!lf::process_gone(peer_pid))
+    return false;
+  set_error("peer process %u is gone", peer_pid);
+  peer_closed = true;
+  return true;
+}
+
 void ConnectionImpl::open_queues(bool want_eq) {
   FabricImpl &f = *fab;
   if (options.recv_depth == 0)
-    options.recv_depth = f.config.default_receive_buffer_size ? f.config.default_receive_buffer_size : 32;
+    options.recv_depth =
+        f.config.default_receive_buffer_size ? f.config.default_receive_buffer_size : 32;
   if (options.send_depth == 0)
     options.send_depth = 64;
 
@@ -112,6 +192,17 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
     if ((ret = fi_mr_bind(ctl_mr.get(), &ep->fid, 0)) || (ret = fi_mr_enable(ctl_mr.get())))
       lf::throw_fi("binding rdmalib's control buffers to the endpoint", ret);
   }
+  if (f.rdm && lf::quirk_in_process_peer_must_be_alive(f.provider)) {
+    uint8_t name[lf::kMaxRawAddress];
+    size_t len = sizeof name;
+    if (fi_getname(&ep->fid, name, &len) == 0 && len <= sizeof name) {
+      local_name.assign(reinterpret_cast<const char *>(name), len);
+      LocalEndpoints &r = local_endpoints();
+      std::lock_guard<std::mutex> g(r.m);
+      ++r.live[local_name];
+      r.seen.insert(local_name);
+    }
+  }
 }
 
 bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const lf::Deadline &dl,
@@ -165,6 +256,17 @@ void ConnectionImpl::close() noexcept {
   if (!ep)
     return;
   if (fab->rdm) {
+    // A goodbye to an endpoint this process already closed would crash shm
+    // (quirk_in_process_peer_must_be_alive); that peer needs no goodbye. The
+    // check, the goodbye and our own endpoint's end happen under one lock so
+    // that two threads closing both ends of a link cannot interleave them.
+    std::unique_lock<std::mutex> tracked;
+    if (!local_name.empty()) {
+      LocalEndpoints &r = local_endpoints();
+      tracked = std::unique_lock<std::mutex>(r.m);
+      if (!peer_closed && !peer_name.empty() && closed_in_this_process(r, peer_name))
+        peer_closed = true;
+    }
     if (!peer_closed) {
       // Tell the peer; wait briefly for the goodbye to leave, so a
       // manual-progress provider does not drop it with the endpoint.
@@ -198,10 +300,16 @@ void ConnectionImpl::close() noexcept {
         }
       }
     }
+    if (tracked.owns_lock()) {
+      ep.reset();
+      forget_local_locked(local_endpoints(), local_name);
+      return;
+    }
   } else if (!peer_closed) {
     fi_shutdown(ep.get(), 0);
   }
   ep.reset();
+  forget_local(local_name);
 }
 
 } // namespace detail
@@ -213,8 +321,9 @@ namespace {
   std::string where = " to " + remote.to_string() + " over " + f.provider;
   if (err == FI_ECONNREFUSED)
     throw Error(ErrorKind::Refused,
-                "rdmalib: connection" + where + " refused (nobody listens there, or the server"
-                " rejected the request)",
+                "rdmalib: connection" + where +
+                    " refused (nobody listens there, or the server"
+                    " rejected the request)",
                 err);
   if (err == FI_ETIMEDOUT)
     throw Error(ErrorKind::Timeout,
@@ -336,6 +445,14 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
 
   if (!f.rdm) {
     lf::InfoPtr info = f.endpoint_info(nullptr);
+    // verbs resolves the route when the active endpoint is created, so the
+    // destination must be in the info given to fi_endpoint (tcp and sockets
+    // only need it at fi_connect).
+    info->dest_addr = malloc(raw.size());
+    if (!info->dest_addr)
+      throw Error(ErrorKind::Backend, "rdmalib: out of memory");
+    std::memcpy(info->dest_addr, raw.data(), raw.size());
+    info->dest_addrlen = raw.size();
     c->create_endpoint(info.get());
     int ret = fi_connect(c->ep.get(), raw.data(), private_data, private_len);
     if (ret)
@@ -375,6 +492,7 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
       throw_connect(f, remote, -ret, "fi_getname", timeout_ms);
     hello.address_len = static_cast<uint32_t>(alen);
     hello.private_len = static_cast<uint32_t>(private_len);
+    lf::self_process(hello.pid, hello.pid_namespace);
     if (private_len)
       std::memcpy(hello.private_data, private_data, private_len);
     uint8_t *sbuf = c->ctl_send(0);
@@ -401,8 +519,7 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
     int err = 0;
     for (;;) {
       if (!c->wait_internal(Queue::Recv, e, dl, err))
-        throw_connect(f, remote,
-                      err == FI_ENOENT || err == FI_EHOSTUNREACH ? FI_ECONNREFUSED : err,
+        throw_connect(f, remote, err == FI_ENOENT || err == FI_EHOSTUNREACH ? FI_ECONNREFUSED : err,
                       "waiting for the server's handshake answer", timeout_ms);
       lf::HandshakeMessage ans;
       std::memcpy(&ans, rbuf, sizeof ans);
@@ -416,12 +533,14 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
         throw_connect(f, remote, FI_ECONNREFUSED, "handshake", timeout_ms);
       if (ans.type != lf::HsAccept || ans.address_len > sizeof ans.address ||
           ans.private_len > sizeof ans.private_data)
-        throw Error(ErrorKind::Backend, "rdmalib: malformed handshake answer from " +
-                                            remote.to_string());
+        throw Error(ErrorKind::Backend,
+                    "rdmalib: malformed handshake answer from " + remote.to_string());
       ret = fi_av_insert(c->av.get(), ans.address, 1, &c->peer, 0, nullptr);
       if (ret != 1)
         throw_connect(f, remote, ret < 0 ? -ret : FI_EINVAL,
                       "inserting the server's connection endpoint", timeout_ms);
+      c->set_peer_name(ans.address, ans.address_len);
+      c->set_peer_process(ans.pid, ans.pid_namespace);
       c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
       break;
     }

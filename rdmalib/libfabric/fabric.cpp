@@ -2,12 +2,17 @@
 // negotiation, and the helpers endpoints need (addresses, keys).
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <random>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <rdma/fi_atomic.h>
 #include <spdlog/spdlog.h>
@@ -19,6 +24,29 @@
 namespace rdmalib {
 
 namespace lf {
+
+void self_process(uint32_t &pid, uint64_t &pid_namespace) {
+  pid = static_cast<uint32_t>(getpid());
+  struct stat st {};
+  pid_namespace = stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+bool process_gone(uint32_t pid) {
+  if (kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH)
+    return true;
+  // A killed child stays a zombie until its parent reaps it.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  FILE *f = std::fopen(path, "r");
+  if (!f)
+    return false;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char *close_paren = std::strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
 
 std::string fi_error_text(int ret) {
   int code = ret < 0 ? -ret : ret;
@@ -85,8 +113,8 @@ InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool 
 
 /// fi_getinfo for one provider/endpoint type; returns null (and the error)
 /// when the provider cannot serve it.
-InfoPtr try_getinfo(const ProviderPolicy &p, EndpointType ep, const DeviceConfig &cfg,
-                    bool atomics, bool offer_virt_addr, int *err) {
+InfoPtr try_getinfo(const ProviderPolicy &p, EndpointType ep, const DeviceConfig &cfg, bool atomics,
+                    bool offer_virt_addr, int *err) {
   InfoPtr hints = make_hints(p, ep, atomics, offer_virt_addr, cfg.domain);
   fi_info *out = nullptr;
   const char *node = nullptr;
@@ -150,7 +178,8 @@ void fill_capabilities(detail::FabricImpl &f) {
   c.notify_message_size = f.native_cq_data ? 0 : sizeof(ControlMessage);
   c.max_message = i->ep_attr->max_msg_size;
   c.mr_key_size = i->domain_attr->mr_key_size;
-  c.max_inline = m.disables(CapInline) ? 0 : std::min<size_t>(f.config.max_inline_data, f.inject_size);
+  c.max_inline =
+      m.disables(CapInline) ? 0 : std::min<size_t>(f.config.max_inline_data, f.inject_size);
   c.max_private_data = f.rdm ? kMaxPrivateData : 56;
 
   // Atomics: the provider must advertise FI_ATOMIC and really support the two
@@ -180,7 +209,7 @@ void fill_capabilities(detail::FabricImpl &f) {
       break;
     }
   }
-  if (m.disables(CapWaitFd)) {
+  if (m.disables(CapWaitFd) || quirk_cq_sread_ignores_timeout(f.provider)) {
     f.wait_cq = false;
     f.wait_fd_cq = false;
   }
@@ -216,7 +245,7 @@ std::vector<uint8_t> FabricImpl::raw_address(const Address &a) const {
   }
   // IP providers: resolve the host; keep the family the provider asked for.
   addrinfo hints{};
-  hints.ai_family = addr_format == FI_SOCKADDR_IN6 ? AF_INET6
+  hints.ai_family = addr_format == FI_SOCKADDR_IN6  ? AF_INET6
                     : addr_format == FI_SOCKADDR_IN ? AF_INET
                                                     : AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -276,8 +305,7 @@ uint64_t FabricImpl::next_key() {
 
 void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
 
-Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask)
-    : impl_(new detail::FabricImpl) {
+Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
   using namespace lf;
   quirk_rxm_cm_progress_interval();
   detail::FabricImpl &f = *impl_;
@@ -299,11 +327,10 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask)
             here.push_back(d.provider);
       } catch (const Error &) {
       }
-      throw Error(ErrorKind::NotFound, "rdmalib: unknown provider '" + config.provider +
-                                           "' in device '" + config.name +
-                                           "'; available here: " + join(here) +
-                                           "; known names: " + provider_names() +
-                                           " (run rfaas-info to list devices)");
+      throw Error(ErrorKind::NotFound,
+                  "rdmalib: unknown provider '" + config.provider + "' in device '" + config.name +
+                      "'; available here: " + join(here) + "; known names: " + provider_names() +
+                      " (run rfaas-info to list devices)");
     }
     candidates.push_back(p);
   }
@@ -334,14 +361,15 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask)
     break;
   }
   if (!f.info.p) {
-    std::string why = config.provider.empty() ? "no provider" : "provider '" + config.provider + "'";
+    std::string why =
+        config.provider.empty() ? "no provider" : "provider '" + config.provider + "'";
     std::string extra;
     if (!offer_va)
       extra = " (virtual addressing is masked off; providers that require it cannot be used)";
-    throw Error(ErrorKind::NotFound,
-                "rdmalib: " + why + " can serve device '" + config.name + "' at '" +
-                    config.ip_address + "'" + extra + ": " + attempts +
-                    ". Run rfaas-info to list what is available here.");
+    throw Error(ErrorKind::NotFound, "rdmalib: " + why + " can serve device '" + config.name +
+                                         "' at '" + config.ip_address + "'" + extra + ": " +
+                                         attempts +
+                                         ". Run rfaas-info to list what is available here.");
   }
 
   int ret = fi_fabric(f.info->fabric_attr, f.fabric.out(), nullptr);
@@ -410,7 +438,8 @@ std::vector<ProviderInfo> Fabric::discover() {
         pi.domain = i->domain_attr->name ? i->domain_attr->name : "";
         pi.fabric = i->fabric_attr->name ? i->fabric_attr->name : "";
         pi.endpoint = ep;
-        if (i->src_addr && (i->addr_format == FI_SOCKADDR_IN || i->addr_format == FI_SOCKADDR_IN6)) {
+        if (i->src_addr &&
+            (i->addr_format == FI_SOCKADDR_IN || i->addr_format == FI_SOCKADDR_IN6)) {
           detail::FabricImpl tmp;
           tmp.addr_format = i->addr_format;
           pi.ip_address = tmp.decode_address(i->src_addr, i->src_addrlen).host;

@@ -133,7 +133,7 @@ static_assert(sizeof(ControlMessage) == 16, "control message is 16 bytes on the 
 // RDM handshake, sent to the listener's endpoint and answered from the new
 // per-connection endpoint.
 constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
-constexpr uint16_t kHandshakeVersion = 1;
+constexpr uint16_t kHandshakeVersion = 2;
 enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3 };
 constexpr size_t kMaxRawAddress = 128;
 constexpr size_t kMaxPrivateData = 256;
@@ -141,12 +141,21 @@ struct HandshakeMessage {
   uint32_t magic;
   uint16_t version;
   uint16_t type;
-  uint64_t nonce;          // client's connection attempt id, echoed back
-  uint32_t address_len;    // raw fi_getname bytes of the sender's endpoint
+  uint64_t nonce;       // client's connection attempt id, echoed back
+  uint32_t address_len; // raw fi_getname bytes of the sender's endpoint
   uint32_t private_len;
+  // The sender's process and pid namespace (quirk_dead_peer_can_hang_progress).
+  uint32_t pid;
+  uint32_t reserved;
+  uint64_t pid_namespace;
   uint8_t address[kMaxRawAddress];
   uint8_t private_data[kMaxPrivateData];
 };
+
+/// This process's id and pid namespace (inode of /proc/self/ns/pid, 0 if unknown).
+void self_process(uint32_t &pid, uint64_t &pid_namespace);
+/// True when process `pid` (same pid namespace) no longer runs: gone or a zombie.
+bool process_gone(uint32_t pid);
 
 // ---------------------------------------------------------------------------
 // Per-operation context. Every post carries a pointer to one of these as its
@@ -181,12 +190,12 @@ struct FabricImpl {
   bool need_context = false; // FI_CONTEXT/FI_CONTEXT2 mode kept
   bool rx_cq_data = false;   // FI_RX_CQ_DATA: writedata consumes a receive
   bool native_cq_data = false;
-  bool app_keys = false;     // rdmalib chooses MR keys
+  bool app_keys = false; // rdmalib chooses MR keys
   bool virt_addr = false;
   bool mr_endpoint = false;
   bool mr_local = false;
-  bool wait_fd_cq = false;   // CQs opened with FI_WAIT_FD
-  bool wait_cq = false;      // CQs support a blocking read (fd or unspec)
+  bool wait_fd_cq = false; // CQs opened with FI_WAIT_FD
+  bool wait_cq = false;    // CQs support a blocking read (fd or unspec)
   size_t inject_size = 0;
   uint32_t addr_format = 0;
 
@@ -229,6 +238,9 @@ struct ConnectionImpl {
   lf::Fid<fid_ep> ep;
 
   fi_addr_t peer = FI_ADDR_UNSPEC; // RDM: the peer's AV entry
+  // quirk_in_process_peer_must_be_alive: this endpoint's and the peer's raw
+  // names, when the provider needs in-process endpoints tracked.
+  std::string local_name, peer_name;
   std::vector<uint8_t> peer_private;
   Address remote;
   bool open = false;
@@ -284,6 +296,16 @@ struct ConnectionImpl {
   Completion convert_error(Queue q, fid_cq *cq) noexcept;
   void set_error(const char *fmt, ...) noexcept;
   void close() noexcept;
+  /// Remember the peer's raw address (RDM) for the in-process liveness quirk.
+  void set_peer_name(const void *raw, size_t len);
+  /// Remember the peer's process for quirk_dead_peer_can_hang_progress.
+  void set_peer_process(uint32_t pid, uint64_t pid_namespace);
+  /// quirk_dead_peer_can_hang_progress: true (and the link marked closed) when
+  /// the peer process is known to be gone. Rate-limited; cheap when not needed.
+  bool peer_process_gone() noexcept;
+  uint32_t peer_pid = 0;
+  std::chrono::steady_clock::time_point next_liveness_check{};
+  ~ConnectionImpl();
 };
 
 struct RequestImpl;

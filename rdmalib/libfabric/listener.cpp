@@ -15,7 +15,11 @@ struct ListenerImpl {
   FabricImpl *fab = nullptr;
   Fabric *fabric_handle = nullptr;
   Address address;
-  // Connected endpoints: a passive endpoint and its event queue.
+  // Connected endpoints: a passive endpoint and its event queue. Quirk
+  // (sockets 1.17): the passive endpoint keeps pointers into the fi_info it
+  // was created from and reads them on every connection request, so that info
+  // lives as long as the pep (declared first, destroyed last).
+  lf::InfoPtr pep_info;
   lf::Fid<fid_eq> eq;
   lf::Fid<fid_pep> pep;
   // Reliable datagrams: an endpoint that receives HELLO messages.
@@ -178,8 +182,8 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
       if (event == FI_CONNECTED)
         break;
       if (event == FI_SHUTDOWN)
-        throw Error(ErrorKind::Closed, "rdmalib: the client " + c->remote.to_string() +
-                                           " went away during accept");
+        throw Error(ErrorKind::Closed,
+                    "rdmalib: the client " + c->remote.to_string() + " went away during accept");
     }
   } else {
     lf::InfoPtr info = f.endpoint_info(nullptr);
@@ -189,11 +193,14 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
     int ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
     if (ret != 1)
       lf::throw_fi("inserting the client's address", ret < 0 ? ret : -FI_EINVAL);
+    c->set_peer_name(h.address, h.address_len);
+    c->set_peer_process(h.pid, h.pid_namespace);
     lf::HandshakeMessage m{};
     m.magic = lf::kHandshakeMagic;
     m.version = lf::kHandshakeVersion;
     m.type = lf::HsAccept;
     m.nonce = h.nonce;
+    lf::self_process(m.pid, m.pid_namespace);
     size_t alen = sizeof m.address;
     ret = fi_getname(&c->ep->fid, m.address, &alen);
     if (ret)
@@ -223,8 +230,8 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
     want.host = f.config.ip_address.empty() ? "127.0.0.1" : f.config.ip_address;
 
   if (!f.rdm) {
-    lf::InfoPtr info = f.endpoint_info(&want);
-    int ret = fi_passive_ep(f.fabric.get(), info.get(), l.pep.out(), nullptr);
+    l.pep_info = f.endpoint_info(&want);
+    int ret = fi_passive_ep(f.fabric.get(), l.pep_info.get(), l.pep.out(), nullptr);
     if (ret)
       lf::throw_fi("fi_passive_ep on " + want.to_string() + " (" + f.provider + ")", ret);
     fi_eq_attr ea{};
@@ -276,9 +283,11 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
       hs->create_endpoint(info.get());
     } catch (const Error &e) {
       // Only shm names can collide when rdmalib picks the "port" itself.
-      if (pick_port && attempt < 16 && (e.backend_code() == FI_EBUSY || e.backend_code() == FI_EADDRINUSE))
+      if (pick_port && attempt < 16 &&
+          (e.backend_code() == FI_EBUSY || e.backend_code() == FI_EADDRINUSE))
         continue;
-      throw Error(ErrorKind::Backend, std::string(e.what()) + " (listening on " + a.to_string() + ")",
+      throw Error(ErrorKind::Backend,
+                  std::string(e.what()) + " (listening on " + a.to_string() + ")",
                   e.backend_code());
     }
     uint8_t name[lf::kMaxRawAddress];
@@ -383,8 +392,8 @@ Connection Listener::accept(const void *private_data, size_t private_len,
   lf::Deadline dl(timeout);
   ConnectionRequest req = next_request(timeout);
   auto left = std::chrono::milliseconds(dl.remaining_ms(INT32_MAX));
-  return req.accept(private_data, private_len, left.count() > 0 ? left : std::chrono::milliseconds(1),
-                    options);
+  return req.accept(private_data, private_len,
+                    left.count() > 0 ? left : std::chrono::milliseconds(1), options);
 }
 
 } // namespace rdmalib

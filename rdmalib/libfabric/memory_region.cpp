@@ -50,9 +50,9 @@ MemoryRegion::MemoryRegion(Fabric &fabric, void *ptr, size_t bytes, uint32_t acc
   remote_.key = fi_mr_key(impl_->mr.get());
   remote_.size = bytes;
   if (remote_.key == FI_KEY_NOTAVAIL)
-    throw Error(ErrorKind::Unsupported,
-                "rdmalib: provider " + f.provider + " has no key for a region before it is bound"
-                " to an endpoint; this provider needs a newer rdmalib");
+    throw Error(ErrorKind::Unsupported, "rdmalib: provider " + f.provider +
+                                            " has no key for a region before it is bound"
+                                            " to an endpoint; this provider needs a newer rdmalib");
 }
 
 void MemoryRegion::reset() noexcept {

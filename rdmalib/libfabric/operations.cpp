@@ -258,9 +258,8 @@ Status ConnectionImpl::send_control(lf::ControlType type, uint32_t imm, uint32_t
   lf::ControlMessage m{lf::kControlMagic, static_cast<uint16_t>(type), 0, imm, length};
   if (!report && fab->inject_size >= sizeof m) {
     // Injected: copied at once, no completion to reap.
-    return post(*this, "control message (inject)", nullptr, [&](lf::OpSlot *) {
-      return fi_inject(ep.get(), &m, sizeof m, peer);
-    });
+    return post(*this, "control message (inject)", nullptr,
+                [&](lf::OpSlot *) { return fi_inject(ep.get(), &m, sizeof m, peer); });
   }
   lf::OpSlot *s = take_slot(user, OpKind::Send, !report);
   if (!s)
@@ -268,9 +267,8 @@ Status ConnectionImpl::send_control(lf::ControlType type, uint32_t imm, uint32_t
   uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
   std::memcpy(buf, &m, sizeof m);
   void *desc = ctl_desc();
-  return post(*this, "control message", s, [&](lf::OpSlot *slot) {
-    return fi_send(ep.get(), buf, sizeof m, desc, peer, slot);
-  });
+  return post(*this, "control message", s,
+              [&](lf::OpSlot *slot) { return fi_send(ep.get(), buf, sizeof m, desc, peer, slot); });
 }
 
 } // namespace detail
@@ -280,7 +278,7 @@ Status ConnectionImpl::send_control(lf::ControlType type, uint32_t imm, uint32_t
 
 Status Operations::send(const LocalRef &src, uint64_t context, uint32_t flags) noexcept {
   detail::ConnectionImpl &c = *impl_;
-  if (!c.open)
+  if (!c.open || c.peer_closed)
     return Status::Closed;
   lf::OpSlot *s = c.take_slot(context, OpKind::Send, false);
   if (!s)
@@ -307,7 +305,7 @@ Status Operations::post_recv(const LocalRef *dst, const uint64_t *contexts, size
   detail::ConnectionImpl &c = *impl_;
   if (posted)
     *posted = 0;
-  if (!c.open)
+  if (!c.open || c.peer_closed)
     return Status::Closed;
   for (size_t i = 0; i < n; ++i) {
     lf::OpSlot *s = c.take_slot(contexts[i], OpKind::Recv, false);
@@ -339,12 +337,11 @@ inline bool in_bounds(const RemoteBuffer &rb, uint64_t offset, size_t len) {
 Status Operations::write(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset,
                          uint64_t context, uint32_t flags) noexcept {
   detail::ConnectionImpl &c = *impl_;
-  if (!c.open)
+  if (!c.open || c.peer_closed)
     return Status::Closed;
   if (!in_bounds(dst, offset, src.len)) {
-    c.set_error("write of %zu bytes at offset %llu exceeds the remote buffer (%llu bytes)",
-                src.len, static_cast<unsigned long long>(offset),
-                static_cast<unsigned long long>(dst.size));
+    c.set_error("write of %zu bytes at offset %llu exceeds the remote buffer (%llu bytes)", src.len,
+                static_cast<unsigned long long>(offset), static_cast<unsigned long long>(dst.size));
     return Status::InvalidArgument;
   }
   lf::OpSlot *s = c.take_slot(context, OpKind::Write, false);
@@ -366,7 +363,7 @@ Status Operations::write(const LocalRef &src, const RemoteBuffer &dst, uint64_t 
 Status Operations::write_imm(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset,
                              uint32_t imm, uint64_t context, uint32_t flags) noexcept {
   detail::ConnectionImpl &c = *impl_;
-  if (!c.open)
+  if (!c.open || c.peer_closed)
     return Status::Closed;
   if (!in_bounds(dst, offset, src.len)) {
     c.set_error("write_imm of %zu bytes at offset %llu exceeds the remote buffer (%llu bytes)",
@@ -381,8 +378,8 @@ Status Operations::write_imm(const LocalRef &src, const RemoteBuffer &dst, uint6
   if (c.fab->native_cq_data) {
     return detail::post(c, "write_imm", s, [&](lf::OpSlot *slot) {
       if (!inject)
-        return fi_writedata(c.ep.get(), src.ptr, src.len, src.desc, imm, c.peer,
-                            dst.addr + offset, dst.key, slot);
+        return fi_writedata(c.ep.get(), src.ptr, src.len, src.desc, imm, c.peer, dst.addr + offset,
+                            dst.key, slot);
       iovec iov{src.ptr, src.len};
       void *desc = src.desc;
       fi_rma_iov rma{dst.addr + offset, src.len, dst.key};
@@ -405,12 +402,11 @@ Status Operations::write_imm(const LocalRef &src, const RemoteBuffer &dst, uint6
 Status Operations::read(const LocalRef &dst, const RemoteBuffer &src, uint64_t offset,
                         uint64_t context) noexcept {
   detail::ConnectionImpl &c = *impl_;
-  if (!c.open)
+  if (!c.open || c.peer_closed)
     return Status::Closed;
   if (!in_bounds(src, offset, dst.len)) {
-    c.set_error("read of %zu bytes at offset %llu exceeds the remote buffer (%llu bytes)",
-                dst.len, static_cast<unsigned long long>(offset),
-                static_cast<unsigned long long>(src.size));
+    c.set_error("read of %zu bytes at offset %llu exceeds the remote buffer (%llu bytes)", dst.len,
+                static_cast<unsigned long long>(offset), static_cast<unsigned long long>(src.size));
     return Status::InvalidArgument;
   }
   lf::OpSlot *s = c.take_slot(context, OpKind::Read, false);
@@ -425,7 +421,7 @@ Status Operations::read(const LocalRef &dst, const RemoteBuffer &src, uint64_t o
 namespace {
 Status check_atomic(detail::ConnectionImpl &c, const LocalRef &result, const RemoteBuffer &target,
                     uint64_t offset, const char *what) {
-  if (!c.open)
+  if (!c.open || c.peer_closed)
     return Status::Closed;
   if (!c.fab->caps.atomics) {
     c.set_error("%s: this fabric has no remote atomics (capability 'atomics' is %s)", what,
@@ -458,9 +454,8 @@ Status Operations::fetch_add(const LocalRef &result, const RemoteBuffer &target,
   });
 }
 
-Status Operations::compare_swap(const LocalRef &result, const RemoteBuffer &target,
-                                uint64_t offset, uint64_t compare, uint64_t swap,
-                                uint64_t context) noexcept {
+Status Operations::compare_swap(const LocalRef &result, const RemoteBuffer &target, uint64_t offset,
+                                uint64_t compare, uint64_t swap, uint64_t context) noexcept {
   detail::ConnectionImpl &c = *impl_;
   Status chk = check_atomic(c, result, target, offset, "compare_swap");
   if (chk != Status::Ok)
@@ -489,6 +484,10 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
 
 WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms) noexcept {
   detail::ConnectionImpl &c = *impl_;
+  // quirk_dead_peer_can_hang_progress: never enter the provider for a peer
+  // known dead (its lock may be held forever). A no-op for other providers.
+  if (c.peer_pid && c.peer_process_gone())
+    return {0, Status::Closed};
   size_t n = c.reap(q, out, max);
   if (n)
     return {n, Status::Ok};
@@ -496,8 +495,8 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
     return {0, Status::Closed};
   using clock = std::chrono::steady_clock;
   auto start = clock::now();
-  auto deadline = timeout_ms < 0 ? clock::time_point::max()
-                                 : start + std::chrono::milliseconds(timeout_ms);
+  auto deadline =
+      timeout_ms < 0 ? clock::time_point::max() : start + std::chrono::milliseconds(timeout_ms);
   fid_cq *cq = q == Queue::Send ? c.txcq.get() : c.rxcq.get();
   // The event queue (peer shutdown on connected endpoints) is looked at
   // between slices; completions wake the blocking read at once.
@@ -506,8 +505,18 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
   for (;;) {
     if (c.check_events()) {
       c.peer_closed = true;
-      n = c.reap(q, out, max);
-      return n ? WaitResult{n, Status::Ok} : WaitResult{0, Status::Closed};
+      // The shutdown event can overtake completions the provider has yet to
+      // write (sockets completes a send from its progress thread, possibly
+      // after the peer already got it and hung up): give them a moment so a
+      // finished operation is not reported as lost.
+      auto grace = clock::now() + std::chrono::milliseconds(50);
+      do {
+        n = c.reap(q, out, max);
+        if (n)
+          return {n, Status::Ok};
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      } while (clock::now() < grace);
+      return {0, Status::Closed};
     }
     auto now = clock::now();
     if (now >= deadline)
@@ -527,6 +536,8 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
     } else {
       // No wait object (or masked off): poll with a gentle backoff so a
       // provider progress thread on the same core is not starved.
+      if (c.peer_pid && c.peer_process_gone())
+        return {0, Status::Closed};
       n = c.reap(q, out, max);
       if (!n) {
         if (++spins < 64)

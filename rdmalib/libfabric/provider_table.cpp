@@ -7,20 +7,48 @@ namespace rdmalib::lf {
 
 const std::vector<ProviderPolicy> &provider_table() {
   static const std::vector<ProviderPolicy> table = {
-      {"verbs", {"ibverbs", "verbs-msg"}, EndpointType::Connected, 0, false,
+      {"verbs",
+       {"ibverbs", "verbs-msg"},
+       EndpointType::Connected,
+       0,
+       false,
        "InfiniBand / RoCE through libfabric; connected endpoints"},
-      {"efa", {"aws-efa"}, EndpointType::ReliableDatagram, 1, false,
+      {"efa",
+       {"aws-efa"},
+       EndpointType::ReliableDatagram,
+       1,
+       false,
        "AWS Elastic Fabric Adapter; reliable datagrams only"},
       {"cxi", {}, EndpointType::ReliableDatagram, 2, false, "HPE Slingshot"},
-      {"verbs;ofi_rxm", {"verbs-rdm", "verbs-rxm"}, EndpointType::ReliableDatagram, 3, false,
+      {"verbs;ofi_rxm",
+       {"verbs-rdm", "verbs-rxm"},
+       EndpointType::ReliableDatagram,
+       3,
+       false,
        "verbs under the RxM utility layer"},
-      {"tcp", {"tcp-msg"}, EndpointType::Connected, 10, false,
+      {"tcp",
+       {"tcp-msg"},
+       EndpointType::Connected,
+       10,
+       false,
        "kernel TCP; manual progress; no atomics"},
-      {"tcp;ofi_rxm", {"rxm", "tcp-rdm", "tcp-rxm"}, EndpointType::ReliableDatagram, 11, false,
+      {"tcp;ofi_rxm",
+       {"rxm", "tcp-rdm", "tcp-rxm"},
+       EndpointType::ReliableDatagram,
+       11,
+       false,
        "tcp under RxM; connects lazily; no atomics"},
-      {"shm", {"shared-memory"}, EndpointType::ReliableDatagram, 20, true,
+      {"shm",
+       {"shared-memory"},
+       EndpointType::ReliableDatagram,
+       20,
+       true,
        "processes on one node only; virtual addressing; atomics"},
-      {"sockets", {}, EndpointType::Connected, 30, false,
+      {"sockets",
+       {},
+       EndpointType::Connected,
+       30,
+       false,
        "functional fallback with a progress thread per endpoint; wait, do not spin"},
   };
   return table;
@@ -67,8 +95,14 @@ std::string quirk_shm_endpoint_name(const std::string &host, unsigned port) {
   return "rdmalib-" + host + "-" + std::to_string(port);
 }
 
-bool quirk_prefers_blocking_wait(const std::string &provider) {
-  return provider == "sockets";
-}
+bool quirk_prefers_blocking_wait(const std::string &provider) { return provider == "sockets"; }
 
+bool quirk_cq_sread_ignores_timeout(const std::string &provider) { return provider == "shm"; }
+
+bool quirk_in_process_peer_must_be_alive(const std::string &provider) { return provider == "shm"; }
+
+} // namespace rdmalib::lf
+
+namespace rdmalib::lf {
+bool quirk_dead_peer_can_hang_progress(const std::string &provider) { return provider == "shm"; }
 } // namespace rdmalib::lf

@@ -58,4 +58,26 @@ std::string quirk_shm_endpoint_name(const std::string &host, unsigned port);
 /// Returns true when blocking reads must be preferred over spinning.
 bool quirk_prefers_blocking_wait(const std::string &provider);
 
+/// shm (1.17) accepts a CQ wait object (FI_WAIT_UNSPEC) but fi_cq_sread then
+/// never returns when nothing completes: it ignores its timeout (measured: a
+/// 50 ms read still blocked after 5 s). Returns true when blocking CQ reads
+/// must not be used; Operations::wait then polls with a backoff.
+bool quirk_cq_sread_ignores_timeout(const std::string &provider);
+
+/// shm (1.17) reaches a peer endpoint of the same process through that
+/// endpoint's own memory, so a send to a peer that was already closed in this
+/// process crashes inside the provider (SIGSEGV in fi_send), where a peer in
+/// another process just gets the message dropped. Returns true when rdmalib
+/// must track its in-process endpoints and not send a goodbye to a closed one.
+bool quirk_in_process_peer_must_be_alive(const std::string &provider);
+
+/// shm (1.17) guards each endpoint's shared region with a plain spinlock that
+/// the peer process takes while it delivers into that region. A peer killed
+/// inside that window leaves the lock held, and every later progress call on
+/// our endpoint (fi_cq_read) spins forever. The lock cannot be recovered, so
+/// rdmalib exchanges process ids in the handshake and, for these providers,
+/// Operations::wait checks (at most once per millisecond) that the peer still
+/// runs before it calls into the provider; a dead peer makes the link Closed.
+bool quirk_dead_peer_can_hang_progress(const std::string &provider);
+
 } // namespace rdmalib::lf
