@@ -1,8 +1,5 @@
 #include "executor/executor.hpp"
 
-#include <pthread.h>
-#include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +18,7 @@
 
 #include "executor/crash_guard.hpp"
 #include "executor/function_library.hpp"
+#include "executor/resource_limits.hpp"
 
 namespace rfaas::executor {
 
@@ -117,14 +115,9 @@ public:
 
 private:
   void pin() {
-    int cpu = s_.spec.cores[index_];
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    if (rc != 0)
-      spdlog::warn("executor {:x}: worker {}: cannot pin to CPU {}: {}", s_.spec.allocation_id,
-                   index_, cpu, std::strerror(rc));
+    std::string why;
+    if (!pin_thread(s_.spec.cores[index_], why))
+      spdlog::warn("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, why);
   }
 
   void post_recv(uint64_t i) {
@@ -638,25 +631,6 @@ private:
 
 } // namespace
 
-bool limit_memory(uint32_t mib) noexcept {
-  if (mib == 0)
-    return true;
-#if defined(__SANITIZE_ADDRESS__)
-  // AddressSanitizer's shadow memory is terabytes of private writable mappings:
-  // any data limit would make every later allocation fail.
-  spdlog::warn("executor: memory limit of {} MiB not applied under AddressSanitizer", mib);
-  return true;
-#endif
-  // RLIMIT_DATA (Linux >= 4.7 counts every private writable mapping: heap,
-  // anonymous mmap, thread stacks) rather than RLIMIT_AS: glibc reserves 64 MiB
-  // of address space per thread arena and libfabric maps large read-only
-  // regions, so an address-space limit would bite long before the function's
-  // data does, and would depend on the provider.
-  struct rlimit rl;
-  rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(mib) << 20;
-  return setrlimit(RLIMIT_DATA, &rl) == 0;
-}
-
 int run_executor(const server::LaunchSpec &spec) noexcept {
   const Clock::time_point start = Clock::now();
   try {
@@ -666,9 +640,9 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
-    if (!limit_memory(spec.memory_mib))
-      spdlog::warn("executor {:x}: cannot limit memory to {} MiB: {}", spec.allocation_id,
-                   spec.memory_mib, std::strerror(errno));
+    std::string why;
+    if (!limit_memory(spec.memory_mib, why))
+      spdlog::warn("executor {:x}: {}", spec.allocation_id, why);
     CrashGuard::install();
 
     rdmalib::Fabric fabric(spec.device);

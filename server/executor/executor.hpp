@@ -35,8 +35,4 @@ enum ExitCode : int {
 /// accounting, and return an ExitCode. Never throws: every failure is logged.
 int run_executor(const server::LaunchSpec &spec) noexcept;
 
-/// Limit the process's data segment (RLIMIT_DATA) to `mib` MiB; 0 = no limit.
-/// Returns false (errno set) on failure.
-bool limit_memory(uint32_t mib) noexcept;
-
 } // namespace rfaas::executor
