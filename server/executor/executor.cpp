@@ -367,11 +367,15 @@ private:
         }
         if (c.kind != rdmalib::OpKind::RemoteWriteImm)
           continue;
+        // Two clock reads per invocation: arrival (ends hot polling, starts
+        // execution) and the function's end (ends execution, starts the next
+        // hot-polling period; posting the result counts as polling).
         Clock::time_point t0 = Clock::now();
         if (!warm)
           hot_ns += ns_between(idle_start, t0);
-        int crashed = invoke(c.imm, exec_ns);
-        Clock::time_point t1 = Clock::now();
+        Clock::time_point t1 = t0;
+        int crashed = invoke(c.imm, t1);
+        exec_ns += ns_between(t0, t1);
         ++invocations;
         pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
         pub.exec_ns.store(exec_ns, std::memory_order_relaxed);
@@ -410,10 +414,10 @@ private:
     return ops_.post_recv(ctrl_.local_bytes(i * kCtl, kCtl), i) != rdmalib::Status::Ok;
   }
 
-  /// Serve the invocation announced by `imm`; the function's own run time is
-  /// added to `exec_ns`. Returns 0, the signal number if the function
-  /// crashed, or -1 if the result could not be posted.
-  int invoke(uint32_t imm, uint64_t &exec_ns) noexcept {
+  /// Serve the invocation announced by `imm`; `done` is set to when the
+  /// function returned (left unchanged when none ran). Returns 0, the signal
+  /// number if the function crashed, or -1 if the result could not be posted.
+  int invoke(uint32_t imm, Clock::time_point &done) noexcept {
     const proto::Immediate im = proto::parse_immediate(imm);
     const uint32_t s = im.slot;
     if (s >= slots_)
@@ -444,10 +448,9 @@ private:
         res.detail = h.function;
       } else {
         uint32_t produced = 0;
-        Clock::time_point f0 = Clock::now();
         crashed = CrashGuard::run(fn, in + proto::kInvocationHeaderSize, h.payload_size,
                                   out + proto::kResultHeaderSize, produced);
-        exec_ns += ns_between(f0, Clock::now());
+        done = Clock::now();
         if (crashed) {
           res.status = proto::ErrorCode::FunctionCrashed;
           res.detail = static_cast<uint32_t>(crashed);
