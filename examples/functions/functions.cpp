@@ -113,13 +113,14 @@ RFAAS_FUNCTION uint32_t sleep_ms(void *in, uint32_t size, void *) {
 /// answer OutputTooLarge. For fault tests.
 RFAAS_FUNCTION uint32_t bad_output_size(void *, uint32_t, void *) { return UINT32_MAX; }
 
-/// Dies of SIGSEGV by storing to address 0, a real fault like a buggy function
-/// would have. For fault tests: the executor must turn it into a
+/// Dies of SIGSEGV by storing into the never-mapped first page, a real fault
+/// like a buggy function would have. For fault tests: the executor must turn it into a
 /// FunctionCrashed result, never hang.
 RFAAS_FUNCTION uint32_t crash(void *, uint32_t, void *) {
-  // A volatile pointer the compiler cannot prove null, so the store is really
-  // emitted (a visible null dereference could become a trap instruction).
-  volatile int *volatile target = nullptr;
+  // Address 8 rather than 0: UBSan reports a null store and exits instead of
+  // faulting, and the sanitizer build must see the same SIGSEGV as users do.
+  // The pointer is volatile so the compiler cannot fold the store into a trap.
+  volatile int *volatile target = reinterpret_cast<volatile int *>(std::uintptr_t{8});
   *target = 42;
   // Only reached if page 0 were mapped.
   std::raise(SIGSEGV);

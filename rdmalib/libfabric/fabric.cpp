@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <random>
@@ -114,7 +115,7 @@ InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool 
 /// fi_getinfo for one provider/endpoint type; returns null (and the error)
 /// when the provider cannot serve it.
 InfoPtr try_getinfo(const ProviderPolicy &p, EndpointType ep, const DeviceConfig &cfg, bool atomics,
-                    bool offer_virt_addr, int *err) {
+                    bool offer_virt_addr, int *err, std::string *why = nullptr) {
   InfoPtr hints = make_hints(p, ep, atomics, offer_virt_addr, cfg.domain);
   fi_info *out = nullptr;
   const char *node = nullptr;
@@ -126,13 +127,27 @@ InfoPtr try_getinfo(const ProviderPolicy &p, EndpointType ep, const DeviceConfig
     return InfoPtr();
   }
   // Utility providers can stack several ways ("tcp;ofi_rxm" also matches
-  // "verbs;ofi_rxm" on some machines): keep the first exact match.
+  // "verbs;ofi_rxm" on some machines): keep the first exact match. Some
+  // providers (tcp) ignore the domain hint, so the domain is checked here.
   InfoPtr all(out);
+  std::set<std::string> domains;
   for (fi_info *i = out; i; i = i->next) {
-    if (std::strcmp(i->fabric_attr->prov_name, p.name) == 0)
-      return InfoPtr(fi_dupinfo(i));
+    if (std::strcmp(i->fabric_attr->prov_name, p.name) != 0)
+      continue;
+    const char *dom = i->domain_attr->name ? i->domain_attr->name : "";
+    if (!cfg.domain.empty() && cfg.domain != dom) {
+      domains.insert(dom);
+      continue;
+    }
+    return InfoPtr(fi_dupinfo(i));
   }
   *err = -FI_ENODATA;
+  if (why && !domains.empty()) {
+    *why = "no domain '" + cfg.domain + "' (domains here:";
+    for (const auto &d : domains)
+      *why += " " + d;
+    *why += ")";
+  }
   return InfoPtr();
 }
 
@@ -305,12 +320,58 @@ uint64_t FabricImpl::next_key() {
 
 void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
 
+namespace {
+
+/// The addresses of this node's interfaces (in this network namespace).
+std::vector<std::string> local_addresses() {
+  std::vector<std::string> out;
+  ifaddrs *ifa = nullptr;
+  if (getifaddrs(&ifa) != 0)
+    return out;
+  for (ifaddrs *i = ifa; i; i = i->ifa_next) {
+    if (!i->ifa_addr)
+      continue;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (i->ifa_addr->sa_family == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+    else if (i->ifa_addr->sa_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6 *>(i->ifa_addr)->sin6_addr, buf,
+                sizeof buf);
+    else
+      continue;
+    out.push_back(buf);
+  }
+  freeifaddrs(ifa);
+  return out;
+}
+
+/// A device's IP address must be one of this node's: a provider would
+/// otherwise open some other interface, or fail much later with a vague error.
+void check_local_address(const DeviceConfig &config) {
+  const std::string &ip = config.ip_address;
+  if (ip.empty() || lf::is_loopback(ip) || ip == "0.0.0.0" || ip == "::")
+    return;
+  in6_addr probe6;
+  in_addr probe4;
+  if (inet_pton(AF_INET, ip.c_str(), &probe4) != 1 && inet_pton(AF_INET6, ip.c_str(), &probe6) != 1)
+    return; // a host name: resolved by the provider, which reports its own errors
+  std::vector<std::string> here = local_addresses();
+  if (here.empty() || std::find(here.begin(), here.end(), ip) != here.end())
+    return;
+  throw Error(ErrorKind::NotFound,
+              "rdmalib: device '" + config.name + "' has IP address " + ip +
+                  ", which is not an address of this node; addresses here: " + lf::join(here));
+}
+
+} // namespace
+
 Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
   using namespace lf;
   quirk_rxm_cm_progress_interval();
   detail::FabricImpl &f = *impl_;
   f.config = config;
   f.mask = mask;
+  check_local_address(config);
 
   std::vector<const ProviderPolicy *> candidates;
   if (config.provider.empty()) {
@@ -344,14 +405,15 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
     else if (config.endpoint == EndpointPreference::ReliableDatagram)
       ep = EndpointType::ReliableDatagram;
     int err = 0;
+    std::string why;
     // Ask for atomics first; a provider without them is still usable.
-    InfoPtr info = try_getinfo(*p, ep, config, !mask.disables(CapAtomics), offer_va, &err);
+    InfoPtr info = try_getinfo(*p, ep, config, !mask.disables(CapAtomics), offer_va, &err, &why);
     if (!info.p)
-      info = try_getinfo(*p, ep, config, false, offer_va, &err);
+      info = try_getinfo(*p, ep, config, false, offer_va, &err, &why);
     if (!info.p) {
       attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" +
                   (ep == EndpointType::Connected ? "connected" : "rdm") +
-                  "): " + fi_error_text(err);
+                  "): " + (why.empty() ? fi_error_text(err) : why);
       continue;
     }
     f.info = std::move(info);
@@ -366,9 +428,9 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
     std::string extra;
     if (!offer_va)
       extra = " (virtual addressing is masked off; providers that require it cannot be used)";
-    throw Error(ErrorKind::NotFound, "rdmalib: " + why + " can serve device '" + config.name +
-                                         "' at '" + config.ip_address + "'" + extra + ": " +
-                                         attempts +
+    std::string at = config.ip_address.empty() ? "" : " at '" + config.ip_address + "'";
+    throw Error(ErrorKind::NotFound, "rdmalib: " + why + " can serve device '" + config.name + "'" +
+                                         at + extra + ": " + attempts +
                                          ". Run rfaas-info to list what is available here.");
   }
 
