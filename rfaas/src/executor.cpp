@@ -264,8 +264,8 @@ struct executor::impl {
     try {
       for (uint32_t i = 0; i < nworkers; ++i) {
         Worker &w = workers[i];
-        w.results =
-            rdmalib::Buffer<char>(fabric, size_t(nslots) * result_slot, rdmalib::AccessRemoteWrite);
+        w.results = rdmalib::Buffer<char>(fabric, size_t(nslots) * result_slot,
+                                          rdmalib::AccessRemoteWrite | rdmalib::AccessRemoteRead);
         w.staging =
             rdmalib::Buffer<char>(fabric, size_t(nslots) * input_slot, rdmalib::AccessLocal);
         w.control = rdmalib::Buffer<char>(fabric, size_t(nrecv + 1) * kCtl, rdmalib::AccessLocal);

@@ -188,10 +188,18 @@ private:
     conn_.attach(input_.region());
     conn_.attach(output_.region());
     conn_.attach(ctrl_.region());
+    // Reliable-datagram links report no disconnect: a client killed without
+    // a goodbye would leave this worker waiting forever. serve() then reads a
+    // few bytes of the client's result buffer when the link has been quiet,
+    // and a read that fails says the client is gone.
+    probe_peer_ = caps.endpoint == rdmalib::EndpointType::ReliableDatagram;
+    if (probe_peer_) {
+      probe_ = rdmalib::Buffer<char>(s_.fabric, kProbeBytes, rdmalib::AccessLocal);
+      conn_.attach(probe_.region());
+    }
     ops_ = conn_.ops();
     for (uint64_t i = 0; i < nrecv_; ++i)
       post_recv(i);
-    (void)caps;
 
     proto::BufferAdvertisement adv;
     adv.descriptor.buffer = input_.remote();
@@ -319,14 +327,21 @@ private:
       size_t n = ops_.poll(rdmalib::Queue::Recv, comps, 16);
       if (outstanding_ > 0) {
         size_t m = ops_.poll(rdmalib::Queue::Send, scomps, 16);
-        for (size_t i = 0; i < m; ++i)
+        for (size_t i = 0; i < m; ++i) {
           if (scomps[i].status != rdmalib::Status::Ok)
             ending = true; // the client is gone
+          else if (scomps[i].context == kProbeCtx)
+            probing_ = false;
+        }
         outstanding_ -= static_cast<uint32_t>(m);
       }
       if (n == 0) {
         if (s_.stop.load(std::memory_order_relaxed) || g_terminate) {
           stopped = true;
+          break;
+        }
+        if (probe_peer_ && !probe_client(idle_start)) {
+          ending = true;
           break;
         }
         if (hot_ms < 0)
@@ -408,6 +423,27 @@ private:
         // The client may be gone already.
       }
     }
+  }
+
+  /// Liveness check for links without disconnect events, called when idle:
+  /// every kProbeInterval of silence, one small read from the client's result
+  /// buffer (the client does not see reads). False when the client is
+  /// unreachable: the read cannot be posted, or is still pending after
+  /// kProbeDeadline. A failed read completion is handled with the others.
+  bool probe_client(Clock::time_point last_activity) noexcept {
+    Clock::time_point now = Clock::now();
+    if (probing_)
+      return now - probe_sent_ < kProbeDeadline;
+    Clock::time_point since = std::max(last_activity, probe_sent_);
+    if (now - since < kProbeInterval)
+      return true;
+    rdmalib::Status st = ops_.read(probe_.local_bytes(0, kProbeBytes), rdesc_.buffer, 0, kProbeCtx);
+    if (st != rdmalib::Status::Ok)
+      return false;
+    ++outstanding_;
+    probing_ = true;
+    probe_sent_ = Clock::now();
+    return true;
   }
 
   bool post_recv_nothrow(uint64_t i) noexcept {
@@ -497,6 +533,10 @@ private:
   static constexpr uint64_t kSendCtx = 1ull << 40;
   static constexpr uint64_t kReadCtx = 2ull << 40;
   static constexpr uint64_t kResultCtx = 3ull << 40;
+  static constexpr uint64_t kProbeCtx = 4ull << 40;
+  static constexpr size_t kProbeBytes = 8;
+  static constexpr std::chrono::milliseconds kProbeInterval{1000};
+  static constexpr std::chrono::milliseconds kProbeDeadline{3000};
 
   Shared &s_;
   uint32_t index_;
@@ -508,6 +548,9 @@ private:
   rdmalib::Operations ops_;
   rdmalib::Buffer<char> input_, output_, ctrl_;
   const FunctionLibrary *lib_ = nullptr;
+  bool probe_peer_ = false, probing_ = false;
+  Clock::time_point probe_sent_{};
+  rdmalib::Buffer<char> probe_;
 };
 
 /// The main thread's link to the manager: accounting increments.

@@ -114,22 +114,30 @@ struct Manager::Allocation {
   bool exec_done = false; // goodbye or close seen on the accounting link
 };
 
-Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string executor)
-    : cfg_(std::move(config)), device_(std::move(device)), executor_path_(std::move(executor)),
-      fabric_(device_),
-      listener_(fabric_,
-                rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
-                                 cfg_.listen_port}) {
-  core_used_.assign(cfg_.cores.size(), false);
+namespace {
+/// Blocks SIGINT, SIGTERM and SIGCHLD in this thread (and so in every thread
+/// started later) and returns a signalfd that receives them.
+int block_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
-  signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (signal_fd_ < 0)
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0)
     throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  return fd;
+}
+} // namespace
+
+Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string executor)
+    : cfg_(std::move(config)), device_(std::move(device)), executor_path_(std::move(executor)),
+      signal_fd_(block_signals()), fabric_(device_),
+      listener_(fabric_,
+                rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
+                                 cfg_.listen_port}) {
+  core_used_.assign(cfg_.cores.size(), false);
   signal(SIGPIPE, SIG_IGN);
   start_zygote();
 }

@@ -67,9 +67,13 @@ private:
   ManagerConfig cfg_;
   rdmalib::DeviceConfig device_;
   std::string executor_path_;
+  // Opened before fabric_: providers start threads when the fabric opens
+  // (sockets' progress thread), and a thread that has SIGTERM unblocked takes
+  // the signal instead of the signalfd, ending the process without a clean
+  // shutdown. Blocking first makes every later thread inherit the mask.
+  int signal_fd_ = -1;
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;
-  int signal_fd_ = -1;
   pid_t zygote_pid_ = -1;
   int zygote_in_ = -1;  // commands to the zygote
   int zygote_out_ = -1; // events from the zygote

@@ -222,7 +222,8 @@ public:
     proto::set_text(req.client_host, listener_.address().host);
     std::vector<proto::BufferDescriptor> results;
     for (uint32_t w = 0; w < o_.cores; ++w) {
-      results_.emplace_back(fabric_, size_t(o_.slots) * o_.slot_size, rdmalib::AccessRemoteWrite);
+      results_.emplace_back(fabric_, size_t(o_.slots) * o_.slot_size,
+                            rdmalib::AccessRemoteWrite | rdmalib::AccessRemoteRead);
       inputs_.emplace_back(fabric_, size_t(o_.slots) * o_.slot_size, rdmalib::AccessLocal);
       proto::BufferDescriptor d;
       d.buffer = results_.back().remote();
