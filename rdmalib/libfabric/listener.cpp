@@ -162,14 +162,20 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
     if (ret)
       lf::throw_fi("fi_accept", ret);
     alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
+    // A deadline under 1 ms still gets one 1 ms read, so that a caller woken
+    // by fd() can take a pending event with a zero timeout (tcp's
+    // non-blocking fi_eq_read does not progress the listener: it missed a
+    // request its fd had already announced).
+    bool first = true;
     for (;;) {
       int slice = dl.remaining_ms(100);
-      if (slice == 0)
+      if (slice == 0 && !first)
         throw Error(ErrorKind::Timeout, "rdmalib: accepting a connection from " +
                                             c->remote.to_string() + " timed out after " +
                                             std::to_string(timeout.count()) + " ms");
       uint32_t event = 0;
-      ssize_t r = fi_eq_sread(c->eq.get(), &event, buf, sizeof buf, slice, 0);
+      first = false;
+      ssize_t r = fi_eq_sread(c->eq.get(), &event, buf, sizeof buf, slice > 0 ? slice : 1, 0);
       if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
         continue;
       if (r == -FI_EAVAIL) {
@@ -321,14 +327,20 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
   lf::Deadline dl(timeout);
   if (!l.fab->rdm) {
     alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
+    // A deadline under 1 ms still gets one 1 ms read, so that a caller woken
+    // by fd() can take a pending event with a zero timeout (tcp's
+    // non-blocking fi_eq_read does not progress the listener: it missed a
+    // request its fd had already announced).
+    bool first = true;
     for (;;) {
       int slice = dl.remaining_ms(100);
-      if (slice == 0)
+      if (slice == 0 && !first)
         throw Error(ErrorKind::Timeout, "rdmalib: no connection request on " +
                                             l.address.to_string() + " within " +
                                             std::to_string(timeout.count()) + " ms");
       uint32_t event = 0;
-      ssize_t r = fi_eq_sread(l.eq.get(), &event, buf, sizeof buf, slice, 0);
+      first = false;
+      ssize_t r = fi_eq_sread(l.eq.get(), &event, buf, sizeof buf, slice > 0 ? slice : 1, 0);
       if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
         continue;
       if (r == -FI_EAVAIL) {

@@ -72,7 +72,8 @@ public:
   const Address &address() const noexcept;
 
   /// Wait for the next connection request. Throws Error(Timeout) when none
-  /// arrives within `timeout`.
+  /// arrives within `timeout`. A zero timeout still takes a request that is
+  /// already pending (after fd() became readable), looking for at most ~1 ms.
   ConnectionRequest next_request(std::chrono::milliseconds timeout);
 
   /// next_request() + accept() in one call.
