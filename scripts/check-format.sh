@@ -70,9 +70,15 @@ if [[ ${#files[@]} -eq 0 ]]; then
   fi
 fi
 
-# git ls-files also lists tracked files deleted in the working tree.
+# git ls-files also lists tracked files deleted in the working tree; files
+# named on the command line count only if they are C/C++ (clang-format would
+# happily reflow a README).
 present=()
 for f in "${files[@]}"; do
+  if [[ ! $f =~ \.(cpp|hpp|h|c)$ ]]; then
+    echo "check-format.sh: $f is not C/C++; skipped" >&2
+    continue
+  fi
   [[ -f $f ]] && present+=("$f")
 done
 if [[ ${#present[@]} -eq 0 ]]; then

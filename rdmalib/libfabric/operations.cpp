@@ -315,6 +315,10 @@ Status Operations::post_recv(const LocalRef *dst, const uint64_t *contexts, size
     // FI_MORE lets the provider batch the doorbell; the last one flushes.
     uint64_t more = i + 1 < n ? FI_MORE : 0;
     Status st = detail::post(c, "post_recv", s, [&](lf::OpSlot *slot) {
+      // The last (or only) one through fi_recv: the single repost after each
+      // message takes the provider's plainest entry point.
+      if (!more)
+        return fi_recv(c.ep.get(), dst[i].ptr, dst[i].len, dst[i].desc, FI_ADDR_UNSPEC, slot);
       iovec iov{dst[i].ptr, dst[i].len};
       void *desc = dst[i].desc;
       fi_msg msg{&iov, &desc, 1, FI_ADDR_UNSPEC, slot, 0};

@@ -64,6 +64,15 @@ void CrashGuard::prepare_thread() {
   size_t size = 64 * 1024;
   if (size < static_cast<size_t>(SIGSTKSZ))
     size = SIGSTKSZ;
+  // Keep a stack someone else installed if the handler fits in it (it only
+  // records the signal and jumps back): AddressSanitizer gives every thread
+  // one and unmaps it at thread exit, and replacing it made ASan unmap ours.
+  const size_t enough = 16 * 1024;
+  stack_t cur;
+  if (sigaltstack(nullptr, &cur) == 0 && !(cur.ss_flags & SS_DISABLE) && cur.ss_size >= enough) {
+    t_altstack = cur.ss_sp;
+    return;
+  }
   void *mem = std::malloc(size);
   if (!mem)
     throw std::runtime_error("crash guard: cannot allocate the alternate signal stack");
