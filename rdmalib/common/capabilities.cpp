@@ -66,8 +66,8 @@ CapabilityMask CapabilityMask::parse(const std::string &list) {
       }
     }
     if (!found)
-      throw Error(ErrorKind::Config, "rdmalib: unknown capability \"" + token + "\" in \"" +
-                                         list + "\"; valid names: " + valid_names());
+      throw Error(ErrorKind::Config, "rdmalib: unknown capability \"" + token + "\" in \"" + list +
+                                         "\"; valid names: " + valid_names());
   }
   return mask;
 }

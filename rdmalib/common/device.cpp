@@ -20,9 +20,9 @@ using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
 constexpr const char *kDeviceKeys[] = {
-    "name",      "provider",        "domain",
-    "interface", "ip_address",      "port",
-    "max_inline_data", "default_receive_buffer_size", "endpoint",
+    "name",       "provider", "domain",          "interface",
+    "ip_address", "port",     "max_inline_data", "default_receive_buffer_size",
+    "endpoint",
 };
 
 [[noreturn]] void fail(const std::string &origin, const std::string &path,
@@ -48,8 +48,8 @@ std::string get_string(const json &v, const std::string &origin, const std::stri
   return v.get<std::string>();
 }
 
-uint64_t get_uint(const json &v, const std::string &origin, const std::string &path,
-                  uint64_t max, const char *range) {
+uint64_t get_uint(const json &v, const std::string &origin, const std::string &path, uint64_t max,
+                  const char *range) {
   std::string expected = std::string("expected an integer ") + range;
   if (v.is_number_unsigned()) {
     uint64_t value = v.get<uint64_t>();
@@ -62,8 +62,7 @@ uint64_t get_uint(const json &v, const std::string &origin, const std::string &p
   fail(origin, path, expected + ", got " + type_name(v) + " " + shown(v));
 }
 
-EndpointPreference get_endpoint(const json &v, const std::string &origin,
-                                const std::string &path) {
+EndpointPreference get_endpoint(const json &v, const std::string &origin, const std::string &path) {
   std::string s = get_string(v, origin, path);
   if (s == "auto")
     return EndpointPreference::Auto;
@@ -130,8 +129,8 @@ DeviceConfig parse_device(const json &d, const std::string &origin, const std::s
     c.max_inline_data = static_cast<uint32_t>(
         get_uint(*it, origin, path + ".max_inline_data", UINT32_MAX, "0..4294967295"));
   if (auto it = d.find("default_receive_buffer_size"); it != d.end()) {
-    uint64_t v = get_uint(*it, origin, path + ".default_receive_buffer_size", UINT32_MAX,
-                          "1..4294967295");
+    uint64_t v =
+        get_uint(*it, origin, path + ".default_receive_buffer_size", UINT32_MAX, "1..4294967295");
     if (v == 0)
       fail(origin, path + ".default_receive_buffer_size",
            "expected an integer 1..4294967295, got 0");
@@ -151,8 +150,8 @@ DeviceDatabase DeviceDatabase::parse(const std::string &json_text, const std::st
   } catch (const json::parse_error &e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...";
     // the byte offset is what editors jump to.
-    throw Error(ErrorKind::Config, origin + ": malformed JSON at byte " + std::to_string(e.byte) +
-                                       ": " + e.what());
+    throw Error(ErrorKind::Config,
+                origin + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
   if (!root.is_object())
     fail(origin, "(top level)",
@@ -184,9 +183,8 @@ DeviceDatabase DeviceDatabase::load(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
-    throw Error(ErrorKind::Config,
-                path + ": cannot open device database: " + std::strerror(err) +
-                    " (write one with rfaas-info, or pass the right path)");
+    throw Error(ErrorKind::Config, path + ": cannot open device database: " + std::strerror(err) +
+                                       " (write one with rfaas-info, or pass the right path)");
   }
   std::ostringstream text;
   text << in.rdbuf();
@@ -220,8 +218,7 @@ void DeviceDatabase::save(const std::string &path) const {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) {
     int err = errno;
-    throw Error(ErrorKind::Config,
-                path + ": cannot write device database: " + std::strerror(err));
+    throw Error(ErrorKind::Config, path + ": cannot write device database: " + std::strerror(err));
   }
   out << text;
   out.flush();
@@ -242,10 +239,9 @@ const DeviceConfig &DeviceDatabase::find(const std::string &name_or_ip) const {
       names += ", ";
     names += c.name;
   }
-  throw Error(ErrorKind::NotFound,
-              "rdmalib: no device named or with IP address \"" + name_or_ip +
-                  "\" in the device database; known devices: " +
-                  (names.empty() ? std::string("(none)") : names));
+  throw Error(ErrorKind::NotFound, "rdmalib: no device named or with IP address \"" + name_or_ip +
+                                       "\" in the device database; known devices: " +
+                                       (names.empty() ? std::string("(none)") : names));
 }
 
 } // namespace rdmalib

@@ -17,8 +17,16 @@ protected:
   std::vector<std::string> peer_args(const std::string &mode, const std::string &address,
                                      uint64_t seed) const {
     const auto &p = GetParam();
-    return {peer_binary(), "--provider", p.provider.provider, "--endpoint",
-            p.provider.endpoint_name, "--caps", p.mask.caps, mode, address, "--seed",
+    return {peer_binary(),
+            "--provider",
+            p.provider.provider,
+            "--endpoint",
+            p.provider.endpoint_name,
+            "--caps",
+            p.mask.caps,
+            mode,
+            address,
+            "--seed",
             std::to_string(seed)};
   }
 
@@ -92,8 +100,8 @@ long long recv_message(Operations ops, const std::string &what) {
   if (!c)
     return -1;
   if (c->status != Status::Ok || c->kind != OpKind::Recv) {
-    ADD_FAILURE() << what << ": got " << op_name(c->kind) << " with status "
-                  << to_string(c->status) << " (" << ops.last_error() << ")";
+    ADD_FAILURE() << what << ": got " << op_name(c->kind) << " with status " << to_string(c->status)
+                  << " (" << ops.last_error() << ")";
     return -1;
   }
   return static_cast<long long>(c->context) | (static_cast<long long>(c->length) << 32);
@@ -330,8 +338,7 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
           EXPECT_EQ(client[i].peer_private_data(), pattern_vector(32, 80 + i));
           attach_if_needed(client[i], c_buf.region());
           attach_if_needed(client[i], c_out.region());
-          ASSERT_EQ(client[i].ops().post_recv(c_buf.local_bytes(i * 128, 128), 50 + i),
-                    Status::Ok);
+          ASSERT_EQ(client[i].ops().post_recv(c_buf.local_bytes(i * 128, 128), 50 + i), Status::Ok);
         }
         ASSERT_TRUE(ready.wait());
         // Send in reverse order so a connection mix-up cannot go unnoticed.
@@ -351,7 +358,6 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, Peers, testing::ValuesIn(params(process_masks())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(Providers, Peers, testing::ValuesIn(params(process_masks())), param_name);
 
 } // namespace

@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include <arpa/inet.h>
-#include <poll.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,7 +81,8 @@ TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
       [&] {
         auto t0 = Clock::now();
         try {
-          Connection c = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+          Connection c =
+              Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
           ADD_FAILURE() << "connect succeeded although the server rejected it";
         } catch (const Error &e) {
           EXPECT_EQ(e.kind(), ErrorKind::Refused) << kind_name(e.kind()) << ": " << e.what();

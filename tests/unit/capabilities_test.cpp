@@ -61,7 +61,8 @@ TEST(CapabilityMask, ListWithSpacesAndTrailingComma) {
 }
 
 TEST(CapabilityMask, ToStringIsCanonical) {
-  CapabilityMask m = CapabilityMask::parse("inline,wait_fd,atomics,virtual_addressing,remote_cq_data");
+  CapabilityMask m =
+      CapabilityMask::parse("inline,wait_fd,atomics,virtual_addressing,remote_cq_data");
   EXPECT_EQ(m.to_string(), "remote_cq_data,atomics,virtual_addressing,wait_fd,inline");
   EXPECT_EQ(CapabilityMask::parse(m.to_string()).disabled, m.disabled);
   EXPECT_EQ(CapabilityMask::parse("atomics,atomics").to_string(), "atomics");
@@ -80,8 +81,10 @@ TEST(CapabilityMask, UnknownNameNamesTokenAndListsValidOnes) {
     EXPECT_EQ(e.kind(), ErrorKind::Config);
     std::string msg = e.what();
     EXPECT_NE(msg.find("\"remote_cqdata\""), std::string::npos) << msg;
-    for (const char *name : {"remote_cq_data", "atomics", "virtual_addressing", "wait_fd", "inline"})
-      EXPECT_NE(msg.find(name), std::string::npos) << "valid name " << name << " not listed: " << msg;
+    for (const char *name :
+         {"remote_cq_data", "atomics", "virtual_addressing", "wait_fd", "inline"})
+      EXPECT_NE(msg.find(name), std::string::npos)
+          << "valid name " << name << " not listed: " << msg;
   }
 }
 

@@ -135,9 +135,9 @@ TEST(DeviceDatabase, SaveThenLoadRoundTrips) {
 
 TEST(DeviceDatabase, ToJsonWritesDocumentedKeys) {
   std::string j = DeviceDatabase::parse(kGood, "inline").to_json();
-  for (const char *key : {"\"devices\"", "\"name\"", "\"provider\"", "\"domain\"", "\"interface\"",
-                          "\"ip_address\"", "\"port\"", "\"max_inline_data\"",
-                          "\"default_receive_buffer_size\"", "\"endpoint\""})
+  for (const char *key :
+       {"\"devices\"", "\"name\"", "\"provider\"", "\"domain\"", "\"interface\"", "\"ip_address\"",
+        "\"port\"", "\"max_inline_data\"", "\"default_receive_buffer_size\"", "\"endpoint\""})
     EXPECT_NE(j.find(key), std::string::npos) << key << " missing in " << j;
   EXPECT_NE(j.find("\"rdm\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"connected\""), std::string::npos) << j;
@@ -197,7 +197,8 @@ TEST(DeviceDatabase, PortOutOfRange) {
 TEST(DeviceDatabase, WrongTypeStringNamesKeyPath) {
   expect_load_error(R"({"devices": [ {"name": "a", "provider": 5} ]})",
                     {"devices[0].provider", "expected a string"});
-  expect_load_error(R"({"devices": [ {"name": ["a"]} ]})", {"devices[0].name", "expected a string"});
+  expect_load_error(R"({"devices": [ {"name": ["a"]} ]})",
+                    {"devices[0].name", "expected a string"});
 }
 
 TEST(DeviceDatabase, UnknownKeyNamesKeyPath) {

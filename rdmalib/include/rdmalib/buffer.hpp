@@ -123,8 +123,8 @@ public:
     size_t rounded = ((bytes ? bytes : 1) + alignment - 1) / alignment * alignment;
     void *p = std::aligned_alloc(alignment, rounded);
     if (!p)
-      throw Error(ErrorKind::Backend, "rdmalib: cannot allocate a buffer of " +
-                                          std::to_string(bytes) + " bytes");
+      throw Error(ErrorKind::Backend,
+                  "rdmalib: cannot allocate a buffer of " + std::to_string(bytes) + " bytes");
     mem_.reset(p);
     std::memset(p, 0, rounded);
     region_ = MemoryRegion(fabric, p, bytes ? bytes : 1, access);

@@ -39,8 +39,8 @@ public:
   /// Complete the connection, replying with `private_data` (at most
   /// Capabilities::max_private_data bytes). Blocks until the connection is
   /// established on both sides or `timeout` passes. Throws Error.
-  Connection accept(const void *private_data, size_t private_len,
-                    std::chrono::milliseconds timeout, const ConnectionOptions &options = {});
+  Connection accept(const void *private_data, size_t private_len, std::chrono::milliseconds timeout,
+                    const ConnectionOptions &options = {});
 
   /// Refuse; the client's connect() throws Error(Refused). Never throws.
   void reject() noexcept;
@@ -77,8 +77,8 @@ public:
   ConnectionRequest next_request(std::chrono::milliseconds timeout);
 
   /// next_request() + accept() in one call.
-  Connection accept(const void *private_data, size_t private_len,
-                    std::chrono::milliseconds timeout, const ConnectionOptions &options = {});
+  Connection accept(const void *private_data, size_t private_len, std::chrono::milliseconds timeout,
+                    const ConnectionOptions &options = {});
 
   /// A file descriptor that becomes readable when a request may be pending, so
   /// daemons can multiplex listeners with other work; -1 if the fabric has none

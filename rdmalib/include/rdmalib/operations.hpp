@@ -98,8 +98,8 @@ public:
                    size_t *posted = nullptr) noexcept;
 
   /// RDMA write of `src` into (dst, offset).
-  Status write(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset,
-               uint64_t context, uint32_t flags = PostNone) noexcept;
+  Status write(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset, uint64_t context,
+               uint32_t flags = PostNone) noexcept;
 
   /// RDMA write plus a 32-bit immediate delivered to the peer as a
   /// RemoteWriteImm completion on its Recv queue, after the data is visible.
