@@ -90,9 +90,11 @@ struct Slot {
 };
 
 struct Worker {
+  // Buffers before the connection: members die in reverse order, and closing
+  // the connection drains completions into posted receives.
+  rdmalib::Buffer<char> results, staging, control;
   rdmalib::Connection conn;
   rdmalib::Operations ops;
-  rdmalib::Buffer<char> results, staging, control;
   /// The worker's input slots (its BufferAdvertisement).
   proto::BufferDescriptor input;
   bool advertised = false;

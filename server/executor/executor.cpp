@@ -544,13 +544,15 @@ private:
   uint64_t nrecv_ = 0;
   uint32_t outstanding_ = 0;
   proto::BufferDescriptor rdesc_;
+  // Buffers before the connection: members die in reverse order, and closing
+  // the connection drains completions into posted receives (ASan caught the
+  // goodbye landing in a freed receive buffer).
+  rdmalib::Buffer<char> input_, output_, ctrl_, probe_;
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;
-  rdmalib::Buffer<char> input_, output_, ctrl_;
   const FunctionLibrary *lib_ = nullptr;
   bool probe_peer_ = false, probing_ = false;
   Clock::time_point probe_sent_{};
-  rdmalib::Buffer<char> probe_;
 };
 
 /// The main thread's link to the manager: accounting increments.
@@ -667,9 +669,9 @@ private:
   static constexpr size_t kCtl = proto::kControlMessageMax;
   static constexpr uint64_t kRecvs = 4;
   Shared &s_;
+  rdmalib::Buffer<char> buf_; // before conn_: outlives the connection's close
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;
-  rdmalib::Buffer<char> buf_;
   rdmalib::RemoteBuffer record_;
   bool have_record_ = false;
   proto::AccountingCounters sent_;

@@ -48,9 +48,9 @@ void check(bool ok, const std::string &what) {
 }
 
 struct Link {
+  rdmalib::Buffer<char> ctrl; // nrecv receives + one send area; outlives conn
   rdmalib::Connection conn;
   rdmalib::Operations ops;
-  rdmalib::Buffer<char> ctrl; // nrecv receives + one send area
   uint64_t nrecv = 0;
   proto::BufferDescriptor input;
 
