@@ -1,0 +1,82 @@
+// rfaas_cold_benchmark: cold start through librfaas, from allocate() to the
+// first result, split into the phases librfaas records (connect, allocation
+// answer, workers connected, code shipped, ready) plus the first invocation.
+// The network is opened once (executor construction: loading the provider is
+// the process's cost, not the allocation's); each repetition allocates,
+// invokes echo once, and deallocates.
+#include "rfaas_common.hpp"
+
+#include <chrono>
+
+#include <cxxopts.hpp>
+
+int main(int argc, char **argv) {
+  cxxopts::Options cli("rfaas_cold_benchmark",
+                       "Cold start through librfaas: allocate() to the first result, by phase.");
+  // clang-format off
+  cli.add_options()
+    ("devices", "device database", cxxopts::value<std::string>()->default_value("config/devices.json"))
+    ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
+    ("manager", "executor manager host:port", cxxopts::value<std::string>())
+    ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
+    ("cores", "cores per allocation", cxxopts::value<uint32_t>()->default_value("1"))
+    ("r,repetitions", "allocations measured", cxxopts::value<size_t>()->default_value("20"))
+    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
+    ("h,help", "print this help");
+  // clang-format on
+  auto args = cli.parse(argc, argv);
+  if (args.count("help") || !args.count("manager") || !args.count("library")) {
+    std::printf("%s", cli.help().c_str());
+    return args.count("help") ? 0 : 2;
+  }
+  try {
+    rfaas::device dev = rfaas::device_database::load(args["devices"].as<std::string>())
+                            .find(args["device"].as<std::string>());
+    rfaas::server manager = rfaas::bench::parse_manager(args["manager"].as<std::string>());
+    rfaas::executor ex(dev);
+    rfaas::allocation_options o;
+    o.cores = args["cores"].as<uint32_t>();
+    o.library = args["library"].as<std::string>();
+    o.hot_timeout_ms = 0;
+    o.max_input_size = 4096;
+    o.max_output_size = 4096;
+    const size_t reps = std::max<size_t>(1, args["repetitions"].as<size_t>());
+    const char *names[] = {"connect", "allocated", "workers", "code", "ready", "first_result"};
+    std::vector<double> phase[6];
+    std::vector<uint8_t> in(8, 1), out(8);
+    for (size_t i = 0; i < reps; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      ex.allocate(manager, o);
+      rfaas::result r = ex.execute("echo", in, out);
+      auto t1 = std::chrono::steady_clock::now();
+      if (!r.ok()) {
+        std::fprintf(stderr, "first call failed: %s\n", rfaas::to_string(r.status));
+        return 1;
+      }
+      const rfaas::cold_start &c = ex.cold_start_times();
+      auto us = [](std::chrono::nanoseconds d) { return d.count() / 1000.0; };
+      // Each phase as its own duration (not cumulative).
+      phase[0].push_back(us(c.connected));
+      phase[1].push_back(us(c.allocated - c.connected));
+      phase[2].push_back(us(c.workers_connected - c.allocated));
+      phase[3].push_back(us(c.code_shipped - c.workers_connected));
+      phase[4].push_back(us(c.ready - c.code_shipped));
+      phase[5].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      ex.deallocate();
+    }
+    const std::string provider = dev.provider.empty() ? dev.name : dev.provider;
+    rfaas::bench::Csv csv(args["csv"].as<std::string>());
+    std::printf("# rfaas_cold_benchmark device=%s provider=%s cores=%u repetitions=%zu\n",
+                dev.name.c_str(), provider.c_str(), o.cores, reps);
+    std::printf("%-14s %11s %11s %11s\n", "phase", "median_us", "p99_us", "min_us");
+    for (int k = 0; k < 6; ++k) {
+      rfaas::bench::Stats s = rfaas::bench::stats(phase[k]);
+      std::printf("%-14s %11.1f %11.1f %11.1f\n", names[k], s.median, s.p99, s.min);
+      csv.row("rfaas-cold", provider, "cores" + std::to_string(o.cores), names[k], 8, s);
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "rfaas_cold_benchmark: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

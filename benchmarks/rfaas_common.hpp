@@ -1,0 +1,102 @@
+// What the librfaas benchmarks share: the manager address, statistics and the
+// CSV row shape of the ping-pong benchmarks (so one driver can join them).
+#pragma once
+
+#include <rfaas/rfaas.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace rfaas::bench {
+
+inline rfaas::server parse_manager(const std::string &hp) {
+  size_t colon = hp.rfind(':');
+  if (colon == std::string::npos)
+    throw std::runtime_error("--manager expects host:port, got \"" + hp + "\"");
+  rfaas::server s;
+  s.address = hp.substr(0, colon);
+  s.port = static_cast<uint16_t>(std::stoul(hp.substr(colon + 1)));
+  s.name = hp;
+  return s;
+}
+
+/// "8,1K,64K,1M" -> bytes.
+inline std::vector<size_t> parse_sizes(const std::string &list) {
+  std::vector<size_t> out;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t comma = list.find(',', pos);
+    std::string tok =
+        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? list.size() : comma + 1;
+    if (tok.empty())
+      continue;
+    size_t mult = 1;
+    char last = tok.back();
+    if (last == 'K' || last == 'k')
+      mult = 1024;
+    else if (last == 'M' || last == 'm')
+      mult = 1024 * 1024;
+    if (mult != 1)
+      tok.pop_back();
+    out.push_back(std::stoul(tok) * mult);
+  }
+  return out;
+}
+
+struct Stats {
+  size_t n = 0;
+  double median = 0, p99 = 0, min = 0, mean = 0;
+};
+
+inline Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty())
+    return s;
+  std::sort(v.begin(), v.end());
+  s.n = v.size();
+  s.median = v[v.size() / 2];
+  s.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  s.min = v.front();
+  double sum = 0;
+  for (double x : v)
+    sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+/// Append rows in the ping-pong CSV shape:
+/// impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,min_us,mean_us
+class Csv {
+public:
+  explicit Csv(const std::string &path) : path_(path) {
+    if (path_.empty())
+      return;
+    std::ifstream in(path_);
+    bool fresh = !in.good() || in.peek() == std::ifstream::traits_type::eof();
+    out_.open(path_, std::ios::app);
+    if (!out_)
+      throw std::runtime_error("cannot open " + path_ + " for writing");
+    if (fresh)
+      out_ << "impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,min_us,mean_us\n";
+  }
+  void row(const std::string &impl, const std::string &provider, const std::string &wait,
+           const std::string &mode, size_t size, const Stats &s) {
+    if (path_.empty())
+      return;
+    char line[512];
+    std::snprintf(line, sizeof line, "%s,\"%s\",-,%s,%s,%zu,%zu,%.3f,%.3f,%.3f,%.3f\n",
+                  impl.c_str(), provider.c_str(), wait.c_str(), mode.c_str(), size, s.n, s.median,
+                  s.p99, s.min, s.mean);
+    out_ << line << std::flush;
+  }
+
+private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+} // namespace rfaas::bench

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# run-rfaas-benchmarks.sh: rFaaS invocation latency and cold start, next to the
+# raw libfabric write-with-immediate ping-pong for the same provider and sizes,
+# in the same run (DESIGN.md §6).
+#
+# For each device it starts an executor manager (port 0, waiting for its
+# readiness line), runs rfaas_invocation_benchmark (echo, one worker pinned to
+# the last CPU, client pinned to the first), rfaas_cold_benchmark, and
+# raw_libfabric_pingpong -m writeimm (pinned the same way), then prints per
+# size: raw median, rfaas median and p99, rfaas - raw and rfaas / raw; and the
+# cold start by phase, with the first result in raw 8 B round trips.
+#
+#   benchmarks/run-rfaas-benchmarks.sh --build-dir build
+#   benchmarks/run-rfaas-benchmarks.sh --devices-list "lo-tcp lo-shm" --hot-timeout 0 --csv out.csv
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# When run from the build tree (CMake copies it there), the sources are where
+# CMakeCache.txt says.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ ! -f $repo/config/devices.json && -f $here/../CMakeCache.txt ]]; then
+  repo=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$here/../CMakeCache.txt")
+fi
+build=""
+devices_db="$repo/config/devices.json"
+devices_list="lo-tcp"
+sizes="8,1K,64K,1M"
+hot=-1
+cold_reps=20
+csv=""
+
+usage() {
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  echo "Options:"
+  echo "  --build-dir DIR       build tree (default: the first build*/ holding the binaries)"
+  echo "  --devices FILE        device database (default: config/devices.json)"
+  echo "  --devices-list LIST   space-separated device entries (default: \"$devices_list\")"
+  echo "  --sizes LIST          payload sizes (default: $sizes)"
+  echo "  --hot-timeout MS      worker hot polling: -1 always, 0 never (default: $hot)"
+  echo "  --cold-reps N         allocations in the cold benchmark (default: $cold_reps)"
+  echo "  --csv FILE            append every row (rfaas, raw, cold) as CSV"
+}
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+  --build-dir) build=$2; shift 2 ;;
+  --devices) devices_db=$2; shift 2 ;;
+  --devices-list) devices_list=$2; shift 2 ;;
+  --sizes) sizes=$2; shift 2 ;;
+  --hot-timeout) hot=$2; shift 2 ;;
+  --cold-reps) cold_reps=$2; shift 2 ;;
+  --csv) csv=$2; shift 2 ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "run-rfaas-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+if [[ -z $build && -x $here/rfaas_invocation_benchmark ]]; then
+  build=$here/..
+elif [[ -z $build ]]; then
+  for d in "$repo"/build*/; do
+    if [[ -x $d/benchmarks/rfaas_invocation_benchmark ]]; then build=$d; break; fi
+  done
+fi
+bench=$build/benchmarks
+manager=$build/server/executor_manager/executor_manager
+library=$build/examples/functions/libfunctions.so
+for f in "$bench/rfaas_invocation_benchmark" "$bench/rfaas_cold_benchmark" \
+  "$bench/raw_libfabric_pingpong" "$manager" "$library"; do
+  [[ -e $f ]] || { echo "run-rfaas-benchmarks.sh: $f is missing (build it, or --build-dir)" >&2; exit 1; }
+done
+
+read -r -a cpus <<<"$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')"
+first=${cpus[0]}
+last=${cpus[${#cpus[@]} - 1]}
+pin=()
+command -v taskset >/dev/null && pin=(taskset -c "$first")
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-bench.XXXXXX")
+manager_pid=
+stop_manager() {
+  if [[ -n $manager_pid ]]; then
+    kill -TERM "$manager_pid" 2>/dev/null || true
+    wait "$manager_pid" 2>/dev/null || true
+    manager_pid=
+  fi
+}
+trap 'stop_manager; rm -rf "$work"' EXIT INT TERM
+
+provider_of() {
+  python3 -c 'import json, sys
+db = json.load(open(sys.argv[1]))
+print(next(d.get("provider", "") for d in db["devices"] if d["name"] == sys.argv[2]))' \
+    "$devices_db" "$1"
+}
+
+for dev in $devices_list; do
+  provider=$(provider_of "$dev")
+  echo "==> $dev (provider ${provider:-auto}): executor manager, worker on CPU $last"
+  rm -f "$work/ready"
+  mkfifo "$work/ready"
+  "$manager" --config "$repo/config/executor_manager.json" --skip-resource-manager \
+    --devices "$devices_db" --device "$dev" --host 127.0.0.1 --port 0 --cores "$last" \
+    >"$work/ready" 2>"$work/manager-$dev.log" &
+  manager_pid=$!
+  exec 3<"$work/ready"
+  if ! read -r -t 60 -u 3 line || [[ $line != *"listening on"* ]]; then
+    echo "the manager did not start on $dev:" >&2
+    cat "$work/manager-$dev.log" >&2
+    exit 1
+  fi
+  cat <&3 >/dev/null &
+  exec 3<&-
+  address=${line##* }
+
+  rows=$work/rows-$dev.csv
+  "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
+    --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" --csv "$rows"
+  "$bench/rfaas_cold_benchmark" --devices "$devices_db" --device "$dev" --manager "$address" \
+    --library "$library" --repetitions "$cold_reps" --csv "$rows"
+  stop_manager
+
+  echo "==> $dev: raw libfabric write-with-immediate ping-pong (CPUs $first and $last)"
+  raw_env=(env)
+  [[ $provider == *ofi_rxm* ]] && raw_env=(env FI_OFI_RXM_CM_PROGRESS_INTERVAL=100)
+  "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm -s "$sizes" \
+    --server-core "$last" --client-core "$first" --csv "$work/raw-$dev.csv" --no-csv-header \
+    >/dev/null
+  sed 's/^/raw-csv,/' "$work/raw-$dev.csv" >>"$rows"
+
+  python3 - "$rows" "$dev" "$csv" <<'PY'
+import csv, os, sys
+rows, dev, out = sys.argv[1], sys.argv[2], sys.argv[3]
+rf, raw, cold = {}, {}, []
+with open(rows) as f:
+    for line in f:
+        if line.startswith("impl,"):
+            continue
+        if line.startswith("raw-csv,"):
+            r = next(csv.reader([line[len("raw-csv,"):]]))
+            raw[int(r[5])] = (float(r[7]), float(r[8]), r)
+            continue
+        r = next(csv.reader([line]))
+        if r[0] == "rfaas":
+            rf[int(r[5])] = (float(r[7]), float(r[8]), r)
+        elif r[0] == "rfaas-cold":
+            cold.append(r)
+print(f"\n{dev}: echo through rFaaS vs raw write-with-immediate round trip (medians, us)")
+print(f"{'size':>8} {'raw':>10} {'rfaas':>10} {'rfaas p99':>10} {'diff':>8} {'ratio':>7}")
+for size in sorted(rf):
+    m, p99, _ = rf[size]
+    if size in raw:
+        rm = raw[size][0]
+        print(f"{size:>8} {rm:>10.2f} {m:>10.2f} {p99:>10.2f} {m - rm:>8.2f} {m / rm:>7.3f}")
+    else:
+        print(f"{size:>8} {'-':>10} {m:>10.2f} {p99:>10.2f}")
+rtt = raw.get(8, (None,))[0]
+print(f"\n{dev}: cold start (allocate -> first result), per phase (us)")
+for r in cold:
+    extra = ""
+    if rtt and r[4] == "first_result":
+        extra = f"  = {float(r[7]) / rtt:,.0f} raw 8 B round trips"
+    print(f"  {r[4]:<14} median {float(r[7]):>10.1f}  p99 {float(r[8]):>10.1f}{extra}")
+if out:
+    fresh = not os.path.exists(out) or os.path.getsize(out) == 0
+    with open(out, "a") as f:
+        if fresh:
+            f.write("device,impl,provider,endpoint,wait,mode,size,iters,"
+                    "median_us,p99_us,min_us,mean_us\n")
+        for v in list(rf.values()) + list(raw.values()):
+            f.write(dev + "," + ",".join(v[2]) + "\n")
+        for r in cold:
+            f.write(dev + "," + ",".join(r) + "\n")
+PY
+done

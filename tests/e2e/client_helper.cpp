@@ -1,0 +1,44 @@
+// A client that allocates and then waits to be killed: the e2e test kills it
+// mid-lease and checks that the manager reaps the executor.
+//
+//   rfaas_e2e_client_helper DEVICES DEVICE HOST:PORT LIBRARY
+// Prints "allocated <allocation id>" once the lease is ready, then blocks
+// reading stdin; exits when stdin closes.
+#include <rfaas/rfaas.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+int main(int argc, char **argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s DEVICES DEVICE HOST:PORT LIBRARY\n", argv[0]);
+    return 2;
+  }
+  try {
+    rfaas::device_database devices = rfaas::device_database::load(argv[1]);
+    std::string hp = argv[3];
+    rfaas::server manager;
+    manager.address = hp.substr(0, hp.rfind(':'));
+    manager.port = static_cast<uint16_t>(std::stoul(hp.substr(hp.rfind(':') + 1)));
+    rfaas::executor ex(devices.find(argv[2]));
+    rfaas::allocation_options o;
+    o.library = argv[4];
+    o.hot_timeout_ms = 0;
+    ex.allocate(manager, o);
+    std::vector<char> in(16, 'x'), out(16);
+    if (!ex.execute("echo", in, out).ok())
+      return 1;
+    std::printf("allocated %llx\n", static_cast<unsigned long long>(ex.allocation_id()));
+    std::fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "client_helper: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

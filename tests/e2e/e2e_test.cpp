@@ -1,0 +1,495 @@
+// End-to-end tests of librfaas against a real executor manager, its zygote
+// and real executor processes, over one device (provider) per run:
+//
+//   rfaas_e2e_tests --device lo-tcp [gtest flags]
+//
+// main() starts one executor_manager for the whole run (port 0, waiting for
+// its readiness line) and stops it at the end; every test allocates from it.
+// Nothing is mocked and nothing waits by sleeping; the only fixed numbers are
+// generous deadlines.
+#include <rfaas/rfaas.hpp>
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process.hpp"
+
+using namespace std::chrono_literals;
+using rfaas::e2e::Process;
+
+namespace {
+
+struct Setup {
+  std::string device = "lo-tcp";
+  std::string devices = RFAAS_E2E_DEVICES;
+  std::string manager_bin = RFAAS_E2E_MANAGER;
+  std::string manager_config = RFAAS_E2E_MANAGER_CONFIG;
+  std::string library = RFAAS_E2E_LIBRARY;
+  std::string helper = RFAAS_E2E_HELPER;
+  std::string probe = RFAAS_E2E_PROBE;
+  std::string workdir;
+  Process manager;
+  rfaas::server server;
+  std::string address;
+} g;
+
+std::string manager_log() {
+  std::ifstream f(g.workdir + "/manager.log");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
+}
+
+/// Every CPU this process may use, as a Linux cpulist ("0,1").
+std::string cpu_list() {
+  cpu_set_t set;
+  std::string out;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out.empty() ? "0" : out;
+}
+
+rfaas::device device() { return rfaas::device_database::load(g.devices).find(g.device); }
+
+rfaas::allocation_options options(uint32_t cores = 1, uint32_t slots = 1) {
+  rfaas::allocation_options o;
+  o.cores = cores;
+  o.slots = slots;
+  o.library = g.library;
+  // Warm workers (block between calls): the machine running the tests may
+  // have fewer cores than busy-polling threads.
+  o.hot_timeout_ms = 0;
+  // Above the manager's 256 MiB default: tcp;ofi_rxm's per-endpoint buffer
+  // pools do not fit two workers in it (fi_enable fails with ENOMEM). Two
+  // such allocations still fit the example config's 1024 MiB.
+  o.memory_mib = 480;
+  o.max_input_size = 64 * 1024;
+  o.max_output_size = 4 * 64 * 1024;
+  return o;
+}
+
+/// allocate(), waiting out resources_unavailable: the manager frees a core
+/// when the previous test's executor has exited, which it learns shortly
+/// after that test's deallocate() returned. Bounded by a generous deadline.
+void allocate(rfaas::executor &ex, const rfaas::allocation_options &o) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    try {
+      ex.allocate(g.server, o);
+      return;
+    } catch (const rfaas::Error &e) {
+      if (e.code() != rfaas::status::resources_unavailable ||
+          std::chrono::steady_clock::now() > deadline)
+        throw;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>(i * 31 + seed * 17 + (i >> 9));
+  return v;
+}
+
+uint64_t sum_squares(const uint64_t *v, size_t n) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; ++i)
+    s += v[i] * v[i];
+  return s;
+}
+
+#define ASSERT_RESULT(expr)                                                                        \
+  do {                                                                                             \
+    rfaas::result r_ = (expr);                                                                     \
+    ASSERT_TRUE(r_.ok()) << #expr << ": " << rfaas::to_string(r_.status) << " detail "             \
+                         << r_.detail;                                                             \
+  } while (0)
+
+class E2E : public ::testing::Test {
+protected:
+  void TearDown() override {
+    if (HasFailure())
+      std::fprintf(stderr, "---- manager log (tail) ----\n%s\n", manager_log().c_str());
+  }
+};
+
+TEST_F(E2E, Allocation) {
+  rfaas::executor ex(device());
+  EXPECT_FALSE(ex.allocated());
+  allocate(ex, options(1, 2));
+  EXPECT_TRUE(ex.allocated());
+  EXPECT_EQ(ex.workers(), 1u);
+  EXPECT_EQ(ex.slots(), 2u);
+  EXPECT_NE(ex.allocation_id(), 0u);
+  const rfaas::cold_start &c = ex.cold_start_times();
+  EXPECT_GT(c.connected.count(), 0);
+  EXPECT_LE(c.connected, c.allocated);
+  EXPECT_LE(c.allocated, c.workers_connected);
+  EXPECT_LE(c.workers_connected, c.code_shipped);
+  EXPECT_LE(c.code_shipped, c.ready);
+  ex.deallocate();
+  EXPECT_FALSE(ex.allocated());
+  // The same executor can lease again.
+  allocate(ex, options());
+  std::vector<uint8_t> in = pattern(10, 1), out(10);
+  ASSERT_RESULT(ex.execute("echo", in, out));
+  EXPECT_EQ(in, out);
+}
+
+TEST_F(E2E, ExecuteBeforeAllocateThrows) {
+  rfaas::executor ex(device());
+  std::vector<uint8_t> in(4), out(4);
+  try {
+    ex.execute("echo", in, out);
+    FAIL() << "no exception";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.where(), rfaas::phase::usage);
+  }
+}
+
+TEST_F(E2E, SyncAsyncParallel) {
+  rfaas::executor ex(device());
+  allocate(ex, options(2, 2));
+  std::vector<uint8_t> out(4 * 64 * 1024);
+
+  // Synchronous: echo, compute, output larger than input.
+  std::vector<uint8_t> in = pattern(333, 2);
+  rfaas::result r = ex.execute("echo", in, out);
+  ASSERT_TRUE(r.ok()) << rfaas::to_string(r.status);
+  EXPECT_EQ(r.output_size, in.size());
+  EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin()));
+
+  std::vector<uint64_t, rfaas::allocator<uint64_t>> values(rfaas::allocator<uint64_t>{ex});
+  values.resize(5000);
+  std::iota(values.begin(), values.end(), 3);
+  uint64_t sum = 0;
+  r = ex.execute("sum_squares", values, rfaas::mutable_buffer(&sum, sizeof sum));
+  ASSERT_TRUE(r.ok()) << rfaas::to_string(r.status);
+  EXPECT_EQ(sum, sum_squares(values.data(), values.size()));
+
+  r = ex.execute("expand", in, out);
+  ASSERT_TRUE(r.ok()) << rfaas::to_string(r.status);
+  ASSERT_EQ(r.output_size, 4 * in.size());
+  for (size_t k = 0; k < 4; ++k)
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin() + k * in.size())) << "copy " << k;
+
+  // Asynchronous: every slot of every worker in flight at once.
+  const size_t n = size_t(ex.workers()) * ex.slots();
+  std::vector<std::vector<uint8_t>> ins, outs;
+  for (size_t i = 0; i < n; ++i) {
+    ins.push_back(pattern(100 + 7 * i, static_cast<uint32_t>(i)));
+    outs.emplace_back(ins.back().size());
+  }
+  std::vector<std::future<rfaas::result>> futures;
+  for (size_t i = 0; i < n; ++i)
+    futures.push_back(ex.async("echo", ins[i], outs[i]));
+  // One more than there are slots: reported busy at once, not queued.
+  std::vector<uint8_t> extra_out(8);
+  rfaas::result busy = ex.async("echo", ins[0], extra_out).get();
+  EXPECT_EQ(busy.status, rfaas::status::busy);
+  for (size_t i = n; i-- > 0;) { // out of order on purpose
+    rfaas::result ar = futures[i].get();
+    ASSERT_TRUE(ar.ok()) << i << ": " << rfaas::to_string(ar.status);
+    EXPECT_EQ(outs[i], ins[i]) << i;
+  }
+
+  // Parallel: more inputs than slots, queued over every worker.
+  const size_t m = 3 * n + 1;
+  std::vector<std::vector<uint64_t>> pins(m);
+  std::vector<uint64_t> sums(m, 0);
+  std::vector<rfaas::const_buffer> ib;
+  std::vector<rfaas::mutable_buffer> ob;
+  for (size_t i = 0; i < m; ++i) {
+    pins[i].resize(50 + i);
+    std::iota(pins[i].begin(), pins[i].end(), i * 1000);
+    ib.emplace_back(pins[i]);
+    ob.emplace_back(&sums[i], sizeof(uint64_t));
+  }
+  std::vector<rfaas::result> rs = ex.execute_parallel("sum_squares", ib, ob);
+  ASSERT_EQ(rs.size(), m);
+  for (size_t i = 0; i < m; ++i) {
+    EXPECT_TRUE(rs[i].ok()) << i << ": " << rfaas::to_string(rs[i].status);
+    EXPECT_EQ(sums[i], sum_squares(pins[i].data(), pins[i].size())) << i;
+  }
+  // Mismatched counts are refused, not guessed.
+  ob.pop_back();
+  rs = ex.execute_parallel("sum_squares", ib, ob);
+  ASSERT_EQ(rs.size(), ib.size());
+  EXPECT_EQ(rs[0].status, rfaas::status::invalid_argument);
+}
+
+TEST_F(E2E, PayloadSizes) {
+  rfaas::executor ex(device());
+  rfaas::allocation_options o = options();
+  o.max_input_size = 1 << 20;
+  o.max_output_size = 1 << 20;
+  allocate(ex, o);
+  std::vector<uint8_t> out(1 << 20);
+  for (size_t size : {size_t(1), size_t(7), size_t(8), size_t(1000), size_t(4096),
+                      size_t(64 * 1024), size_t(1000 * 1000), size_t(1 << 20)}) {
+    std::vector<uint8_t> in = pattern(size, static_cast<uint32_t>(size));
+    rfaas::result r = ex.execute("echo", in, out);
+    ASSERT_TRUE(r.ok()) << size << ": " << rfaas::to_string(r.status);
+    ASSERT_EQ(r.output_size, size);
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin())) << size;
+    // Zero-copy path for the same size.
+    std::vector<uint8_t, rfaas::allocator<uint8_t>> reg(in.begin(), in.end(),
+                                                        rfaas::allocator<uint8_t>{ex});
+    std::fill(out.begin(), out.begin() + size, 0);
+    r = ex.execute("echo", reg, out);
+    ASSERT_TRUE(r.ok()) << size << " (registered): " << rfaas::to_string(r.status);
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin())) << size << " (registered)";
+  }
+  // Empty input: legal, empty output.
+  rfaas::result r = ex.execute("echo", rfaas::const_buffer(nullptr, 0), out);
+  ASSERT_TRUE(r.ok()) << rfaas::to_string(r.status);
+  EXPECT_EQ(r.output_size, 0u);
+}
+
+TEST_F(E2E, TenThousandInvocationsFlatMemory) {
+  rfaas::executor ex(device());
+  rfaas::allocation_options o = options();
+  o.hot_timeout_ms = 100; // hot between back-to-back calls
+  allocate(ex, o);
+  std::vector<uint8_t> in = pattern(64, 5), out(64);
+  for (int i = 0; i < 1000; ++i) // reach steady state (lazy allocations, caches)
+    ASSERT_RESULT(ex.execute("echo", in, out));
+  const size_t before = rfaas::e2e::resident_bytes();
+  for (uint32_t i = 0; i < 10000; ++i) {
+    std::memcpy(in.data(), &i, sizeof i);
+    rfaas::result r = ex.execute("echo", in, out);
+    ASSERT_TRUE(r.ok()) << "call " << i << ": " << rfaas::to_string(r.status);
+    uint32_t back;
+    std::memcpy(&back, out.data(), sizeof back);
+    ASSERT_EQ(back, i);
+  }
+  const size_t after = rfaas::e2e::resident_bytes();
+  std::printf("RSS before %zu KiB, after 10000 calls %zu KiB\n", before / 1024, after / 1024);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan keeps freed blocks in its quarantine (up to 256 MiB) and providers
+  // allocate internally (rxm), so resident size says nothing here.
+  std::printf("RSS growth not checked: AddressSanitizer build (freed memory is quarantined)\n");
+#else
+  // The hot path allocates nothing: allow for page-granular noise only.
+  EXPECT_LT(after, before + 512 * 1024) << "resident memory grew by " << (after - before) << " B";
+#endif
+}
+
+TEST_F(E2E, TwoClientsAtOnce) {
+  // Two executors (each with its own network, listener and lease) driven
+  // from two threads: the manager serves both allocations concurrently.
+  std::vector<std::string> errors(2);
+  auto client = [&](int k) {
+    try {
+      rfaas::executor ex(device());
+      allocate(ex, options());
+      std::vector<uint8_t> in = pattern(256, 100 + k), out(256);
+      for (int i = 0; i < 500; ++i) {
+        in[0] = static_cast<uint8_t>(i);
+        rfaas::result r = ex.execute("echo", in, out);
+        if (!r.ok() || out != in) {
+          errors[k] = std::string("call ") + std::to_string(i) + ": " + rfaas::to_string(r.status);
+          return;
+        }
+      }
+    } catch (const std::exception &e) {
+      errors[k] = e.what();
+    }
+  };
+  std::thread a(client, 0), b(client, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST_F(E2E, UnknownFunction) {
+  rfaas::executor ex(device());
+  allocate(ex, options());
+  std::vector<uint8_t> in(16, 1), out(16);
+  rfaas::result r = ex.execute("does_not_exist", in, out);
+  EXPECT_EQ(r.status, rfaas::status::unknown_function);
+  // The executor keeps serving.
+  ASSERT_RESULT(ex.execute("echo", in, out));
+}
+
+TEST_F(E2E, OversizedPayloadAndOutput) {
+  rfaas::executor ex(device());
+  rfaas::allocation_options o = options();
+  o.max_input_size = 4096;
+  o.max_output_size = 4096;
+  allocate(ex, o);
+  std::vector<uint8_t> big(4097, 3), out(4096);
+  rfaas::result r = ex.execute("echo", big, out);
+  EXPECT_EQ(r.status, rfaas::status::payload_too_large);
+  EXPECT_EQ(r.detail, 4096u);
+  // The function produces more than the result slot: the executor says so.
+  std::vector<uint8_t> in(2000, 4);
+  r = ex.execute("expand", in, out);
+  EXPECT_EQ(r.status, rfaas::status::output_too_large);
+  EXPECT_EQ(r.detail, 8000u);
+  r = ex.execute("bad_output_size", in, out);
+  EXPECT_EQ(r.status, rfaas::status::output_too_large);
+  // The output fits the slot but not the caller's buffer.
+  std::vector<uint8_t> small(100);
+  r = ex.execute("echo", in, small);
+  EXPECT_EQ(r.status, rfaas::status::output_too_large);
+  EXPECT_EQ(r.detail, 2000u);
+  ASSERT_RESULT(ex.execute("echo", in, out));
+}
+
+TEST_F(E2E, CrashingFunction) {
+  rfaas::executor victim(device());
+  allocate(victim, options());
+  std::vector<uint8_t> in(8, 0), out(64);
+  rfaas::result r = victim.execute("crash", in, out);
+  EXPECT_EQ(r.status, rfaas::status::function_crashed);
+  EXPECT_EQ(r.detail, static_cast<uint32_t>(SIGSEGV));
+  // The executor ended: later calls fail cleanly instead of hanging.
+  r = victim.execute("echo", in, out, 10s);
+  EXPECT_EQ(r.status, rfaas::status::closed) << rfaas::to_string(r.status);
+  victim.deallocate();
+  // The manager keeps serving others.
+  rfaas::executor other(device());
+  allocate(other, options());
+  std::vector<uint8_t> in2 = pattern(100, 9), out2(100);
+  ASSERT_RESULT(other.execute("echo", in2, out2));
+  EXPECT_EQ(in2, out2);
+}
+
+TEST_F(E2E, ClientKilledMidLease) {
+  const std::vector<pid_t> baseline = rfaas::e2e::descendants_of(g.manager.pid());
+  Process helper({g.helper, g.devices, g.device, g.address, g.library}, g.workdir + "/helper.log");
+  std::string line = helper.wait_for_line("allocated", 30s);
+  ASSERT_NE(line, "") << "the helper client did not allocate";
+  std::vector<pid_t> executors;
+  for (pid_t p : rfaas::e2e::descendants_of(g.manager.pid()))
+    if (std::find(baseline.begin(), baseline.end(), p) == baseline.end())
+      executors.push_back(p);
+  ASSERT_FALSE(executors.empty()) << "no executor process under the manager";
+
+  helper.kill_now(); // SIGKILL: no Shutdown, no close: the network must tell
+  // The manager notices the closed connection and reaps the executor; poll
+  // /proc until it is gone (bounded: the manager's own grace is 2 s).
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto any_alive = [&] {
+    return std::any_of(executors.begin(), executors.end(), rfaas::e2e::alive);
+  };
+  while (any_alive() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(any_alive()) << "executor left behind after its client died";
+  // Nothing new is left under the manager (no zombie, no orphan).
+  for (pid_t p : rfaas::e2e::descendants_of(g.manager.pid()))
+    EXPECT_NE(std::find(baseline.begin(), baseline.end(), p), baseline.end())
+        << "process " << p << " left under the manager";
+  // And it still serves.
+  rfaas::executor ex(device());
+  allocate(ex, options());
+  std::vector<uint8_t> in(8, 1), out(8);
+  ASSERT_RESULT(ex.execute("echo", in, out));
+}
+
+TEST_F(E2E, VersionMismatchIsAnswered) {
+  Process probe({g.probe, g.devices, g.device, g.address, "2"}, g.workdir + "/probe.log");
+  std::string line = probe.wait_for_line("probe: ", 30s);
+  EXPECT_NE(line.find("reply version_mismatch version 1"), std::string::npos)
+      << "probe said: \"" << line << "\"";
+  probe.stop();
+}
+
+TEST_F(E2E, SetupErrorsCarryContext) {
+  rfaas::executor ex(device());
+  // Nobody listens there.
+  rfaas::server nobody{"nobody", "127.0.0.1", 1};
+  try {
+    ex.allocate(nobody, options());
+    FAIL() << "allocated from nobody";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.where(), rfaas::phase::connect) << e.what();
+    EXPECT_EQ(e.manager(), "127.0.0.1:1");
+  }
+  // More cores than the manager has.
+  try {
+    ex.allocate(g.server, options(200)); // must fail: not retried
+    FAIL() << "allocated 200 cores";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.where(), rfaas::phase::allocation) << e.what();
+    EXPECT_EQ(e.code(), rfaas::status::resources_unavailable) << e.what();
+  }
+  // Not a shared library: the executor refuses it.
+  rfaas::allocation_options o = options();
+  o.library = g.devices; // a JSON file
+  try {
+    ex.allocate(g.server, o); // must fail: not retried
+    FAIL() << "allocated with a JSON file as library";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.where(), rfaas::phase::code) << e.what();
+    EXPECT_EQ(e.code(), rfaas::status::library_invalid) << e.what();
+  }
+  EXPECT_FALSE(ex.allocated());
+  allocate(ex, options());
+  std::vector<uint8_t> in(8, 1), out(8);
+  ASSERT_RESULT(ex.execute("echo", in, out));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc)
+      g.device = argv[++i];
+    else if (a == "--devices" && i + 1 < argc)
+      g.devices = argv[++i];
+  }
+  char tmpl[] = "/tmp/rfaas-e2e.XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  g.workdir = tmpl;
+  g.manager = Process({g.manager_bin, "--config", g.manager_config, "--skip-resource-manager",
+                       "--devices", g.devices, "--device", g.device, "--host", "127.0.0.1",
+                       "--port", "0", "--cores", cpu_list()},
+                      g.workdir + "/manager.log");
+  std::string ready = g.manager.wait_for_line("listening on", 60s);
+  if (ready.empty()) {
+    std::fprintf(stderr, "rfaas_e2e_tests: the executor manager did not start on %s:\n%s\n",
+                 g.device.c_str(), manager_log().c_str());
+    return 1;
+  }
+  g.address = ready.substr(ready.rfind(' ') + 1);
+  g.server.name = "e2e";
+  g.server.address = g.address.substr(0, g.address.rfind(':'));
+  g.server.port = static_cast<uint16_t>(std::stoul(g.address.substr(g.address.rfind(':') + 1)));
+  std::printf("rfaas_e2e_tests: %s, manager at %s (pid %d)\n", g.device.c_str(), g.address.c_str(),
+              static_cast<int>(g.manager.pid()));
+  int rc = RUN_ALL_TESTS();
+  int status = g.manager.stop();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "rfaas_e2e_tests: the manager did not stop cleanly (status %d)\n%s\n",
+                 status, manager_log().c_str());
+    rc = 1;
+  }
+  std::string cleanup = "rm -rf '" + g.workdir + "'";
+  if (rc == 0 && std::system(cleanup.c_str()) != 0)
+    std::fprintf(stderr, "could not remove %s\n", g.workdir.c_str());
+  return rc;
+}
