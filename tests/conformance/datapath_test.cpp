@@ -80,10 +80,10 @@ TEST_P(DataPath, CapabilitiesMatchProviderAndMask) {
 // ---- connection setup ------------------------------------------------------------------
 
 TEST_P(DataPath, ConnectCarriesPrivateDataBothWays) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();
   EXPECT_NE(where.port, 0) << "the listener must report the chosen port, never 0";
-  EXPECT_EQ(where.host, "127.0.0.1");
+  EXPECT_EQ(where.host, server_ip());
 
   // The largest private data the fabric promises, but at least 32 bytes.
   size_t n = std::max<size_t>(32, std::min<size_t>(caps().max_private_data, 200));
@@ -98,8 +98,8 @@ TEST_P(DataPath, ConnectCarriesPrivateDataBothWays) {
         EXPECT_EQ(server.peer_private_data(), request);
       },
       [&] {
-        client = Connection::connect(*client_fabric_, where, request.data(), request.size(),
-                                     kDeadline);
+        client =
+            Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
         EXPECT_EQ(client.peer_private_data(), reply) << "reply private data at the client";
       });
   EXPECT_TRUE(server.is_open());
@@ -247,8 +247,7 @@ TEST_P(DataPath, BatchedPostRecvThenManySends) {
           Completion batch[16];
           WaitResult r = ops.wait(Queue::Recv, batch, 16, kDeadlineMs);
           ASSERT_GT(r.count, 0u) << "after " << seen_ctx.size() << " of " << kCount
-                                 << " messages: " << to_string(r.status) << " "
-                                 << ops.last_error();
+                                 << " messages: " << to_string(r.status) << " " << ops.last_error();
           for (size_t j = 0; j < r.count; ++j) {
             const Completion &c = batch[j];
             ASSERT_EQ(c.status, Status::Ok) << ops.last_error();
@@ -294,8 +293,9 @@ TEST_P(DataPath, BatchedPostRecvThenManySends) {
         while (done < kCount) {
           Completion batch[16];
           WaitResult r = ops.wait(Queue::Send, batch, 16, kDeadlineMs);
-          ASSERT_GT(r.count, 0u) << done << " of " << kCount << " send completions: "
-                                 << to_string(r.status) << " " << ops.last_error();
+          ASSERT_GT(r.count, 0u) << done << " of " << kCount
+                                 << " send completions: " << to_string(r.status) << " "
+                                 << ops.last_error();
           for (size_t j = 0; j < r.count; ++j) {
             EXPECT_EQ(batch[j].status, Status::Ok);
             EXPECT_EQ(batch[j].kind, OpKind::Send);
@@ -408,13 +408,14 @@ TEST_P(DataPath, WriteImmDeliversImmediateAndBytes) {
           // The contract: the data is visible when the notification arrives.
           const Chunk &ch = kChunks[i];
           EXPECT_EQ(std::memcmp(region.data() + ch.offset, src.data() + ch.offset, ch.len), 0)
-              << what << ": bytes not visible at the notification (chunk at " << ch.offset
-              << ", " << ch.len << " B)";
+              << what << ": bytes not visible at the notification (chunk at " << ch.offset << ", "
+              << ch.len << " B)";
           if (c.write_consumes_receive) {
             // The notification used one of our receives: its context says which,
             // so it can be posted again.
             ASSERT_GE(comp->context, 700u) << what << ": context is not a posted receive's";
-            ASSERT_LT(comp->context, 700u + kRecvs) << what << ": context is not a posted receive's";
+            ASSERT_LT(comp->context, 700u + kRecvs)
+                << what << ": context is not a posted receive's";
             size_t idx = comp->context - 700;
             ASSERT_EQ(ops.post_recv(recvs.local_bytes(idx * slot, slot), comp->context),
                       Status::Ok);
@@ -427,9 +428,9 @@ TEST_P(DataPath, WriteImmDeliversImmediateAndBytes) {
         ASSERT_TRUE(ready.wait());
         for (size_t i = 0; i < std::size(kChunks); ++i) {
           const Chunk &ch = kChunks[i];
-          ASSERT_EQ(ops.write_imm(src.local_bytes(ch.offset, ch.len), target, ch.offset, imms[i],
-                                  20 + i),
-                    Status::Ok)
+          ASSERT_EQ(
+              ops.write_imm(src.local_bytes(ch.offset, ch.len), target, ch.offset, imms[i], 20 + i),
+              Status::Ok)
               << ops.last_error();
           ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::WriteImm, 20 + i,
                                         "write_imm of " + std::to_string(ch.len) + " B"));
@@ -473,8 +474,7 @@ TEST_P(DataPath, ReadFetchesBytes) {
           // Read into a different local offset than the remote one.
           size_t local = (ch.offset + 8) % (MiB - ch.len);
           std::memset(dst.data() + local, 0, ch.len);
-          ASSERT_EQ(ops.read(dst.local_bytes(local, ch.len), source, ch.offset, 30 + i),
-                    Status::Ok)
+          ASSERT_EQ(ops.read(dst.local_bytes(local, ch.len), source, ch.offset, 30 + i), Status::Ok)
               << ops.last_error();
           ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Read, 30 + i,
                                         "read of " + std::to_string(ch.len) + " B"));
@@ -524,8 +524,8 @@ TEST_P(DataPath, FetchAdd) {
     words[i] = 0x1111111111111111ull * i;
   words[1] = 100;
   RemoteBuffer target = words.remote();
-  if (atomics_absent(caps(), expect_, mask_, server_fabric_->provider(), k.client,
-                     result.local(), target))
+  if (atomics_absent(caps(), expect_, mask_, server_fabric_->provider(), k.client, result.local(),
+                     target))
     GTEST_SKIP() << "provider " << server_fabric_->provider()
                  << " lacks atomics (capability 'atomics' off: "
                  << (mask_.disables(CapAtomics) ? "masked" : expect_.why)
@@ -574,8 +574,8 @@ TEST_P(DataPath, CompareSwap) {
     words[i] = 0x0101010101010101ull * i;
   words[3] = 42;
   RemoteBuffer target = words.remote();
-  if (atomics_absent(caps(), expect_, mask_, server_fabric_->provider(), k.client,
-                     result.local(), target))
+  if (atomics_absent(caps(), expect_, mask_, server_fabric_->provider(), k.client, result.local(),
+                     target))
     GTEST_SKIP() << "provider " << server_fabric_->provider()
                  << " lacks atomics (capability 'atomics' off: "
                  << (mask_.disables(CapAtomics) ? "masked" : expect_.why)
@@ -675,7 +675,6 @@ TEST_P(DataPath, PeerCloseIsReported) {
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, DataPath, testing::ValuesIn(params(all_masks())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(Providers, DataPath, testing::ValuesIn(params(all_masks())), param_name);
 
 } // namespace

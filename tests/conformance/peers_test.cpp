@@ -14,11 +14,26 @@ namespace {
 class Peers : public ParamFixture {
 protected:
   /// Arguments shared by every peer invocation.
+  /// The peer is the client when it connects (--connect) and the server when it
+  /// listens: its Fabric takes that side's IP address and device.
   std::vector<std::string> peer_args(const std::string &mode, const std::string &address,
                                      uint64_t seed) const {
     const auto &p = GetParam();
-    return {peer_binary(), "--provider", p.provider.provider, "--endpoint",
-            p.provider.endpoint_name, "--caps", p.mask.caps, mode, address, "--seed",
+    const bool listens = mode == "--listen";
+    return {peer_binary(),
+            "--provider",
+            p.provider.provider,
+            "--endpoint",
+            p.provider.endpoint_name,
+            "--caps",
+            p.mask.caps,
+            "--ip",
+            listens ? server_ip() : client_ip(),
+            "--domain",
+            listens ? server_device() : client_device(),
+            mode,
+            address,
+            "--seed",
             std::to_string(seed)};
   }
 
@@ -92,8 +107,8 @@ long long recv_message(Operations ops, const std::string &what) {
   if (!c)
     return -1;
   if (c->status != Status::Ok || c->kind != OpKind::Recv) {
-    ADD_FAILURE() << what << ": got " << op_name(c->kind) << " with status "
-                  << to_string(c->status) << " (" << ops.last_error() << ")";
+    ADD_FAILURE() << what << ": got " << op_name(c->kind) << " with status " << to_string(c->status)
+                  << " (" << ops.last_error() << ")";
     return -1;
   }
   return static_cast<long long>(c->context) | (static_cast<long long>(c->length) << 32);
@@ -158,7 +173,7 @@ void exercise_peer(Fabric &fabric, Connection &conn, Slots &slots, const PeerHel
 }
 
 TEST_P(Peers, PeerProcessConnectsBackAndEchoes) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   const uint64_t seed = 17;
   ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
   Connection conn = accept_from(listener, peer, seed);
@@ -172,7 +187,7 @@ TEST_P(Peers, PeerProcessConnectsBackAndEchoes) {
 
 TEST_P(Peers, PeerProcessListensOnReportedPort) {
   const uint64_t seed = 23;
-  ChildProcess peer(peer_args("--listen", "127.0.0.1:0", seed));
+  ChildProcess peer(peer_args("--listen", Address{server_ip(), 0}.to_string(), seed));
   auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
   ASSERT_TRUE(line && line->rfind("PORT ", 0) == 0)
       << "peer never printed its port; " << ChildProcess::describe_status(peer.wait_exit(0ms));
@@ -181,7 +196,7 @@ TEST_P(Peers, PeerProcessListensOnReportedPort) {
   ASSERT_LT(port, 65536);
 
   auto request = test_private_data(seed);
-  Address where{"127.0.0.1", static_cast<uint16_t>(port)};
+  Address where{server_ip(), static_cast<uint16_t>(port)};
   Connection conn =
       Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
   ASSERT_EQ(conn.peer_private_data().size(), sizeof(PeerHello));
@@ -195,7 +210,7 @@ TEST_P(Peers, PeerProcessListensOnReportedPort) {
 }
 
 TEST_P(Peers, PeerKilledMidStreamIsReported) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   const uint64_t seed = 29;
   ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
   ConnectionOptions opts;
@@ -279,7 +294,7 @@ TEST_P(Peers, PeerKilledMidStreamIsReported) {
 
 TEST_P(Peers, ManyConnectionsOnOneListener) {
   constexpr size_t kConns = 8;
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();
   // Buffers before connections: posted receives must not outlive their memory.
   Buffer<uint8_t> s_buf(*server_fabric_, kConns * 128), c_buf(*client_fabric_, kConns * 128);
@@ -330,8 +345,7 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
           EXPECT_EQ(client[i].peer_private_data(), pattern_vector(32, 80 + i));
           attach_if_needed(client[i], c_buf.region());
           attach_if_needed(client[i], c_out.region());
-          ASSERT_EQ(client[i].ops().post_recv(c_buf.local_bytes(i * 128, 128), 50 + i),
-                    Status::Ok);
+          ASSERT_EQ(client[i].ops().post_recv(c_buf.local_bytes(i * 128, 128), 50 + i), Status::Ok);
         }
         ASSERT_TRUE(ready.wait());
         // Send in reverse order so a connection mix-up cannot go unnoticed.
@@ -351,7 +365,6 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, Peers, testing::ValuesIn(params(process_masks())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(Providers, Peers, testing::ValuesIn(params(process_masks())), param_name);
 
 } // namespace
