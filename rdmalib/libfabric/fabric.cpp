@@ -195,7 +195,7 @@ void fill_capabilities(detail::FabricImpl &f) {
   c.mr_key_size = i->domain_attr->mr_key_size;
   c.max_inline =
       m.disables(CapInline) ? 0 : std::min<size_t>(f.config.max_inline_data, f.inject_size);
-  c.max_private_data = f.rdm ? kMaxPrivateData : 56;
+  c.max_private_data = f.rdm ? kMaxPrivateData : quirk_msg_private_data_size(f.provider);
 
   // Atomics: the provider must advertise FI_ATOMIC and really support the two
   // 64-bit operations rdmalib offers.

@@ -452,8 +452,12 @@ Status Operations::fetch_add(const LocalRef &result, const RemoteBuffer &target,
   uint64_t *operand = c.operand(s);
   operand[0] = add;
   void *desc = c.ctl_desc();
+  // verbs reads the operand from the pointer value itself (provider_table.hpp).
+  const void *buf = lf::quirk_atomic_operands_by_value(c.fab->provider)
+                        ? reinterpret_cast<const void *>(static_cast<uintptr_t>(add))
+                        : operand;
   return detail::post(c, "fetch_add", s, [&](lf::OpSlot *slot) {
-    return fi_fetch_atomic(c.ep.get(), operand, 1, desc, result.ptr, result.desc, c.peer,
+    return fi_fetch_atomic(c.ep.get(), buf, 1, desc, result.ptr, result.desc, c.peer,
                            target.addr + offset, target.key, FI_UINT64, FI_SUM, slot);
   });
 }
@@ -471,10 +475,15 @@ Status Operations::compare_swap(const LocalRef &result, const RemoteBuffer &targ
   operand[0] = swap;
   operand[1] = compare;
   void *desc = c.ctl_desc();
+  // verbs reads swap and compare from the pointer values (provider_table.hpp).
+  const bool by_value = lf::quirk_atomic_operands_by_value(c.fab->provider);
+  const void *buf =
+      by_value ? reinterpret_cast<const void *>(static_cast<uintptr_t>(swap)) : operand;
+  const void *cmp =
+      by_value ? reinterpret_cast<const void *>(static_cast<uintptr_t>(compare)) : operand + 1;
   return detail::post(c, "compare_swap", s, [&](lf::OpSlot *slot) {
-    return fi_compare_atomic(c.ep.get(), operand, 1, desc, operand + 1, desc, result.ptr,
-                             result.desc, c.peer, target.addr + offset, target.key, FI_UINT64,
-                             FI_CSWAP, slot);
+    return fi_compare_atomic(c.ep.get(), buf, 1, desc, cmp, desc, result.ptr, result.desc, c.peer,
+                             target.addr + offset, target.key, FI_UINT64, FI_CSWAP, slot);
   });
 }
 

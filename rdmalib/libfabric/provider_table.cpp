@@ -99,6 +99,12 @@ bool quirk_prefers_blocking_wait(const std::string &provider) { return provider 
 
 bool quirk_cq_sread_ignores_timeout(const std::string &provider) { return provider == "shm"; }
 
+bool quirk_atomic_operands_by_value(const std::string &provider) { return provider == "verbs"; }
+
+size_t quirk_msg_private_data_size(const std::string &provider) {
+  return provider == "verbs" ? 55 : 56;
+}
+
 bool quirk_in_process_peer_must_be_alive(const std::string &provider) { return provider == "shm"; }
 
 } // namespace rdmalib::lf

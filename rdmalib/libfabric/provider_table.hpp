@@ -64,6 +64,19 @@ bool quirk_prefers_blocking_wait(const std::string &provider);
 /// must not be used; Operations::wait then polls with a backoff.
 bool quirk_cq_sread_ignores_timeout(const std::string &provider);
 
+/// Bytes of private data a MSG endpoint's connect/accept carries. libfabric's
+/// verbs provider (1.17) puts a 1-byte header into rdma_cm's 56 bytes of RC
+/// private data (VERBS_CM_DATA_SIZE = 55) and fails fi_connect with EINVAL
+/// beyond that; the other MSG providers carry 56.
+size_t quirk_msg_private_data_size(const std::string &provider);
+
+/// libfabric's verbs provider (MSG, 1.17) takes the operand of fi_fetch_atomic
+/// (FI_SUM) and the operand and compare value of fi_compare_atomic from the
+/// buffer POINTERS, not from the memory they point to
+/// (`wr.wr.atomic.compare_add = (uintptr_t) buf`): the pointers must carry the
+/// values themselves. Returns true for such providers.
+bool quirk_atomic_operands_by_value(const std::string &provider);
+
 /// shm (1.17) reaches a peer endpoint of the same process through that
 /// endpoint's own memory, so a send to a peer that was already closed in this
 /// process crashes inside the provider (SIGSEGV in fi_send), where a peer in

@@ -78,7 +78,24 @@ std::string provider_name(const testing::TestParamInfo<ProviderConfig> &info);
 void PrintTo(const Param &p, std::ostream *os);
 void PrintTo(const ProviderConfig &p, std::ostream *os);
 
-rdmalib::DeviceConfig device_for(const ProviderConfig &p);
+/// Which side of a link a Fabric serves.
+enum class Side { Server, Client };
+
+/// Addresses the suite runs on (rdma_cm cannot use 127.0.0.1, and a run
+/// between two RDMA devices needs one address per side):
+/// RFAAS_TEST_SERVER_IP (default 127.0.0.1) is the server Fabric's ip_address
+/// and the host of every Listener; RFAAS_TEST_CLIENT_IP (default: the server
+/// IP) is the client Fabric's ip_address.
+const std::string &server_ip();
+const std::string &client_ip();
+/// RFAAS_TEST_SERVER_DEVICE / RFAAS_TEST_CLIENT_DEVICE: DeviceConfig::domain
+/// of each side (empty by default: any device that has the address).
+const std::string &server_device();
+const std::string &client_device();
+
+/// The device configuration of one side: provider, endpoint, that side's IP
+/// address and domain, port 0.
+rdmalib::DeviceConfig device_for(const ProviderConfig &p, Side side = Side::Server);
 
 // ---- expectations ---------------------------------------------------------------
 
@@ -145,7 +162,7 @@ struct Link {
   rdmalib::Connection client;
 };
 
-/// Listen on 127.0.0.1:0 on `server_fabric`, connect from `client_fabric` with
+/// Listen on server_ip():0 on `server_fabric`, connect from `client_fabric` with
 /// 48 bytes of private data, reply with 40; checks both.
 Link make_link(rdmalib::Fabric &server_fabric, rdmalib::Fabric &client_fabric,
                const rdmalib::ConnectionOptions &options = {});

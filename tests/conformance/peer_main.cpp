@@ -1,11 +1,14 @@
 // Helper process of the conformance suite: a peer in another process.
 //
 //   rdmalib_conformance_peer --provider P --endpoint msg|rdm|auto --caps MASK
+//                            [--ip ADDRESS] [--domain DEVICE]
 //                            (--connect HOST:PORT | --listen HOST:PORT) --seed N
 //
-// Connects to (or listens for) the test, then serves the commands described in
-// peer_protocol.hpp. Exit codes: 0 done (quit, or the test closed), 2 setup
-// error, 3 bad private data, 4 idle for 30 s, 5 data-path error, 64 usage.
+// --ip is the Fabric's ip_address (default: the --listen host, else 127.0.0.1),
+// --domain its DeviceConfig::domain (default empty). Connects to (or listens
+// for) the test, then serves the commands described in peer_protocol.hpp. Exit codes: 0 done (quit,
+// or the test closed), 2 setup error, 3 bad private data, 4 idle for 30 s, 5 data-path error, 64
+// usage.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,10 +29,12 @@ constexpr int kIdleMs = 30000;
 constexpr auto kSetupTimeout = std::chrono::milliseconds(15000);
 
 int usage(const char *why) {
-  std::fprintf(stderr,
-               "peer: %s\nusage: rdmalib_conformance_peer --provider P --endpoint msg|rdm|auto "
-               "--caps MASK (--connect HOST:PORT | --listen HOST:PORT) --seed N\n",
-               why);
+  std::fprintf(
+      stderr,
+      "peer: %s\nusage: rdmalib_conformance_peer --provider P --endpoint msg|rdm|auto "
+      "--caps MASK [--ip ADDRESS] [--domain DEVICE] (--connect HOST:PORT | --listen HOST:PORT) "
+      "--seed N\n",
+      why);
   return 64;
 }
 
@@ -90,7 +95,11 @@ int main(int argc, char **argv) {
     DeviceConfig dev;
     dev.name = "peer";
     dev.provider = args["provider"];
-    dev.ip_address = "127.0.0.1";
+    if (args.count("ip"))
+      dev.ip_address = args["ip"];
+    else
+      dev.ip_address = args.count("listen") ? Address::parse(args["listen"]).host : "127.0.0.1";
+    dev.domain = args["domain"];
     const std::string &ep = args["endpoint"];
     dev.endpoint = ep == "msg"   ? EndpointPreference::Connected
                    : ep == "rdm" ? EndpointPreference::ReliableDatagram

@@ -14,9 +14,12 @@ namespace {
 class Peers : public ParamFixture {
 protected:
   /// Arguments shared by every peer invocation.
+  /// The peer is the client when it connects (--connect) and the server when it
+  /// listens: its Fabric takes that side's IP address and device.
   std::vector<std::string> peer_args(const std::string &mode, const std::string &address,
                                      uint64_t seed) const {
     const auto &p = GetParam();
+    const bool listens = mode == "--listen";
     return {peer_binary(),
             "--provider",
             p.provider.provider,
@@ -24,6 +27,10 @@ protected:
             p.provider.endpoint_name,
             "--caps",
             p.mask.caps,
+            "--ip",
+            listens ? server_ip() : client_ip(),
+            "--domain",
+            listens ? server_device() : client_device(),
             mode,
             address,
             "--seed",
@@ -166,7 +173,7 @@ void exercise_peer(Fabric &fabric, Connection &conn, Slots &slots, const PeerHel
 }
 
 TEST_P(Peers, PeerProcessConnectsBackAndEchoes) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   const uint64_t seed = 17;
   ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
   Connection conn = accept_from(listener, peer, seed);
@@ -180,7 +187,7 @@ TEST_P(Peers, PeerProcessConnectsBackAndEchoes) {
 
 TEST_P(Peers, PeerProcessListensOnReportedPort) {
   const uint64_t seed = 23;
-  ChildProcess peer(peer_args("--listen", "127.0.0.1:0", seed));
+  ChildProcess peer(peer_args("--listen", Address{server_ip(), 0}.to_string(), seed));
   auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
   ASSERT_TRUE(line && line->rfind("PORT ", 0) == 0)
       << "peer never printed its port; " << ChildProcess::describe_status(peer.wait_exit(0ms));
@@ -189,7 +196,7 @@ TEST_P(Peers, PeerProcessListensOnReportedPort) {
   ASSERT_LT(port, 65536);
 
   auto request = test_private_data(seed);
-  Address where{"127.0.0.1", static_cast<uint16_t>(port)};
+  Address where{server_ip(), static_cast<uint16_t>(port)};
   Connection conn =
       Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
   ASSERT_EQ(conn.peer_private_data().size(), sizeof(PeerHello));
@@ -203,7 +210,7 @@ TEST_P(Peers, PeerProcessListensOnReportedPort) {
 }
 
 TEST_P(Peers, PeerKilledMidStreamIsReported) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   const uint64_t seed = 29;
   ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
   ConnectionOptions opts;
@@ -287,7 +294,7 @@ TEST_P(Peers, PeerKilledMidStreamIsReported) {
 
 TEST_P(Peers, ManyConnectionsOnOneListener) {
   constexpr size_t kConns = 8;
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();
   // Buffers before connections: posted receives must not outlive their memory.
   Buffer<uint8_t> s_buf(*server_fabric_, kConns * 128), c_buf(*client_fabric_, kConns * 128);

@@ -3,8 +3,10 @@
 // device databases.
 #include "common.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include <arpa/inet.h>
@@ -20,18 +22,21 @@ namespace {
 
 class Setup : public ProviderFixture {};
 
-/// A TCP port on 127.0.0.1 that is bound (so nobody else takes it during the
-/// test) but not listening: connecting to it is refused by the kernel.
+/// A TCP port on the server IP that is bound (so nobody else takes it during
+/// the test) but not listening: connecting to it is refused by the kernel. On
+/// RDMA (rdma_cm has its own port space) nobody listens there either.
 class DeadPort {
 public:
   DeadPort() {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (inet_pton(AF_INET, server_ip().c_str(), &a.sin_addr) != 1)
+      throw std::runtime_error("RFAAS_TEST_SERVER_IP " + server_ip() + " is not an IPv4 address");
     a.sin_port = 0;
     if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0)
-      throw std::runtime_error("cannot bind a probe socket on 127.0.0.1");
+      throw std::runtime_error("cannot bind a probe socket on " + server_ip() + ": " +
+                               std::strerror(errno));
     socklen_t len = sizeof a;
     getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len);
     port_ = ntohs(a.sin_port);
@@ -46,7 +51,7 @@ private:
 
 TEST_P(Setup, ConnectToClosedPortFailsWithinDeadline) {
   DeadPort dead;
-  Address where{"127.0.0.1", dead.port()};
+  Address where{server_ip(), dead.port()};
   const auto timeout = std::chrono::milliseconds(3000);
   auto pd = pattern_vector(32, 3);
   auto t0 = Clock::now();
@@ -66,7 +71,7 @@ TEST_P(Setup, ConnectToClosedPortFailsWithinDeadline) {
 }
 
 TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();
   auto pd = pattern_vector(32, 4);
   run_both(
@@ -97,7 +102,7 @@ TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
 }
 
 TEST_P(Setup, OversizedPrivateDataIsConfigError) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   std::vector<uint8_t> pd(caps().max_private_data + 1, 0x42);
   try {
     Connection c =
@@ -122,7 +127,7 @@ TEST_P(Setup, DeviceDatabaseEntryOpensFabric) {
   Fabric f(db.find("conformance-device"), CapabilityMask{});
   EXPECT_EQ(f.provider(), server_fabric_->provider());
   EXPECT_EQ(f.device().name, "conformance-device");
-  EXPECT_EQ(f.device().ip_address, "127.0.0.1");
+  EXPECT_EQ(f.device().ip_address, server_ip());
   std::string line = f.describe();
   EXPECT_NE(line.find(Fabric::backend_name()), std::string::npos) << line;
   EXPECT_NE(line.find(f.provider()), std::string::npos) << line;
@@ -148,7 +153,7 @@ TEST_P(Setup, EnvironmentMaskIsTheDefault) {
 }
 
 TEST_P(Setup, ListenerFdSignalsPendingRequest) {
-  Listener listener(*server_fabric_, Address{"127.0.0.1", 0});
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
   int fd = listener.fd();
   RecordProperty("listener_fd", fd >= 0 ? "yes" : "none");
   auto pd = pattern_vector(32, 6);
@@ -187,7 +192,7 @@ TEST(Errors, UnknownProviderListsAvailableOnes) {
   DeviceConfig d;
   d.name = "bogus";
   d.provider = "no-such-provider";
-  d.ip_address = "127.0.0.1";
+  d.ip_address = server_ip();
   try {
     Fabric f(d, CapabilityMask{});
     FAIL() << "a Fabric opened with provider \"no-such-provider\"";

@@ -11,18 +11,18 @@
 # Last line: "verbs-vm: N passed, M failed, K skipped". Exit status 0 only if
 # no required step failed.
 #
-# Environment: RFAAS_VERBS_STEP_TIMEOUT (seconds per step, default 900),
+# Environment: RFAAS_VERBS_STEP_TIMEOUT (seconds per step, default 300),
 # RFAAS_VERBS_LF_STRICT=1 (run all libfabric-backend verbs-provider tests and
 # count their failures; default: a short subset reported as KNOWN-FAIL, see
 # tests/softroce/README.md), RFAAS_VERBS_LF_STEP_TIMEOUT (that subset's
-# timeout, default 240).
+# timeout, default 120).
 set -u
 
 verbs=${1:?usage: guest-suite.sh VERBS_BUILD [LIBFABRIC_BUILD]}
 lf=${2:-}
 ip0=${SOFTROCE_IP:-10.99.0.1}
 ip1=${SOFTROCE_PEER_IP:-10.99.0.2}
-step_timeout=${RFAAS_VERBS_STEP_TIMEOUT:-900}
+step_timeout=${RFAAS_VERBS_STEP_TIMEOUT:-300}
 lf_strict=${RFAAS_VERBS_LF_STRICT:-0}
 logs=$verbs/vm-logs
 mkdir -p "$logs"
@@ -86,7 +86,6 @@ if [ -x "$verbs/tests/rdmalib_unit_tests" ]; then
   step verbs-unit-tests 1 "$verbs/tests/rdmalib_unit_tests" --gtest_brief=1
 fi
 smoke=$verbs/tests/softroce/verbs_smoke
-[ -x "$smoke" ] || smoke=$verbs/verbs_smoke
 if [ -x "$smoke" ]; then
   step verbs-smoke-rxe0 1 "$smoke" --server-ip "$ip0" --client-ip "$ip0"
   step verbs-smoke-rxe0-rxe1 1 "$smoke" --server-ip "$ip1" --client-ip "$ip0"
@@ -122,9 +121,8 @@ if [ -n "$lf" ]; then
     rxm_filter='*ConnectCarriesPrivateData*verbs_ofi_rxm*native:*SendRecvSizes*verbs_ofi_rxm*native'
   fi
   lfsmoke=$lf/tests/softroce/verbs_smoke
-  [ -x "$lfsmoke" ] || lfsmoke=$lf/verbs_smoke
   if [ "$lf_strict" != 1 ]; then
-    skip libfabric-verbs-smoke "known to fail (fi_endpoint EINVAL); runs with RFAAS_VERBS_LF_STRICT=1"
+    skip libfabric-verbs-smoke "known to fail (peer_close not reported; its all-off mask needs offset registration); runs with RFAAS_VERBS_LF_STRICT=1"
   elif [ -x "$lfsmoke" ]; then
     step libfabric-verbs-smoke-rxe0 1 "$lfsmoke" --provider verbs --server-ip "$ip0" --client-ip "$ip0"
   fi
@@ -135,7 +133,7 @@ if [ -n "$lf" ]; then
     skip libfabric-verbs-conformance "the suite has no RFAAS_TEST_SERVER_IP hook yet (docs/HEADER-REQUESTS.md)"
   else
     step_timeout_saved=$step_timeout
-    [ "$lf_strict" = 1 ] || step_timeout=${RFAAS_VERBS_LF_STEP_TIMEOUT:-240}
+    [ "$lf_strict" = 1 ] || step_timeout=${RFAAS_VERBS_LF_STEP_TIMEOUT:-120}
     step libfabric-verbs-msg-rxe0 "$lf_strict" env RFAAS_TEST_SERVER_IP="$ip0" RFAAS_TEST_CLIENT_IP="$ip0" \
       "$lfconf" --gtest_brief=1 "--gtest_filter=$msg_filter"
     # rxm sizes its MSG completion queues as rx_size x FI_UNIVERSE_SIZE (256 by
