@@ -345,10 +345,12 @@ struct executor::impl {
       rdmalib::Completion c;
       if (!request_sent) {
         rdmalib::WaitResult w = mops.wait(rdmalib::Queue::Send, &c, 1, ms_left(alloc_deadline));
-        if (w.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok)
-          fail(phase::allocation,
-               w.status == rdmalib::Status::Timeout ? status::timeout : status::closed,
-               "the AllocationRequest could not be sent");
+        if (w.status == rdmalib::Status::Timeout)
+          fail(phase::allocation, status::timeout, "the AllocationRequest could not be sent");
+        // A manager that refuses answers and hangs up at once, and the hang-up
+        // can be seen before our send's completion (sockets reports sends from
+        // its progress thread): on a failed send, its answer is still read
+        // below, and a link closed without one fails there.
         request_sent = true;
         continue;
       }
