@@ -13,22 +13,16 @@
 int main(int argc, char **argv) {
   cxxopts::Options cli("rfaas_cold_benchmark",
                        "Cold start through librfaas: allocate() to the first result, by phase.");
+  rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("devices", "device database", cxxopts::value<std::string>()->default_value("config/devices.json"))
-    ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
-    ("manager", "executor manager host:port", cxxopts::value<std::string>())
-    ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
     ("cores", "cores per allocation", cxxopts::value<uint32_t>()->default_value("1"))
-    ("r,repetitions", "allocations measured", cxxopts::value<size_t>()->default_value("20"))
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
-    ("h,help", "print this help");
+    ("r,repetitions", "allocations measured", cxxopts::value<size_t>()->default_value("20"));
   // clang-format on
-  auto args = cli.parse(argc, argv);
-  if (args.count("help") || !args.count("manager") || !args.count("library")) {
-    std::printf("%s", cli.help().c_str());
-    return args.count("help") ? 0 : 2;
-  }
+  cxxopts::ParseResult args;
+  int status = 0;
+  if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
+    return status;
   try {
     rfaas::device dev = rfaas::device_database::load(args["devices"].as<std::string>())
                             .find(args["device"].as<std::string>());

@@ -4,6 +4,8 @@
 
 #include <rfaas/rfaas.hpp>
 
+#include <cxxopts.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +13,34 @@
 #include <vector>
 
 namespace rfaas::bench {
+
+/// The options every librfaas benchmark takes: where the manager is and what
+/// to ship. The caller adds its own and then calls parse_or_usage().
+inline void add_common_options(cxxopts::Options &cli) {
+  // clang-format off
+  cli.add_options()
+    ("devices", "device database", cxxopts::value<std::string>()->default_value("config/devices.json"))
+    ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
+    ("manager", "executor manager host:port", cxxopts::value<std::string>())
+    ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
+    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
+    ("h,help", "print this help");
+  // clang-format on
+}
+
+/// Parses the command line; prints the help and returns false (setting
+/// `status`: 0 for --help, 2 for a missing --manager or --library) when the
+/// benchmark should not run.
+inline bool parse_or_usage(cxxopts::Options &cli, int argc, char **argv, cxxopts::ParseResult &args,
+                           int &status) {
+  args = cli.parse(argc, argv);
+  if (args.count("help") || !args.count("manager") || !args.count("library")) {
+    std::printf("%s", cli.help().c_str());
+    status = args.count("help") ? 0 : 2;
+    return false;
+  }
+  return true;
+}
 
 inline rfaas::server parse_manager(const std::string &hp) {
   size_t colon = hp.rfind(':');

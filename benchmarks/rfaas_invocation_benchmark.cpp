@@ -17,24 +17,18 @@
 int main(int argc, char **argv) {
   cxxopts::Options cli("rfaas_invocation_benchmark",
                        "Hot/warm invocation latency through librfaas (echo), per payload size.");
+  rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("devices", "device database", cxxopts::value<std::string>()->default_value("config/devices.json"))
-    ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
-    ("manager", "executor manager host:port", cxxopts::value<std::string>())
-    ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
     ("s,sizes", "payload sizes (suffix K, M)", cxxopts::value<std::string>()->default_value("8,1K,64K,1M"))
     ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", cxxopts::value<int32_t>()->default_value("-1"))
     ("n,iters", "measured calls per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)", cxxopts::value<size_t>()->default_value("0"))
-    ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", cxxopts::value<double>()->default_value("1"))
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
-    ("h,help", "print this help");
+    ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", cxxopts::value<double>()->default_value("1"));
   // clang-format on
-  auto args = cli.parse(argc, argv);
-  if (args.count("help") || !args.count("manager") || !args.count("library")) {
-    std::printf("%s", cli.help().c_str());
-    return args.count("help") ? 0 : 2;
-  }
+  cxxopts::ParseResult args;
+  int status = 0;
+  if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
+    return status;
   try {
     const std::vector<size_t> sizes = rfaas::bench::parse_sizes(args["sizes"].as<std::string>());
     const size_t largest = *std::max_element(sizes.begin(), sizes.end());
