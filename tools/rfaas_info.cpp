@@ -74,18 +74,6 @@ const char *endpoint_name(rdmalib::EndpointType e) {
   return e == rdmalib::EndpointType::Connected ? "connected" : "rdm";
 }
 
-const char *preference_name(rdmalib::EndpointPreference e) {
-  switch (e) {
-  case rdmalib::EndpointPreference::Connected:
-    return "connected";
-  case rdmalib::EndpointPreference::ReliableDatagram:
-    return "rdm";
-  case rdmalib::EndpointPreference::Auto:
-    break;
-  }
-  return "auto";
-}
-
 const char *progress_name(rdmalib::Progress p) {
   return p == rdmalib::Progress::Auto ? "auto" : "manual";
 }
@@ -246,7 +234,7 @@ json to_json(const rdmalib::DeviceConfig &d) {
               {"port", d.port},
               {"max_inline_data", d.max_inline_data},
               {"default_receive_buffer_size", d.default_receive_buffer_size},
-              {"endpoint", preference_name(d.endpoint)}};
+              {"endpoint", rdmalib::to_string(d.endpoint)}};
 }
 
 json to_json(const rdmalib::ProviderInfo &p) {

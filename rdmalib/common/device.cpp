@@ -73,18 +73,6 @@ EndpointPreference get_endpoint(const json &v, const std::string &origin, const 
   fail(origin, path, "expected \"auto\", \"connected\" or \"rdm\", got \"" + s + "\"");
 }
 
-const char *endpoint_name(EndpointPreference e) {
-  switch (e) {
-  case EndpointPreference::Connected:
-    return "connected";
-  case EndpointPreference::ReliableDatagram:
-    return "rdm";
-  case EndpointPreference::Auto:
-    break;
-  }
-  return "auto";
-}
-
 std::string valid_keys() {
   std::string out;
   for (const char *k : kDeviceKeys) {
@@ -142,6 +130,18 @@ DeviceConfig parse_device(const json &d, const std::string &origin, const std::s
 }
 
 } // namespace
+
+const char *to_string(EndpointPreference e) noexcept {
+  switch (e) {
+  case EndpointPreference::Connected:
+    return "connected";
+  case EndpointPreference::ReliableDatagram:
+    return "rdm";
+  case EndpointPreference::Auto:
+    break;
+  }
+  return "auto";
+}
 
 DeviceDatabase DeviceDatabase::parse(const std::string &json_text, const std::string &origin) {
   json root;
@@ -205,7 +205,7 @@ std::string DeviceDatabase::to_json() const {
     d["port"] = c.port;
     d["max_inline_data"] = c.max_inline_data;
     d["default_receive_buffer_size"] = c.default_receive_buffer_size;
-    d["endpoint"] = endpoint_name(c.endpoint);
+    d["endpoint"] = to_string(c.endpoint);
     devs.push_back(std::move(d));
   }
   ordered_json root;

@@ -8,20 +8,6 @@
 
 namespace rfaas {
 
-namespace {
-const char *endpoint_name(rdmalib::EndpointPreference e) {
-  switch (e) {
-  case rdmalib::EndpointPreference::Connected:
-    return "connected";
-  case rdmalib::EndpointPreference::ReliableDatagram:
-    return "rdm";
-  case rdmalib::EndpointPreference::Auto:
-    break;
-  }
-  return "auto";
-}
-} // namespace
-
 device_database device_database::load(const std::string &path) {
   device_database db;
   db.origin_ = path;
@@ -38,7 +24,7 @@ device_database device_database::load(const std::string &path) {
       d.port = c.port;
       d.max_inline_data = c.max_inline_data;
       d.default_receive_buffer_size = c.default_receive_buffer_size;
-      d.endpoint = endpoint_name(c.endpoint);
+      d.endpoint = rdmalib::to_string(c.endpoint);
       db.devices_.push_back(std::move(d));
     }
   } catch (const rdmalib::Error &e) {

@@ -16,11 +16,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/fd_io.hpp"
 #include "common/launch_spec.hpp"
 
 namespace rfaas::manager {
 
 namespace proto = rfaas::protocol;
+using rfaas::server::write_all;
 using std::chrono::milliseconds;
 
 namespace {
@@ -41,19 +43,6 @@ void random_bytes(void *out, size_t n) {
     p += r;
     n -= static_cast<size_t>(r);
   }
-}
-
-bool write_all(int fd, const std::string &s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 std::string describe_exit(long code) {

@@ -23,6 +23,10 @@ namespace rdmalib {
 /// Endpoint type requested by configuration.
 enum class EndpointPreference : uint8_t { Auto, Connected, ReliableDatagram };
 
+/// The device database's spelling of a preference: "auto", "connected" or
+/// "rdm" (what DeviceDatabase::load accepts and save writes).
+const char *to_string(EndpointPreference e) noexcept;
+
 /// One device entry. Plain data; copyable.
 struct DeviceConfig {
   /// Name users select it by.
