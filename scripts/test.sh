@@ -175,5 +175,40 @@ echo "test.sh summary"
 for i in "${!names[@]}"; do
   printf '  %-10s %-40s %8s s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
 done
-echo "$passed passed, $failed failed, $skipped skipped ($(elapsed_since "$start_all") s)"
+summary_line="$passed passed, $failed failed, $skipped skipped ($(elapsed_since "$start_all") s)"
+echo "$summary_line"
+
+# ---- failures, repeated at the end so that a log cut to its tail still names them
+# ctest_failures DIR: the failed tests of the last ctest run in DIR, each with
+# the tail of its output (ctest keeps the full log in Testing/Temporary).
+ctest_failures() {
+  local dir=$1 failed_list=$1/Testing/Temporary/LastTestsFailed.log
+  local log=$1/Testing/Temporary/LastTest.log
+  [[ -s $failed_list ]] || return 0
+  echo
+  echo "=================================================================="
+  echo "failed tests in $dir (full output: $log)"
+  local line name
+  while IFS= read -r line; do
+    name=${line#*:}
+    awk -v want="$name" '
+      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); current = $0; next }
+      current == want && /^Output:$/ { inside = 1; getline; next }
+      inside && /^<end of output>$/ { inside = 0; current = ""; next }
+      inside { print }
+    ' "$log" >"$dir/failed-output.txt"
+    echo "---- $name: its failure messages"
+    grep -E -A6 'Failure$|\bFAILED\b|\berror\b|\bERROR\b|SUMMARY:|Assertion|FAIL:' \
+      "$dir/failed-output.txt" | head -n 30
+    echo "---- $name: last 12 lines of its output"
+    tail -n 12 "$dir/failed-output.txt"
+  done <"$failed_list"
+}
+for i in "${!names[@]}"; do
+  case ${names[$i]}:${results[$i]} in
+    test:FAILED*) ctest_failures "$build_root/release" ;;
+    san-test:FAILED*) ctest_failures "$build_root/sanitize" ;;
+  esac
+done
+[[ $failed -eq 0 ]] || echo "test.sh: FAILED: $summary_line"
 [[ $failed -eq 0 ]]
