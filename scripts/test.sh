@@ -12,8 +12,10 @@
 #   san-test   ctest on the sanitizer build
 #   verbs      scripts/run-verbs-tests.sh: verbs backend on soft-RoCE in a VM
 #   format     scripts/check-format.sh
-# The last line reads "N passed, M failed, K skipped"; exit status is 0 only if
-# no phase failed.
+# The summary line reads "N passed, M failed, K skipped"; after it come the failed
+# tests of a failed ctest phase, and tests that failed once and passed when run
+# again ("FLAKY", at most RFAAS_TEST_MAX_RERUNS=3 are rerun), each with its
+# failure messages. Exit status is 0 only if no phase failed.
 #
 # Environment (for quick local runs; under CI=true every phase runs):
 #   RFAAS_TEST_SKIP_DEPS=1 RFAAS_TEST_SKIP_SANITIZE=1 RFAAS_TEST_SKIP_VERBS=1
@@ -23,6 +25,8 @@
 #   RFAAS_TEST_JOBS            build parallelism (default: nproc)
 #   RFAAS_TEST_CTEST_ARGS      extra ctest arguments, e.g. "-R conformance"
 #   RFAAS_TEST_TIMEOUT         default per-test timeout in seconds (default 600)
+#   RFAAS_TEST_MAX_RERUNS      rerun the failed tests once when at most this many
+#                              failed (default 3; 0 = never rerun)
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,8 +109,53 @@ configure_and_build() { # $1 = build dir, then extra cmake arguments
     cmake --build "$dir" -j "$jobs"
 }
 
+# ctest_failures DIR: the failed tests of the last ctest run in DIR, each with
+# its failure messages and the tail of its output (ctest keeps the full log in
+# Testing/Temporary).
+ctest_failures() {
+  local dir=$1 failed_list=$1/Testing/Temporary/LastTestsFailed.log
+  local log=$1/Testing/Temporary/LastTest.log
+  [[ -s $failed_list ]] || return 0
+  echo
+  echo "=================================================================="
+  echo "failed tests in $dir (full output: $log)"
+  local line name
+  while IFS= read -r line; do
+    name=${line#*:}
+    awk -v want="$name" '
+      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); current = $0; next }
+      current == want && /^Output:$/ { inside = 1; getline; next }
+      inside && /^<end of output>$/ { inside = 0; current = ""; next }
+      inside { print }
+    ' "$log" >"$dir/failed-output.txt"
+    echo "---- $name: its failure messages"
+    grep -E -A6 'Failure$|\bFAILED\b|\berror\b|\bERROR\b|SUMMARY:|Assertion|FAIL:' \
+      "$dir/failed-output.txt" | head -n 30
+    echo "---- $name: last 12 lines of its output"
+    tail -n 12 "$dir/failed-output.txt"
+  done <"$failed_list"
+}
+
+# run_ctest DIR: the suite, then the failed tests once more when there are at
+# most $max_reruns of them. A test that passes on the rerun is reported as
+# FLAKY at the end of the log with its first failure, never hidden; a test that
+# fails twice fails the phase.
+max_reruns=${RFAAS_TEST_MAX_RERUNS:-3}
 run_ctest() { # $1 = build dir
-  ctest --test-dir "$1" --output-on-failure --no-tests=error --timeout "$test_timeout" "${ctest_extra[@]}"
+  local dir=$1 tmp=$1/Testing/Temporary
+  rm -rf "$dir/first-attempt"
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error --timeout "$test_timeout" \
+    "${ctest_extra[@]}" && return 0
+  local status=$? count=0
+  [[ -s $tmp/LastTestsFailed.log ]] && count=$(wc -l <"$tmp/LastTestsFailed.log")
+  if [[ $count -eq 0 || $count -gt $max_reruns ]]; then
+    return $status
+  fi
+  mkdir -p "$dir/first-attempt/Testing/Temporary"
+  cp "$tmp/LastTest.log" "$tmp/LastTestsFailed.log" "$dir/first-attempt/Testing/Temporary/"
+  echo "test.sh: $count test(s) failed; running them once more to tell a flake from a failure"
+  ctest --test-dir "$dir" --rerun-failed --output-on-failure --timeout "$test_timeout" \
+    "${ctest_extra[@]}"
 }
 
 # Sanitizer runs: stop at the first report, with a stack, and fail the test.
@@ -179,36 +228,21 @@ summary_line="$passed passed, $failed failed, $skipped skipped ($(elapsed_since 
 echo "$summary_line"
 
 # ---- failures, repeated at the end so that a log cut to its tail still names them
-# ctest_failures DIR: the failed tests of the last ctest run in DIR, each with
-# the tail of its output (ctest keeps the full log in Testing/Temporary).
-ctest_failures() {
-  local dir=$1 failed_list=$1/Testing/Temporary/LastTestsFailed.log
-  local log=$1/Testing/Temporary/LastTest.log
-  [[ -s $failed_list ]] || return 0
-  echo
-  echo "=================================================================="
-  echo "failed tests in $dir (full output: $log)"
-  local line name
-  while IFS= read -r line; do
-    name=${line#*:}
-    awk -v want="$name" '
-      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); current = $0; next }
-      current == want && /^Output:$/ { inside = 1; getline; next }
-      inside && /^<end of output>$/ { inside = 0; current = ""; next }
-      inside { print }
-    ' "$log" >"$dir/failed-output.txt"
-    echo "---- $name: its failure messages"
-    grep -E -A6 'Failure$|\bFAILED\b|\berror\b|\bERROR\b|SUMMARY:|Assertion|FAIL:' \
-      "$dir/failed-output.txt" | head -n 30
-    echo "---- $name: last 12 lines of its output"
-    tail -n 12 "$dir/failed-output.txt"
-  done <"$failed_list"
-}
 for i in "${!names[@]}"; do
-  case ${names[$i]}:${results[$i]} in
-    test:FAILED*) ctest_failures "$build_root/release" ;;
-    san-test:FAILED*) ctest_failures "$build_root/sanitize" ;;
+  dir=""
+  case ${names[$i]} in
+    test) dir=$build_root/release ;;
+    san-test) dir=$build_root/sanitize ;;
   esac
+  [[ -n $dir ]] || continue
+  if [[ ${results[$i]} == FAILED* ]]; then
+    ctest_failures "$dir"
+  elif [[ -d $dir/first-attempt ]]; then
+    echo
+    echo "FLAKY in ${names[$i]}: failed once, passed when run again:"
+    sed 's/^[0-9]*:/  /' "$dir/first-attempt/Testing/Temporary/LastTestsFailed.log"
+    ctest_failures "$dir/first-attempt"
+  fi
 done
 [[ $failed -eq 0 ]] || echo "test.sh: FAILED: $summary_line"
 [[ $failed -eq 0 ]]
