@@ -3,7 +3,8 @@
 # provider, sizes and modes, in the same run (DESIGN.md §6). For each provider it
 # runs raw_libfabric_pingpong and rdmalib_pingpong back to back (--repeat times,
 # alternating, so both see the same machine load) and prints per (mode, size):
-# raw median and p99, rdmalib median and p99, and rdmalib/raw of the medians.
+# raw median and p99, rdmalib median and p99, and rdmalib/raw: with --repeat N,
+# the median of the N ratios of runs done back to back.
 #
 #   benchmarks/run-pingpong.sh                       # tcp and shm, all sizes
 #   benchmarks/run-pingpong.sh --providers "tcp shm sockets tcp;ofi_rxm" --csv out.csv
@@ -25,7 +26,7 @@ timeout_s=60
 extra=()
 
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<EOF
 Options:
   --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
@@ -145,6 +146,16 @@ for provider in $providers; do
     tail -n +2 "$f" | awk -F, '{ printf "%s|%s,%s\n", $5, $6, $9 }' | median_by_key >"$f.p99"
     tail -n +2 "$f" | awk -F, '{ n[$5 "|" $6] += $7 } END { for (k in n) printf "%s,%d\n", k, n[k] }' >"$f.n"
   done
+  # The ratio: per repetition, rdmalib's median over the raw median of the run
+  # next to it, then the median of those ratios. Adjacent runs see the same
+  # machine state; on a shared host the round trip can jump between two levels
+  # (measured here: 0.65 and 1.9 us on shm) from one run to the next, which a
+  # ratio of medians taken across all runs would mix.
+  awk -F, '
+    FNR == 1 { next }
+    FILENAME == ARGV[1] { k = $5 "|" $6; raw[k, ++rc[k]] = $8; next }
+    { k = $5 "|" $6; i = ++lc[k]; if (((k, i) in raw) && raw[k, i] > 0) printf "%s,%.6f\n", k, $8 / raw[k, i] }
+  ' "$raw_csv" "$lib_csv" | median_by_key >"$work/ratio"
   endpoint="$(tail -n 1 "$lib_csv" | awk -F, '{ print $3 }')"
   # Join on mode|size, keeping the order of --modes and --sizes.
   awk -F, -v OFS=, -v prov="$provider" -v ep="$endpoint" -v w="$wait_policy" '
@@ -154,13 +165,14 @@ for provider in $providers; do
     FILENAME == ARGV[4] { lm[$1] = $2; next }
     FILENAME == ARGV[5] { lp[$1] = $2; next }
     FILENAME == ARGV[6] { ln[$1] = $2; next }
+    FILENAME == ARGV[7] { ratio[$1] = $2; next }
     FNR > 1 {
       k = $5 "|" $6
       if (seen[k]++ || !(k in rm) || !(k in lm)) next
       split(k, p, "|")
-      print prov, ep, w, p[1], p[2], rn[k], ln[k], rm[k], rp[k], lm[k], lp[k], (rm[k] > 0 ? lm[k] / rm[k] : 0)
+      print prov, ep, w, p[1], p[2], rn[k], ln[k], rm[k], rp[k], lm[k], lp[k], (k in ratio ? ratio[k] : 0)
     }' "$raw_csv.med" "$raw_csv.p99" "$raw_csv.n" "$lib_csv.med" "$lib_csv.p99" "$lib_csv.n" \
-    "$lib_csv" >>"$results"
+    "$work/ratio" "$lib_csv" >>"$results"
 done
 
 if [[ -s "$results" ]]; then
@@ -171,10 +183,11 @@ if [[ -s "$results" ]]; then
       "$size" "$((rn < ln ? rn : ln))" "$rmed" "$rp99" "$lmed" "$lp99" "$ratio"
   done <"$results"
   echo "(round-trip times in microseconds; medians over $repeat run(s) of each program;"
+  echo " lib/raw = median over the runs of rdmalib's median / the raw median of the run beside it;"
   echo " iters = round trips measured per program, summed over runs; p99 reflects machine load)"
   if [[ -n "$csv" ]]; then
     {
-      echo "provider,endpoint,wait,mode,size,raw_iters,rdmalib_iters,raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_median"
+      echo "provider,endpoint,wait,mode,size,raw_iters,rdmalib_iters,raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_paired_median"
       awk -F, -v OFS=, '{ $12 = sprintf("%.4f", $12); $1 = "\"" $1 "\""; print }' "$results"
     } >"$csv"
     echo "wrote $csv"
