@@ -9,6 +9,9 @@
 # raw_libfabric_pingpong -m writeimm (pinned the same way), then prints per
 # size: raw median, rfaas median and p99, rfaas - raw and rfaas / raw; and the
 # cold start by phase, with the first result in raw 8 B round trips.
+# With --repeat N the invocation benchmark and the raw ping-pong run N times,
+# alternating; diff and ratio are the medians of the N pairs run back to back
+# (the round trip of a shared host can change level between runs).
 #
 #   benchmarks/run-rfaas-benchmarks.sh --build-dir build
 #   benchmarks/run-rfaas-benchmarks.sh --devices-list "lo-tcp lo-shm" --hot-timeout 0 --csv out.csv
@@ -27,6 +30,7 @@ devices_list="lo-tcp"
 sizes="8,1K,64K,1M"
 hot=-1
 cold_reps=20
+repeat=3
 csv=""
 
 usage() {
@@ -38,6 +42,7 @@ usage() {
   echo "  --sizes LIST          payload sizes (default: $sizes)"
   echo "  --hot-timeout MS      worker hot polling: -1 always, 0 never (default: $hot)"
   echo "  --cold-reps N         allocations in the cold benchmark (default: $cold_reps)"
+  echo "  --repeat N            invocation + raw runs, paired (default: $repeat)"
   echo "  --csv FILE            append every row (rfaas, raw, cold) as CSV"
 }
 
@@ -49,11 +54,14 @@ while [[ $# -gt 0 ]]; do
   --sizes) sizes=$2; shift 2 ;;
   --hot-timeout) hot=$2; shift 2 ;;
   --cold-reps) cold_reps=$2; shift 2 ;;
+  --repeat) repeat=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
   -h | --help) usage; exit 0 ;;
   *) echo "run-rfaas-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
 done
+
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "run-rfaas-benchmarks.sh: --repeat needs a positive integer" >&2; exit 2; }
 
 if [[ -z $build && -x $here/rfaas_invocation_benchmark ]]; then
   build=$here/..
@@ -114,47 +122,65 @@ for dev in $devices_list; do
   address=${line##* }
 
   rows=$work/rows-$dev.csv
-  "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
-    --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" --csv "$rows"
-  "$bench/rfaas_cold_benchmark" --devices "$devices_db" --device "$dev" --manager "$address" \
-    --library "$library" --repetitions "$cold_reps" --csv "$rows"
-  stop_manager
-
-  echo "==> $dev: raw libfabric write-with-immediate ping-pong (CPUs $first and $last)"
+  : >"$rows"
   raw_env=(env)
   [[ $provider == *ofi_rxm* ]] && raw_env=(env FI_OFI_RXM_CM_PROGRESS_INTERVAL=100)
-  "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm -s "$sizes" \
-    --server-core "$last" --client-core "$first" --csv "$work/raw-$dev.csv" --no-csv-header \
-    >/dev/null
-  sed 's/^/raw-csv,/' "$work/raw-$dev.csv" >>"$rows"
+  for ((r = 0; r < repeat; r++)); do
+    # Alternate which goes first, so that a drift in load favours neither.
+    for which in $( ((r % 2 == 0)) && echo "rfaas raw" || echo "raw rfaas"); do
+      rm -f "$work/one.csv"
+      if [[ $which == rfaas ]]; then
+        "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
+          --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" \
+          --csv "$work/one.csv" >"$work/inv.out"
+        # The first run's own table is shown; the others only feed the summary.
+        ((r > 0)) || cat "$work/inv.out"
+        tail -n +2 "$work/one.csv" | sed "s/^/rfaas-csv,$r,/" >>"$rows"
+      else
+        "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm \
+          -s "$sizes" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
+          --no-csv-header >/dev/null
+        sed "s/^/raw-csv,$r,/" "$work/one.csv" >>"$rows"
+      fi
+    done
+  done
+  rm -f "$work/one.csv"
+  "$bench/rfaas_cold_benchmark" --devices "$devices_db" --device "$dev" --manager "$address" \
+    --library "$library" --repetitions "$cold_reps" --csv "$work/one.csv"
+  tail -n +2 "$work/one.csv" | sed "s/^/cold-csv,0,/" >>"$rows"
+  stop_manager
 
   python3 - "$rows" "$dev" "$csv" <<'PY'
-import csv, os, sys
+import csv, os, statistics, sys
 rows, dev, out = sys.argv[1], sys.argv[2], sys.argv[3]
+# rf[size][rep] / raw[size][rep] = (median, p99, row); cold = rows
 rf, raw, cold = {}, {}, []
 with open(rows) as f:
     for line in f:
-        if line.startswith("impl,"):
-            continue
-        if line.startswith("raw-csv,"):
-            r = next(csv.reader([line[len("raw-csv,"):]]))
-            raw[int(r[5])] = (float(r[7]), float(r[8]), r)
-            continue
-        r = next(csv.reader([line]))
-        if r[0] == "rfaas":
-            rf[int(r[5])] = (float(r[7]), float(r[8]), r)
-        elif r[0] == "rfaas-cold":
+        tag, rep, rest = line.rstrip("\n").split(",", 2)
+        r = next(csv.reader([rest]))
+        if tag == "cold-csv":
             cold.append(r)
-print(f"\n{dev}: echo through rFaaS vs raw write-with-immediate round trip (medians, us)")
+            continue
+        table = rf if tag == "rfaas-csv" else raw
+        table.setdefault(int(r[5]), {})[int(rep)] = (float(r[7]), float(r[8]), r)
+med = statistics.median
+reps = max((len(v) for v in rf.values()), default=0)
+print(f"\n{dev}: echo through rFaaS vs raw write-with-immediate round trip (us; medians over "
+      f"{reps} run(s) of each; diff and ratio: medians of the runs paired back to back)")
 print(f"{'size':>8} {'raw':>10} {'rfaas':>10} {'rfaas p99':>10} {'diff':>8} {'ratio':>7}")
 for size in sorted(rf):
-    m, p99, _ = rf[size]
-    if size in raw:
-        rm = raw[size][0]
-        print(f"{size:>8} {rm:>10.2f} {m:>10.2f} {p99:>10.2f} {m - rm:>8.2f} {m / rm:>7.3f}")
+    ms = [v[0] for v in rf[size].values()]
+    p99 = med([v[1] for v in rf[size].values()])
+    pairs = [(rf[size][k][0], raw[size][k][0]) for k in rf[size] if k in raw.get(size, {})]
+    if pairs:
+        rm = med([b for _, b in pairs])
+        diff = med([a - b for a, b in pairs])
+        ratio = med([a / b for a, b in pairs])
+        print(f"{size:>8} {rm:>10.2f} {med(ms):>10.2f} {p99:>10.2f} {diff:>8.2f} {ratio:>7.3f}")
     else:
-        print(f"{size:>8} {'-':>10} {m:>10.2f} {p99:>10.2f}")
-rtt = raw.get(8, (None,))[0]
+        print(f"{size:>8} {'-':>10} {med(ms):>10.2f} {p99:>10.2f}")
+rtt = med([v[0] for v in raw[8].values()]) if 8 in raw else None
 print(f"\n{dev}: cold start (allocate -> first result), per phase (us)")
 for r in cold:
     extra = ""
@@ -165,11 +191,13 @@ if out:
     fresh = not os.path.exists(out) or os.path.getsize(out) == 0
     with open(out, "a") as f:
         if fresh:
-            f.write("device,impl,provider,endpoint,wait,mode,size,iters,"
+            f.write("device,repetition,impl,provider,endpoint,wait,mode,size,iters,"
                     "median_us,p99_us,min_us,mean_us\n")
-        for v in list(rf.values()) + list(raw.values()):
-            f.write(dev + "," + ",".join(v[2]) + "\n")
+        for table in (rf, raw):
+            for size in sorted(table):
+                for rep, v in sorted(table[size].items()):
+                    f.write(f"{dev},{rep}," + ",".join(v[2]) + "\n")
         for r in cold:
-            f.write(dev + "," + ",".join(r) + "\n")
+            f.write(f"{dev},0," + ",".join(r) + "\n")
 PY
 done
