@@ -85,14 +85,9 @@ pin=()
 command -v taskset >/dev/null && pin=(taskset -c "$first")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-bench.XXXXXX")
+# shellcheck source=../scripts/lib/manager.sh
+source "$repo/scripts/lib/manager.sh"
 manager_pid=
-stop_manager() {
-  if [[ -n $manager_pid ]]; then
-    kill -TERM "$manager_pid" 2>/dev/null || true
-    wait "$manager_pid" 2>/dev/null || true
-    manager_pid=
-  fi
-}
 trap 'stop_manager; rm -rf "$work"' EXIT INT TERM
 
 provider_of() {
@@ -105,21 +100,14 @@ print(next(d.get("provider", "") for d in db["devices"] if d["name"] == sys.argv
 for dev in $devices_list; do
   provider=$(provider_of "$dev")
   echo "==> $dev (provider ${provider:-auto}): executor manager, worker on CPU $last"
-  rm -f "$work/ready"
-  mkfifo "$work/ready"
-  "$manager" --config "$repo/config/executor_manager.json" --skip-resource-manager \
-    --devices "$devices_db" --device "$dev" --host 127.0.0.1 --port 0 --cores "$last" \
-    >"$work/ready" 2>"$work/manager-$dev.log" &
-  manager_pid=$!
-  exec 3<"$work/ready"
-  if ! read -r -t 60 -u 3 line || [[ $line != *"listening on"* ]]; then
+  if ! start_manager "$work/manager-$dev.log" 60 "$manager" --config "$repo/config/executor_manager.json" \
+    --skip-resource-manager --devices "$devices_db" --device "$dev" --host 127.0.0.1 --port 0 \
+    --cores "$last"; then
     echo "the manager did not start on $dev:" >&2
     cat "$work/manager-$dev.log" >&2
     exit 1
   fi
-  cat <&3 >/dev/null &
-  exec 3<&-
-  address=${line##* }
+  address=$manager_address
 
   rows=$work/rows-$dev.csv
   : >"$rows"

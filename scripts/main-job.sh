@@ -49,37 +49,25 @@ step "building ${targets[*]} with $jobs jobs"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-main-job.XXXXXX")
+# shellcheck source=lib/manager.sh
+source scripts/lib/manager.sh
 manager_pid=
 cleanup() {
-  if [[ -n $manager_pid ]] && kill -0 "$manager_pid" 2>/dev/null; then
-    kill -TERM "$manager_pid" 2>/dev/null || true
-    wait "$manager_pid" 2>/dev/null || true
-  fi
+  stop_manager
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
 
-# The manager prints "executor_manager: listening on <provider> <host>:<port>"
-# once it accepts clients; read it from a pipe (no polling, no sleep). Port 0:
-# the OS chooses, so parallel runs never collide.
 step "starting executor_manager on loopback (device $device)"
-mkfifo "$work/ready"
-"$build/server/executor_manager/executor_manager" --config config/executor_manager.json \
-  --skip-resource-manager --device "$device" --host 127.0.0.1 --port 0 \
-  >"$work/ready" 2>"$work/manager.log" &
-manager_pid=$!
-exec 3<"$work/ready"
-line=
-if ! read -r -t 30 -u 3 line || [[ $line != *"listening on"* ]]; then
+if ! start_manager "$work/manager.log" 30 "$build/server/executor_manager/executor_manager" \
+  --config config/executor_manager.json --skip-resource-manager --device "$device" \
+  --host 127.0.0.1 --port 0; then
   echo "main-job.sh: the executor manager did not become ready (log follows)" >&2
   cat "$work/manager.log" >&2
   exit 1
 fi
-# Keep draining its stdout so it can never block on a full pipe.
-cat <&3 >/dev/null &
-exec 3<&-
-address=${line##* }
-echo "$line"
+address=$manager_address
+echo "$manager_line"
 
 step "running the example client against $address"
 status=0

@@ -20,12 +20,11 @@ id=$$
 srv=rfaas-srv-$id cli=rfaas-cli-$id
 vs=rfs$id vc=rfc$id
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-netns.XXXXXX")
+# shellcheck source=../../scripts/lib/manager.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/manager.sh"
 manager_pid=
 cleanup() {
-  if [[ -n $manager_pid ]]; then
-    kill -TERM "$manager_pid" 2>/dev/null
-    wait "$manager_pid" 2>/dev/null
-  fi
+  stop_manager
   ip netns del "$srv" 2>/dev/null
   ip netns del "$cli" 2>/dev/null
   rm -rf "$work"
@@ -54,22 +53,16 @@ cat >"$work/devices.json" <<JSON
 JSON
 
 cpus=$(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))' 2>/dev/null || echo 0)
-mkfifo "$work/ready"
-ip netns exec "$srv" "$manager" --config "$config" --skip-resource-manager \
-  --devices "$work/devices.json" --device srv-tcp --host 10.213.0.1 --port 0 --cores "$cpus" \
-  >"$work/ready" 2>"$work/manager.log" &
-manager_pid=$!
-exec 3<"$work/ready"
 set +e
-if ! read -r -t 60 -u 3 line || [[ $line != *"listening on"* ]]; then
+if ! start_manager "$work/manager.log" 60 ip netns exec "$srv" "$manager" --config "$config" \
+  --skip-resource-manager --devices "$work/devices.json" --device srv-tcp --host 10.213.0.1 \
+  --port 0 --cores "$cpus"; then
   echo "FAIL: the manager did not start in its namespace" >&2
   cat "$work/manager.log" >&2
   exit 1
 fi
-cat <&3 >/dev/null &
-exec 3<&-
-address=${line##* }
-echo "$line (namespace $srv)"
+address=$manager_address
+echo "$manager_line (namespace $srv)"
 
 ip netns exec "$cli" "$client" --devices "$work/devices.json" --device cli-tcp \
   --manager "$address" --library "$library" --cores 1 --slots 2 --hot-timeout 0 --repetitions 200

@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# Sourced by the scripts that start an executor_manager and talk to it
+# (scripts/main-job.sh, benchmarks/run-rfaas-benchmarks.sh,
+# tests/e2e/netns-test.sh).
+#
+# start_manager LOG TIMEOUT COMMAND...
+#   Runs COMMAND (an executor_manager command line, possibly behind a prefix
+#   such as "ip netns exec NS") in the background, its stderr to LOG, and waits
+#   up to TIMEOUT seconds for the line it prints on stdout once it accepts
+#   clients: "executor_manager: listening on <provider> <host>:<port>". The
+#   line is read from a pipe: no polling, no sleep, and port 0 (the OS
+#   chooses) works, so parallel runs never collide.
+#   Sets manager_pid, manager_line and manager_address (host:port). Returns 1
+#   when the line does not come in time (the manager may have died: LOG says
+#   why); manager_pid is set either way, for the caller's cleanup.
+#   The pipe keeps being drained, so the manager never blocks on a full pipe.
+start_manager() {
+  local log=$1 timeout=$2 fifo fd
+  shift 2
+  manager_line='' manager_address=''
+  fifo=$(mktemp -u "${TMPDIR:-/tmp}/rfaas-manager-ready.XXXXXX")
+  mkfifo "$fifo" || return 1
+  "$@" >"$fifo" 2>"$log" &
+  manager_pid=$!
+  exec {fd}<"$fifo"
+  rm -f "$fifo"
+  if ! read -r -t "$timeout" -u "$fd" manager_line || [[ $manager_line != *"listening on"* ]]; then
+    exec {fd}<&-
+    return 1
+  fi
+  cat <&"$fd" >/dev/null &
+  exec {fd}<&-
+  manager_address=${manager_line##* }
+}
+
+# stop_manager: SIGTERM to the manager started by start_manager, and wait for
+# it (it ends its executors first). A no-op when none runs.
+stop_manager() {
+  if [[ -n ${manager_pid:-} ]]; then
+    kill -TERM "$manager_pid" 2>/dev/null || true
+    wait "$manager_pid" 2>/dev/null || true
+    manager_pid=
+  fi
+}
