@@ -74,10 +74,6 @@ const char *endpoint_name(rdmalib::EndpointType e) {
   return e == rdmalib::EndpointType::Connected ? "connected" : "rdm";
 }
 
-const char *progress_name(rdmalib::Progress p) {
-  return p == rdmalib::Progress::Auto ? "auto" : "manual";
-}
-
 const char *error_kind_name(rdmalib::ErrorKind k) {
   switch (k) {
   case rdmalib::ErrorKind::Config:
@@ -209,7 +205,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 json to_json(const rdmalib::Capabilities &c) {
   return json{{"endpoint", endpoint_name(c.endpoint)},
-              {"progress", progress_name(c.progress)},
+              {"progress", rdmalib::to_string(c.progress)},
               {"remote_cq_data", c.remote_cq_data},
               {"atomics", c.atomics},
               {"provider_keys", c.provider_keys},

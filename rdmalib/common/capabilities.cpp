@@ -95,12 +95,24 @@ std::string CapabilityMask::to_string() const {
   return out;
 }
 
+const char *to_string(Progress p) noexcept {
+  switch (p) {
+  case Progress::Manual:
+    return "manual";
+  case Progress::Thread:
+    return "thread";
+  case Progress::Auto:
+    break;
+  }
+  return "auto";
+}
+
 std::string Capabilities::describe() const {
   std::string s;
   s += "endpoint=";
   s += endpoint == EndpointType::Connected ? "connected" : "rdm";
   s += " progress=";
-  s += progress == Progress::Auto ? "auto" : "manual";
+  s += to_string(progress);
   s += " remote_cq_data=";
   s += yes_no(remote_cq_data);
   s += " atomics=";

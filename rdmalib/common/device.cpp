@@ -64,12 +64,9 @@ uint64_t get_uint(const json &v, const std::string &origin, const std::string &p
 
 EndpointPreference get_endpoint(const json &v, const std::string &origin, const std::string &path) {
   std::string s = get_string(v, origin, path);
-  if (s == "auto")
-    return EndpointPreference::Auto;
-  if (s == "connected")
-    return EndpointPreference::Connected;
-  if (s == "rdm")
-    return EndpointPreference::ReliableDatagram;
+  EndpointPreference e;
+  if (parse_endpoint_preference(s, e))
+    return e;
   fail(origin, path, "expected \"auto\", \"connected\" or \"rdm\", got \"" + s + "\"");
 }
 
@@ -130,6 +127,17 @@ DeviceConfig parse_device(const json &d, const std::string &origin, const std::s
 }
 
 } // namespace
+
+bool parse_endpoint_preference(std::string_view text, EndpointPreference &out) noexcept {
+  for (EndpointPreference e : {EndpointPreference::Auto, EndpointPreference::Connected,
+                               EndpointPreference::ReliableDatagram}) {
+    if (text == to_string(e)) {
+      out = e;
+      return true;
+    }
+  }
+  return false;
+}
 
 const char *to_string(EndpointPreference e) noexcept {
   switch (e) {

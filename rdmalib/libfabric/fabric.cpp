@@ -170,8 +170,9 @@ void fill_capabilities(detail::FabricImpl &f) {
   Capabilities &c = f.caps;
   const CapabilityMask &m = f.mask;
   c.endpoint = f.rdm ? EndpointType::ReliableDatagram : EndpointType::Connected;
-  c.progress =
-      i->domain_attr->data_progress == FI_PROGRESS_MANUAL ? Progress::Manual : Progress::Auto;
+  c.progress = i->domain_attr->data_progress == FI_PROGRESS_MANUAL ? Progress::Manual
+               : quirk_prefers_blocking_wait(f.provider)           ? Progress::Thread
+                                                                   : Progress::Auto;
   uint64_t mr = static_cast<uint64_t>(i->domain_attr->mr_mode);
   f.app_keys = !(mr & FI_MR_PROV_KEY);
   f.virt_addr = mr & FI_MR_VIRT_ADDR;
@@ -368,6 +369,7 @@ void check_local_address(const DeviceConfig &config) {
 Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
   using namespace lf;
   quirk_rxm_cm_progress_interval();
+  quirk_sockets_pe_waittime();
   detail::FabricImpl &f = *impl_;
   f.config = config;
   f.mask = mask;

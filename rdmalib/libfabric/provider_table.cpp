@@ -91,6 +91,12 @@ void quirk_rxm_cm_progress_interval() {
   setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "100", /*overwrite=*/0);
 }
 
+void quirk_sockets_pe_waittime() {
+  if (FI_MAJOR(fi_version()) != 1 || FI_MINOR(fi_version()) > 20)
+    return;
+  setenv("FI_SOCKETS_PE_WAITTIME", "0", /*overwrite=*/0);
+}
+
 std::string quirk_shm_endpoint_name(const std::string &host, unsigned port) {
   return "rdmalib-" + host + "-" + std::to_string(port);
 }

@@ -59,13 +59,8 @@ rdmalib::DeviceConfig to_rdmalib(const device &d) {
   c.port = d.port;
   c.max_inline_data = d.max_inline_data;
   c.default_receive_buffer_size = d.default_receive_buffer_size;
-  if (d.endpoint == "connected" || d.endpoint == "msg")
-    c.endpoint = rdmalib::EndpointPreference::Connected;
-  else if (d.endpoint == "rdm")
-    c.endpoint = rdmalib::EndpointPreference::ReliableDatagram;
-  else if (d.endpoint == "auto" || d.endpoint.empty())
-    c.endpoint = rdmalib::EndpointPreference::Auto;
-  else
+  c.endpoint = rdmalib::EndpointPreference::Auto;
+  if (!d.endpoint.empty() && !rdmalib::parse_endpoint_preference(d.endpoint, c.endpoint))
     throw Error(phase::configuration, "", status::invalid_argument,
                 "device \"" + d.name + "\": endpoint must be auto, connected or rdm, not \"" +
                     d.endpoint + "\"");

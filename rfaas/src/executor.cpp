@@ -623,11 +623,25 @@ struct executor::impl {
   }
 
   /// Reap what arrived on one worker's connection. No allocation, no lock.
-  void progress(Worker &w) noexcept {
+  /// With `block_ms` > 0, sleeps up to that long in the provider for the next
+  /// completion on the queue `block_on` instead of polling it (for providers
+  /// whose own threads move the data; see complete()).
+  void progress(Worker &w, int block_ms = 0,
+                rdmalib::Queue block_on = rdmalib::Queue::Recv) noexcept {
     // A member, not a local: a local array of Completion is value-initialised
     // on every call, and this runs once per spin of the busy-poll loop.
     rdmalib::Completion *c = comp_buf;
-    size_t n = w.ops.poll(rdmalib::Queue::Recv, c, 16);
+    size_t n = 0;
+    if (block_ms > 0 && block_on == rdmalib::Queue::Recv) {
+      rdmalib::WaitResult r = w.ops.wait(rdmalib::Queue::Recv, c, 16, block_ms);
+      if (r.status == rdmalib::Status::Closed) {
+        worker_lost(w, status::closed);
+        return;
+      }
+      n = r.count;
+    } else {
+      n = w.ops.poll(rdmalib::Queue::Recv, c, 16);
+    }
     for (size_t i = 0; i < n; ++i) {
       if (c[i].status != rdmalib::Status::Ok || c[i].kind == rdmalib::OpKind::PeerClosed) {
         worker_lost(w, status::closed);
@@ -650,7 +664,12 @@ struct executor::impl {
       }
     }
     if (w.writes_pending) {
-      n = w.ops.poll(rdmalib::Queue::Send, c, 16);
+      if (block_ms > 0 && block_on == rdmalib::Queue::Send) {
+        rdmalib::WaitResult r = w.ops.wait(rdmalib::Queue::Send, c, 16, block_ms);
+        n = r.count;
+      } else {
+        n = w.ops.poll(rdmalib::Queue::Send, c, 16);
+      }
       for (size_t i = 0; i < n; ++i)
         if (c[i].context & kWriteCtx)
           on_write_done(w, c[i]);
@@ -718,15 +737,23 @@ struct executor::impl {
     return sl.res;
   }
 
-  /// Busy-poll until (w, s) is Done or the deadline passes; frees the slot.
+  /// Busy-poll (or wait, see below) until (w, s) is Done or the deadline
+  /// passes; frees the slot.
   result complete(uint32_t wi, uint32_t s, Clock::time_point deadline) noexcept {
     Worker &w = workers[wi];
     Slot &sl = w.slots[s];
     uint32_t spins = 0;
+    // Where the provider's own threads move the data, a spinning caller takes
+    // their core: sleep in the provider for what is still missing instead.
+    const bool block = caps.progress == rdmalib::Progress::Thread;
     while (sl.state == SlotState::InFlight) {
-      progress(w);
-      // Reading the clock costs more than a poll: look at it now and then.
-      if (++spins == 64) {
+      if (block)
+        progress(w, 10, sl.result_in ? rdmalib::Queue::Send : rdmalib::Queue::Recv);
+      else
+        progress(w);
+      // Reading the clock costs more than a poll: look at it now and then
+      // (after every wait when blocking: each may take 10 ms).
+      if (block || ++spins == 64) {
         spins = 0;
         if (Clock::now() > deadline && sl.state == SlotState::InFlight) {
           // The slot stays busy until the late result arrives, but nobody

@@ -313,7 +313,12 @@ private:
   /// The hot path: no allocation, no logging, no exception per invocation.
   void serve() {
     const bool repost = s_.fabric.capabilities().write_consumes_receive;
-    const int32_t hot_ms = s_.request.hot_timeout_ms;
+    // Hot polling spins on the completion queue; where the provider's own
+    // threads move the data that only takes their core away (milliseconds per
+    // call on a small machine), so such workers always sleep between calls.
+    const int32_t hot_ms = s_.fabric.capabilities().progress == rdmalib::Progress::Thread
+                               ? 0
+                               : s_.request.hot_timeout_ms;
     const auto hot_budget = std::chrono::milliseconds(hot_ms < 0 ? 0 : hot_ms);
     WorkerCounters &pub = s_.counters[index_];
     uint64_t hot_ns = 0, exec_ns = 0, invocations = 0;

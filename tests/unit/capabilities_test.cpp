@@ -136,3 +136,12 @@ TEST(Capabilities, DescribeDefaults) {
   EXPECT_NE(d.find("endpoint=connected"), std::string::npos) << d;
   EXPECT_NE(d.find("progress=auto"), std::string::npos) << d;
 }
+
+TEST(Capabilities, ProgressSpellings) {
+  EXPECT_STREQ(rdmalib::to_string(Progress::Auto), "auto");
+  EXPECT_STREQ(rdmalib::to_string(Progress::Manual), "manual");
+  EXPECT_STREQ(rdmalib::to_string(Progress::Thread), "thread");
+  Capabilities c;
+  c.progress = Progress::Thread;
+  EXPECT_NE(c.describe().find("progress=thread"), std::string::npos) << c.describe();
+}

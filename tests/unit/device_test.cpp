@@ -217,6 +217,22 @@ TEST(DeviceDatabase, BadEndpointValue) {
                     {"devices[0].endpoint", "\"auto\"", "\"connected\"", "\"rdm\"", "\"msg\""});
 }
 
+TEST(DeviceDatabase, EndpointSpellingsRoundTrip) {
+  using rdmalib::EndpointPreference;
+  for (EndpointPreference e : {EndpointPreference::Auto, EndpointPreference::Connected,
+                               EndpointPreference::ReliableDatagram}) {
+    EndpointPreference back =
+        e == EndpointPreference::Auto ? EndpointPreference::Connected : EndpointPreference::Auto;
+    EXPECT_TRUE(rdmalib::parse_endpoint_preference(rdmalib::to_string(e), back)) << to_string(e);
+    EXPECT_EQ(back, e);
+  }
+  EndpointPreference untouched = EndpointPreference::Connected;
+  for (const char *bad : {"msg", "", "RDM", "connected "}) {
+    EXPECT_FALSE(rdmalib::parse_endpoint_preference(bad, untouched)) << bad;
+    EXPECT_EQ(untouched, EndpointPreference::Connected) << bad;
+  }
+}
+
 TEST(DeviceDatabase, MissingOrEmptyName) {
   expect_load_error(R"({"devices": [ {"provider": "tcp"} ]})", {"devices[0].name", "missing"});
   expect_load_error(R"({"devices": [ {"name": ""} ]})", {"devices[0].name", "empty"});

@@ -28,7 +28,14 @@ enum class Progress : uint8_t {
   /// and retry loops drive progress themselves; a caller that neither polls nor
   /// waits stalls its peer.
   Manual,
+  /// Threads of the provider move the data (libfabric's sockets). A caller
+  /// that busy-polls competes with them for a core, which on a small machine
+  /// costs milliseconds per message: prefer Operations::wait to spinning.
+  Thread,
 };
+
+/// "auto", "manual" or "thread".
+const char *to_string(Progress p) noexcept;
 
 /// Capabilities that a mask can switch off, to force the fallback paths that
 /// hardware like EFA needs on providers that would not otherwise take them.

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rdmalib {
@@ -26,6 +27,10 @@ enum class EndpointPreference : uint8_t { Auto, Connected, ReliableDatagram };
 /// The device database's spelling of a preference: "auto", "connected" or
 /// "rdm" (what DeviceDatabase::load accepts and save writes).
 const char *to_string(EndpointPreference e) noexcept;
+
+/// The inverse of to_string: false (and `out` unchanged) for any other
+/// spelling, so that every configuration reader accepts the same names.
+bool parse_endpoint_preference(std::string_view text, EndpointPreference &out) noexcept;
 
 /// One device entry. Plain data; copyable.
 struct DeviceConfig {

@@ -66,6 +66,9 @@ struct allocation_options {
   std::string library;
   /// How long a worker busy-polls after an invocation before it sleeps:
   /// -1 always hot, 0 never hot (always warm), otherwise milliseconds.
+  /// Ignored (always warm) on fabrics whose provider threads move the data
+  /// (rdmalib::Progress::Thread, libfabric's sockets): spinning would only take
+  /// their core. The client then also waits for results instead of spinning.
   int32_t hot_timeout_ms = 100;
   /// Largest input of one invocation, bytes (the manager limits it too).
   uint32_t max_input_size = 64 * 1024;
