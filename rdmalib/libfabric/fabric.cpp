@@ -481,6 +481,13 @@ std::vector<std::string> Fabric::known_providers() {
   return out;
 }
 
+void Fabric::preload(const DeviceConfig &config) {
+  // fi_getinfo loads and initialises the providers once per process; a
+  // throw-away Fabric gets the whole path a child will take (fabric, domain)
+  // warmed without leaving an endpoint or queue behind.
+  Fabric warm(config);
+}
+
 std::vector<ProviderInfo> Fabric::discover() {
   using namespace lf;
   std::vector<ProviderInfo> out;
