@@ -483,6 +483,20 @@ std::vector<std::string> Fabric::known_providers() {
   return out;
 }
 
+void Fabric::preload(const DeviceConfig &config) {
+  // libfabric's verbs providers open the devices through librdmacm, which
+  // keeps the contexts for the life of the process: a forked child would use
+  // the parent's and fail like the verbs backend's (see there; seen with the
+  // e2e suite on rxe). Nothing of theirs can be loaded without that. An empty
+  // provider that libfabric resolves to verbs is not caught here.
+  if (config.provider.find("verbs") != std::string::npos)
+    return;
+  // fi_getinfo loads and initialises the providers once per process; a
+  // throw-away Fabric gets the whole path a child will take (fabric, domain)
+  // warmed without leaving an endpoint or queue behind.
+  Fabric warm(config);
+}
+
 std::vector<ProviderInfo> Fabric::discover() {
   using namespace lf;
   std::vector<ProviderInfo> out;

@@ -364,4 +364,21 @@ std::vector<ProviderInfo> Fabric::discover() {
 
 std::vector<std::string> Fabric::known_providers() { return {"verbs"}; }
 
+void Fabric::preload(const DeviceConfig &) {
+  // Only libibverbs and its user-space drivers. Opening the device is not an
+  // option: librdmacm keeps the contexts of rdma_get_devices() open for the
+  // life of the process, a forked child would inherit them instead of opening
+  // its own, and the kernel refuses uverbs commands written to a file opened
+  // under another process's credentials (EACCES). rxe posts every work
+  // request through such a command, so a child's first send failed.
+  int n = 0;
+  ibv_device **raw = ibv_get_device_list(&n);
+  if (!raw) {
+    if (errno == ENOSYS || errno == 0)
+      return; // no RDMA support in this kernel: nothing to load
+    vb::throw_errno(ErrorKind::Backend, "rdmalib verbs: ibv_get_device_list", errno);
+  }
+  ibv_free_device_list(raw);
+}
+
 } // namespace rdmalib

@@ -192,10 +192,10 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
   signal(SIGPIPE, SIG_IGN);
   if (!exec_each) {
     // Load and initialise the backend and its providers once, here, so forked
-    // executors only open their own endpoints. The fabric is closed again:
-    // a child must not share a parent's endpoints or queues.
+    // executors only open their own fabric and endpoints; nothing stays open
+    // (a child must not share a parent's device, endpoints or queues).
     try {
-      rdmalib::Fabric warm(warm_device);
+      rdmalib::Fabric::preload(warm_device);
     } catch (const std::exception &e) {
       spdlog::warn("zygote: warming the fabric failed (executors will open it cold): {}", e.what());
     }

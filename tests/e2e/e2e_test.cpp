@@ -2,6 +2,13 @@
 // and real executor processes, over one device (provider) per run:
 //
 //   rfaas_e2e_tests --device lo-tcp [gtest flags]
+//   rfaas_e2e_tests --devices /tmp/devices.json --device eth0-verbs --host 10.99.0.1
+//   rfaas_e2e_tests ... --manager-device eth1-verbs --host 10.99.0.2
+//
+// --devices is the device database (default config/devices.json), --device
+// the client's entry, --manager-device the manager's (default: the client's),
+// --host the address the manager listens on (default 127.0.0.1; rdma_cm
+// cannot use the loopback address, so on verbs it is the device's IP).
 //
 // main() starts one executor_manager for the whole run (port 0, waiting for
 // its readiness line) and stops it at the end; every test allocates from it.
@@ -34,6 +41,8 @@ namespace {
 
 struct Setup {
   std::string device = "lo-tcp";
+  std::string manager_device; // empty: the client's
+  std::string host = "127.0.0.1";
   std::string devices = RFAAS_E2E_DEVICES;
   std::string manager_bin = RFAAS_E2E_MANAGER;
   std::string manager_config = RFAAS_E2E_MANAGER_CONFIG;
@@ -415,14 +424,15 @@ TEST_F(E2E, VersionMismatchIsAnswered) {
 
 TEST_F(E2E, SetupErrorsCarryContext) {
   rfaas::executor ex(device());
-  // Nobody listens there.
-  rfaas::server nobody{"nobody", "127.0.0.1", 1};
+  // Nobody listens there (the manager's address: reachable on every device,
+  // unlike 127.0.0.1 on verbs, so the refusal itself is what is tested).
+  rfaas::server nobody{"nobody", g.server.address, 1};
   try {
     ex.allocate(nobody, options());
     FAIL() << "allocated from nobody";
   } catch (const rfaas::Error &e) {
     EXPECT_EQ(e.where(), rfaas::phase::connect) << e.what();
-    EXPECT_EQ(e.manager(), "127.0.0.1:1");
+    EXPECT_EQ(e.manager(), g.server.address + ":1");
   }
   // More cores than the manager has.
   try {
@@ -458,7 +468,20 @@ int main(int argc, char **argv) {
       g.device = argv[++i];
     else if (a == "--devices" && i + 1 < argc)
       g.devices = argv[++i];
+    else if (a == "--manager-device" && i + 1 < argc)
+      g.manager_device = argv[++i];
+    else if (a == "--host" && i + 1 < argc)
+      g.host = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--device NAME] [--devices FILE] [--manager-device NAME] "
+                   "[--host IP] [gtest flags]\n",
+                   argv[0]);
+      return 2;
+    }
   }
+  if (g.manager_device.empty())
+    g.manager_device = g.device;
   char tmpl[] = "/tmp/rfaas-e2e.XXXXXX";
   if (!mkdtemp(tmpl)) {
     std::perror("mkdtemp");
@@ -466,21 +489,21 @@ int main(int argc, char **argv) {
   }
   g.workdir = tmpl;
   g.manager = Process({g.manager_bin, "--config", g.manager_config, "--skip-resource-manager",
-                       "--devices", g.devices, "--device", g.device, "--host", "127.0.0.1",
+                       "--devices", g.devices, "--device", g.manager_device, "--host", g.host,
                        "--port", "0", "--cores", cpu_list()},
                       g.workdir + "/manager.log");
   std::string ready = g.manager.wait_for_line("listening on", 60s);
   if (ready.empty()) {
-    std::fprintf(stderr, "rfaas_e2e_tests: the executor manager did not start on %s:\n%s\n",
-                 g.device.c_str(), manager_log().c_str());
+    std::fprintf(stderr, "rfaas_e2e_tests: the executor manager did not start on %s (%s):\n%s\n",
+                 g.manager_device.c_str(), g.host.c_str(), manager_log().c_str());
     return 1;
   }
   g.address = ready.substr(ready.rfind(' ') + 1);
   g.server.name = "e2e";
   g.server.address = g.address.substr(0, g.address.rfind(':'));
   g.server.port = static_cast<uint16_t>(std::stoul(g.address.substr(g.address.rfind(':') + 1)));
-  std::printf("rfaas_e2e_tests: %s, manager at %s (pid %d)\n", g.device.c_str(), g.address.c_str(),
-              static_cast<int>(g.manager.pid()));
+  std::printf("rfaas_e2e_tests: client on %s, manager on %s at %s (pid %d)\n", g.device.c_str(),
+              g.manager_device.c_str(), g.address.c_str(), static_cast<int>(g.manager.pid()));
   int rc = RUN_ALL_TESTS();
   int status = g.manager.stop();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -2,9 +2,10 @@
 # tests/softroce/guest-suite.sh VERBS_BUILD [LIBFABRIC_BUILD]
 #
 # Runs INSIDE the soft-RoCE VM (tests/softroce/run-in-vm.sh --two; started by
-# scripts/run-verbs-tests.sh): the verbs tests on rxe0 alone (loopback, server
-# and client both on $SOFTROCE_IP) and from rxe0 to rxe1 ($SOFTROCE_IP ->
-# $SOFTROCE_PEER_IP), then the libfabric backend's verbs providers.
+# scripts/run-verbs-tests.sh): the verbs tests (verbs_smoke, the conformance
+# suite, the end-to-end suite) on rxe0 alone (loopback, server and client both
+# on $SOFTROCE_IP) and from rxe0 to rxe1 ($SOFTROCE_IP -> $SOFTROCE_PEER_IP),
+# then the libfabric backend's verbs providers.
 #
 # Each step has its own timeout; a missing binary or hook is reported as
 # SKIPPED with the reason, never silently. Logs go to VERBS_BUILD/vm-logs/.
@@ -103,6 +104,32 @@ else
     "$conf" --gtest_brief=1
   step verbs-conformance-rxe0-rxe1 1 env RFAAS_TEST_SERVER_IP="$ip1" RFAAS_TEST_CLIENT_IP="$ip0" \
     "$conf" --gtest_brief=1
+fi
+
+# The end-to-end suite: librfaas against a real executor manager, its zygote
+# and executors (the test binary starts the manager). The manager listens on
+# the device's IP (rdma_cm cannot use 127.0.0.1); the database names both
+# devices explicitly rather than relying on rfaas-info's naming.
+e2e=$verbs/tests/e2e/rfaas_e2e_tests
+if [ ! -x "$e2e" ]; then
+  skip verbs-e2e "no $e2e (server, examples or tests not built)"
+else
+  e2e_db=/tmp/e2e-devices.json
+  cat >"$e2e_db" <<EOF
+{
+  "devices": [
+    { "name": "rxe0", "provider": "verbs", "domain": "rxe0", "ip_address": "$ip0",
+      "port": 0, "default_receive_buffer_size": 32, "endpoint": "connected" },
+    { "name": "rxe1", "provider": "verbs", "domain": "rxe1", "ip_address": "$ip1",
+      "port": 0, "default_receive_buffer_size": 32, "endpoint": "connected" }
+  ]
+}
+EOF
+  step verbs-e2e-rxe0 1 "$e2e" --devices "$e2e_db" --device rxe0 --host "$ip0"
+  # Manager (and so its executors) on rxe1, client on rxe0: every connection
+  # of the lease crosses the veth pair.
+  step verbs-e2e-rxe0-rxe1 1 "$e2e" --devices "$e2e_db" --device rxe0 \
+    --manager-device rxe1 --host "$ip1"
 fi
 
 # ---- the libfabric backend with libfabric's verbs provider ----------------------------

@@ -70,6 +70,14 @@ public:
   static std::vector<ProviderInfo> discover();
   /// Provider names/aliases the backend accepts (for help texts and errors).
   static std::vector<std::string> known_providers();
+  /// Load and initialise what opening `config` needs (libraries, providers)
+  /// without keeping anything open, so that processes forked afterwards open
+  /// their own Fabric fast (the executor zygote). A Fabric opened before a
+  /// fork must not be used by the child, and on verbs a device context
+  /// opened before it is unusable there even after the Fabric is gone (see
+  /// the verbs backend), hence a call instead of a throw-away Fabric. Throws
+  /// Error like the constructor.
+  static void preload(const DeviceConfig &config);
 
   /// Backend object; not for users.
   detail::FabricImpl *impl() const noexcept { return impl_.get(); }
