@@ -428,9 +428,9 @@ bool Connection::is_open() const noexcept { return impl_ && impl_->open && !impl
 
 Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }
 
-Connection Connection::connect(Fabric &fabric, const Address &remote, const void *private_data,
-                               size_t private_len, std::chrono::milliseconds timeout,
-                               const ConnectionOptions &options) {
+Connection Connection::connect_once(Fabric &fabric, const Address &remote, const void *private_data,
+                                    size_t private_len, std::chrono::milliseconds timeout,
+                                    const ConnectionOptions &options) {
   detail::FabricImpl &f = *fabric.impl();
   check_private(f, private_len);
   std::unique_ptr<detail::ConnectionImpl, Connection::Deleter> c(new detail::ConnectionImpl);

@@ -115,9 +115,9 @@ Connection::Connection(Connection &&o) noexcept = default;
 Connection &Connection::operator=(Connection &&o) noexcept = default;
 Connection::Connection(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
 
-Connection Connection::connect(Fabric &fabric, const Address &remote, const void *private_data,
-                               size_t private_len, std::chrono::milliseconds timeout,
-                               const ConnectionOptions &options) {
+Connection Connection::connect_once(Fabric &fabric, const Address &remote, const void *private_data,
+                                    size_t private_len, std::chrono::milliseconds timeout,
+                                    const ConnectionOptions &options) {
   auto *fab = fabric.impl();
   const std::string where = remote.to_string();
   if (private_len > vb::kMaxPrivateData)

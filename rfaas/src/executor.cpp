@@ -292,6 +292,9 @@ struct executor::impl {
     rdmalib::ConnectionOptions mopts;
     mopts.recv_depth = kManagerRecvs;
     mopts.send_depth = 4;
+    // A refusal can be transient (see ConnectionOptions::refused_retries); a
+    // manager that is really absent still fails within ~150 ms.
+    mopts.refused_retries = 3;
     try {
       manager =
           rdmalib::Connection::connect(fabric, rdmalib::Address{m.address, m.port}, hello_bytes,

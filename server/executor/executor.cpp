@@ -28,6 +28,11 @@ using std::chrono::milliseconds;
 
 namespace {
 
+/// Connection requests a peer refuses are made again this often (see
+/// rdmalib::ConnectionOptions::refused_retries): the client's listener and the
+/// manager are known to be there, so a refusal is more likely transient.
+constexpr uint32_t kRefusedRetries = 3;
+
 volatile sig_atomic_t g_terminate = 0;
 void on_term(int) { g_terminate = 1; }
 
@@ -170,6 +175,7 @@ private:
     rdmalib::ConnectionOptions opts;
     opts.send_depth = slots_ + 8;
     opts.recv_depth = nrecv_;
+    opts.refused_retries = kRefusedRetries;
     rdmalib::Address client{std::string(proto::get_text(req.client_host)), req.client_port};
     conn_ = rdmalib::Connection::connect(s_.fabric, client, hello_bytes, sizeof hello_bytes,
                                          milliseconds(s_.spec.connect_ms), opts);
@@ -585,8 +591,10 @@ public:
     hello.secret = spec.secret;
     uint8_t bytes[sizeof hello];
     proto::encode(hello, bytes, sizeof bytes);
+    rdmalib::ConnectionOptions opts;
+    opts.refused_retries = kRefusedRetries;
     conn_ = rdmalib::Connection::connect(s_.fabric, {spec.manager_host, spec.manager_port}, bytes,
-                                         sizeof bytes, milliseconds(spec.connect_ms));
+                                         sizeof bytes, milliseconds(spec.connect_ms), opts);
     proto::ConnectReply reply;
     const auto &pd = conn_.peer_private_data();
     proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);

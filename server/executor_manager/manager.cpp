@@ -31,6 +31,7 @@ constexpr size_t kCtl = proto::kControlMessageMax;
 constexpr size_t kClientRecv = proto::kMaxAllocationRequestSize;
 constexpr uint64_t kClientRecvs = 2;
 constexpr uint64_t kExecutorRecvs = 8;
+constexpr uint64_t kAdvertiseCtx = 1000; // the accounting record's advertisement
 
 void random_bytes(void *out, size_t n) {
   auto *p = static_cast<uint8_t *>(out);
@@ -446,12 +447,11 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       adv.descriptor.slot_size = sizeof(proto::AccountingCounters);
       char *area = a.exec_buf.data() + kExecutorRecvs * kCtl;
       proto::WireResult w = proto::encode(adv, area, kCtl);
-      rdmalib::Completion c;
-      if (!w ||
-          a.exec_ops.send(a.exec_buf.local_bytes(kExecutorRecvs * kCtl, w.size), 1000) !=
-              rdmalib::Status::Ok ||
-          a.exec_ops.wait(rdmalib::Queue::Send, &c, 1, static_cast<int>(cfg_.connect_ms)).status !=
-              rdmalib::Status::Ok)
+      // Not waited for here: a link whose peer never reads would stall the
+      // whole loop. poll_executors() reaps the completion (and reports a
+      // failure); the buffer lives as long as the allocation.
+      if (!w || a.exec_ops.send(a.exec_buf.local_bytes(kExecutorRecvs * kCtl, w.size),
+                                kAdvertiseCtx) != rdmalib::Status::Ok)
         spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
                      a.exec_ops.last_error());
     }
@@ -652,7 +652,12 @@ void Manager::poll_executors() {
     if (!a.exec_connected || a.exec_done)
       continue;
     rdmalib::Completion comps[8];
-    size_t n = a.exec_ops.poll(rdmalib::Queue::Recv, comps, 8);
+    size_t n = a.exec_ops.poll(rdmalib::Queue::Send, comps, 8);
+    for (size_t i = 0; i < n; ++i)
+      if (comps[i].status != rdmalib::Status::Ok)
+        spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
+                     a.exec_ops.last_error());
+    n = a.exec_ops.poll(rdmalib::Queue::Recv, comps, 8);
     for (size_t i = 0; i < n; ++i) {
       const rdmalib::Completion &k = comps[i];
       if (k.status != rdmalib::Status::Ok || k.kind == rdmalib::OpKind::PeerClosed) {

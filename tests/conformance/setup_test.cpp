@@ -70,6 +70,32 @@ TEST_P(Setup, ConnectToClosedPortFailsWithinDeadline) {
   }
 }
 
+TEST_P(Setup, RefusedRequestIsRetriedWhenAsked) {
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  Address where = listener.address();
+  auto pd = pattern_vector(32, 5);
+  run_both(
+      [&] {
+        ConnectionRequest first = listener.next_request(kDeadline);
+        EXPECT_EQ(first.private_data(), pd);
+        first.reject();
+        // The client's own retry, with the same private data.
+        Connection ok = listener.accept(pd.data(), pd.size(), kDeadline);
+        EXPECT_TRUE(ok.is_open());
+      },
+      [&] {
+        ConnectionOptions opts;
+        opts.refused_retries = 2;
+        auto t0 = Clock::now();
+        Connection c =
+            Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline, opts);
+        EXPECT_TRUE(c.is_open());
+        EXPECT_EQ(c.peer_private_data(), pd);
+        // It waited its first backoff (20 ms) before asking again.
+        EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(20));
+      });
+}
+
 TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();

@@ -32,6 +32,11 @@ struct ConnectionOptions {
   uint32_t recv_depth = 0;
   /// How long a post may retry on a full queue before returning Timeout.
   std::chrono::milliseconds post_deadline{5000};
+  /// Connection requests the peer refuses are made again this many times,
+  /// after 20, 40, 80, ... ms and within connect()'s timeout. A refusal is not
+  /// always final: libfabric's sockets provider intermittently refuses requests
+  /// its listener then accepts. 0: the first refusal is the answer.
+  uint32_t refused_retries = 0;
 };
 
 class Connection {
@@ -46,8 +51,9 @@ public:
   /// Active side: connect to a Listener at `remote`, presenting `private_data`
   /// (at most Capabilities::max_private_data bytes, at least 32 on every fabric).
   /// Blocks until established or `timeout` passes. Throws Error: Refused when
-  /// nobody listens or the peer rejects, Timeout at the deadline, Config for
-  /// oversized private data, Backend otherwise, each naming the address.
+  /// nobody listens or the peer rejects (after options.refused_retries more
+  /// attempts), Timeout at the deadline, Config for oversized private data,
+  /// Backend otherwise, each naming the address.
   static Connection connect(Fabric &fabric, const Address &remote, const void *private_data,
                             size_t private_len, std::chrono::milliseconds timeout,
                             const ConnectionOptions &options = {});
@@ -86,6 +92,11 @@ public:
   };
 
 private:
+  /// One attempt of connect(), implemented by the backend.
+  static Connection connect_once(Fabric &fabric, const Address &remote, const void *private_data,
+                                 size_t private_len, std::chrono::milliseconds timeout,
+                                 const ConnectionOptions &options);
+
   std::unique_ptr<detail::ConnectionImpl, Deleter> impl_;
 };
 
