@@ -83,18 +83,24 @@ std::string provider_names() {
   return out;
 }
 
-void quirk_rxm_cm_progress_interval() {
-  // Only where the provider is the one measured; newer releases may change the
-  // default, and an operator's own setting always wins.
+namespace {
+
+/// Set a provider variable for the releases it was measured on; newer releases
+/// may change the default, and an operator's own setting always wins.
+void default_env_for_measured_releases(const char *name, const char *value) {
   if (FI_MAJOR(fi_version()) != 1 || FI_MINOR(fi_version()) > 20)
     return;
-  setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "100", /*overwrite=*/0);
+  setenv(name, value, /*overwrite=*/0);
+}
+
+} // namespace
+
+void quirk_rxm_cm_progress_interval() {
+  default_env_for_measured_releases("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "100");
 }
 
 void quirk_sockets_pe_waittime() {
-  if (FI_MAJOR(fi_version()) != 1 || FI_MINOR(fi_version()) > 20)
-    return;
-  setenv("FI_SOCKETS_PE_WAITTIME", "0", /*overwrite=*/0);
+  default_env_for_measured_releases("FI_SOCKETS_PE_WAITTIME", "0");
 }
 
 std::string quirk_shm_endpoint_name(const std::string &host, unsigned port) {
