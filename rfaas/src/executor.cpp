@@ -634,17 +634,18 @@ struct executor::impl {
     // A member, not a local: a local array of Completion is value-initialised
     // on every call, and this runs once per spin of the busy-poll loop.
     rdmalib::Completion *c = comp_buf;
-    size_t n = 0;
-    if (block_ms > 0 && block_on == rdmalib::Queue::Recv) {
-      rdmalib::WaitResult r = w.ops.wait(rdmalib::Queue::Recv, c, 16, block_ms);
-      if (r.status == rdmalib::Status::Closed) {
-        worker_lost(w, status::closed);
-        return;
-      }
-      n = r.count;
-    } else {
-      n = w.ops.poll(rdmalib::Queue::Recv, c, 16);
+    // What queue `q` holds: polled, or waited for when it is the one to block on.
+    auto fetch = [&](rdmalib::Queue q) -> rdmalib::WaitResult {
+      if (block_ms > 0 && block_on == q)
+        return w.ops.wait(q, c, 16, block_ms);
+      return {w.ops.poll(q, c, 16), rdmalib::Status::Ok};
+    };
+    rdmalib::WaitResult got = fetch(rdmalib::Queue::Recv);
+    if (got.status == rdmalib::Status::Closed) {
+      worker_lost(w, status::closed);
+      return;
     }
+    size_t n = got.count;
     for (size_t i = 0; i < n; ++i) {
       if (c[i].status != rdmalib::Status::Ok || c[i].kind == rdmalib::OpKind::PeerClosed) {
         worker_lost(w, status::closed);
@@ -667,12 +668,7 @@ struct executor::impl {
       }
     }
     if (w.writes_pending) {
-      if (block_ms > 0 && block_on == rdmalib::Queue::Send) {
-        rdmalib::WaitResult r = w.ops.wait(rdmalib::Queue::Send, c, 16, block_ms);
-        n = r.count;
-      } else {
-        n = w.ops.poll(rdmalib::Queue::Send, c, 16);
-      }
+      n = fetch(rdmalib::Queue::Send).count;
       for (size_t i = 0; i < n; ++i)
         if (c[i].context & kWriteCtx)
           on_write_done(w, c[i]);
