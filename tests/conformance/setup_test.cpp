@@ -70,61 +70,58 @@ TEST_P(Setup, ConnectToClosedPortFailsWithinDeadline) {
   }
 }
 
+/// Server side of the refusal cases: reject the first request (carrying
+/// `pd`), then accept the next one, answering with `pd`.
+void reject_then_accept(Listener &listener, const std::vector<uint8_t> &pd) {
+  ConnectionRequest first = listener.next_request(kDeadline);
+  EXPECT_EQ(first.private_data(), pd);
+  first.reject();
+  // The listener serves the next request normally (a new client, or the
+  // same client asking again).
+  Connection ok = listener.accept(pd.data(), pd.size(), kDeadline);
+  EXPECT_TRUE(ok.is_open());
+}
+
 TEST_P(Setup, RefusedRequestIsRetriedWhenAsked) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();
   auto pd = pattern_vector(32, 5);
-  run_both(
-      [&] {
-        ConnectionRequest first = listener.next_request(kDeadline);
-        EXPECT_EQ(first.private_data(), pd);
-        first.reject();
-        // The client's own retry, with the same private data.
-        Connection ok = listener.accept(pd.data(), pd.size(), kDeadline);
-        EXPECT_TRUE(ok.is_open());
-      },
-      [&] {
-        ConnectionOptions opts;
-        opts.refused_retries = 2;
-        auto t0 = Clock::now();
-        Connection c =
-            Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline, opts);
-        EXPECT_TRUE(c.is_open());
-        EXPECT_EQ(c.peer_private_data(), pd);
-        // It waited its first backoff (20 ms) before asking again.
-        EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(20));
-      });
+  run_both([&] { reject_then_accept(listener, pd); },
+           [&] {
+             ConnectionOptions opts;
+             opts.refused_retries = 2;
+             auto t0 = Clock::now();
+             Connection c =
+                 Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline, opts);
+             EXPECT_TRUE(c.is_open());
+             EXPECT_EQ(c.peer_private_data(), pd);
+             // It waited its first backoff (20 ms) before asking again.
+             EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(20));
+           });
 }
 
 TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();
   auto pd = pattern_vector(32, 4);
-  run_both(
-      [&] {
-        ConnectionRequest first = listener.next_request(kDeadline);
-        EXPECT_EQ(first.private_data(), pd);
-        first.reject();
-        // The listener serves the next client normally.
-        Connection ok = listener.accept(pd.data(), pd.size(), kDeadline);
-        EXPECT_TRUE(ok.is_open());
-      },
-      [&] {
-        auto t0 = Clock::now();
-        try {
-          Connection c =
-              Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
-          ADD_FAILURE() << "connect succeeded although the server rejected it";
-        } catch (const Error &e) {
-          EXPECT_EQ(e.kind(), ErrorKind::Refused) << kind_name(e.kind()) << ": " << e.what();
-          EXPECT_NE(std::string(e.what()).find(where.to_string()), std::string::npos) << e.what();
-          EXPECT_LT(Clock::now() - t0, kDeadline + kSlack);
-        }
-        Connection second =
-            Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
-        EXPECT_TRUE(second.is_open());
-        EXPECT_EQ(second.peer_private_data(), pd);
-      });
+  run_both([&] { reject_then_accept(listener, pd); },
+           [&] {
+             auto t0 = Clock::now();
+             try {
+               Connection c =
+                   Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+               ADD_FAILURE() << "connect succeeded although the server rejected it";
+             } catch (const Error &e) {
+               EXPECT_EQ(e.kind(), ErrorKind::Refused) << kind_name(e.kind()) << ": " << e.what();
+               EXPECT_NE(std::string(e.what()).find(where.to_string()), std::string::npos)
+                   << e.what();
+               EXPECT_LT(Clock::now() - t0, kDeadline + kSlack);
+             }
+             Connection second =
+                 Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+             EXPECT_TRUE(second.is_open());
+             EXPECT_EQ(second.peer_private_data(), pd);
+           });
 }
 
 TEST_P(Setup, OversizedPrivateDataIsConfigError) {
