@@ -134,10 +134,11 @@ fi
 
 # ---- the libfabric backend with libfabric's verbs provider ----------------------------
 # The whole conformance suite on "verbs" (MSG), required, and on
-# "verbs;ofi_rxm" (RDM), reported but not required (see below). verbs_smoke on libfabric's verbs stays a known failure (a
-# graceful close is not reported to the peer, and its all-off pass needs
-# offset registration, which the provider lacks; tests/softroce/README.md);
-# RFAAS_VERBS_LF_STRICT=1 runs and counts it.
+# "verbs;ofi_rxm" (RDM), reported but not required (see below). verbs_smoke
+# on libfabric's verbs stays a known failure (a graceful close is not reported
+# to the peer, and its all-off pass needs offset registration, which the
+# provider lacks; tests/softroce/README.md); RFAAS_VERBS_LF_STRICT=1 runs and
+# counts it.
 if [ -n "$lf" ]; then
   lfsmoke=$lf/tests/softroce/verbs_smoke
   if [ "$lf_strict" != 1 ]; then
