@@ -29,8 +29,12 @@ int main(int argc, char **argv) {
     o.hot_timeout_ms = 0;
     ex.allocate(manager, o);
     std::vector<char> in(16, 'x'), out(16);
-    if (!ex.execute("echo", in, out).ok())
+    rfaas::result r = ex.execute("echo", in, out);
+    if (!r.ok()) {
+      std::fprintf(stderr, "client_helper: echo failed: %s (detail %u)\n",
+                   rfaas::to_string(r.status), static_cast<unsigned>(r.detail));
       return 1;
+    }
     std::printf("allocated %llx\n", static_cast<unsigned long long>(ex.allocation_id()));
     std::fflush(stdout);
     char c;

@@ -55,11 +55,14 @@ struct Setup {
   std::string address;
 } g;
 
-std::string manager_log() {
-  std::ifstream f(g.workdir + "/manager.log");
+/// The last 4000 characters of a log in the work directory.
+std::string log_tail(const std::string &name) {
+  std::ifstream f(g.workdir + "/" + name);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
 }
+
+std::string manager_log() { return log_tail("manager.log"); }
 
 /// Every CPU this process may use, as a Linux cpulist ("0,1").
 std::string cpu_list() {
@@ -386,7 +389,9 @@ TEST_F(E2E, ClientKilledMidLease) {
   const std::vector<pid_t> baseline = rfaas::e2e::descendants_of(g.manager.pid());
   Process helper({g.helper, g.devices, g.device, g.address, g.library}, g.workdir + "/helper.log");
   std::string line = helper.wait_for_line("allocated", 30s);
-  ASSERT_NE(line, "") << "the helper client did not allocate";
+  ASSERT_NE(line, "") << "the helper client did not allocate; its stderr:\n"
+                      << log_tail("helper.log") << "\nmanager log:\n"
+                      << manager_log();
   std::vector<pid_t> executors;
   for (pid_t p : rfaas::e2e::descendants_of(g.manager.pid()))
     if (std::find(baseline.begin(), baseline.end(), p) == baseline.end())
