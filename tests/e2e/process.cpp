@@ -125,8 +125,18 @@ void Process::kill_now() {
 
 namespace {
 bool read_stat(pid_t pid, pid_t &ppid, char &state) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Plain read(2): the process may exit between open and read, and the
+  // kernel then fails the read with ESRCH, which libstdc++'s filebuf turns
+  // into an exception; here it only means "not a live child".
+  int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  std::string text(buf, static_cast<size_t>(n));
   // The command name may contain spaces and parentheses: parse after the last ')'.
   size_t close = text.rfind(')');
   if (close == std::string::npos)
