@@ -61,12 +61,12 @@ void post_handshake_recv(ConnectionImpl &c, size_t i) {
 
 /// Send a handshake message from `c` to `to` and wait for it to leave.
 void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage &m,
-                    const lf::Deadline &dl, const char *what) {
+                    const lf::Deadline &dl, const std::string &what) {
   uint8_t *buf = c.ctl_send(c.ctl_send_next++ % ConnectionImpl::kCtlSendSlots);
   std::memcpy(buf, &m, sizeof m);
   lf::OpSlot *s = c.take_slot(0, OpKind::Send, true);
   if (!s)
-    throw Error(ErrorKind::Backend, std::string("rdmalib: no slot to send the ") + what);
+    throw Error(ErrorKind::Backend, "rdmalib: no slot to send the " + what);
   ssize_t r;
   do {
     r = fi_send(c.ep.get(), buf, sizeof m, c.ctl_desc(), to, s);
@@ -75,12 +75,12 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage 
   } while (r == -FI_EAGAIN && !dl.passed());
   if (r) {
     c.put_slot(s);
-    lf::throw_fi(std::string("sending the ") + what, static_cast<int>(r));
+    lf::throw_fi("sending the " + what, static_cast<int>(r));
   }
   fi_cq_data_entry e{};
   int err = 0;
   if (!c.wait_internal(Queue::Send, e, dl, err))
-    lf::throw_fi(std::string("completing the ") + what, -err);
+    lf::throw_fi("completing the " + what, -err);
 }
 
 } // namespace
@@ -215,7 +215,7 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
     m.private_len = static_cast<uint32_t>(private_len);
     if (private_len)
       std::memcpy(m.private_data, private_data, private_len);
-    detail::send_handshake(*c, c->peer, m, dl, "handshake answer");
+    detail::send_handshake(*c, c->peer, m, dl, "handshake answer to " + c->remote.to_string());
   }
   c->peer_private = impl_->private_data;
   c->open = true;

@@ -14,6 +14,7 @@ namespace rfaas::executor {
 namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+constexpr int kMaxSignal = 65;
 
 // Per-thread guard state. Thread-locals of the executable use the
 // initial-exec TLS model: reading them in a signal handler is safe.
@@ -21,12 +22,19 @@ thread_local sigjmp_buf t_jump;
 thread_local volatile sig_atomic_t t_active = 0;
 thread_local void *t_altstack = nullptr;
 
-void on_fatal(int sig, siginfo_t *, void *) {
-  if (t_active) {
-    t_active = 0;
-    siglongjmp(t_jump, sig);
-  }
-  // Not inside a guarded call: die with the signal as if no handler existed.
+// The handler each signal had before ours: network libraries install their
+// own (libfabric's shm provider unlinks the process's shared-memory regions
+// and re-raises). A crash outside a guarded call still reaches it; a crash
+// inside one must not, or the executor would lose its regions while it still
+// answers the client and the manager.
+struct sigaction g_previous[kMaxSignal];
+bool g_have_previous[kMaxSignal] = {};
+volatile sig_atomic_t g_forwarded = 0;
+std::mutex g_install_mutex;
+
+void on_fatal(int sig, siginfo_t *, void *);
+
+void die_with(int sig) {
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
@@ -35,26 +43,57 @@ void on_fatal(int sig, siginfo_t *, void *) {
   raise(sig);
 }
 
-std::once_flag g_installed;
+void on_fatal(int sig, siginfo_t *, void *) {
+  if (t_active) {
+    t_active = 0;
+    siglongjmp(t_jump, sig);
+  }
+  // Not inside a guarded call: give the previous handler its turn once (it
+  // may re-raise, which lands here again), then die with the signal as if no
+  // handler existed.
+  if (!g_forwarded && sig < kMaxSignal && g_have_previous[sig]) {
+    g_forwarded = 1;
+    sigaction(sig, &g_previous[sig], nullptr);
+    raise(sig);
+    return;
+  }
+  die_with(sig);
+}
+
+bool is_ours(const struct sigaction &sa) {
+  return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction == on_fatal;
+}
 
 } // namespace
 
-void CrashGuard::install() {
-  std::call_once(g_installed, [] {
-    for (int sig : kSignals) {
-      struct sigaction sa;
-      std::memset(&sa, 0, sizeof sa);
-      sa.sa_sigaction = on_fatal;
-      sigemptyset(&sa.sa_mask);
-      // SA_NODEFER: the signal is not blocked while the handler runs, so
-      // leaving it with siglongjmp (without a saved mask) leaves the thread's
-      // mask as it was.
-      sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-      if (sigaction(sig, &sa, nullptr) != 0)
-        throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
-                                 "): " + std::strerror(errno));
+int CrashGuard::install() {
+  std::lock_guard<std::mutex> g(g_install_mutex);
+  int displaced = 0;
+  for (int sig : kSignals) {
+    struct sigaction cur;
+    if (sigaction(sig, nullptr, &cur) != 0)
+      throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
+                               "): " + std::strerror(errno));
+    if (is_ours(cur))
+      continue;
+    if (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN) {
+      g_previous[sig] = cur;
+      g_have_previous[sig] = true;
+      ++displaced;
     }
-  });
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal;
+    sigemptyset(&sa.sa_mask);
+    // SA_NODEFER: the signal is not blocked while the handler runs, so
+    // leaving it with siglongjmp (without a saved mask) leaves the thread's
+    // mask as it was.
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    if (sigaction(sig, &sa, nullptr) != 0)
+      throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
+                               "): " + std::strerror(errno));
+  }
+  return displaced;
 }
 
 void CrashGuard::prepare_thread() {

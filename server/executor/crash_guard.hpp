@@ -9,8 +9,10 @@
 // and siglongjmp back into run(). sigsetjmp does not save the signal mask
 // (that would be a system call per invocation); the handlers are installed
 // with SA_NODEFER instead, so the mask is unchanged when the jump lands.
-// A fatal signal outside run() (a bug in the executor itself) restores the
-// default action and re-raises it, so the process still dies with that signal.
+// A fatal signal outside run() (a bug in the executor itself) goes to the
+// handler that was installed before ours (libfabric's shm provider cleans up
+// its shared-memory files there), then the default action: the process still
+// dies with that signal.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +23,14 @@ using GuardedFunction = uint32_t (*)(void *in, uint32_t size, void *out);
 
 class CrashGuard {
 public:
-  /// Install the process-wide handlers. Idempotent; thread-safe. Throws
-  /// std::runtime_error if sigaction fails.
-  static void install();
+  /// Install the process-wide handlers, or put them back in front of one a
+  /// library installed since (which then runs only for crashes outside
+  /// run()). Call it again once the network is set up: libfabric's shm
+  /// provider installs a handler that unlinks every shared-memory region of
+  /// the process, which a guarded crash must not trigger. Idempotent;
+  /// thread-safe. Returns how many other handlers it went in front of.
+  /// Throws std::runtime_error if sigaction fails.
+  static int install();
 
   /// Give the calling thread its alternate signal stack. Call once per thread
   /// that uses run(), before the first call. Throws std::runtime_error.

@@ -228,6 +228,12 @@ private:
       if (status == proto::ErrorCode::Ok)
         lib_ = &s_.library;
     }
+    // The network is up and the library loaded, either of which may have
+    // installed fatal-signal handlers of its own: a crash in a function must
+    // reach ours first.
+    if (int n = CrashGuard::install())
+      spdlog::debug("executor {:x}: crash guard went in front of {} other signal handler(s)",
+                    s_.spec.allocation_id, n);
     proto::Ready ready;
     ready.status = status;
     ready.worker = index_;
@@ -748,6 +754,9 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
                     e.what());
       manager_gone = true;
     }
+    // This endpoint may be the process's first on some providers: keep the
+    // crash guard in front of whatever handler the network installed.
+    CrashGuard::install();
     auto last_flush = Clock::now();
     Clock::time_point terminate_at{};
     for (;;) {
