@@ -4,14 +4,23 @@
 # pkg-config (rfaas.pc). Also checks that the installed rfaas headers include
 # nothing from rdmalib or the network backends.
 #
-# Usage: run-install-test.sh BUILD_DIR CONSUMER_SOURCE_DIR [CMAKE_GENERATOR]
+# With a functions library given, the CMake-built consumer then also runs an
+# invocation: it leases a core from the INSTALLED executor_manager (started on
+# loopback tcp with the source tree's example configuration) and checks the
+# output of "echo".
+#
+# Usage: run-install-test.sh BUILD_DIR CONSUMER_SOURCE_DIR [CMAKE_GENERATOR [FUNCTIONS_LIBRARY]]
 set -euo pipefail
 build=$1
 consumer=$2
 generator=${3:-}
+library=${4:-}
+source_dir=$(cd "$(dirname "$0")/../.." && pwd)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-install-test.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=../../scripts/lib/manager.sh
+source "$source_dir/scripts/lib/manager.sh"
+trap 'stop_manager; rm -rf "$work"' EXIT
 prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
@@ -42,6 +51,25 @@ cmake -S "$consumer" -B "$work/cmake-build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$pr
   >"$work/configure.log" || { cat "$work/configure.log" >&2; exit 1; }
 cmake --build "$work/cmake-build" >"$work/build.log" || { cat "$work/build.log" >&2; exit 1; }
 LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer"
+
+if [[ -n $library ]]; then
+  for bin in executor_manager executor; do
+    [[ -x $prefix/bin/$bin ]] || { echo "FAIL: $bin was not installed into $prefix/bin" >&2; exit 1; }
+  done
+  cores=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  if ! start_manager "$work/manager.log" 60 "$prefix/bin/executor_manager" \
+    --config "$source_dir/config/executor_manager.json" --skip-resource-manager \
+    --devices "$source_dir/config/devices.json" --device lo-tcp --host 127.0.0.1 --port 0 \
+    --cores "$cores"; then
+    echo "FAIL: the installed executor_manager did not start:" >&2
+    cat "$work/manager.log" >&2
+    exit 1
+  fi
+  echo "installed executor_manager listening on $manager_address"
+  LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer" "$source_dir/config/devices.json" lo-tcp \
+    "$manager_address" "$library" || { cat "$work/manager.log" >&2; exit 1; }
+  stop_manager
+fi
 
 # 2. pkg-config.
 pc=$(find "$prefix" -name rfaas.pc | head -n1)
