@@ -555,6 +555,8 @@ cxxopts::Options make_parser() {
     ("write-devices", "Write a device database for this machine to FILE",
      cxxopts::value<std::string>(), "FILE")
     ("no-verify", "With --write-devices: keep entries without opening each one first")
+    ("reclaim-stale", "Remove the shared-memory regions that processes killed on this node "
+     "left behind (unmapped for 30 s or more), print them, then exit")
     ("v,verbose", "Log rdmalib's debug messages to stderr (SPDLOG_LEVEL also works)");
   // clang-format on
   return o;
@@ -576,6 +578,7 @@ const char *help_footer =
     "  rfaas-info --provider \"tcp;ofi_rxm\" --endpoint rdm --json\n"
     "  rfaas-info --write-devices config/devices.json\n"
     "  rfaas-info --devices config/devices.json --device lo-tcp\n"
+    "  rfaas-info --reclaim-stale\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 bad usage.\n";
 
@@ -605,6 +608,14 @@ bool parse_command_line(int argc, char **argv, Options &opt) {
   if (r.count("version")) {
     std::cout << "rfaas-info (rdmalib " << RDMALIB_VERSION << ", backend "
               << rdmalib::Fabric::backend_name() << ")\n";
+    return false;
+  }
+  if (r.count("reclaim-stale")) {
+    rdmalib::Fabric::ReclaimReport rep = rdmalib::Fabric::reclaim_stale();
+    for (const std::string &n : rep.names)
+      std::cout << "removed " << n << "\n";
+    std::cout << "reclaimed " << rep.names.size() << " stale region(s), " << (rep.bytes >> 20)
+              << " MiB\n";
     return false;
   }
   opt.json = r.count("json") > 0;

@@ -115,6 +115,15 @@ int main(int argc, char **argv) {
     if (args.count("provider"))
       device.provider = args["provider"].as<std::string>();
 
+    // Executors and clients killed on this node (SIGKILL, OOM) leave shared
+    // memory behind that nothing else frees; a manager start is the moment
+    // an operator expects a clean slate.
+    rdmalib::Fabric::ReclaimReport reclaimed = rdmalib::Fabric::reclaim_stale();
+    if (!reclaimed.names.empty())
+      spdlog::info("reclaimed {} stale shared-memory region(s), {} MiB, left by processes that "
+                   "died without closing them",
+                   reclaimed.names.size(), reclaimed.bytes >> 20);
+
     rfaas::manager::Manager manager(cfg, device, executor_path());
     std::printf("executor_manager: listening on %s %s\n", manager.provider().c_str(),
                 manager.address().to_string().c_str());

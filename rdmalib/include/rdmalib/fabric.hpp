@@ -5,6 +5,8 @@
 // Listeners, Connections and MemoryRegions from it. It must outlive all of them.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +80,24 @@ public:
   /// the verbs backend), hence a call instead of a throw-away Fabric. Throws
   /// Error like the constructor.
   static void preload(const DeviceConfig &config);
+
+  /// What reclaim_stale() removed.
+  struct ReclaimReport {
+    /// Names of the removed objects ("/dev/shm/rdmalib-127.0.0.1-4000").
+    std::vector<std::string> names;
+    /// Their total size in bytes.
+    uint64_t bytes = 0;
+  };
+  /// Remove what processes that died without closing their endpoints (killed,
+  /// crashed) left in shared system resources, which nothing else frees.
+  /// On the libfabric backend: the shm provider's shared-memory regions in
+  /// /dev/shm (16 MiB each; endpoints named "<pid>:<uid>:<n>" and rdmalib's
+  /// listeners "rdmalib-<host>-<port>") owned by this user, mapped by no
+  /// process and unchanged for `min_age`. The verbs backend has nothing of
+  /// the kind and returns an empty report. Long-lived servers call it at
+  /// start; it reads /proc/<pid>/maps of every process (a few ms). Never
+  /// throws: entries it cannot inspect are left alone.
+  static ReclaimReport reclaim_stale(std::chrono::seconds min_age = std::chrono::seconds(30));
 
   /// Backend object; not for users.
   detail::FabricImpl *impl() const noexcept { return impl_.get(); }
