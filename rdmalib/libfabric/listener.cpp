@@ -70,8 +70,16 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage 
   ssize_t r;
   do {
     r = fi_send(c.ep.get(), buf, sizeof m, c.ctl_desc(), to, s);
-    if (r == -FI_EAGAIN)
+    if (r == -FI_EAGAIN) {
       c.progress();
+      // shm keeps a send to a dead process's endpoint in EAGAIN: do not make
+      // the listening process wait out the whole deadline for it.
+      if (c.peer_process_gone()) {
+        c.put_slot(s);
+        throw Error(ErrorKind::Closed,
+                    "rdmalib: the peer process went away before the " + what + " could be sent");
+      }
+    }
   } while (r == -FI_EAGAIN && !dl.passed());
   if (r) {
     c.put_slot(s);
