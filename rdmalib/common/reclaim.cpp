@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -54,6 +54,8 @@ std::set<std::string> mapped_files_in(const std::string &dir) {
   while (dirent *e = readdir(proc)) {
     if (!std::isdigit(static_cast<unsigned char>(e->d_name[0])))
       continue;
+    // A process that exits while its maps are read only ends the loop: the
+    // stream turns the kernel's ESRCH into badbit, and its mappings are gone.
     std::ifstream maps(std::string("/proc/") + e->d_name + "/maps");
     std::string line;
     while (maps && std::getline(maps, line)) {
@@ -83,7 +85,7 @@ Fabric::ReclaimReport reclaim_unmapped_regions(const std::string &dir_path,
     DIR *dir = opendir(shm_dir.c_str());
     if (!dir)
       return report;
-    std::set<std::string> candidates;
+    std::map<std::string, uint64_t> candidates; // name -> size
     const uid_t me = geteuid();
     const time_t now = std::time(nullptr);
     while (dirent *e = readdir(dir)) {
@@ -95,22 +97,19 @@ Fabric::ReclaimReport reclaim_unmapped_regions(const std::string &dir_path,
         continue;
       if (now - st.st_mtime < min_age.count() || now - st.st_ctime < min_age.count())
         continue;
-      candidates.insert(name);
+      candidates.emplace(name, static_cast<uint64_t>(st.st_size));
     }
     closedir(dir);
     if (candidates.empty())
       return report;
     const std::set<std::string> mapped = mapped_files_in(shm_dir);
-    for (const std::string &name : candidates) {
+    for (const auto &[name, size] : candidates) {
       if (mapped.count(name))
         continue;
       const std::string path = shm_dir + name;
-      struct stat st;
-      if (lstat(path.c_str(), &st) != 0)
-        continue;
       if (unlink(path.c_str()) == 0) {
         report.names.push_back(path);
-        report.bytes += static_cast<uint64_t>(st.st_size);
+        report.bytes += size;
       }
     }
   } catch (...) {
