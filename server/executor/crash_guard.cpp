@@ -14,7 +14,6 @@ namespace rfaas::executor {
 namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-constexpr int kMaxSignal = 65;
 
 // Per-thread guard state. Thread-locals of the executable use the
 // initial-exec TLS model: reading them in a signal handler is safe.
@@ -26,13 +25,10 @@ thread_local void *t_altstack = nullptr;
 // own (libfabric's shm provider unlinks the process's shared-memory regions
 // and re-raises). A crash outside a guarded call still reaches it; a crash
 // inside one must not, or the executor would lose its regions while it still
-// answers the client and the manager.
-struct sigaction g_previous[kMaxSignal];
-bool g_have_previous[kMaxSignal] = {};
+// answers the client and the manager. Zero-initialised: SIG_DFL, "none".
+struct sigaction g_previous[NSIG];
 volatile sig_atomic_t g_forwarded = 0;
 std::mutex g_install_mutex;
-
-void on_fatal(int sig, siginfo_t *, void *);
 
 void die_with(int sig) {
   struct sigaction dfl;
@@ -51,7 +47,7 @@ void on_fatal(int sig, siginfo_t *, void *) {
   // Not inside a guarded call: give the previous handler its turn once (it
   // may re-raise, which lands here again), then die with the signal as if no
   // handler existed.
-  if (!g_forwarded && sig < kMaxSignal && g_have_previous[sig]) {
+  if (!g_forwarded && g_previous[sig].sa_handler != SIG_DFL) {
     g_forwarded = 1;
     sigaction(sig, &g_previous[sig], nullptr);
     raise(sig);
@@ -64,6 +60,11 @@ bool is_ours(const struct sigaction &sa) {
   return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction == on_fatal;
 }
 
+[[noreturn]] void throw_sigaction_error(int sig) {
+  throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
+                           "): " + std::strerror(errno));
+}
+
 } // namespace
 
 int CrashGuard::install() {
@@ -72,13 +73,11 @@ int CrashGuard::install() {
   for (int sig : kSignals) {
     struct sigaction cur;
     if (sigaction(sig, nullptr, &cur) != 0)
-      throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
-                               "): " + std::strerror(errno));
+      throw_sigaction_error(sig);
     if (is_ours(cur))
       continue;
     if (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN) {
       g_previous[sig] = cur;
-      g_have_previous[sig] = true;
       ++displaced;
     }
     struct sigaction sa;
@@ -90,8 +89,7 @@ int CrashGuard::install() {
     // mask as it was.
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
     if (sigaction(sig, &sa, nullptr) != 0)
-      throw std::runtime_error(std::string("crash guard: sigaction(") + strsignal(sig) +
-                               "): " + std::strerror(errno));
+      throw_sigaction_error(sig);
   }
   return displaced;
 }
