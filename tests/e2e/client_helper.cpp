@@ -8,11 +8,11 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "allocate_wait.hpp"
 
 int main(int argc, char **argv) {
   if (argc != 5) {
@@ -29,20 +29,7 @@ int main(int argc, char **argv) {
     rfaas::allocation_options o;
     o.library = argv[4];
     o.hot_timeout_ms = 0;
-    // Like the test's own allocate(): the previous test's executor may still
-    // hold its core for a moment after that test deallocated.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    for (;;) {
-      try {
-        ex.allocate(manager, o);
-        break;
-      } catch (const rfaas::Error &e) {
-        if (e.code() != rfaas::status::resources_unavailable ||
-            std::chrono::steady_clock::now() > deadline)
-          throw;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    rfaas::e2e::allocate_waiting(ex, manager, o);
     std::vector<char> in(16, 'x'), out(16);
     rfaas::result r = ex.execute("echo", in, out);
     if (!r.ok()) {

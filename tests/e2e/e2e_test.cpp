@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "allocate_wait.hpp"
 #include "process.hpp"
 
 using namespace std::chrono_literals;
@@ -94,22 +95,9 @@ rfaas::allocation_options options(uint32_t cores = 1, uint32_t slots = 1) {
   return o;
 }
 
-/// allocate(), waiting out resources_unavailable: the manager frees a core
-/// when the previous test's executor has exited, which it learns shortly
-/// after that test's deallocate() returned. Bounded by a generous deadline.
+/// allocate() on the suite's manager, waiting out resources_unavailable.
 void allocate(rfaas::executor &ex, const rfaas::allocation_options &o) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  for (;;) {
-    try {
-      ex.allocate(g.server, o);
-      return;
-    } catch (const rfaas::Error &e) {
-      if (e.code() != rfaas::status::resources_unavailable ||
-          std::chrono::steady_clock::now() > deadline)
-        throw;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
+  rfaas::e2e::allocate_waiting(ex, g.server, o);
 }
 
 std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
