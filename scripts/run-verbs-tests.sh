@@ -8,7 +8,9 @@
 #      above rdmalib must build unchanged), warnings as errors;
 #   2. configure + build the libfabric backend's conformance suite for
 #      libfabric's verbs providers ("verbs" MSG and "verbs;ofi_rxm" RDM);
-#   3. boot one VM with rxe0 and rxe1 and run tests/softroce/guest-suite.sh:
+#   3. test the VM runner's fallback from a KVM that cannot run the guest to
+#      TCG (tests/softroce/runner-test.sh, ~15 s), then
+#      boot one VM with rxe0 and rxe1 and run tests/softroce/guest-suite.sh:
 #      verbs_smoke, the conformance suite and the end-to-end suite (a real
 #      executor manager, zygote and executors) on rxe0 alone (loopback) and
 #      from rxe0 to rxe1, then the libfabric verbs-provider suite.
@@ -96,6 +98,12 @@ else
 fi
 
 # ---- 3. the VM -----------------------------------------------------------------------
+# The runner's own test first: a host whose /dev/kvm cannot run the guest must
+# fall back to TCG (both ways KVM fails are forced there, on any host).
+t=$(date +%s.%N)
+note "testing the VM runner's KVM -> TCG fallback (tests/softroce/runner-test.sh)"
+tests/softroce/runner-test.sh || { note "FAILED: the VM runner's fallback test"; exit 1; }
+note "runner test done in $(elapsed "$t") s"
 note "booting the soft-RoCE VM (rxe0 + rxe1)"
 vm_env=()
 for v in RFAAS_VERBS_LF_STRICT RFAAS_VERBS_STEP_TIMEOUT; do

@@ -23,7 +23,7 @@
 set -euo pipefail
 
 SELF_NAME=$(basename "$0")
-VERSION_TAG=6   # part of the initramfs cache key (the key also hashes this file)
+VERSION_TAG=7   # part of the initramfs cache key (the key also hashes this file)
 
 # ---------------------------------------------------------------- defaults
 CACHE=${SOFTROCE_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/softroce-vm}
@@ -99,7 +99,13 @@ Environment: SOFTROCE_VM_CACHE (cache dir, default ~/.cache/softroce-vm),
 SOFTROCE_VM_KERNEL_PKG (Debian kernel package, default: what linux-image-amd64
 depends on), SOFTROCE_VM_MEM, SOFTROCE_VM_SMP, SOFTROCE_VM_TIMEOUT,
 SOFTROCE_VM_NO_INSTALL=1 (never apt-get install missing host packages),
-SOFTROCE_VM_ACCEL=tcg|kvm (default: kvm if /dev/kvm is usable, else tcg),
+SOFTROCE_VM_ACCEL=tcg|kvm (default: kvm if /dev/kvm is usable, else tcg; a KVM
+that aborts or shows no sign of life within SOFTROCE_VM_KVM_DEADLINE seconds,
+default 30, is replaced by TCG, announced in one line),
+SOFTROCE_VM_KVM_ARGS="..." (extra qemu arguments for the KVM attempt only),
+SOFTROCE_VM_KVM_ACCEL (accelerator of the "KVM attempt", default kvm; tests of
+the fallback set it to tcg together with SOFTROCE_VM_KVM_ARGS=-S, a guest that
+never starts),
 SOFTROCE_VM_EXTRA_MODULES="mod ..." (more kernel modules for the initramfs),
 SOFTROCE_VM_BZIMAGE=1 (boot the compressed bzImage instead of the PVH vmlinux).
 
@@ -190,6 +196,9 @@ export PATH=/bb
 log() { echo "softroce-vm-init: $*"; }
 fail() { log "FATAL: $*"; echo 125 >/job/rc 2>/dev/null; sync; poweroff -f; sleep 5; echo o >/proc/sysrq-trigger; }
 mount -t proc proc /proc
+# The host's runner waits for this line to know the guest is alive (a KVM that
+# cannot run the guest shows nothing at all, and is then replaced by TCG).
+log "started at uptime $(cut -d' ' -f1 /proc/uptime)s"
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
@@ -524,25 +533,73 @@ EOF
   local append="console=ttyS0 panic=-1 quiet loglevel=4 8250.nr_uarts=2 mitigations=off nokaslr tsc=reliable"
   local accel=${SOFTROCE_VM_ACCEL:-}
   if [[ -z $accel ]]; then accel=tcg; [[ -r /dev/kvm && -w /dev/kvm ]] && accel=kvm; fi
-  local cpu=max; [[ $accel == kvm ]] && cpu=host
   local t0; t0=$(date +%s.%N)
-  local -a qemu=(timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64
-    -machine pc -accel "$accel" -cpu "$cpu" -smp "$SMP" -m "$MEM"
-    -nodefaults -no-user-config -display none -no-reboot -nic none
-    -kernel "$KERNEL_IMG" -initrd "$INITRD" -append "$append"
-    -serial "file:$job/console.log"
-    -device virtio-rng-pci
-    -virtfs "local,path=$job,mount_tag=job,security_model=none,multidevs=remap"
-    "${qargs[@]}")
-  local qrc=0
-  if [[ $INTERACTIVE == 1 ]]; then
-    if [[ $VERBOSE == 1 ]]; then tail -n +1 -s 0.2 -f "$job/console.log" >&2 & CPID=$!; fi
-    "${qemu[@]}" -chardev stdio,id=io,signal=off -serial chardev:io 2>"$job/qemu.log" || qrc=$?
-  else
-    "${qemu[@]}" -serial "file:$job/out" </dev/null >"$job/qemu.log" 2>&1 &
+  qemu_cmd() { # accelerator, cpu model, extra qemu arguments...
+    QEMU=(timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64
+      -machine pc -accel "$1" -cpu "$2" -smp "$SMP" -m "$MEM"
+      -nodefaults -no-user-config -display none -no-reboot -nic none
+      -kernel "$KERNEL_IMG" -initrd "$INITRD" -append "$append"
+      -serial "file:$job/console.log"
+      -device virtio-rng-pci
+      -virtfs "local,path=$job,mount_tag=job,security_model=none,multidevs=remap"
+      "${qargs[@]}" "${@:3}")
+  }
+  start_vm() { # same arguments as qemu_cmd; runs it in the background
+    : >"$job/out"; : >"$job/console.log"; rm -f "$job/rc" "$job/times"
+    qemu_cmd "$@"
+    "${QEMU[@]}" -serial "file:$job/out" </dev/null >"$job/qemu.log" 2>&1 &
     QPID=$!
     tail -n +1 -s 0.2 -f --pid="$QPID" "$job/out" & TPID=$!
     if [[ $VERBOSE == 1 ]]; then tail -n +1 -s 0.2 -f --pid="$QPID" "$job/console.log" >&2 & CPID=$!; fi
+  }
+  stop_vm() {
+    local p
+    for p in ${QPID:-} ${TPID:-} ${CPID:-}; do kill "$p" 2>/dev/null || true; done
+    for p in ${QPID:-} ${TPID:-} ${CPID:-}; do wait "$p" 2>/dev/null || true; done
+    QPID="" TPID="" CPID=""
+  }
+  local qrc=0
+  if [[ $INTERACTIVE == 1 ]]; then
+    local cpu=max; [[ $accel == kvm ]] && cpu=host
+    qemu_cmd "$accel" "$cpu"
+    if [[ $VERBOSE == 1 ]]; then tail -n +1 -s 0.2 -f "$job/console.log" >&2 & CPID=$!; fi
+    "${QEMU[@]}" -chardev stdio,id=io,signal=off -serial chardev:io 2>"$job/qemu.log" || qrc=$?
+  else
+    if [[ $accel == kvm ]]; then
+      # A /dev/kvm that exists does not mean KVM can run this guest: on nested
+      # hosts qemu aborts at once (kvm_buf_set_msrs assertion) or the guest
+      # hangs before its first line. Either way, fall back to TCG instead of
+      # failing the run: the init's first console line is the sign of life.
+      local deadline=${SOFTROCE_VM_KVM_DEADLINE:-30}
+      # shellcheck disable=SC2206 # extra arguments are split on purpose
+      local -a kvm_extra=(${SOFTROCE_VM_KVM_ARGS:-})
+      local kvm_accel=${SOFTROCE_VM_KVM_ACCEL:-kvm}
+      local kvm_cpu=host; [[ $kvm_accel == kvm ]] || kvm_cpu=max
+      start_vm "$kvm_accel" "$kvm_cpu" "${kvm_extra[@]}"
+      local why="" waited=0
+      while :; do
+        if grep -aq 'softroce-vm-init' "$job/console.log" 2>/dev/null; then break; fi
+        if ! kill -0 "$QPID" 2>/dev/null; then
+          qrc=0; wait "$QPID" 2>/dev/null || qrc=$?
+          why="qemu exited with status $qrc: $(grep -av '^\s*$' "$job/qemu.log" | tail -n 1)"
+          break
+        fi
+        if ((waited >= deadline * 10)); then
+          why="no sign of life from the guest within ${deadline} s"
+          break
+        fi
+        sleep 0.1; waited=$((waited + 1))
+      done
+      if [[ -n $why ]]; then
+        stop_vm
+        cp "$job/qemu.log" "$job/qemu-kvm.log" 2>/dev/null || true
+        note "KVM did not bring the guest up ($why); falling back to TCG"
+        accel=tcg qrc=0
+        start_vm tcg max
+      fi
+    else
+      start_vm "$accel" max
+    fi
     wait "$QPID" || qrc=$?
     QPID=""
   fi
@@ -563,7 +620,7 @@ EOF
   fi
   if [[ $rc == 125 && $VERBOSE == 0 ]]; then grep -a 'softroce-vm-init' "$job/console.log" >&2 || true; fi
   local times=""; [[ -s $job/times ]] && times=$(cat "$job/times")
-  note "exit=$rc wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')s $times"
+  note "exit=$rc accel=$accel wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')s $times"
   exit "$rc"
 }
 
