@@ -483,6 +483,11 @@ std::vector<std::string> Fabric::known_providers() {
   return out;
 }
 
+std::string Fabric::canonical_provider(const std::string &name_or_alias) {
+  const lf::ProviderPolicy *p = lf::find_provider(name_or_alias);
+  return p ? std::string(p->name) : std::string();
+}
+
 void Fabric::preload(const DeviceConfig &config) {
   // libfabric's verbs providers open the devices through librdmacm, which
   // keeps the contexts for the life of the process: a forked child would use
