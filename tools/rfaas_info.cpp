@@ -70,38 +70,12 @@ struct Options {
 
 // ---- small helpers ------------------------------------------------------------
 
-const char *endpoint_name(rdmalib::EndpointType e) {
-  return e == rdmalib::EndpointType::Connected ? "connected" : "rdm";
-}
-
-const char *error_kind_name(rdmalib::ErrorKind k) {
-  switch (k) {
-  case rdmalib::ErrorKind::Config:
-    return "config";
-  case rdmalib::ErrorKind::NotFound:
-    return "not_found";
-  case rdmalib::ErrorKind::Unsupported:
-    return "unsupported";
-  case rdmalib::ErrorKind::Timeout:
-    return "timeout";
-  case rdmalib::ErrorKind::Refused:
-    return "refused";
-  case rdmalib::ErrorKind::Closed:
-    return "closed";
-  case rdmalib::ErrorKind::Backend:
-    break;
-  }
-  return "backend";
-}
-
 rdmalib::EndpointPreference parse_endpoint(const std::string &text) {
-  if (text == "connected" || text == "msg")
-    return rdmalib::EndpointPreference::Connected;
-  if (text == "rdm")
-    return rdmalib::EndpointPreference::ReliableDatagram;
-  if (text == "auto")
-    return rdmalib::EndpointPreference::Auto;
-  throw UsageError("--endpoint: expected connected, rdm or auto, not \"" + text + "\"");
+  rdmalib::EndpointPreference e;
+  if (!rdmalib::parse_endpoint_preference(text, e))
+    throw UsageError("--endpoint: expected one of " +
+                     std::string(rdmalib::endpoint_preference_names()) + ", not \"" + text + "\"");
+  return e;
 }
 
 bool is_ipv4(const std::string &text) {
@@ -211,7 +185,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 // ---- JSON views of rdmalib values ---------------------------------------------------
 
 json to_json(const rdmalib::Capabilities &c) {
-  return json{{"endpoint", endpoint_name(c.endpoint)},
+  return json{{"endpoint", rdmalib::to_string(c.endpoint)},
               {"progress", rdmalib::to_string(c.progress)},
               {"remote_cq_data", c.remote_cq_data},
               {"atomics", c.atomics},
@@ -244,12 +218,12 @@ json to_json(const rdmalib::ProviderInfo &p) {
   return json{{"provider", p.provider},
               {"domain", p.domain},
               {"fabric", p.fabric},
-              {"endpoint", endpoint_name(p.endpoint)},
+              {"endpoint", rdmalib::to_string(p.endpoint)},
               {"ip_address", p.ip_address}};
 }
 
 json error_json(const rdmalib::Error &e) {
-  return json{{"kind", error_kind_name(e.kind())}, {"message", e.what()}};
+  return json{{"kind", rdmalib::to_string(e.kind())}, {"message", e.what()}};
 }
 
 // ---- opening fabrics ------------------------------------------------------------
@@ -332,7 +306,7 @@ std::vector<Candidate> database_candidates(const std::vector<rdmalib::ProviderIn
   std::vector<Candidate> out;
   std::set<std::string> seen;
   auto key = [](const rdmalib::ProviderInfo &p, const std::string &where) {
-    return p.provider + "|" + endpoint_name(p.endpoint) + "|" + where;
+    return p.provider + "|" + rdmalib::to_string(p.endpoint) + "|" + where;
   };
   auto make = [](const rdmalib::ProviderInfo &p, const std::string &interface,
                  const std::string &ip) {

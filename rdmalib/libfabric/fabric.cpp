@@ -413,8 +413,7 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
     if (!info.p)
       info = try_getinfo(*p, ep, config, false, offer_va, &err, &why);
     if (!info.p) {
-      attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" +
-                  (ep == EndpointType::Connected ? "connected" : "rdm") +
+      attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" + to_string(ep) +
                   "): " + (why.empty() ? fi_error_text(err) : why);
       continue;
     }
