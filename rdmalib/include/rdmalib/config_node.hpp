@@ -49,6 +49,8 @@ public:
   const std::string &origin() const noexcept { return origin_; }
   /// JSON path of this value ("devices[1].port"); "(top level)" for the root.
   std::string path() const;
+  /// The raw value, for shapes the typed calls do not cover (a key that may be
+  /// a string or an array); report problems with fail().
   const nlohmann::json &json() const noexcept { return *value_; }
 
   /// Throws naming this value: "<origin>: <path>: <what>".
@@ -68,7 +70,7 @@ public:
   // ---- arrays ----
   /// Requires an array; returns its length.
   size_t expect_array() const;
-  /// Element `i` of an array.
+  /// Element `i` of an array; `i` must be below expect_array()'s result.
   ConfigNode operator[](size_t i) const;
 
   // ---- scalars: each checks the type and names the expectation ----
