@@ -38,10 +38,10 @@ std::string resolve(const std::string &base_dir, const std::string &p) {
 int parse_cpu(const std::string &tok, const std::string &origin) {
   if (tok.empty() || tok.size() > 4 ||
       !std::all_of(tok.begin(), tok.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    throw ConfigError(origin + ": \"" + tok + "\" is not a CPU id (expected 0..4095)");
+    throw ConfigError(origin + ": \"" + tok + "\" is not a CPU id; expected an integer 0..4095");
   int v = std::stoi(tok);
   if (v > 4095)
-    throw ConfigError(origin + ": CPU id " + tok + " is out of range (expected 0..4095)");
+    throw ConfigError(origin + ": CPU id " + tok + " is out of range; expected 0..4095");
   return v;
 }
 
@@ -52,7 +52,8 @@ std::vector<int> parse_core_list(const std::string &text, const std::string &ori
   std::set<int> seen;
   auto add = [&](int c) {
     if (!seen.insert(c).second)
-      throw ConfigError(origin + ": CPU " + std::to_string(c) + " is listed twice");
+      throw ConfigError(origin + ": CPU " + std::to_string(c) +
+                        " is listed twice; list each CPU once");
     cores.push_back(c);
   };
   std::stringstream ss(text);
@@ -68,12 +69,13 @@ std::vector<int> parse_core_list(const std::string &text, const std::string &ori
     int lo = parse_cpu(item.substr(0, dash), origin);
     int hi = parse_cpu(item.substr(dash + 1), origin);
     if (lo > hi)
-      throw ConfigError(origin + ": range \"" + item + "\" is reversed");
+      throw ConfigError(origin + ": range \"" + item + "\" is reversed; expected LOW-HIGH");
     for (int c = lo; c <= hi; ++c)
       add(c);
   }
   if (!any || text.back() == ',')
-    throw ConfigError(origin + ": \"" + text + "\" is not a CPU list (e.g. \"1\", \"0-3,6\")");
+    throw ConfigError(origin + ": \"" + text +
+                      "\" is not a CPU list; expected e.g. \"1\" or \"0-3,6\"");
   return cores;
 }
 
