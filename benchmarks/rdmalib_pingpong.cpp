@@ -71,9 +71,11 @@ public:
     d.name = "pingpong";
     d.provider = o.provider;
     d.ip_address = o.host;
-    d.endpoint = o.endpoint == "msg"   ? rdmalib::EndpointPreference::Connected
-                 : o.endpoint == "rdm" ? rdmalib::EndpointPreference::ReliableDatagram
-                                       : rdmalib::EndpointPreference::Auto;
+    // pingpong_common.hpp has checked the name (it is shared with the raw
+    // baseline, which does not link rdmalib); this is the same vocabulary.
+    if (!rdmalib::parse_endpoint_preference(o.endpoint, d.endpoint))
+      throw std::invalid_argument(std::string("--endpoint must be one of ") +
+                                  rdmalib::endpoint_preference_names());
     return d;
   }
 

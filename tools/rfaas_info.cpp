@@ -70,38 +70,12 @@ struct Options {
 
 // ---- small helpers ------------------------------------------------------------
 
-const char *endpoint_name(rdmalib::EndpointType e) {
-  return e == rdmalib::EndpointType::Connected ? "connected" : "rdm";
-}
-
-const char *error_kind_name(rdmalib::ErrorKind k) {
-  switch (k) {
-  case rdmalib::ErrorKind::Config:
-    return "config";
-  case rdmalib::ErrorKind::NotFound:
-    return "not_found";
-  case rdmalib::ErrorKind::Unsupported:
-    return "unsupported";
-  case rdmalib::ErrorKind::Timeout:
-    return "timeout";
-  case rdmalib::ErrorKind::Refused:
-    return "refused";
-  case rdmalib::ErrorKind::Closed:
-    return "closed";
-  case rdmalib::ErrorKind::Backend:
-    break;
-  }
-  return "backend";
-}
-
 rdmalib::EndpointPreference parse_endpoint(const std::string &text) {
-  if (text == "connected" || text == "msg")
-    return rdmalib::EndpointPreference::Connected;
-  if (text == "rdm")
-    return rdmalib::EndpointPreference::ReliableDatagram;
-  if (text == "auto")
-    return rdmalib::EndpointPreference::Auto;
-  throw UsageError("--endpoint: expected connected, rdm or auto, not \"" + text + "\"");
+  rdmalib::EndpointPreference e;
+  if (!rdmalib::parse_endpoint_preference(text, e))
+    throw UsageError("--endpoint: expected one of " +
+                     std::string(rdmalib::endpoint_preference_names()) + ", not \"" + text + "\"");
+  return e;
 }
 
 bool is_ipv4(const std::string &text) {
@@ -171,19 +145,26 @@ private:
   std::map<std::string, std::string> by_ip_;
 };
 
-/// "tcp;ofi_rxm" -> "tcp-rxm": provider names as they may appear in device names.
+/// A provider's name as it appears in device names: "tcp;ofi_rxm" -> "rxm"
+/// (its short alias, the name config/devices.json ships), "verbs;ofi_rxm" ->
+/// "verbs-rxm", "" (automatic choice) -> "auto"; others unchanged.
 std::string provider_slug(const std::string &provider) {
+  if (provider.empty())
+    return "auto";
   std::string out;
-  for (size_t i = 0; i < provider.size();) {
-    if (provider.compare(i, 5, ";ofi_") == 0) {
-      out += '-';
-      i += 5;
-    } else {
-      char c = provider[i++];
-      out += (c == ';' || c == ' ' || c == '/') ? '-' : c;
-    }
+  auto util = provider.find(";ofi_");
+  if (util != std::string::npos) {
+    std::string core = provider.substr(0, util);
+    std::string layer = provider.substr(util + 5);
+    // tcp is RxM's default core provider: libfabric itself lists it as plain "rxm".
+    out = core == "tcp" ? layer : core + "-" + layer;
+  } else {
+    out = provider;
   }
-  return out.empty() ? "auto" : out;
+  for (char &c : out)
+    if (c == ';' || c == ' ' || c == '/')
+      c = '-';
+  return out;
 }
 
 std::string join(const std::vector<std::string> &items, const char *sep) {
@@ -204,7 +185,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 // ---- JSON views of rdmalib values ---------------------------------------------------
 
 json to_json(const rdmalib::Capabilities &c) {
-  return json{{"endpoint", endpoint_name(c.endpoint)},
+  return json{{"endpoint", rdmalib::to_string(c.endpoint)},
               {"progress", rdmalib::to_string(c.progress)},
               {"remote_cq_data", c.remote_cq_data},
               {"atomics", c.atomics},
@@ -237,12 +218,12 @@ json to_json(const rdmalib::ProviderInfo &p) {
   return json{{"provider", p.provider},
               {"domain", p.domain},
               {"fabric", p.fabric},
-              {"endpoint", endpoint_name(p.endpoint)},
+              {"endpoint", rdmalib::to_string(p.endpoint)},
               {"ip_address", p.ip_address}};
 }
 
 json error_json(const rdmalib::Error &e) {
-  return json{{"kind", error_kind_name(e.kind())}, {"message", e.what()}};
+  return json{{"kind", rdmalib::to_string(e.kind())}, {"message", e.what()}};
 }
 
 // ---- opening fabrics ------------------------------------------------------------
@@ -319,13 +300,13 @@ struct Candidate {
 
 /// One entry per usable provider/endpoint on loopback (127.0.0.1, port 0), plus
 /// one per provider/endpoint on each real interface (IPv4 preferred, link-local
-/// addresses skipped).
+/// addresses skipped), and with `with_auto` one automatic entry on loopback.
 std::vector<Candidate> database_candidates(const std::vector<rdmalib::ProviderInfo> &found,
-                                           const Interfaces &interfaces) {
+                                           const Interfaces &interfaces, bool with_auto) {
   std::vector<Candidate> out;
   std::set<std::string> seen;
   auto key = [](const rdmalib::ProviderInfo &p, const std::string &where) {
-    return p.provider + "|" + endpoint_name(p.endpoint) + "|" + where;
+    return p.provider + "|" + rdmalib::to_string(p.endpoint) + "|" + where;
   };
   auto make = [](const rdmalib::ProviderInfo &p, const std::string &interface,
                  const std::string &ip) {
@@ -368,17 +349,30 @@ std::vector<Candidate> database_candidates(const std::vector<rdmalib::ProviderIn
     }
   }
 
-  // Names: "<interface>-<provider>", with "-msg"/"-rdm" when one provider is
-  // listed with both endpoint types on the same interface, then "-2", "-3"...
-  // for anything still ambiguous.
+  // One entry that lets rdmalib choose (provider "", endpoint auto) on
+  // loopback, when anything at all was found there.
+  if (with_auto && !out.empty() && out.front().config.interface == lo) {
+    Candidate c;
+    c.config.interface = lo;
+    c.config.ip_address = "127.0.0.1";
+    c.config.endpoint = rdmalib::EndpointPreference::Auto;
+    c.group = lo + "-" + provider_slug("");
+    out.push_back(c);
+  }
+
+  // Names, the same as the shipped config/devices.json: "<interface>-<provider>",
+  // with "-rdm" on the reliable-datagram entry when one provider is listed with
+  // both endpoint types on the same interface ("lo-sockets", "lo-sockets-rdm"),
+  // then "-2", "-3"... for anything still ambiguous.
   std::map<std::string, std::set<int>> endpoints_per_group;
   for (const auto &c : out)
     endpoints_per_group[c.group].insert(static_cast<int>(c.config.endpoint));
   std::set<std::string> names;
   for (auto &c : out) {
     std::string name = c.group;
-    if (endpoints_per_group[c.group].size() > 1)
-      name += c.config.endpoint == rdmalib::EndpointPreference::Connected ? "-msg" : "-rdm";
+    if (endpoints_per_group[c.group].size() > 1 &&
+        c.config.endpoint == rdmalib::EndpointPreference::ReliableDatagram)
+      name += "-rdm";
     std::string unique = name;
     for (int n = 2; !names.insert(unique).second; ++n)
       unique = name + "-" + std::to_string(n);
@@ -396,7 +390,7 @@ json write_database(const Options &opt, const std::vector<rdmalib::ProviderInfo>
   json written = json::array();
   json skipped = json::array();
   std::vector<rdmalib::DeviceConfig> keep;
-  for (const auto &c : database_candidates(found, interfaces)) {
+  for (const auto &c : database_candidates(found, interfaces, !opt.provider_given)) {
     if (opt.verify) {
       // The database describes the hardware, so verify without any mask.
       json r = open_report(c.config, rdmalib::CapabilityMask{});
@@ -476,7 +470,11 @@ void print_text(std::ostream &os, const json &doc) {
   if (!doc["disabled_capabilities"].get<std::string>().empty())
     os << "capabilities disabled: " << doc["disabled_capabilities"].get<std::string>() << "\n";
 
-  os << "\nFound on this machine (fastest first):\n";
+  if (doc.contains("provider_filter"))
+    os << "\nFound on this machine for provider " << doc["provider_filter"].get<std::string>()
+       << " (fastest first):\n";
+  else
+    os << "\nFound on this machine (fastest first):\n";
   if (doc["found"].empty()) {
     os << "  nothing usable\n";
   } else {
@@ -547,7 +545,8 @@ cxxopts::Options make_parser() {
     ("devices", "Device database (JSON) to look --device up in; without --device, "
                 "open every entry", cxxopts::value<std::string>(), "FILE")
     ("p,provider", "Provider to open, overriding the database entry (auto = automatic "
-                   "choice)", cxxopts::value<std::string>(), "P")
+                   "choice); also lists and writes only its entries",
+     cxxopts::value<std::string>(), "P")
     ("e,endpoint", "Endpoint type: connected, rdm or auto", cxxopts::value<std::string>(),
      "TYPE")
     ("disable-caps", "Also switch these capabilities off (comma-separated, added to "
@@ -576,7 +575,7 @@ const char *help_footer =
     "  rfaas-info\n"
     "  rfaas-info --provider tcp --device 127.0.0.1\n"
     "  rfaas-info --provider \"tcp;ofi_rxm\" --endpoint rdm --json\n"
-    "  rfaas-info --write-devices config/devices.json\n"
+    "  rfaas-info --write-devices /tmp/devices.json\n"
     "  rfaas-info --devices config/devices.json --device lo-tcp\n"
     "  rfaas-info --reclaim-stale\n"
     "\n"
@@ -679,6 +678,18 @@ int run(const Options &opt, rdmalib::CapabilityMask mask) {
   doc["known_providers"] = rdmalib::Fabric::known_providers();
   doc["disabled_capabilities"] = mask.to_string();
   std::vector<rdmalib::ProviderInfo> found = rdmalib::Fabric::discover();
+  if (opt.provider_given && !opt.provider.empty()) {
+    // --provider narrows what is listed (and written) to that provider; an
+    // alias ("rxm") matches the canonical name discover() reports.
+    std::string wanted = rdmalib::Fabric::canonical_provider(opt.provider);
+    if (wanted.empty())
+      wanted = opt.provider;
+    found.erase(
+        std::remove_if(found.begin(), found.end(),
+                       [&](const rdmalib::ProviderInfo &p) { return p.provider != wanted; }),
+        found.end());
+    doc["provider_filter"] = wanted;
+  }
   doc["found"] = json::array();
   for (const auto &p : found)
     doc["found"].push_back(to_json(p));

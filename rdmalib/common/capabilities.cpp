@@ -107,10 +107,38 @@ const char *to_string(Progress p) noexcept {
   return "auto";
 }
 
+bool parse_progress(std::string_view text, Progress &out) noexcept {
+  for (Progress p : {Progress::Auto, Progress::Manual, Progress::Thread}) {
+    if (text == to_string(p)) {
+      out = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char *to_string(EndpointType e) noexcept {
+  return e == EndpointType::Connected ? "connected" : "rdm";
+}
+
+bool parse_endpoint_type(std::string_view text, EndpointType &out) noexcept {
+  // "msg" is libfabric's name (FI_EP_MSG), the one RFAAS_TEST_PROVIDERS and the
+  // benchmarks' --endpoint use; it is read, never written.
+  if (text == to_string(EndpointType::Connected) || text == "msg") {
+    out = EndpointType::Connected;
+    return true;
+  }
+  if (text == to_string(EndpointType::ReliableDatagram)) {
+    out = EndpointType::ReliableDatagram;
+    return true;
+  }
+  return false;
+}
+
 std::string Capabilities::describe() const {
   std::string s;
   s += "endpoint=";
-  s += endpoint == EndpointType::Connected ? "connected" : "rdm";
+  s += to_string(endpoint);
   s += " progress=";
   s += to_string(progress);
   s += " remote_cq_data=";

@@ -413,8 +413,7 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
     if (!info.p)
       info = try_getinfo(*p, ep, config, false, offer_va, &err, &why);
     if (!info.p) {
-      attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" +
-                  (ep == EndpointType::Connected ? "connected" : "rdm") +
+      attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" + to_string(ep) +
                   "): " + (why.empty() ? fi_error_text(err) : why);
       continue;
     }
@@ -481,6 +480,11 @@ std::vector<std::string> Fabric::known_providers() {
   for (const auto &p : lf::provider_table())
     out.push_back(p.name);
   return out;
+}
+
+std::string Fabric::canonical_provider(const std::string &name_or_alias) {
+  const lf::ProviderPolicy *p = lf::find_provider(name_or_alias);
+  return p ? std::string(p->name) : std::string();
 }
 
 void Fabric::preload(const DeviceConfig &config) {

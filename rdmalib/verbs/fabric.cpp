@@ -364,6 +364,10 @@ std::vector<ProviderInfo> Fabric::discover() {
 
 std::vector<std::string> Fabric::known_providers() { return {"verbs"}; }
 
+std::string Fabric::canonical_provider(const std::string &name_or_alias) {
+  return name_or_alias == "verbs" ? name_or_alias : std::string();
+}
+
 // Nothing of a verbs process outlives it: the kernel releases its queue
 // pairs and registrations when it dies.
 Fabric::ReclaimReport Fabric::reclaim_stale(std::chrono::seconds) { return {}; }

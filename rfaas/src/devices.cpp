@@ -62,8 +62,8 @@ rdmalib::DeviceConfig to_rdmalib(const device &d) {
   c.endpoint = rdmalib::EndpointPreference::Auto;
   if (!d.endpoint.empty() && !rdmalib::parse_endpoint_preference(d.endpoint, c.endpoint))
     throw Error(phase::configuration, "", status::invalid_argument,
-                "device \"" + d.name + "\": endpoint must be auto, connected or rdm, not \"" +
-                    d.endpoint + "\"");
+                "device \"" + d.name + "\": endpoint must be one of " +
+                    rdmalib::endpoint_preference_names() + ", not \"" + d.endpoint + "\"");
   return c;
 }
 

@@ -1,10 +1,9 @@
 #include <rfaas/errors.hpp>
 #include <rfaas/servers.hpp>
 
-#include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+
+#include <rdmalib/config_node.hpp>
 
 namespace rfaas {
 
@@ -15,69 +14,40 @@ std::string server::endpoint() const {
   return address + ":" + std::to_string(port);
 }
 
-namespace {
-[[noreturn]] void bad(const std::string &origin, const std::string &what) {
-  throw Error(phase::configuration, "", status::invalid_argument, origin + ": " + what);
-}
-} // namespace
-
 server_database server_database::parse(const std::string &json_text, const std::string &origin) {
-  nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception &e) {
-    bad(origin, std::string("not valid JSON: ") + e.what());
-  }
-  if (!doc.is_object())
-    bad(origin, "expected an object with \"executor_managers\"");
-  for (auto it = doc.begin(); it != doc.end(); ++it)
-    if (it.key() != "executor_managers")
-      bad(origin, "unknown key \"" + it.key() + "\" (expected \"executor_managers\")");
-  auto list = doc.find("executor_managers");
-  if (list == doc.end() || !list->is_array())
-    bad(origin, "executor_managers: expected an array");
-  std::vector<server> out;
-  for (size_t i = 0; i < list->size(); ++i) {
-    const nlohmann::json &e = (*list)[i];
-    std::string where = "executor_managers[" + std::to_string(i) + "]";
-    if (!e.is_object())
-      bad(origin, where + ": expected an object");
-    server s;
-    for (auto it = e.begin(); it != e.end(); ++it) {
-      const std::string &k = it.key();
-      if (k == "name" && it->is_string()) {
-        s.name = it->get<std::string>();
-      } else if (k == "address" && it->is_string()) {
-        s.address = it->get<std::string>();
-      } else if (k == "port" && it->is_number_unsigned() && it->get<uint64_t>() <= 65535 &&
-                 it->get<uint64_t>() > 0) {
-        s.port = static_cast<uint16_t>(it->get<uint64_t>());
-      } else if (k == "name" || k == "address") {
-        bad(origin, where + "." + k + ": expected a string");
-      } else if (k == "port") {
-        bad(origin, where + ".port: expected an integer 1..65535");
-      } else {
-        bad(origin, where + ": unknown key \"" + k + "\" (expected name, address, port)");
-      }
+    nlohmann::json doc = rdmalib::ConfigNode::parse(json_text, origin);
+    rdmalib::ConfigNode root(doc, origin);
+    root.expect_object({"executor_managers"});
+    rdmalib::ConfigNode list =
+        root.required("executor_managers", "an array of {\"name\", \"address\", \"port\"} entries");
+    size_t n = list.expect_array();
+    std::vector<server> out;
+    for (size_t i = 0; i < n; ++i) {
+      rdmalib::ConfigNode e = list[i];
+      e.expect_object({"name", "address", "port"});
+      server s;
+      e.optional("name", s.name);
+      s.address = e.required("address", "a host name or IP address of the manager's listener")
+                      .nonempty_string();
+      s.port = static_cast<uint16_t>(
+          e.required("port", "the manager's listening port, 1..65535").integer(1, 65535));
+      if (s.name.empty())
+        s.name = s.endpoint();
+      out.push_back(std::move(s));
     }
-    if (s.address.empty())
-      bad(origin, where + ".address: missing");
-    if (s.port == 0)
-      bad(origin, where + ".port: missing");
-    if (s.name.empty())
-      s.name = s.endpoint();
-    out.push_back(std::move(s));
+    return server_database(std::move(out));
+  } catch (const rdmalib::Error &e) {
+    throw Error(phase::configuration, "", status::invalid_argument, e.what());
   }
-  return server_database(std::move(out));
 }
 
 server_database server_database::load(const std::string &path) {
-  std::ifstream f(path);
-  if (!f)
-    bad(path, "cannot be read");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.str(), path);
+  try {
+    return parse(rdmalib::ConfigNode::read_file(path, "server database"), path);
+  } catch (const rdmalib::Error &e) {
+    throw Error(phase::configuration, "", status::invalid_argument, e.what());
+  }
 }
 
 const server &server_database::find(const std::string &name) const {

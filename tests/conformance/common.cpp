@@ -36,12 +36,10 @@ ProviderConfig parse_provider_config(const std::string &text) {
   auto slash = text.rfind('/');
   p.provider = text.substr(0, slash);
   p.endpoint_name = slash == std::string::npos ? "auto" : text.substr(slash + 1);
-  if (p.endpoint_name == "msg")
-    p.endpoint = EndpointPreference::Connected;
-  else if (p.endpoint_name == "rdm")
-    p.endpoint = EndpointPreference::ReliableDatagram;
-  else
-    p.endpoint = EndpointPreference::Auto;
+  if (!parse_endpoint_preference(p.endpoint_name, p.endpoint))
+    throw std::invalid_argument("RFAAS_TEST_PROVIDERS: \"" + text + "\": endpoint \"" +
+                                p.endpoint_name + "\" is not one of " +
+                                endpoint_preference_names());
   for (char c : text)
     p.label += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   // "tcp;ofi_rxm/rdm" -> "tcp_ofi_rxm_rdm"; collapse doubled separators.

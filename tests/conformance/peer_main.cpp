@@ -101,9 +101,9 @@ int main(int argc, char **argv) {
       dev.ip_address = args.count("listen") ? Address::parse(args["listen"]).host : "127.0.0.1";
     dev.domain = args["domain"];
     const std::string &ep = args["endpoint"];
-    dev.endpoint = ep == "msg"   ? EndpointPreference::Connected
-                   : ep == "rdm" ? EndpointPreference::ReliableDatagram
-                                 : EndpointPreference::Auto;
+    if (!ep.empty() && !parse_endpoint_preference(ep, dev.endpoint))
+      throw Error(ErrorKind::Config,
+                  "peer: --endpoint \"" + ep + "\" is not one of " + endpoint_preference_names());
     Fabric fabric(dev, CapabilityMask::parse(args["caps"]));
 
     Buffer<uint8_t> region(fabric, kPeerRegionSize);

@@ -78,7 +78,24 @@ TEST(ManagerConfig, MissingRequiredKeys) {
   EXPECT_NE(error_of(R"({"device_database": "d", "device": "x", "resources": {"cores": []}})")
                 .find("resources.cores: empty"),
             std::string::npos);
-  EXPECT_NE(error_of("{nope").find("em.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of("{nope").find("em.json: malformed JSON at byte "), std::string::npos);
+}
+
+// The one-line format every configuration reader shares (rdmalib::ConfigNode):
+// "<file>: <JSON path>: <problem>; <expected or valid choices>".
+TEST(ManagerConfig, OneLineErrorFormat) {
+  EXPECT_EQ(error_of(with(R"("listen": {"host": "h", "prot": 1})")),
+            "em.json: listen.prot: unknown key; valid keys here: host, port");
+  EXPECT_EQ(error_of(with(R"("executor": {"zygote": "yes"})")),
+            "em.json: executor.zygote: expected true or false, got string \"yes\"");
+  EXPECT_EQ(error_of(R"({"device_database": "d", "resources": {"cores": [1]}})"),
+            "em.json: device: missing required key; expected the name of the device entry to "
+            "listen on");
+  EXPECT_EQ(error_of(with(R"("log": {"level": "loud"})")),
+            "em.json: log.level: expected one of trace, debug, info, warn, error, critical, off, "
+            "got string \"loud\"");
+  EXPECT_EQ(error_of(with(R"("deadlines_ms": {"connect": 0})")),
+            "em.json: deadlines_ms.connect: expected an integer 1..3600000, got number 0");
 }
 
 TEST(ManagerConfig, CoresAsArrayOrList) {

@@ -145,3 +145,33 @@ TEST(Capabilities, ProgressSpellings) {
   c.progress = Progress::Thread;
   EXPECT_NE(c.describe().find("progress=thread"), std::string::npos) << c.describe();
 }
+
+TEST(Capabilities, EndpointTypeNamesRoundTrip) {
+  for (EndpointType e : {EndpointType::Connected, EndpointType::ReliableDatagram}) {
+    EndpointType back =
+        e == EndpointType::Connected ? EndpointType::ReliableDatagram : EndpointType::Connected;
+    EXPECT_TRUE(parse_endpoint_type(to_string(e), back)) << to_string(e);
+    EXPECT_EQ(back, e);
+  }
+  EXPECT_STREQ(to_string(EndpointType::Connected), "connected");
+  EXPECT_STREQ(to_string(EndpointType::ReliableDatagram), "rdm");
+  // libfabric's name is read (RFAAS_TEST_PROVIDERS says "tcp/msg"), never written.
+  EndpointType t = EndpointType::ReliableDatagram;
+  EXPECT_TRUE(parse_endpoint_type("msg", t));
+  EXPECT_EQ(t, EndpointType::Connected);
+  for (const char *bad : {"", "auto", "RDM", "dgram"}) {
+    EXPECT_FALSE(parse_endpoint_type(bad, t)) << bad;
+    EXPECT_EQ(t, EndpointType::Connected);
+  }
+}
+
+TEST(Capabilities, ProgressNamesRoundTrip) {
+  for (Progress p : {Progress::Auto, Progress::Manual, Progress::Thread}) {
+    Progress back = p == Progress::Auto ? Progress::Thread : Progress::Auto;
+    EXPECT_TRUE(parse_progress(to_string(p), back)) << to_string(p);
+    EXPECT_EQ(back, p);
+  }
+  Progress untouched = Progress::Manual;
+  EXPECT_FALSE(parse_progress("threads", untouched));
+  EXPECT_EQ(untouched, Progress::Manual);
+}

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace rdmalib {
 
@@ -34,8 +35,20 @@ enum class Progress : uint8_t {
   Thread,
 };
 
+/// "connected" or "rdm": the spelling of the device database, rfaas-info and
+/// every log line.
+const char *to_string(EndpointType e) noexcept;
+
+/// The inverse of to_string(EndpointType); also accepts "msg", libfabric's own
+/// name for connected endpoints (FI_EP_MSG). False (and `out` unchanged) for
+/// any other spelling.
+bool parse_endpoint_type(std::string_view text, EndpointType &out) noexcept;
+
 /// "auto", "manual" or "thread".
 const char *to_string(Progress p) noexcept;
+
+/// The inverse of to_string(Progress): false (and `out` unchanged) otherwise.
+bool parse_progress(std::string_view text, Progress &out) noexcept;
 
 /// Capabilities that a mask can switch off, to force the fallback paths that
 /// hardware like EFA needs on providers that would not otherwise take them.

@@ -10,7 +10,7 @@
 //                    "port": 0,                 // 0 = let the OS choose
 //                    "max_inline_data": 0,
 //                    "default_receive_buffer_size": 32,
-//                    "endpoint": "auto" } ] }   // "connected" | "rdm" | "auto"
+//                    "endpoint": "auto" } ] }   // "connected" ("msg") | "rdm" | "auto"
 // Unknown keys are rejected, so a typo cannot silently fall back to a default.
 #pragma once
 
@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <rdmalib/capabilities.hpp>
 
 namespace rdmalib {
 
@@ -28,9 +30,15 @@ enum class EndpointPreference : uint8_t { Auto, Connected, ReliableDatagram };
 /// "rdm" (what DeviceDatabase::load accepts and save writes).
 const char *to_string(EndpointPreference e) noexcept;
 
-/// The inverse of to_string: false (and `out` unchanged) for any other
-/// spelling, so that every configuration reader accepts the same names.
+/// The inverse of to_string, and the one place that reads the name: "auto"
+/// or any spelling parse_endpoint_type accepts ("connected", its alias "msg",
+/// "rdm"). False (and `out` unchanged) for any other spelling, so that every
+/// configuration file, command-line option and test parameter accepts the
+/// same names.
 bool parse_endpoint_preference(std::string_view text, EndpointPreference &out) noexcept;
+
+/// The valid spellings, for error messages: "auto, connected (or msg), rdm".
+const char *endpoint_preference_names() noexcept;
 
 /// One device entry. Plain data; copyable.
 struct DeviceConfig {

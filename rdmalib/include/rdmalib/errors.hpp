@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace rdmalib {
 
@@ -40,6 +41,9 @@ enum class Status : uint8_t {
 /// Short stable name of a status ("ok", "timeout", ...), for logs and tests.
 const char *to_string(Status s) noexcept;
 
+/// The inverse of to_string(Status): false (and `out` unchanged) otherwise.
+bool parse_status(std::string_view text, Status &out) noexcept;
+
 /// Category of a thrown setup error, so callers can react without parsing text.
 enum class ErrorKind : uint8_t {
   /// Bad or missing configuration (device database, option value).
@@ -57,6 +61,13 @@ enum class ErrorKind : uint8_t {
   /// A backend call failed; the message holds the backend's text.
   Backend,
 };
+
+/// Short stable name of an error kind ("config", "not_found", "unsupported",
+/// "timeout", "refused", "closed", "backend"), as rfaas-info's JSON reports it.
+const char *to_string(ErrorKind k) noexcept;
+
+/// The inverse of to_string(ErrorKind): false (and `out` unchanged) otherwise.
+bool parse_error_kind(std::string_view text, ErrorKind &out) noexcept;
 
 /// The single exception type thrown by rdmalib. what() is a complete,
 /// human-readable sentence; backend_code() is the raw backend error number

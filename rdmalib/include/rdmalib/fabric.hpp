@@ -72,6 +72,10 @@ public:
   static std::vector<ProviderInfo> discover();
   /// Provider names/aliases the backend accepts (for help texts and errors).
   static std::vector<std::string> known_providers();
+  /// The canonical name of a provider name or alias as configuration may
+  /// spell it ("rxm" and "tcp-rxm" give "tcp;ofi_rxm"), the name discover()
+  /// reports; "" when this backend knows no such provider.
+  static std::string canonical_provider(const std::string &name_or_alias);
   /// Load and initialise what opening `config` needs (libraries, providers)
   /// without keeping anything open, so that processes forked afterwards open
   /// their own Fabric fast (the executor zygote). A Fabric opened before a
