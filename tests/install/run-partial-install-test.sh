@@ -7,10 +7,11 @@
 # CMake package, pkg-config file, example configuration). The complete layout
 # after a full build is checked by run-install-test.sh.
 #
-# Usage: run-partial-install-test.sh SOURCE_DIR [CMAKE_GENERATOR]
+# Usage: run-partial-install-test.sh SOURCE_DIR NETWORK_BACKEND [CMAKE_GENERATOR]
 set -euo pipefail
 source_dir=$1
-generator=${2:-}
+backend=$2
+generator=${3:-}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-partial-install.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -21,8 +22,8 @@ fail() {
 
 gen=()
 [[ -n $generator ]] && gen=(-G "$generator")
-cmake -S "$source_dir" -B "$work/build" "${gen[@]}" -DRFAAS_BUILD_TESTS=OFF \
-  -DRFAAS_BUILD_BENCHMARKS=OFF >"$work/configure.log" 2>&1 ||
+cmake -S "$source_dir" -B "$work/build" "${gen[@]}" -DRFAAS_NETWORK_BACKEND="$backend" \
+  -DRFAAS_BUILD_TESTS=OFF -DRFAAS_BUILD_BENCHMARKS=OFF >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log" >&2; fail "configuring $source_dir failed"; }
 
 if ! cmake --install "$work/build" --prefix "$work/prefix" >"$work/install.log" 2>&1; then
