@@ -34,8 +34,8 @@ std::string executor_path() {
   self[n] = '\0';
   std::string dir(self);
   dir = dir.substr(0, dir.rfind('/'));
-  // Installed; in the build tree the two binaries live in sibling
-  // directories; both in one directory (copied by hand).
+  // In order: the installed layout, the build tree (sibling directories), and
+  // both binaries copied by hand into one directory.
   const std::string candidates[] = {dir + "/" RFAAS_BIN_TO_LIBEXEC "/executor",
                                     dir + "/../executor/executor", dir + "/executor"};
   for (const std::string &candidate : candidates)
