@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-pingpong.sh: rdmalib ping-pong against the raw libfabric baseline, same
-# provider, sizes and modes, in the same run (DESIGN.md §6). For each provider it
+# provider, sizes and modes, in the same run. For each provider it
 # runs raw_libfabric_pingpong and rdmalib_pingpong back to back (--repeat times,
 # alternating, so both see the same machine load) and prints per (mode, size):
 # raw median and p99, rdmalib median and p99, and rdmalib/raw: with --repeat N,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-rfaas-benchmarks.sh: rFaaS invocation latency and cold start, next to the
 # raw libfabric write-with-immediate ping-pong for the same provider and sizes,
-# in the same run (DESIGN.md §6).
+# in the same run, so that the ratio holds whatever the machine.
 #
 # For each device it starts an executor manager (port 0, waiting for its
 # readiness line), runs rfaas_invocation_benchmark (echo, one worker pinned to

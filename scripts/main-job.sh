@@ -43,7 +43,8 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 step "configuring $build (Release, libfabric backend, tests off)"
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DRFAAS_NETWORK_BACKEND=libfabric -DRFAAS_BUILD_BENCHMARKS=ON -DRFAAS_BUILD_TESTS=OFF
-targets=(executor_manager executor rfaas_example_functions rfaas-example-client)
+# rfaas-info too: with it, the build holds everything `cmake --install` installs.
+targets=(executor_manager executor rfaas-info rfaas_example_functions rfaas-example-client)
 [[ ${RFAAS_MAIN_PINGPONG:-0} == 1 ]] && targets+=(rdmalib_pingpong raw_libfabric_pingpong)
 step "building ${targets[*]} with $jobs jobs"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"

@@ -23,7 +23,9 @@
 
 namespace {
 
-/// The executor binary sits next to ours; never looked up through PATH.
+/// The executor binary is found relative to ours, never through PATH: in an
+/// installation it is in libexec/rfaas/ (RFAAS_BIN_TO_LIBEXEC is the relative
+/// path from the installed bin/ to it, so a moved prefix still works).
 std::string executor_path() {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -32,12 +34,17 @@ std::string executor_path() {
   self[n] = '\0';
   std::string dir(self);
   dir = dir.substr(0, dir.rfind('/'));
-  // In the build tree the two binaries live in sibling directories.
-  for (const std::string &candidate : {dir + "/executor", dir + "/../executor/executor"})
+  // In order: the installed layout, the build tree (sibling directories), and
+  // both binaries copied by hand into one directory.
+  const std::string candidates[] = {dir + "/" RFAAS_BIN_TO_LIBEXEC "/executor",
+                                    dir + "/../executor/executor", dir + "/executor"};
+  for (const std::string &candidate : candidates)
     if (access(candidate.c_str(), X_OK) == 0)
       return candidate;
-  throw rfaas::manager::ConfigError("no executor binary next to " + std::string(self) +
-                                    " (looked for " + dir + "/executor)");
+  throw rfaas::manager::ConfigError("no executor binary for " + std::string(self) +
+                                    " (looked for " + candidates[0] + ", " + candidates[1] +
+                                    " and " + candidates[2] +
+                                    "); reinstall rFaaS or rebuild the executor target");
 }
 
 } // namespace

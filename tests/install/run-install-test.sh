@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Install the build tree into a temporary prefix, then build and run an
-# out-of-tree consumer twice: with CMake (find_package(rfaas)) and with
+# Install the build tree into a temporary prefix, check the layout (example
+# configuration in share/rfaas/, the internal executor in libexec/rfaas/ and
+# not in bin/, rfaas.pc without a language-standard flag), MOVE the prefix to
+# another directory (the installation must be relocatable), then build and run
+# an out-of-tree consumer twice: with CMake (find_package(rfaas)) and with
 # pkg-config (rfaas.pc). Also checks that the installed rfaas headers include
 # nothing from rdmalib or the network backends.
 #
 # With a functions library given, the CMake-built consumer then also runs an
 # invocation: it leases a core from the INSTALLED executor_manager (started on
-# loopback tcp with the source tree's example configuration) and checks the
+# loopback tcp with the INSTALLED example configuration, from the moved
+# prefix, so it must find its executor relative to itself) and checks the
 # output of "echo".
 #
 # Usage: run-install-test.sh BUILD_DIR CONSUMER_SOURCE_DIR [CMAKE_GENERATOR [FUNCTIONS_LIBRARY]]
@@ -23,8 +27,35 @@ source "$source_dir/scripts/lib/manager.sh"
 trap 'stop_manager; rm -rf "$work"' EXIT
 prefix=$work/prefix
 
-cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 ||
+  { cat "$work/install.log" >&2; fail "cmake --install failed"; }
 echo "installed into $prefix"
+
+# Layout.
+for config in "$source_dir"/config/*.json; do
+  [[ -f $prefix/share/rfaas/$(basename "$config") ]] ||
+    fail "example configuration $(basename "$config") was not installed into share/rfaas/"
+done
+if [[ -n $library ]]; then
+  [[ -x $prefix/bin/executor_manager ]] || fail "executor_manager was not installed into bin/"
+  [[ -x $prefix/libexec/rfaas/executor ]] || fail "the executor was not installed into libexec/rfaas/"
+  [[ ! -e $prefix/bin/executor ]] || fail "the internal executor is in bin/"
+fi
+pc=$(find "$prefix" -name rfaas.pc | head -n1)
+[[ -n $pc ]] || fail "rfaas.pc was not installed"
+if grep -n -- '-std=' "$pc"; then
+  fail "rfaas.pc forces a language standard on its users"
+fi
+
+# Relocatable: everything below runs from another directory.
+mv "$prefix" "$work/moved"
+prefix=$work/moved
+echo "moved the installation to $prefix"
 
 if grep -rnE '#include *<(rdmalib/|rdma/|infiniband/|spdlog/|nlohmann/)|"common/protocol' \
   "$prefix/include/rfaas"; then
@@ -53,27 +84,22 @@ cmake --build "$work/cmake-build" >"$work/build.log" || { cat "$work/build.log" 
 LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer"
 
 if [[ -n $library ]]; then
-  for bin in executor_manager executor; do
-    [[ -x $prefix/bin/$bin ]] || { echo "FAIL: $bin was not installed into $prefix/bin" >&2; exit 1; }
-  done
   cores=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
   if ! start_manager "$work/manager.log" 60 "$prefix/bin/executor_manager" \
-    --config "$source_dir/config/executor_manager.json" --skip-resource-manager \
-    --devices "$source_dir/config/devices.json" --device lo-tcp --host 127.0.0.1 --port 0 \
-    --cores "$cores"; then
+    --config "$prefix/share/rfaas/executor_manager.json" --skip-resource-manager \
+    --device lo-tcp --host 127.0.0.1 --port 0 --cores "$cores"; then
     echo "FAIL: the installed executor_manager did not start:" >&2
     cat "$work/manager.log" >&2
     exit 1
   fi
   echo "installed executor_manager listening on $manager_address"
-  LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer" "$source_dir/config/devices.json" lo-tcp \
+  LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer" "$prefix/share/rfaas/devices.json" lo-tcp \
     "$manager_address" "$library" || { cat "$work/manager.log" >&2; exit 1; }
   stop_manager
 fi
 
 # 2. pkg-config.
 pc=$(find "$prefix" -name rfaas.pc | head -n1)
-[[ -n $pc ]] || { echo "FAIL: rfaas.pc was not installed" >&2; exit 1; }
 export PKG_CONFIG_PATH=$(dirname "$pc")
 echo "pkg-config: $(pkg-config --cflags --libs rfaas)"
 # shellcheck disable=SC2046
