@@ -173,6 +173,7 @@ Completion ConnectionImpl::convert_error(Queue q, fid_cq *cq) noexcept {
     return c;
   }
   auto *s = static_cast<lf::OpSlot *>(err.op_context);
+  size_t cap = s ? s->cap : 0;
   if (s) {
     c.context = s->user;
     c.kind = s->kind;
@@ -187,7 +188,11 @@ Completion ConnectionImpl::convert_error(Queue q, fid_cq *cq) noexcept {
   // message that caused it is lost, and the provider may not be able to
   // deliver anything after it in order (a truncated message on tcp, say).
   if (c.status == Status::Closed || (q == Queue::Recv && c.kind == OpKind::Recv)) {
-    if (err.err == FI_ETRUNC || err.err == FI_EIO) {
+    // shm fails a receive that reached RecvOverflow's guard page with EIO.
+    if (err.err == FI_ETRUNC || (err.err == FI_EIO && fab->overflow.guard)) {
+      set_error("receive failed: the peer sent a message longer than the posted receive of %zu "
+                "bytes (message truncated; %s); the link is closed",
+                cap, fi_strerror(err.err));
       c.status = Status::Error;
       ended_here = !peer_closed;
     }
