@@ -261,13 +261,18 @@ void ConnectionImpl::close() noexcept {
     // check, the goodbye and our own endpoint's end happen under one lock so
     // that two threads closing both ends of a link cannot interleave them.
     std::unique_lock<std::mutex> tracked;
+    // A link this side ended (the peer overran a receive) still has a live
+    // peer, which must learn that the link is gone.
+    bool goodbye = !peer_closed || ended_here;
     if (!local_name.empty()) {
       LocalEndpoints &r = local_endpoints();
       tracked = std::unique_lock<std::mutex>(r.m);
-      if (!peer_closed && !peer_name.empty() && closed_in_this_process(r, peer_name))
+      if (goodbye && !peer_name.empty() && closed_in_this_process(r, peer_name)) {
         peer_closed = true;
+        goodbye = false;
+      }
     }
-    if (!peer_closed) {
+    if (goodbye) {
       // Tell the peer; wait briefly for the goodbye to leave, so a
       // manual-progress provider does not drop it with the endpoint.
       lf::OpSlot *s = take_slot(0, OpKind::Send, true);
@@ -472,8 +477,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
     uint8_t *rbuf = c->ctl_recv(0);
     ssize_t r;
     do {
-      r = fi_recv(c->ep.get(), rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), FI_ADDR_UNSPEC,
-                  rs);
+      r = c->post_receive(rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), rs, 0);
       if (r == -FI_EAGAIN)
         c->progress();
     } while (r == -FI_EAGAIN && !dl.passed());
@@ -526,7 +530,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
       if (ans.magic != lf::kHandshakeMagic || ans.nonce != hello.nonce) {
         // Not ours (a stale answer): listen again.
         rs = c->take_slot(0, OpKind::Recv, true);
-        fi_recv(c->ep.get(), rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), FI_ADDR_UNSPEC, rs);
+        c->post_receive(rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), rs, 0);
         continue;
       }
       if (ans.type == lf::HsReject)

@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -230,9 +231,38 @@ void fill_capabilities(detail::FabricImpl &f) {
     f.wait_fd_cq = false;
   }
   c.wait_fd = f.wait_cq;
+
+  // A receive must never be truncated inside such a provider (the quirk's
+  // comment). The overflow descriptors are null: only for providers that do
+  // not need local registration, with room for three iovecs per receive.
+  if (quirk_truncation_hangs_receiver(f.provider) && !f.mr_local && i->rx_attr->iov_limit >= 3)
+    f.overflow.open(64 * 1024, shm_cross_memory_attach_likely());
 }
 
 } // namespace
+
+void RecvOverflow::open(size_t scratch_bytes, bool guard_page) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t guard_bytes = guard_page ? page : 0;
+  // Reserved, not committed: pages of the scratch area are only backed once
+  // an oversized message is written there.
+  void *p = mmap(nullptr, scratch_bytes + guard_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error(ErrorKind::Backend,
+                std::string("rdmalib: mmap of the receive overflow area: ") + std::strerror(errno));
+  base = static_cast<uint8_t *>(p);
+  scratch = scratch_bytes;
+  guard = guard_bytes;
+  if (guard && mprotect(base + scratch, guard, PROT_NONE) != 0)
+    guard = 0;
+}
+
+RecvOverflow::~RecvOverflow() {
+  if (base)
+    munmap(base, scratch + guard);
+}
+
 } // namespace lf
 
 namespace detail {

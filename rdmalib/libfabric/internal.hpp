@@ -170,6 +170,27 @@ struct OpSlot {
   OpKind kind = OpKind::Send;
   bool internal = false; // completion is rdmalib's own; do not report it
   uint32_t next_free = 0;
+  size_t cap = 0; // receives: bytes the caller posted (longer messages are truncated)
+};
+
+/// quirk_truncation_hangs_receiver: memory posted behind every receive, so
+/// that the provider never has to truncate one. First `scratch` writable
+/// bytes: the provider copies short messages (up to 4 KiB on shm) with
+/// memcpy, which must land somewhere. Then, where the provider copies by
+/// cross-memory attach, `guard` inaccessible bytes: process_vm_readv fails on
+/// them with EFAULT, and the provider completes the receive with an error
+/// instead of looping for ever, however long the message. Shared by every
+/// receive of the fabric: what lands here is never read. rdmalib reports a
+/// receive longer than the caller's buffer as failed and ends the link.
+struct RecvOverflow {
+  uint8_t *base = nullptr;
+  size_t scratch = 0, guard = 0;
+  RecvOverflow() = default;
+  RecvOverflow(const RecvOverflow &) = delete;
+  RecvOverflow &operator=(const RecvOverflow &) = delete;
+  ~RecvOverflow();
+  /// Map it (scratch bytes, plus one guard page when `guard_page`).
+  void open(size_t scratch_bytes, bool guard_page);
 };
 
 } // namespace rdmalib::lf
@@ -198,6 +219,7 @@ struct FabricImpl {
   bool wait_cq = false;    // CQs support a blocking read (fd or unspec)
   size_t inject_size = 0;
   uint32_t addr_format = 0;
+  lf::RecvOverflow overflow; // empty unless quirk_truncation_hangs_receiver
 
   /// fi_info for a new endpoint bound to `src` (host, port; port 0 = any).
   /// For FI_ADDR_STR providers (shm) the name is derived from host and port.
@@ -245,6 +267,7 @@ struct ConnectionImpl {
   Address remote;
   bool open = false;
   bool peer_closed = false;
+  bool ended_here = false; // peer_closed set by this side (a truncated receive)
 
   // Completions read while driving progress for a retried post; poll()
   // returns them first so nothing is lost.
@@ -282,6 +305,9 @@ struct ConnectionImpl {
   bool wait_internal(Queue q, fi_cq_data_entry &out, const lf::Deadline &dl, int &err);
 
   // --- data path (operations.cpp)
+  /// Post one receive of `len` bytes at `buf` (with the fabric's overflow
+  /// area behind it where the provider needs one). Returns fi_recv's result.
+  ssize_t post_receive(void *buf, size_t len, void *desc, lf::OpSlot *s, uint64_t flags) noexcept;
   lf::OpSlot *take_slot(uint64_t user, OpKind kind, bool internal);
   void put_slot(lf::OpSlot *s) {
     s->next_free = free_head;

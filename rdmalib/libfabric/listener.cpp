@@ -48,8 +48,7 @@ void post_handshake_recv(ConnectionImpl &c, size_t i) {
   ssize_t r;
   lf::Deadline dl(std::chrono::milliseconds(1000));
   do {
-    r = fi_recv(c.ep.get(), c.ctl_recv(i), sizeof(lf::HandshakeMessage), c.ctl_desc(),
-                FI_ADDR_UNSPEC, s);
+    r = c.post_receive(c.ctl_recv(i), sizeof(lf::HandshakeMessage), c.ctl_desc(), s, 0);
     if (r == -FI_EAGAIN)
       c.progress();
   } while (r == -FI_EAGAIN && !dl.passed());

@@ -90,6 +90,26 @@ bool stash_push(std::vector<fi_cq_data_entry> &st, size_t &head, size_t &len, fi
 
 } // namespace
 
+ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, lf::OpSlot *s,
+                                     uint64_t flags) noexcept {
+  s->buf = buf;
+  s->cap = len;
+  const lf::RecvOverflow &ov = fab->overflow;
+  if (!ov.base) {
+    // The single repost after each message takes the provider's plainest
+    // entry point.
+    if (!flags)
+      return fi_recv(ep.get(), buf, len, desc, FI_ADDR_UNSPEC, s);
+    iovec iov{buf, len};
+    fi_msg msg{&iov, &desc, 1, FI_ADDR_UNSPEC, s, 0};
+    return fi_recvmsg(ep.get(), &msg, flags);
+  }
+  iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
+  void *descs[3] = {desc, nullptr, nullptr};
+  fi_msg msg{iov, descs, ov.guard ? 3u : 2u, FI_ADDR_UNSPEC, s, 0};
+  return fi_recvmsg(ep.get(), &msg, flags);
+}
+
 void ConnectionImpl::set_error(const char *fmt, ...) noexcept {
   va_list ap;
   va_start(ap, fmt);
@@ -153,6 +173,7 @@ Completion ConnectionImpl::convert_error(Queue q, fid_cq *cq) noexcept {
     return c;
   }
   auto *s = static_cast<lf::OpSlot *>(err.op_context);
+  size_t cap = s ? s->cap : 0;
   if (s) {
     c.context = s->user;
     c.kind = s->kind;
@@ -163,8 +184,20 @@ Completion ConnectionImpl::convert_error(Queue q, fid_cq *cq) noexcept {
   const char *ptext = fi_cq_strerror(cq, err.prov_errno, err.err_data, prov, sizeof prov);
   set_error("%s failed: %s (%d); provider: %s", q == Queue::Recv ? "receive" : "operation",
             fi_strerror(err.err), err.err, ptext ? ptext : "");
-  if (c.status == Status::Closed)
+  // A failed receive ends the link on every provider (operations.hpp): the
+  // message that caused it is lost, and the provider may not be able to
+  // deliver anything after it in order (a truncated message on tcp, say).
+  if (c.status == Status::Closed || (q == Queue::Recv && c.kind == OpKind::Recv)) {
+    // shm fails a receive that reached RecvOverflow's guard page with EIO.
+    if (err.err == FI_ETRUNC || (err.err == FI_EIO && fab->overflow.guard)) {
+      set_error("receive failed: the peer sent a message longer than the posted receive of %zu "
+                "bytes (message truncated; %s); the link is closed",
+                cap, fi_strerror(err.err));
+      c.status = Status::Error;
+      ended_here = !peer_closed;
+    }
     peer_closed = true;
+  }
   return c;
 }
 
@@ -205,7 +238,18 @@ size_t ConnectionImpl::convert(Queue q, const fi_cq_data_entry *e, size_t n,
       continue;
     }
     Completion c{s->user, static_cast<uint32_t>(en.len), 0, OpKind::Recv, Status::Ok};
-    if (en.len == sizeof(lf::ControlMessage) && s->buf) {
+    if (en.len > s->cap) {
+      // Only with an overflow area (RecvOverflow): the provider took a
+      // message longer than the caller's receive. Same outcome as a
+      // truncation error elsewhere: the receive fails and the link ends.
+      set_error("received a message of %zu bytes into a receive of %zu bytes: the peer sent "
+                "more than was posted (message truncated); the link is closed",
+                static_cast<size_t>(en.len), s->cap);
+      c.length = static_cast<uint32_t>(s->cap);
+      c.status = Status::Error;
+      ended_here = !peer_closed;
+      peer_closed = true;
+    } else if (en.len == sizeof(lf::ControlMessage) && s->buf) {
       lf::ControlMessage m;
       std::memcpy(&m, s->buf, sizeof m);
       if (m.magic == lf::kControlMagic && m.type == lf::CtlNotify) {
@@ -311,18 +355,10 @@ Status Operations::post_recv(const LocalRef *dst, const uint64_t *contexts, size
     lf::OpSlot *s = c.take_slot(contexts[i], OpKind::Recv, false);
     if (!s)
       return Status::Again;
-    s->buf = dst[i].ptr;
     // FI_MORE lets the provider batch the doorbell; the last one flushes.
     uint64_t more = i + 1 < n ? FI_MORE : 0;
     Status st = detail::post(c, "post_recv", s, [&](lf::OpSlot *slot) {
-      // The last (or only) one through fi_recv: the single repost after each
-      // message takes the provider's plainest entry point.
-      if (!more)
-        return fi_recv(c.ep.get(), dst[i].ptr, dst[i].len, dst[i].desc, FI_ADDR_UNSPEC, slot);
-      iovec iov{dst[i].ptr, dst[i].len};
-      void *desc = dst[i].desc;
-      fi_msg msg{&iov, &desc, 1, FI_ADDR_UNSPEC, slot, 0};
-      return fi_recvmsg(c.ep.get(), &msg, more);
+      return c.post_receive(dst[i].ptr, dst[i].len, dst[i].desc, slot, more);
     });
     if (st != Status::Ok)
       return st;

@@ -1,6 +1,8 @@
 #include "provider_table.hpp"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <rdma/fabric.h>
 
 namespace rdmalib::lf {
@@ -123,4 +125,20 @@ bool quirk_in_process_peer_must_be_alive(const std::string &provider) { return p
 
 namespace rdmalib::lf {
 bool quirk_dead_peer_can_hang_progress(const std::string &provider) { return provider == "shm"; }
+
+bool quirk_truncation_hangs_receiver(const std::string &provider) { return provider == "shm"; }
+
+bool shm_cross_memory_attach_likely() {
+  const char *off = std::getenv("FI_SHM_DISABLE_CMA");
+  if (off && *off && std::strchr("1yYtT", *off))
+    return false;
+  std::FILE *f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (!f)
+    return true; // no Yama: same-user processes may read each other
+  int scope = 0;
+  if (std::fscanf(f, "%d", &scope) != 1)
+    scope = 1;
+  std::fclose(f);
+  return scope == 0;
+}
 } // namespace rdmalib::lf

@@ -102,4 +102,22 @@ bool quirk_in_process_peer_must_be_alive(const std::string &provider);
 /// runs before it calls into the provider; a dead peer makes the link Closed.
 bool quirk_dead_peer_can_hang_progress(const std::string &provider);
 
+/// shm (1.17, unchanged upstream in 2.x) copies a message longer than 4 KiB by
+/// cross-memory attach (process_vm_readv of the sender) in a loop that ends
+/// only when the whole message is copied: once the posted receive is full,
+/// process_vm_readv is called with no local space, returns 0, and the loop
+/// spins forever inside fi_cq_read while holding the receiver's region lock
+/// (the sender then spins on that lock too). A message longer than the
+/// receive it matches thus wedges the receiving process for good; nothing
+/// above the provider can interrupt it. Returns true for such providers:
+/// rdmalib then posts every receive with an overflow area behind it (see
+/// RecvOverflow) so that no receive is ever truncated inside the provider.
+bool quirk_truncation_hangs_receiver(const std::string &provider);
+
+/// Whether shm will use cross-memory attach between processes of this user:
+/// off when FI_SHM_DISABLE_CMA is set, or when the Yama LSM restricts ptrace
+/// (kernel.yama.ptrace_scope >= 1), in which case shm falls back to copying
+/// through shared bounce buffers with memcpy.
+bool shm_cross_memory_attach_likely();
+
 } // namespace rdmalib::lf

@@ -168,10 +168,16 @@ size_t ConnectionImpl::convert(Queue q, const ibv_wc *wc, size_t n, Completion *
         o.status = Status::Error;
         break;
       }
-      set_error("%s failed on the connection to %s: %s (status %d, vendor error 0x%x)",
+      set_error("%s failed on the connection to %s: %s (status %d, vendor error 0x%x)%s",
                 kind_name(s.kind), remote.to_string().c_str(), ibv_wc_status_str(w.status),
-                static_cast<int>(w.status), w.vendor_err);
-      if (o.status == Status::Closed)
+                static_cast<int>(w.status), w.vendor_err,
+                w.status == IBV_WC_LOC_LEN_ERR
+                    ? "; the peer sent a message longer than the posted receive (message "
+                      "truncated); the link is closed"
+                    : "");
+      // A failed receive ends the link (operations.hpp); the RC QP is in the
+      // error state already, and the disconnect tells the peer.
+      if (o.status == Status::Closed || q == Queue::Recv)
         on_peer_closed();
     }
     pool.put(&s);

@@ -598,6 +598,8 @@ void Manager::poll_clients() {
     for (size_t i = 0; i < n && !c.closed; ++i) {
       const rdmalib::Completion &k = comps[i];
       if (k.status != rdmalib::Status::Ok || k.kind == rdmalib::OpKind::PeerClosed) {
+        if (k.kind != rdmalib::OpKind::PeerClosed)
+          spdlog::warn("client {}: {}; dropping it", c.peer, c.ops.last_error());
         client_left(c, false);
         break;
       }

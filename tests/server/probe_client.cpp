@@ -13,7 +13,8 @@
 // input slot of a worker busy at once), "disconnect" (the
 // client vanishes mid-lease), "busy-disconnect" (it vanishes while a
 // 20 s function runs), "hostile" (malformed hellos and requests to the
-// manager first), "all" (hostile, latency, pipeline, errors, then crash).
+// manager first), "oversized" (a request longer than the manager's receive,
+// then a normal lease), "all" (hostile, latency, pipeline, errors, then crash).
 // Exit code 0 when every check passed.
 #include <algorithm>
 #include <chrono>
@@ -188,6 +189,57 @@ public:
               resp.status == proto::ErrorCode::ResourcesUnavailable,
           "200 cores -> resources_unavailable");
     l.conn.close();
+  }
+
+  /// Send an AllocationRequest one descriptor longer than the largest legal
+  /// one (kMaxWorkers + 1 descriptors): more than the manager posted for it.
+  /// The manager must drop this client (and only it); the probe itself must
+  /// not hang in its send or close. allocate() runs afterwards.
+  void oversized() {
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    Link l;
+    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                          sizeof hb, milliseconds(5000));
+    l.setup(fabric_, 4);
+    proto::AllocationRequest req;
+    req.cores = proto::kMaxWorkers;
+    req.input_slots = 1;
+    req.input_slot_size = 64;
+    req.client_port = 1;
+    req.library_size = 1;
+    proto::set_text(req.client_host, "127.0.0.1");
+    std::vector<proto::BufferDescriptor> results(req.cores);
+    for (uint32_t i = 0; i < req.cores; ++i) {
+      results[i].buffer.size = 64;
+      results[i].worker = i;
+      results[i].slots = 1;
+      results[i].slot_size = 64;
+    }
+    const size_t size = proto::kMaxAllocationRequestSize + sizeof(proto::BufferDescriptor);
+    rdmalib::Buffer<char> rb(fabric_, size, rdmalib::AccessLocal);
+    l.conn.attach(rb.region());
+    std::memset(rb.data(), 0, size);
+    proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
+    check(r.ok(), "encode the largest legal AllocationRequest");
+    auto t0 = Clock::now();
+    rdmalib::Status st = l.ops.send(rb.local_bytes(0, size), 4);
+    std::printf("oversized request: %zu bytes, send returned %s (%s)\n", size,
+                rdmalib::to_string(st), st == rdmalib::Status::Ok ? "" : l.ops.last_error());
+    rdmalib::Completion c;
+    if (st == rdmalib::Status::Ok) {
+      auto w = l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+      std::printf("oversized request: send completion %s / %s\n", rdmalib::to_string(w.status),
+                  w.count ? rdmalib::to_string(c.status) : "-");
+    }
+    rdmalib::OpKind kind = rdmalib::OpKind::Recv;
+    const char *m = l.next_control(5000, &kind);
+    check(!m, "oversized AllocationRequest -> no answer, the manager drops the link");
+    l.conn.close();
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    check(ms < 10000, "oversized request: the probe's send, wait and close returned (" +
+                          std::to_string(static_cast<int>(ms)) + " ms)");
   }
 
   void allocate() {
@@ -555,6 +607,8 @@ int main(int argc, char **argv) {
     Probe p(o);
     if (o.scenario == "hostile" || o.scenario == "all")
       p.hostile();
+    if (o.scenario == "oversized")
+      p.oversized();
     p.allocate();
     if (o.scenario == "latency" || o.scenario == "all")
       p.latency();

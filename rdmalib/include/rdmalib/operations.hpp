@@ -14,6 +14,18 @@
 //    (shm, tcp) the target applies it when it next polls or waits. Synchronise
 //    with write_imm or a message before relying on remote visibility.
 //
+// Oversized messages: a message longer than the receive it lands in ends the
+// link, on every backend and provider. The receiver's receive completes with a
+// non-Ok status (last_error() says the message was truncated), or the link
+// reports its end (PeerClosed / Closed) where the provider drops the
+// connection itself (tcp); receives still posted may come back flushed, never
+// as messages; afterwards posts return Closed and wait() returns Closed. No
+// call waits inside the provider for it (shm 1.17 would spin for ever; rdmalib
+// posts its receives so that it cannot). The sender's send completes, Ok or
+// not, within its deadlines, and it sees the link end once the receiver closes
+// it. Protocols must therefore bound their messages and size receives for the
+// largest one; a peer that sends more loses its link, nothing else.
+//
 // Thread-safety: an Operations handle (and its Connection) is used by one thread
 // at a time. Different connections may be driven from different threads.
 #pragma once
@@ -87,7 +99,7 @@ public:
   explicit Operations(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
 
   /// Send `src` as one message; the peer needs a posted receive of at least
-  /// src.len bytes.
+  /// src.len bytes (a longer message ends the link: see the file comment).
   Status send(const LocalRef &src, uint64_t context, uint32_t flags = PostNone) noexcept;
 
   /// Post one receive buffer.
