@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
 

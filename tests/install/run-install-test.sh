@@ -26,7 +26,7 @@ prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 echo "installed into $prefix"
 
-if grep -rnE '#include *<(rdmalib/|rdma/|infiniband/|spdlog/|nlohmann/)|"common/protocol' \
+if grep -rnE '#include *<(rdmalib/|rdma/|infiniband/|spdlog/|nlohmann/)|"protocol/' \
   "$prefix/include/rfaas"; then
   echo "FAIL: installed rfaas headers include private dependencies" >&2
   exit 1
