@@ -1,6 +1,6 @@
 #include <rfaas/errors.hpp>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas {
 

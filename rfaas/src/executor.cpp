@@ -5,8 +5,9 @@
 //   results  slots x (32 + max_output)  remote-writable: the worker's results
 //   staging  slots x (32 + max_input)   header + copied payload for inputs that
 //                                       are not rfaas::allocator memory
-//   control  (recvs + 1) x 256          receives for control messages and
-//                                       write_imm notifications, one send area
+//   control  (recvs + 1) x 256          a ControlChannel: receives for control
+//                                       messages and write_imm notifications,
+//                                       one send area
 // An invocation occupies (worker, slot) from its post until its result and its
 // write completion both arrived; results are matched by slot (the immediate)
 // and checked against the invocation id in the ResultHeader.
@@ -24,8 +25,9 @@
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
 
-#include "common/protocol.hpp"
 #include "device_conversion.hpp"
+#include "protocol/control_channel.hpp"
+#include "protocol/protocol.hpp"
 #include "registry.hpp"
 
 namespace rfaas {
@@ -48,6 +50,25 @@ constexpr uint64_t kWriteCtx = 1ull << 62;
 constexpr uint64_t kControlCtx = 1ull << 61;
 
 status from_wire(proto::ErrorCode c) { return static_cast<status>(c); }
+
+/// The status a failed channel call stands for; `wire` explains a bad message.
+status from_channel(proto::ChannelStatus s, const proto::WireResult &wire) {
+  switch (s) {
+  case proto::ChannelStatus::Ok:
+    return status::ok;
+  case proto::ChannelStatus::Timeout:
+    return status::timeout;
+  case proto::ChannelStatus::Closed:
+  case proto::ChannelStatus::Shutdown:
+    return status::closed;
+  case proto::ChannelStatus::BadMessage:
+  case proto::ChannelStatus::Unexpected:
+    return from_wire(proto::reply_code(wire.error));
+  case proto::ChannelStatus::SendFailed:
+    break;
+  }
+  return status::network_error;
+}
 
 status from_rdmalib(const rdmalib::Error &e) {
   switch (e.kind()) {
@@ -92,7 +113,8 @@ struct Slot {
 struct Worker {
   // Buffers before the connection: members die in reverse order, and closing
   // the connection drains completions into posted receives.
-  rdmalib::Buffer<char> results, staging, control;
+  rdmalib::Buffer<char> results, staging;
+  proto::ControlChannel control;
   rdmalib::Connection conn;
   rdmalib::Operations ops;
   /// The worker's input slots (its BufferAdvertisement).
@@ -141,8 +163,8 @@ struct executor::impl {
   /// Bumped by every deallocate(): futures of an older allocation yield closed.
   uint64_t generation = 0;
   std::string manager_name;
+  proto::ControlChannel manager_channel; // before manager: outlives its close
   rdmalib::Connection manager;
-  rdmalib::Buffer<char> manager_buf;
   uint64_t allocation_id = 0;
   uint32_t nworkers = 0, nslots = 0, max_input = 0, max_output = 0;
   uint32_t input_slot = 0, result_slot = 0, nrecv = 0;
@@ -158,55 +180,22 @@ struct executor::impl {
     throw Error(ph, manager_name, st, what);
   }
 
-  void post_control_recv(Worker &w, uint64_t i) {
-    if (w.ops.post_recv(w.control.local_bytes(i * kCtl, kCtl), i) != rdmalib::Status::Ok)
-      fail(phase::workers, status::network_error,
-           std::string("cannot post a receive: ") + w.ops.last_error());
-  }
+  Clock::time_point in(milliseconds d) const { return Clock::now() + d; }
 
-  /// Send a control message from `buf`'s send area at `offset` and wait for
-  /// its completion (skipping slot-write completions, which are accounted).
-  template <class M>
-  status send_control(rdmalib::Operations ops, rdmalib::Buffer<char> &buf, size_t offset,
-                      const M &m, milliseconds timeout, Worker *w = nullptr) {
-    proto::WireResult r = proto::encode(m, buf.data() + offset, kCtl);
-    if (!r)
-      return status::internal;
-    if (ops.send(buf.local_bytes(offset, r.size), kControlCtx) != rdmalib::Status::Ok)
-      return status::network_error;
-    Clock::time_point deadline = Clock::now() + timeout;
-    for (;;) {
-      rdmalib::Completion c;
-      rdmalib::WaitResult wr = ops.wait(rdmalib::Queue::Send, &c, 1, ms_left(deadline));
-      if (wr.status == rdmalib::Status::Timeout)
-        return status::timeout;
-      if (wr.status != rdmalib::Status::Ok)
-        return wr.status == rdmalib::Status::Closed ? status::closed : status::network_error;
-      if (c.context == kControlCtx)
-        return c.status == rdmalib::Status::Ok ? status::ok : status::network_error;
-      if (w && (c.context & kWriteCtx))
-        on_write_done(*w, c);
-    }
-  }
-
-  /// Wait for the next control message on a worker during setup; returns the
-  /// message's bytes (in the control buffer), re-posting the receive is the
-  /// caller's job (pass the context back through `ctx`).
-  const char *next_control(Worker &w, Clock::time_point deadline, phase ph, uint32_t index,
-                           uint64_t &ctx) {
-    for (;;) {
-      rdmalib::Completion c;
-      int left = ms_left(deadline);
-      rdmalib::WaitResult wr = w.ops.wait(rdmalib::Queue::Recv, &c, 1, left);
-      if (wr.status == rdmalib::Status::Timeout)
-        fail(ph, status::timeout, "worker " + std::to_string(index) + " sent nothing in time");
-      if (wr.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok ||
-          c.kind == rdmalib::OpKind::PeerClosed)
-        fail(ph, status::closed, "worker " + std::to_string(index) + " closed its connection");
-      if (c.kind != rdmalib::OpKind::Recv)
-        continue;
-      ctx = c.context;
-      return w.control.data() + c.context * kCtl;
+  /// Fail the setup phase `ph` after a channel call to worker `index` failed.
+  [[noreturn]] void fail_worker(phase ph, uint32_t index, proto::ChannelStatus s,
+                                const proto::WireResult &wire, const Worker &w) {
+    std::string who = "worker " + std::to_string(index);
+    switch (s) {
+    case proto::ChannelStatus::Timeout:
+      fail(ph, status::timeout, who + " sent nothing in time");
+    case proto::ChannelStatus::Closed:
+    case proto::ChannelStatus::Shutdown:
+      fail(ph, status::closed, who + " closed its connection");
+    case proto::ChannelStatus::SendFailed:
+      fail(ph, status::network_error, who + ": " + w.control.last_error());
+    default:
+      fail(ph, from_channel(s, wire), who + ": " + proto::describe(wire));
     }
   }
 
@@ -271,7 +260,6 @@ struct executor::impl {
                                           rdmalib::AccessRemoteWrite | rdmalib::AccessRemoteRead);
         w.staging =
             rdmalib::Buffer<char>(fabric, size_t(nslots) * input_slot, rdmalib::AccessLocal);
-        w.control = rdmalib::Buffer<char>(fabric, size_t(nrecv + 1) * kCtl, rdmalib::AccessLocal);
         w.slots.assign(nslots, Slot{});
         descriptors[i].buffer = w.results.remote();
         descriptors[i].worker = i;
@@ -316,14 +304,15 @@ struct executor::impl {
 
     // 2. AllocationRequest + our result descriptors; AllocationResponse.
     const size_t req_size = proto::allocation_request_size(nworkers);
-    manager_buf =
-        rdmalib::Buffer<char>(fabric, kManagerRecvs * kCtl + req_size, rdmalib::AccessLocal);
-    manager.attach(manager_buf.region());
-    rdmalib::Operations mops = manager.ops();
-    for (uint64_t i = 0; i < kManagerRecvs; ++i)
-      if (mops.post_recv(manager_buf.local_bytes(i * kCtl, kCtl), i) != rdmalib::Status::Ok)
-        fail(phase::allocation, status::network_error,
-             std::string("cannot post a receive: ") + mops.last_error());
+    try {
+      proto::ControlOptions copts;
+      copts.receives = kManagerRecvs;
+      copts.send_size = std::max(req_size, kCtl);
+      copts.send_context = kControlCtx;
+      manager_channel = proto::ControlChannel(fabric, manager, copts);
+    } catch (const std::exception &e) {
+      fail(phase::allocation, status::network_error, e.what());
+    }
     proto::AllocationRequest req;
     req.cores = nworkers;
     req.memory_mib = o.memory_mib;
@@ -335,54 +324,37 @@ struct executor::impl {
     req.library_checksum = checksum;
     if (!proto::set_text(req.client_host, listener.address().host))
       fail(phase::allocation, status::invalid_argument, "client host name too long");
-    char *req_area = manager_buf.data() + kManagerRecvs * kCtl;
-    proto::WireResult wr = proto::encode(req, descriptors, req_area, req_size);
+    proto::WireResult wr = proto::encode(req, descriptors, manager_channel.send_area(),
+                                         manager_channel.options().send_size);
     if (!wr)
       fail(phase::allocation, status::invalid_argument,
            "cannot encode the AllocationRequest: " + proto::describe(wr));
-    if (mops.send(manager_buf.local_bytes(kManagerRecvs * kCtl, wr.size), kControlCtx) !=
-        rdmalib::Status::Ok)
-      fail(phase::allocation, status::network_error, mops.last_error());
-    const Clock::time_point alloc_deadline = Clock::now() + deadlines.allocation;
-    bool request_sent = false, answered = false;
-    while (!request_sent || !answered) {
-      rdmalib::Completion c;
-      if (!request_sent) {
-        rdmalib::WaitResult w = mops.wait(rdmalib::Queue::Send, &c, 1, ms_left(alloc_deadline));
-        if (w.status == rdmalib::Status::Timeout)
-          fail(phase::allocation, status::timeout, "the AllocationRequest could not be sent");
-        // A manager that refuses answers and hangs up at once, and the hang-up
-        // can be seen before our send's completion (sockets reports sends from
-        // its progress thread): on a failed send, its answer is still read
-        // below, and a link closed without one fails there.
-        request_sent = true;
-        continue;
-      }
-      rdmalib::WaitResult w = mops.wait(rdmalib::Queue::Recv, &c, 1, ms_left(alloc_deadline));
-      if (w.status == rdmalib::Status::Timeout)
-        fail(phase::allocation, status::timeout, "no AllocationResponse in time");
-      if (w.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok ||
-          c.kind == rdmalib::OpKind::PeerClosed)
-        fail(phase::allocation, status::closed,
-             "the executor manager closed the connection before answering");
-      if (c.kind != rdmalib::OpKind::Recv)
-        continue;
-      const char *msg = manager_buf.data() + c.context * kCtl;
-      proto::AllocationResponse resp;
-      proto::WireResult r = proto::decode(msg, kCtl, resp);
-      if (!r)
-        fail(phase::allocation, from_wire(proto::reply_code(r.error)),
-             "unreadable AllocationResponse: " + proto::describe(r));
-      if (resp.status != proto::ErrorCode::Ok)
-        fail(phase::allocation, from_wire(resp.status), std::string(proto::get_text(resp.message)));
-      if (resp.workers != nworkers)
-        fail(phase::allocation, status::bad_request,
-             "the manager granted " + std::to_string(resp.workers) + " workers, not " +
-                 std::to_string(nworkers));
-      allocation_id = resp.allocation_id;
-      mops.post_recv(manager_buf.local_bytes(c.context * kCtl, kCtl), c.context);
-      answered = true;
+    proto::AllocationResponse resp;
+    proto::WireResult rw;
+    switch (proto::ChannelStatus cs = manager_channel.send_encoded_and_await(
+                wr.size, resp, in(deadlines.allocation), &rw)) {
+    case proto::ChannelStatus::Ok:
+      break;
+    case proto::ChannelStatus::Timeout:
+      fail(phase::allocation, status::timeout, "no AllocationResponse in time");
+    case proto::ChannelStatus::Closed:
+    case proto::ChannelStatus::Shutdown:
+      fail(phase::allocation, status::closed,
+           "the executor manager closed the connection before answering");
+    case proto::ChannelStatus::SendFailed:
+      fail(phase::allocation, status::network_error,
+           std::string("the AllocationRequest could not be sent: ") + manager_channel.last_error());
+    default:
+      fail(phase::allocation, from_channel(cs, rw),
+           "unreadable AllocationResponse: " + proto::describe(rw));
     }
+    if (resp.status != proto::ErrorCode::Ok)
+      fail(phase::allocation, from_wire(resp.status), std::string(proto::get_text(resp.message)));
+    if (resp.workers != nworkers)
+      fail(phase::allocation, status::bad_request,
+           "the manager granted " + std::to_string(resp.workers) + " workers, not " +
+               std::to_string(nworkers));
+    allocation_id = resp.allocation_id;
     cold.allocated = Clock::now() - t0;
 
     // 3. Workers connect back and advertise their input slots.
@@ -401,9 +373,9 @@ struct executor::impl {
     code.checksum = checksum;
     code.source = library.remote();
     proto::set_text(code.name, libname);
-    status st = send_control(w0.ops, w0.control, size_t(nrecv) * kCtl, code, deadlines.ready);
-    if (st != status::ok)
-      fail(phase::code, st, "the CodeHeader could not be sent to worker 0");
+    proto::ChannelStatus cs = w0.control.send(code, in(deadlines.ready));
+    if (cs != proto::ChannelStatus::Ok)
+      fail(phase::code, from_channel(cs, {}), "the CodeHeader could not be sent to worker 0");
     cold.code_shipped = Clock::now() - t0;
     collect_ready(Clock::now() + deadlines.ready);
     cold.ready = Clock::now() - t0;
@@ -457,27 +429,36 @@ struct executor::impl {
             request.accept(reply_bytes, sizeof reply_bytes, milliseconds(std::max(left, 1)), opts);
         w.conn.attach(w.results.region());
         w.conn.attach(w.staging.region());
-        w.conn.attach(w.control.region());
+        proto::ControlOptions copts;
+        copts.receives = nrecv;
+        copts.send_context = kControlCtx;
+        w.control = proto::ControlChannel(fabric, w.conn, copts);
+        // Slot traffic seen while a control message is awaited (results and
+        // write completions at deallocation) is accounted, not lost.
+        w.control.on_data([this, &w](const rdmalib::Completion &c) {
+          if (c.kind == rdmalib::OpKind::RemoteWriteImm)
+            on_result(w, c.imm);
+          else if (c.context & kWriteCtx)
+            on_write_done(w, c);
+        });
       } catch (const rdmalib::Error &e) {
         fail(phase::workers, from_rdmalib(e),
              "accepting worker " + std::to_string(hello.worker) + ": " + e.what());
+      } catch (const std::exception &e) { // the channel's receives could not be posted
+        fail(phase::workers, status::network_error,
+             "accepting worker " + std::to_string(hello.worker) + ": " + e.what());
       }
       w.ops = w.conn.ops();
-      for (uint64_t i = 0; i < nrecv; ++i)
-        post_control_recv(w, i);
       ++connected;
     }
     // Every worker sends its BufferAdvertisement right after connecting.
     for (uint32_t i = 0; i < nworkers; ++i) {
       Worker &w = workers[i];
-      uint64_t ctx = 0;
-      const char *msg = next_control(w, deadline, phase::workers, i, ctx);
       proto::BufferAdvertisement adv;
-      proto::WireResult r = proto::decode(msg, kCtl, adv);
-      post_control_recv(w, ctx);
-      if (!r)
-        fail(phase::workers, from_wire(proto::reply_code(r.error)),
-             "worker " + std::to_string(i) + ": " + proto::describe(r));
+      proto::WireResult r;
+      if (proto::ChannelStatus cs = w.control.await(adv, deadline, &r);
+          cs != proto::ChannelStatus::Ok)
+        fail_worker(phase::workers, i, cs, r, w);
       if (adv.descriptor.slots < nslots || adv.descriptor.slot_size < input_slot)
         fail(phase::workers, status::bad_request,
              "worker " + std::to_string(i) + " advertised fewer or smaller input slots than asked");
@@ -491,14 +472,11 @@ struct executor::impl {
     // only moves while we poll its connection, so wait on worker 0 first.
     for (uint32_t i = 0; i < nworkers; ++i) {
       Worker &w = workers[i];
-      uint64_t ctx = 0;
-      const char *msg = next_control(w, deadline, phase::code, i, ctx);
       proto::Ready ready;
-      proto::WireResult r = proto::decode(msg, kCtl, ready);
-      post_control_recv(w, ctx);
-      if (!r)
-        fail(phase::code, from_wire(proto::reply_code(r.error)),
-             "worker " + std::to_string(i) + ": " + proto::describe(r));
+      proto::WireResult r;
+      if (proto::ChannelStatus cs = w.control.await(ready, deadline, &r);
+          cs != proto::ChannelStatus::Ok)
+        fail_worker(phase::code, i, cs, r, w);
       if (ready.status != proto::ErrorCode::Ok)
         fail(phase::code, from_wire(ready.status),
              "worker " + std::to_string(i) + ": " + std::string(proto::get_text(ready.message)));
@@ -516,11 +494,10 @@ struct executor::impl {
     for (size_t i = 0; i < workers.size(); ++i) {
       Worker &w = workers[i];
       if (polite && w.alive && w.conn.is_open()) {
-        status st =
-            send_control(w.ops, w.control, size_t(nrecv) * kCtl, bye, deadlines.shutdown, &w);
-        if (st != status::ok)
+        proto::ChannelStatus cs = w.control.send(bye, in(deadlines.shutdown));
+        if (cs != proto::ChannelStatus::Ok)
           spdlog::warn("rfaas: deallocate: Shutdown to worker {} of {}: {}", i, manager_name,
-                       to_string(st));
+                       proto::to_string(cs));
       }
       for (Slot &s : w.slots)
         if (s.state == SlotState::InFlight && s.source)
@@ -528,16 +505,15 @@ struct executor::impl {
       w.conn.close();
     }
     if (polite && manager.is_open()) {
-      status st =
-          send_control(manager.ops(), manager_buf, kManagerRecvs * kCtl, bye, deadlines.shutdown);
-      if (st != status::ok)
+      proto::ChannelStatus cs = manager_channel.send(bye, in(deadlines.shutdown));
+      if (cs != proto::ChannelStatus::Ok)
         spdlog::warn("rfaas: deallocate: Shutdown to the manager {}: {}", manager_name,
-                     to_string(st));
+                     proto::to_string(cs));
     }
     manager.close();
     workers.clear();
     manager = rdmalib::Connection();
-    manager_buf = rdmalib::Buffer<char>();
+    manager_channel = proto::ControlChannel();
     allocated = false;
     nworkers = 0;
     ++generation;
@@ -654,17 +630,15 @@ struct executor::impl {
       if (c[i].kind == rdmalib::OpKind::RemoteWriteImm) {
         on_result(w, c[i].imm);
         if (caps.write_consumes_receive)
-          w.ops.post_recv(w.control.local_bytes(c[i].context * kCtl, kCtl), c[i].context);
-      } else if (c[i].kind == rdmalib::OpKind::Recv) {
-        proto::Header h;
-        const char *msg = w.control.data() + c[i].context * kCtl;
-        if (proto::peek(msg, kCtl, h) && h.type == proto::MessageType::Shutdown) {
+          w.control.recycle(c[i]);
+      } else if (c[i].kind == rdmalib::OpKind::Recv && w.control.owns(c[i])) {
+        proto::ChannelStatus cs = w.control.take(c[i]).status;
+        if (cs == proto::ChannelStatus::Shutdown || cs == proto::ChannelStatus::Closed) {
           // Results sent before the Shutdown have been processed already
           // (same connection, in order): what is still in flight is lost.
           worker_lost(w, status::closed);
           return;
         }
-        w.ops.post_recv(w.control.local_bytes(c[i].context * kCtl, kCtl), c[i].context);
       }
     }
     if (w.writes_pending) {

@@ -15,7 +15,7 @@
 
 #include <rdmalib/device.hpp>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::server {
 

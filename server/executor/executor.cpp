@@ -19,6 +19,7 @@
 #include "executor/crash_guard.hpp"
 #include "executor/function_library.hpp"
 #include "executor/resource_limits.hpp"
+#include "protocol/control_channel.hpp"
 
 namespace rfaas::executor {
 
@@ -125,34 +126,13 @@ private:
       spdlog::warn("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, why);
   }
 
-  void post_recv(uint64_t i) {
-    rdmalib::Status st = ops_.post_recv(ctrl_.local_bytes(i * kCtl, kCtl), i);
-    if (st != rdmalib::Status::Ok)
-      throw std::runtime_error(std::string("post_recv: ") + ops_.last_error());
-  }
-
-  /// Send a control message from the send area and wait for its completion.
+  /// Send a control message and wait for its completion (result writes and
+  /// probes completing meanwhile are accounted by the channel's data handler).
   template <class M> void send_control(const M &m) {
-    char *area = ctrl_.data() + nrecv_ * kCtl;
-    proto::WireResult r = proto::encode(m, area, kCtl);
-    if (!r)
-      throw std::runtime_error("encode: " + proto::describe(r));
-    rdmalib::Status st = ops_.send(ctrl_.local_bytes(nrecv_ * kCtl, r.size), kSendCtx);
-    if (st != rdmalib::Status::Ok)
-      throw std::runtime_error(std::string("send: ") + ops_.last_error());
-    rdmalib::Completion c;
-    // Result writes may be outstanding: skip their completions.
-    auto deadline = Clock::now() + milliseconds(s_.spec.connect_ms);
-    for (;;) {
-      st = wait_one(ops_, rdmalib::Queue::Send, c, static_cast<int>(s_.spec.connect_ms));
-      if (st != rdmalib::Status::Ok)
-        throw std::runtime_error(std::string("send completion: ") + rdmalib::to_string(st));
-      if (c.context == kSendCtx)
-        return;
-      --outstanding_;
-      if (Clock::now() > deadline)
-        throw std::runtime_error("send completion: timeout");
-    }
+    proto::ChannelStatus st = ctrl_.send(m, Clock::now() + milliseconds(s_.spec.connect_ms));
+    if (st != proto::ChannelStatus::Ok)
+      throw std::runtime_error(std::string("send ") + M::kName + ": " + proto::to_string(st) +
+                               " (" + ctrl_.last_error() + ")");
   }
 
   void setup_and_serve() {
@@ -190,10 +170,8 @@ private:
 
     input_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * islot_, rdmalib::AccessRemoteWrite);
     output_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * rslot_, rdmalib::AccessLocal);
-    ctrl_ = rdmalib::Buffer<char>(s_.fabric, (nrecv_ + 1) * kCtl, rdmalib::AccessLocal);
     conn_.attach(input_.region());
     conn_.attach(output_.region());
-    conn_.attach(ctrl_.region());
     // Reliable-datagram links report no disconnect: a client killed without
     // a goodbye would leave this worker waiting forever. serve() then reads a
     // few bytes of the client's result buffer when the link has been quiet,
@@ -204,8 +182,22 @@ private:
       conn_.attach(probe_.region());
     }
     ops_ = conn_.ops();
-    for (uint64_t i = 0; i < nrecv_; ++i)
-      post_recv(i);
+    proto::ControlOptions copts;
+    copts.receives = static_cast<uint32_t>(nrecv_);
+    copts.send_context = kSendCtx;
+    ctrl_ = proto::ControlChannel(s_.fabric, conn_, copts);
+    // What the channel reads besides its own messages: completions of result
+    // writes and probes (counted in outstanding_), and, on the receive side,
+    // nothing it could lose: the client invokes only after every Ready, and
+    // serve() reads the queues itself.
+    ctrl_.on_data([this](const rdmalib::Completion &c) {
+      if (c.kind == rdmalib::OpKind::Recv || c.kind == rdmalib::OpKind::RemoteWriteImm)
+        return;
+      if (c.context == kProbeCtx)
+        probing_ = false;
+      if (outstanding_ > 0)
+        --outstanding_;
+    });
 
     proto::BufferAdvertisement adv;
     adv.descriptor.buffer = input_.remote();
@@ -252,35 +244,21 @@ private:
   void fetch_library() {
     const auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
     proto::CodeHeader code;
-    for (;;) {
-      int left = static_cast<int>(
-          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
-      if (left <= 0)
-        return s_.publish_library(proto::ErrorCode::Timeout, "no CodeHeader in time");
-      rdmalib::Completion c;
-      rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, &c, 1, left);
-      if (w.status == rdmalib::Status::Timeout)
-        continue;
-      if (w.status != rdmalib::Status::Ok || c.status != rdmalib::Status::Ok ||
-          c.kind == rdmalib::OpKind::PeerClosed) {
-        s_.end_all();
-        return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client left");
-      }
-      if (c.kind != rdmalib::OpKind::Recv)
-        continue;
-      const char *msg = ctrl_.data() + c.context * kCtl;
-      proto::Header h;
-      proto::WireResult r = proto::peek(msg, kCtl, h);
-      if (r && h.type == proto::MessageType::Shutdown) {
-        s_.end_all();
-        return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client shut down");
-      }
-      r = proto::decode(msg, kCtl, code);
-      post_recv(c.context);
-      if (!r)
-        return s_.publish_library(proto::ErrorCode::LibraryInvalid,
-                                  "bad CodeHeader: " + proto::describe(r));
+    proto::WireResult r;
+    switch (ctrl_.await(code, deadline, &r)) {
+    case proto::ChannelStatus::Ok:
       break;
+    case proto::ChannelStatus::Timeout:
+      return s_.publish_library(proto::ErrorCode::Timeout, "no CodeHeader in time");
+    case proto::ChannelStatus::Shutdown:
+      s_.end_all();
+      return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client shut down");
+    case proto::ChannelStatus::Closed:
+      s_.end_all();
+      return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client left");
+    default:
+      return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                                "bad CodeHeader: " + proto::describe(r));
     }
     const proto::AllocationRequest &req = s_.request;
     if (code.library_size != req.library_size || code.checksum != req.library_checksum)
@@ -393,14 +371,13 @@ private:
           break;
         }
         if (c.kind == rdmalib::OpKind::Recv) {
-          proto::Header h;
-          if (proto::peek(ctrl_.data() + c.context * kCtl, kCtl, h) &&
-              h.type == proto::MessageType::Shutdown) {
+          // A control message on the hot path can only be a goodbye; take()
+          // reposts its receive (Closed when that fails).
+          proto::ChannelStatus cs = ctrl_.take(c).status;
+          if (cs == proto::ChannelStatus::Shutdown || cs == proto::ChannelStatus::Closed) {
             ending = true;
             break;
           }
-          if (post_recv_nothrow(c.context))
-            ending = true;
           continue;
         }
         if (c.kind != rdmalib::OpKind::RemoteWriteImm)
@@ -419,7 +396,7 @@ private:
         pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
         pub.exec_ns.store(exec_ns, std::memory_order_relaxed);
         pub.invocations.store(invocations, std::memory_order_relaxed);
-        if (repost && post_recv_nothrow(c.context))
+        if (repost && !ctrl_.recycle(c))
           ending = true;
         if (crashed < 0) // the result could not be posted: the client is gone
           ending = true;
@@ -468,10 +445,6 @@ private:
     probing_ = true;
     probe_sent_ = Clock::now();
     return true;
-  }
-
-  bool post_recv_nothrow(uint64_t i) noexcept {
-    return ops_.post_recv(ctrl_.local_bytes(i * kCtl, kCtl), i) != rdmalib::Status::Ok;
   }
 
   /// Serve the invocation announced by `imm`; `done` is set to when the
@@ -557,7 +530,6 @@ private:
     s_.end_all();
   }
 
-  static constexpr size_t kCtl = proto::kControlMessageMax;
   static constexpr uint64_t kSendCtx = 1ull << 40;
   static constexpr uint64_t kReadCtx = 2ull << 40;
   static constexpr uint64_t kResultCtx = 3ull << 40;
@@ -576,7 +548,8 @@ private:
   // Buffers before the connection: members die in reverse order, and closing
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).
-  rdmalib::Buffer<char> input_, output_, ctrl_, probe_;
+  rdmalib::Buffer<char> input_, output_, probe_;
+  proto::ControlChannel ctrl_;
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;
   const FunctionLibrary *lib_ = nullptr;
@@ -606,26 +579,25 @@ public:
     proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);
     if (!r || reply.status != proto::ErrorCode::Ok)
       throw std::runtime_error("the manager refused the executor");
-    buf_ = rdmalib::Buffer<char>(s_.fabric, (kRecvs + 1) * kCtl + 64, rdmalib::AccessLocal);
-    conn_.attach(buf_.region());
+    results_ = rdmalib::Buffer<char>(s_.fabric, 64, rdmalib::AccessLocal);
+    conn_.attach(results_.region());
     ops_ = conn_.ops();
-    for (uint64_t i = 0; i < kRecvs; ++i)
-      ops_.post_recv(buf_.local_bytes(i * kCtl, kCtl), i);
+    proto::ControlOptions copts;
+    copts.receives = kRecvs;
+    copts.send_context = kSendCtx;
+    ch_ = proto::ControlChannel(s_.fabric, conn_, copts);
     if (!s_.fabric.capabilities().atomics)
       return;
     // The manager advertises its accounting record right after accepting.
-    rdmalib::Completion c;
-    rdmalib::WaitResult w =
-        ops_.wait(rdmalib::Queue::Recv, &c, 1, static_cast<int>(spec.connect_ms));
-    if (w.status != rdmalib::Status::Ok || c.kind != rdmalib::OpKind::Recv)
-      throw std::runtime_error("no accounting record from the manager");
     proto::BufferAdvertisement adv;
-    r = proto::decode(buf_.data() + c.context * kCtl, kCtl, adv);
-    if (!r)
+    proto::ChannelStatus st = ch_.await(adv, Clock::now() + milliseconds(spec.connect_ms), &r);
+    if (st == proto::ChannelStatus::BadMessage || st == proto::ChannelStatus::Unexpected)
       throw std::runtime_error("accounting record: " + proto::describe(r));
+    if (st != proto::ChannelStatus::Ok)
+      throw std::runtime_error(std::string("no accounting record from the manager: ") +
+                               proto::to_string(st));
     record_ = adv.descriptor.buffer;
     have_record_ = true;
-    ops_.post_recv(buf_.local_bytes(c.context * kCtl, kCtl), c.context);
   }
 
   /// Send what accumulated since the last flush. Returns false if the manager
@@ -647,7 +619,7 @@ public:
       for (int i = 0; i < 4; ++i) {
         if (delta[i] == 0)
           continue;
-        rdmalib::LocalRef result = buf_.local_bytes(kRecvs * kCtl + 8 * i, 8);
+        rdmalib::LocalRef result = results_.local_bytes(8 * i, 8);
         if (ops_.fetch_add(result, record_, 8 * i, delta[i], i) != rdmalib::Status::Ok)
           return false;
         ++posted;
@@ -663,45 +635,34 @@ public:
     msg.allocation_id = s_.spec.allocation_id;
     msg.worker = proto::kAllWorkers;
     msg.counters = {delta[0], delta[1], delta[2], delta[3]};
-    char *area = buf_.data() + kRecvs * kCtl;
-    proto::WireResult r = proto::encode(msg, area, kCtl);
-    rdmalib::Completion c;
-    return r && ops_.send(buf_.local_bytes(kRecvs * kCtl, r.size), 99) == rdmalib::Status::Ok &&
-           wait_one(ops_, rdmalib::Queue::Send, c, 2000) == rdmalib::Status::Ok;
+    return ch_.send(msg, Clock::now() + milliseconds(2000)) == proto::ChannelStatus::Ok;
   }
 
   /// True when the manager closed or told us to stop.
   bool manager_left() {
-    rdmalib::Completion c[4];
-    size_t n = ops_.poll(rdmalib::Queue::Recv, c, 4);
-    for (size_t i = 0; i < n; ++i) {
-      if (c[i].status != rdmalib::Status::Ok || c[i].kind == rdmalib::OpKind::PeerClosed)
+    for (;;) {
+      proto::ChannelStatus st = ch_.poll().status;
+      if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown)
         return true;
-      proto::Header h;
-      if (proto::peek(buf_.data() + c[i].context * kCtl, kCtl, h) &&
-          h.type == proto::MessageType::Shutdown)
-        return true;
-      ops_.post_recv(buf_.local_bytes(c[i].context * kCtl, kCtl), c[i].context);
+      if (st == proto::ChannelStatus::Timeout)
+        return false; // nothing more now; other messages are ignored
     }
-    return false;
   }
 
   void say_goodbye(proto::ErrorCode reason) {
     proto::Shutdown bye;
     bye.allocation_id = s_.spec.allocation_id;
     bye.reason = reason;
-    char *area = buf_.data() + kRecvs * kCtl;
-    proto::WireResult r = proto::encode(bye, area, kCtl);
-    rdmalib::Completion c;
-    if (r && ops_.send(buf_.local_bytes(kRecvs * kCtl, r.size), 98) == rdmalib::Status::Ok)
-      wait_one(ops_, rdmalib::Queue::Send, c, 1000);
+    ch_.send(bye, Clock::now() + milliseconds(1000));
   }
 
 private:
-  static constexpr size_t kCtl = proto::kControlMessageMax;
-  static constexpr uint64_t kRecvs = 4;
+  static constexpr uint32_t kRecvs = 4;
+  static constexpr uint64_t kSendCtx = 99;
   Shared &s_;
-  rdmalib::Buffer<char> buf_; // before conn_: outlives the connection's close
+  // Before conn_: they outlive the connection's close.
+  rdmalib::Buffer<char> results_; // fetch_add results
+  proto::ControlChannel ch_;
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;
   rdmalib::RemoteBuffer record_;

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/protocol.hpp"
 #include "executor/elf_symbols.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::executor {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
 

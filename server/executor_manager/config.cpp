@@ -10,7 +10,7 @@
 
 #include <rdmalib/config_node.hpp>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
 

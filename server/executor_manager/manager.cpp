@@ -18,6 +18,7 @@
 
 #include "common/fd_io.hpp"
 #include "common/launch_spec.hpp"
+#include "protocol/control_channel.hpp"
 
 namespace rfaas::manager {
 
@@ -27,11 +28,9 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr size_t kCtl = proto::kControlMessageMax;
 constexpr size_t kClientRecv = proto::kMaxAllocationRequestSize;
 constexpr uint64_t kClientRecvs = 2;
 constexpr uint64_t kExecutorRecvs = 8;
-constexpr uint64_t kAdvertiseCtx = 1000; // the accounting record's advertisement
 
 void random_bytes(void *out, size_t n) {
   auto *p = static_cast<uint8_t *>(out);
@@ -67,9 +66,9 @@ std::string describe_exit(long code) {
 } // namespace
 
 struct Manager::Client {
+  // The channel before the connection: its buffers outlive the close.
+  proto::ControlChannel channel; // kClientRecvs receives + a send area
   rdmalib::Connection conn;
-  rdmalib::Operations ops;
-  rdmalib::Buffer<char> buf; // kClientRecvs receives + a send area
   std::string peer;
   uint64_t allocation = 0;
   Clock::time_point connected_at = Clock::now();
@@ -97,9 +96,8 @@ struct Manager::Allocation {
   rdmalib::Buffer<uint64_t> record; // accounting words (remote atomics)
   bool has_record = false;
   AllocationAccounting accounting;
+  proto::ControlChannel exec_channel; // before exec_conn: outlives its close
   rdmalib::Connection exec_conn;
-  rdmalib::Operations exec_ops;
-  rdmalib::Buffer<char> exec_buf;
   bool exec_connected = false;
   bool exec_done = false; // goodbye or close seen on the accounting link
 };
@@ -398,17 +396,13 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       return refuse(proto::reply_code(r.error), "bad ClientHello: " + proto::describe(r));
     // Standalone mode: every lease is accepted (lease id 0 and any token).
     auto c = std::make_unique<Client>();
-    c->buf =
-        rdmalib::Buffer<char>(fabric_, kClientRecvs * kClientRecv + kCtl, rdmalib::AccessLocal);
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = kClientRecvs + 2;
     c->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
-    c->conn.attach(c->buf.region());
-    c->ops = c->conn.ops();
-    for (uint64_t i = 0; i < kClientRecvs; ++i)
-      if (c->ops.post_recv(c->buf.local_bytes(i * kClientRecv, kClientRecv), i) !=
-          rdmalib::Status::Ok)
-        throw std::runtime_error(std::string("post_recv: ") + c->ops.last_error());
+    proto::ControlOptions copts;
+    copts.receives = kClientRecvs;
+    copts.receive_size = kClientRecv;
+    c->channel = proto::ControlChannel(fabric_, c->conn, copts);
     try {
       c->peer = c->conn.remote_address().to_string();
     } catch (const std::exception &) {
@@ -429,14 +423,12 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       return refuse(proto::ErrorCode::LeaseInvalid,
                     "an executor presented an unknown allocation or a wrong secret");
     Allocation &a = *it->second;
-    a.exec_buf = rdmalib::Buffer<char>(fabric_, (kExecutorRecvs + 1) * kCtl, rdmalib::AccessLocal);
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = kExecutorRecvs + 2;
     a.exec_conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
-    a.exec_conn.attach(a.exec_buf.region());
-    a.exec_ops = a.exec_conn.ops();
-    for (uint64_t i = 0; i < kExecutorRecvs; ++i)
-      a.exec_ops.post_recv(a.exec_buf.local_bytes(i * kCtl, kCtl), i);
+    proto::ControlOptions copts;
+    copts.receives = kExecutorRecvs;
+    a.exec_channel = proto::ControlChannel(fabric_, a.exec_conn, copts);
     a.exec_connected = true;
     if (a.has_record) {
       a.exec_conn.attach(a.record.region());
@@ -445,15 +437,12 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       adv.descriptor.worker = proto::kAllWorkers;
       adv.descriptor.slots = 1;
       adv.descriptor.slot_size = sizeof(proto::AccountingCounters);
-      char *area = a.exec_buf.data() + kExecutorRecvs * kCtl;
-      proto::WireResult w = proto::encode(adv, area, kCtl);
-      // Not waited for here: a link whose peer never reads would stall the
-      // whole loop. poll_executors() reaps the completion (and reports a
-      // failure); the buffer lives as long as the allocation.
-      if (!w || a.exec_ops.send(a.exec_buf.local_bytes(kExecutorRecvs * kCtl, w.size),
-                                kAdvertiseCtx) != rdmalib::Status::Ok)
+      // Posted, not waited for: a link whose peer never reads would stall
+      // the whole loop. poll_executors() reaps the completion (and reports a
+      // failure).
+      if (a.exec_channel.post(adv) != proto::ChannelStatus::Ok)
         spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
-                     a.exec_ops.last_error());
+                     a.exec_channel.last_error());
     }
     spdlog::debug("allocation {:x}: executor connected", a.id);
     return;
@@ -470,15 +459,10 @@ void Manager::reply(Client &c, proto::ErrorCode status, uint64_t id, uint32_t wo
   resp.status = status;
   resp.workers = workers;
   proto::set_text_truncated(resp.message, message);
-  char *area = c.buf.data() + kClientRecvs * kClientRecv;
-  proto::WireResult w = proto::encode(resp, area, kCtl);
-  rdmalib::Completion comp;
-  if (!w ||
-      c.ops.send(c.buf.local_bytes(kClientRecvs * kClientRecv, w.size), 1000) !=
-          rdmalib::Status::Ok ||
-      c.ops.wait(rdmalib::Queue::Send, &comp, 1, static_cast<int>(cfg_.connect_ms)).status !=
-          rdmalib::Status::Ok)
-    spdlog::warn("client {}: cannot send the AllocationResponse: {}", c.peer, c.ops.last_error());
+  proto::ChannelStatus st = c.channel.send(resp, Clock::now() + milliseconds(cfg_.connect_ms));
+  if (st != proto::ChannelStatus::Ok)
+    spdlog::warn("client {}: cannot send the AllocationResponse: {} ({})", c.peer,
+                 proto::to_string(st), c.channel.last_error());
   if (status != proto::ErrorCode::Ok)
     spdlog::warn("client {}: allocation refused: {}: {}", c.peer, proto::to_string(status),
                  message);
@@ -593,38 +577,32 @@ void Manager::poll_clients() {
     Client &c = *cp;
     if (c.closed)
       continue;
-    rdmalib::Completion comps[4];
-    size_t n = c.ops.poll(rdmalib::Queue::Recv, comps, 4);
-    for (size_t i = 0; i < n && !c.closed; ++i) {
-      const rdmalib::Completion &k = comps[i];
-      if (k.status != rdmalib::Status::Ok || k.kind == rdmalib::OpKind::PeerClosed) {
-        if (k.kind != rdmalib::OpKind::PeerClosed)
-          spdlog::warn("client {}: {}; dropping it", c.peer, c.ops.last_error());
+    // A few messages per client and round, so one client cannot hold the loop.
+    for (int i = 0; i < 4 && !c.closed; ++i) {
+      proto::ControlMessage m = c.channel.poll();
+      if (m.status == proto::ChannelStatus::Timeout)
+        break;
+      if (m.status == proto::ChannelStatus::Closed) {
+        if (c.channel.failed())
+          spdlog::warn("client {}: {}; dropping it", c.peer, c.channel.last_error());
         client_left(c, false);
         break;
       }
-      if (k.kind != rdmalib::OpKind::Recv || k.context >= kClientRecvs)
-        continue;
-      const uint8_t *msg =
-          reinterpret_cast<const uint8_t *>(c.buf.data()) + k.context * kClientRecv;
-      size_t len = std::min<size_t>(k.length ? k.length : kClientRecv, kClientRecv);
-      proto::Header h;
-      proto::WireResult r = proto::peek(msg, len, h);
-      if (r && h.type == proto::MessageType::AllocationRequest) {
-        handle_allocation_request(c, msg, len);
-      } else if (r && h.type == proto::MessageType::Shutdown) {
+      if (m.status == proto::ChannelStatus::Shutdown) {
         client_left(c, true);
         break;
-      } else {
-        spdlog::warn("client {}: ignoring a message: {}", c.peer,
-                     r ? std::string("unexpected ") + proto::to_string(h.type)
-                       : proto::describe(r));
-        if (!r)
-          reply(c, proto::reply_code(r.error), 0, 0, proto::describe(r));
       }
-      if (c.ops.post_recv(c.buf.local_bytes(k.context * kClientRecv, kClientRecv), k.context) !=
-          rdmalib::Status::Ok)
-        client_left(c, false);
+      if (m.status == proto::ChannelStatus::Ok &&
+          m.header.type == proto::MessageType::AllocationRequest) {
+        handle_allocation_request(c, m.data, m.size);
+      } else if (m.status == proto::ChannelStatus::Ok ||
+                 m.status == proto::ChannelStatus::BadMessage) {
+        spdlog::warn("client {}: ignoring a message: {}", c.peer,
+                     m.wire ? std::string("unexpected ") + proto::to_string(m.header.type)
+                            : proto::describe(m.wire));
+        if (!m.wire)
+          reply(c, proto::reply_code(m.wire.error), 0, 0, proto::describe(m.wire));
+      }
     }
   }
   clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
@@ -653,38 +631,28 @@ void Manager::poll_executors() {
     Allocation &a = *kv.second;
     if (!a.exec_connected || a.exec_done)
       continue;
-    rdmalib::Completion comps[8];
-    size_t n = a.exec_ops.poll(rdmalib::Queue::Send, comps, 8);
-    for (size_t i = 0; i < n; ++i)
-      if (comps[i].status != rdmalib::Status::Ok)
+    for (int i = 0; i < 8 && !a.exec_done; ++i) {
+      proto::ControlMessage m = a.exec_channel.poll();
+      if (m.status == proto::ChannelStatus::Timeout)
+        break;
+      if (m.status == proto::ChannelStatus::SendFailed) {
         spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
-                     a.exec_ops.last_error());
-    n = a.exec_ops.poll(rdmalib::Queue::Recv, comps, 8);
-    for (size_t i = 0; i < n; ++i) {
-      const rdmalib::Completion &k = comps[i];
-      if (k.status != rdmalib::Status::Ok || k.kind == rdmalib::OpKind::PeerClosed) {
+                     a.exec_channel.last_error());
+        continue;
+      }
+      if (m.status == proto::ChannelStatus::Closed || m.status == proto::ChannelStatus::Shutdown) {
         a.exec_done = true;
         break;
       }
-      if (k.kind != rdmalib::OpKind::Recv || k.context >= kExecutorRecvs)
-        continue;
-      const char *msg = a.exec_buf.data() + k.context * kCtl;
-      proto::Header h;
-      proto::WireResult r = proto::peek(msg, kCtl, h);
-      if (r && h.type == proto::MessageType::Accounting) {
-        proto::Accounting acc;
-        r = proto::decode(msg, kCtl, acc);
-        if (r && acc.allocation_id == a.id)
+      proto::Accounting acc;
+      if (m.status == proto::ChannelStatus::Ok && m.header.type == proto::MessageType::Accounting) {
+        if (proto::decode(m.data, m.size, acc) && acc.allocation_id == a.id)
           a.accounting.add(acc.counters);
         else
           spdlog::warn("allocation {:x}: dropping a bad Accounting message", a.id);
-      } else if (r && h.type == proto::MessageType::Shutdown) {
-        a.exec_done = true;
-        break;
       } else {
         spdlog::warn("allocation {:x}: executor sent something unexpected", a.id);
       }
-      a.exec_ops.post_recv(a.exec_buf.local_bytes(k.context * kCtl, kCtl), k.context);
     }
   }
 }

@@ -22,9 +22,9 @@
 
 #include <rdmalib/rdmalib.hpp>
 
-#include "common/protocol.hpp"
 #include "executor_manager/accounting.hpp"
 #include "executor_manager/config.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
 

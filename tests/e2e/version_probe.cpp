@@ -9,7 +9,7 @@
 
 #include <rdmalib/rdmalib.hpp>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace proto = rfaas::protocol;
 

@@ -57,7 +57,7 @@ mv "$prefix" "$work/moved"
 prefix=$work/moved
 echo "moved the installation to $prefix"
 
-if grep -rnE '#include *<(rdmalib/|rdma/|infiniband/|spdlog/|nlohmann/)|"common/protocol' \
+if grep -rnE '#include *<(rdmalib/|rdma/|infiniband/|spdlog/|nlohmann/)|"protocol/' \
   "$prefix/include/rfaas"; then
   echo "FAIL: installed rfaas headers include private dependencies" >&2
   exit 1

@@ -30,7 +30,7 @@
 #include <cxxopts.hpp>
 #include <rdmalib/rdmalib.hpp>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace proto = rfaas::protocol;
 using Clock = std::chrono::steady_clock;

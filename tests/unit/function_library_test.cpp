@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "common/protocol.hpp"
 #include "executor/elf_symbols.hpp"
 #include "executor/function_library.hpp"
+#include "protocol/protocol.hpp"
 
 using rfaas::executor::FunctionLibrary;
 using rfaas::executor::LibraryError;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/protocol.hpp"
+#include "protocol/protocol.hpp"
 
 namespace p = rfaas::protocol;
 
