@@ -122,6 +122,16 @@ client)
   expect_in "$tmp/client.err" '"no_such_function" is not a function' \
     "unknown_function names the function"
   echo "  prints: $(grep -F no_such_function "$tmp/client.err" | head -1)"
+  # A client on shm against this tcp manager: a clear error at once, not a
+  # handshake timeout after the 5 s connect deadline.
+  start=$(date +%s%N)
+  run "shm client against a tcp manager" 1 "$client" --devices "$SRC/config/devices.json" \
+    --device lo-shm --manager "127.0.0.1:$mgr_port" --library "$lib"
+  took=$((($(date +%s%N) - start) / 1000000))
+  expect_in "$tmp/err" "nothing listens at 127.0.0.1:$mgr_port over shm" \
+    "shm client is told nothing listens over shm"
+  if [ "$took" -lt 4000 ]; then pass "shm client fails in $took ms"; else fail "shm client took $took ms"; fi
+  echo "  prints: $(cat "$tmp/err")"
   kill "$mgr_pid"
   wait "$mgr_pid"
   expect_in "$tmp/mgr.dbg.err" "[manager" "the manager logs through its named logger"
