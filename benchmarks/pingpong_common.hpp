@@ -131,6 +131,10 @@ inline std::vector<std::string> split(const std::string &text, char sep) {
   return out;
 }
 
+/// "<program> (rFaaS x.y.z), network backend <name> <version>": each program
+/// defines it (the raw baseline without rdmalib).
+std::string version_text(const char *program);
+
 /// Parse the command line shared by both programs. Prints help and exits on
 /// --help; throws std::invalid_argument on a bad value.
 inline Options parse_options(int argc, char **argv, const char *program, const char *what) {
@@ -163,7 +167,8 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
     ("csv", "append one CSV row per (mode,size) to this file", cxxopts::value<std::string>())
     ("no-csv-header", "do not write the CSV header even if the file is new/empty")
     ("q,quiet", "print only the result table")
-    ("h,help", "this help");
+    ("h,help", "this help")
+    ("version", "print the rFaaS version, the network backend and its library version");
   // clang-format on
   cxxopts::ParseResult r;
   try {
@@ -173,6 +178,10 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
   }
   if (r.count("help")) {
     std::printf("%s\n", spec.help().c_str());
+    std::exit(0);
+  }
+  if (r.count("version")) {
+    std::printf("%s\n", version_text(program).c_str());
     std::exit(0);
   }
   Options o;
@@ -588,7 +597,7 @@ inline int guarded_main(int argc, char **argv, const char *program, const char *
     o = parse_options(argc, argv, program, what);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", program, e.what());
-    return 1;
+    return 2; // usage error
   }
   try {
     return body(o);

@@ -646,6 +646,12 @@ void client(const Options &o, Oob &oob) {
 
 } // namespace
 
+std::string pingpong::version_text(const char *program) {
+  uint32_t v = fi_version();
+  return std::string(program) + " (rFaaS " RFAAS_VERSION "), network backend libfabric " +
+         std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + " (raw, no rdmalib)";
+}
+
 int main(int argc, char **argv) {
   return guarded_main(
       argc, argv, "raw_libfabric_pingpong",

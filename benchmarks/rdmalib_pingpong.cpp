@@ -344,6 +344,11 @@ void client(const Options &o, Oob &oob) {
 
 } // namespace
 
+std::string pingpong::version_text(const char *program) {
+  return std::string(program) + " (rFaaS " RFAAS_VERSION "), network backend " +
+         rdmalib::Fabric::backend_name() + " " + rdmalib::Fabric::backend_version();
+}
+
 int main(int argc, char **argv) {
   return guarded_main(
       argc, argv, "rdmalib_pingpong",

@@ -6,6 +6,8 @@
 
 #include <cxxopts.hpp>
 
+#include "cli.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -23,23 +25,38 @@ inline void add_common_options(cxxopts::Options &cli) {
     ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
     ("manager", "executor manager host:port", cxxopts::value<std::string>())
     ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
-    ("h,help", "print this help");
+    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""));
   // clang-format on
+  rfaas::cli::add_standard_options(cli);
 }
 
-/// Parses the command line; prints the help and returns false (setting
-/// `status`: 0 for --help, 2 for a missing --manager or --library) when the
-/// benchmark should not run.
+/// Parses the command line and applies --log-level; answers --help and
+/// --version. Returns false (setting `status`: 0 after --help or --version, 2
+/// for a usage error, reported on stderr) when the benchmark should not run.
 inline bool parse_or_usage(cxxopts::Options &cli, int argc, char **argv, cxxopts::ParseResult &args,
                            int &status) {
-  args = cli.parse(argc, argv);
-  if (args.count("help") || !args.count("manager") || !args.count("library")) {
-    std::printf("%s", cli.help().c_str());
-    status = args.count("help") ? 0 : 2;
+  const std::string program = argc > 0 ? argv[0] : "benchmark";
+  try {
+    args = cli.parse(argc, argv);
+    if (args.count("help")) {
+      std::printf("%s", cli.help().c_str());
+      status = rfaas::cli::kSuccess;
+      return false;
+    }
+    if (args.count("version")) {
+      std::printf("%s\n", rfaas::cli::version_text(program.substr(program.rfind('/') + 1)).c_str());
+      status = rfaas::cli::kSuccess;
+      return false;
+    }
+    if (!args.count("manager") || !args.count("library"))
+      throw rfaas::cli::UsageError("--manager HOST:PORT and --library FILE are required");
+    rfaas::cli::apply_log_level(args);
+    return true;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", program.c_str(), e.what());
+    status = rfaas::cli::kUsage;
     return false;
   }
-  return true;
 }
 
 inline rfaas::server parse_manager(const std::string &hp) {

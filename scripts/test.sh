@@ -29,6 +29,19 @@
 #                              failed (default 3; 0 = never rerun)
 set -uo pipefail
 
+case "${1:-}" in
+-h | --help)
+  # The header comment above is the manual.
+  sed -n '2,/^set -uo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+  ;;
+"") ;;
+*)
+  echo "test.sh: unknown argument \"$1\"; it takes none, only the environment variables listed by --help" >&2
+  exit 2
+  ;;
+esac
+
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 

@@ -18,8 +18,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -29,12 +31,13 @@
 
 #include <cxxopts.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/cfg/env.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <rdmalib/config.hpp>
+#include <rdmalib/logger.hpp>
 #include <rdmalib/rdmalib.hpp>
+
+#include "cli.hpp"
 
 namespace {
 
@@ -52,6 +55,7 @@ struct UsageError : std::runtime_error {
 struct Options {
   bool json = false;
   bool verbose = false;
+  std::string log_level; // --log-level, validated
   bool verify = true;
   std::string device;
   std::string devices;
@@ -556,7 +560,9 @@ cxxopts::Options make_parser() {
     ("no-verify", "With --write-devices: keep entries without opening each one first")
     ("reclaim-stale", "Remove the shared-memory regions that processes killed on this node "
      "left behind (unmapped for 30 s or more), print them, then exit")
-    ("v,verbose", "Log rdmalib's debug messages to stderr (SPDLOG_LEVEL also works)");
+    ("log-level", std::string("Log level on stderr: ") + rdmalib::log::valid_levels() +
+                  " (default: $RFAAS_LOG_LEVEL, then warn)", cxxopts::value<std::string>(), "LEVEL")
+    ("v,verbose", "Same as --log-level debug");
   // clang-format on
   return o;
 }
@@ -605,8 +611,7 @@ bool parse_command_line(int argc, char **argv, Options &opt) {
     return false;
   }
   if (r.count("version")) {
-    std::cout << "rfaas-info (rdmalib " << RDMALIB_VERSION << ", backend "
-              << rdmalib::Fabric::backend_name() << ")\n";
+    std::cout << rfaas::cli::version_text("rfaas-info") << "\n";
     return false;
   }
   if (r.count("reclaim-stale")) {
@@ -619,6 +624,12 @@ bool parse_command_line(int argc, char **argv, Options &opt) {
   }
   opt.json = r.count("json") > 0;
   opt.verbose = r.count("verbose") > 0;
+  if (r.count("log-level")) {
+    opt.log_level = r["log-level"].as<std::string>();
+    if (!rdmalib::log::parse_level(opt.log_level))
+      throw UsageError("--log-level: unknown level \"" + opt.log_level +
+                       "\"; valid levels: " + rdmalib::log::valid_levels());
+  }
   opt.verify = r.count("no-verify") == 0;
   if (r.count("device"))
     opt.device = required_value(r, "device");
@@ -659,14 +670,21 @@ rdmalib::CapabilityMask capability_mask(const Options &opt) {
   }
 }
 
-void setup_logging(bool verbose) {
+void setup_logging(const Options &opt) {
   // Logs (the backend's included) go to stderr so that stdout stays parseable
   // with --json. Quiet by default: the report already shows what the start-up
-  // line would say.
-  auto logger = spdlog::stderr_color_mt("rfaas-info");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
-  spdlog::cfg::load_env_levels();
+  // line would say. --log-level, then --verbose, then RFAAS_LOG_LEVEL.
+  spdlog::set_default_logger(rdmalib::log::get("rdmalib"));
+  const char *env = std::getenv(rdmalib::log::kEnvVar);
+  std::optional<rdmalib::log::Level> level;
+  if (!opt.log_level.empty())
+    level = rdmalib::log::parse_level(opt.log_level);
+  else if (opt.verbose)
+    level = rdmalib::log::Level::debug;
+  else if (env && *env && !(level = rdmalib::log::parse_level(env)))
+    throw UsageError(std::string(rdmalib::log::kEnvVar) + ": unknown level \"" + env +
+                     "\"; valid levels: " + rdmalib::log::valid_levels());
+  rdmalib::log::set_level(level.value_or(rdmalib::log::Level::warn));
 }
 
 int run(const Options &opt, rdmalib::CapabilityMask mask) {
@@ -731,12 +749,12 @@ int main(int argc, char **argv) {
     if (!parse_command_line(argc, argv, opt))
       return ExitOk;
     mask = capability_mask(opt);
+    setup_logging(opt);
   } catch (const UsageError &e) {
     std::cerr << "rfaas-info: " << e.what() << "\nTry 'rfaas-info --help'.\n";
     return ExitUsage;
   }
   try {
-    setup_logging(opt.verbose);
     return run(opt, mask);
   } catch (const rdmalib::Error &e) {
     std::cerr << "rfaas-info: error: " << e.what() << "\n";

@@ -2,6 +2,9 @@
 // connect_once; what to do about a refusal is decided here, once.
 #include <rdmalib/connection.hpp>
 #include <rdmalib/errors.hpp>
+#include <rdmalib/fabric.hpp>
+
+#include "common/logging.hpp"
 
 #include <algorithm>
 #include <thread>
@@ -16,10 +19,21 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
   std::chrono::milliseconds backoff{20};
   for (uint32_t attempt = 0;; ++attempt) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const Clock::time_point start = Clock::now();
+    auto ms = [&] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    };
+    logger().debug("connecting to {} over {} (attempt {}, {} ms left)", remote.to_string(),
+                   fabric.provider(), attempt + 1, left.count());
     try {
-      return connect_once(fabric, remote, private_data, private_len,
-                          std::max(left, std::chrono::milliseconds(1)), options);
+      Connection c = connect_once(fabric, remote, private_data, private_len,
+                                  std::max(left, std::chrono::milliseconds(1)), options);
+      logger().debug("connected to {} over {} in {} ms", remote.to_string(), fabric.provider(),
+                     ms());
+      return c;
     } catch (const Error &e) {
+      logger().debug("connecting to {} over {} failed after {} ms: {}", remote.to_string(),
+                     fabric.provider(), ms(), e.what());
       // Only a refusal is worth another request, and only while the caller's
       // deadline leaves room for the pause and a useful attempt after it.
       left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

@@ -19,6 +19,7 @@
 #include <rdmalib/fabric.hpp>
 
 #include "internal.hpp"
+#include "provider_table.hpp"
 
 namespace rdmalib {
 namespace detail {
@@ -446,6 +447,14 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
   c->open_queues(!f.rdm);
   lf::Deadline dl(timeout);
   int timeout_ms = static_cast<int>(timeout.count());
+  if (f.rdm && lf::quirk_shm_listener_absent(f.provider, remote.host, remote.port))
+    throw Error(ErrorKind::Refused,
+                "rdmalib: nothing listens at " + remote.to_string() +
+                    " over shm (no shared-memory endpoint /dev/shm/" +
+                    lf::quirk_shm_endpoint_name(remote.host, remote.port) +
+                    "); if the server listens with another provider (its start-up line names "
+                    "it), use a device entry with that provider",
+                FI_ECONNREFUSED);
   std::vector<uint8_t> raw = f.raw_address(remote);
 
   if (!f.rdm) {

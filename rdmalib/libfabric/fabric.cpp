@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/logging.hpp"
 #include <rdma/fi_atomic.h>
 #include <spdlog/spdlog.h>
 
@@ -70,8 +72,8 @@ void throw_fi(const std::string &what, int ret) {
 void close_fid(fid *f) noexcept {
   int ret = fi_close(f);
   if (ret)
-    spdlog::warn("rdmalib: fi_close of a libfabric object (class {}) failed: {}", f->fclass,
-                 fi_error_text(ret));
+    rdmalib::logger().warn("rdmalib: fi_close of a libfabric object (class {}) failed: {}",
+                           f->fclass, fi_error_text(ret));
 }
 
 namespace {
@@ -397,6 +399,7 @@ void check_local_address(const DeviceConfig &config) {
 } // namespace
 
 Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
+  const auto open_start = std::chrono::steady_clock::now();
   using namespace lf;
   quirk_rxm_cm_progress_interval();
   quirk_sockets_pe_waittime();
@@ -455,14 +458,17 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
   }
   if (!f.info.p) {
     std::string why =
-        config.provider.empty() ? "no provider" : "provider '" + config.provider + "'";
+        config.provider.empty() ? "no provider can" : "provider '" + config.provider + "' cannot";
     std::string extra;
     if (!offer_va)
       extra = " (virtual addressing is masked off; providers that require it cannot be used)";
     std::string at = config.ip_address.empty() ? "" : " at '" + config.ip_address + "'";
-    throw Error(ErrorKind::NotFound, "rdmalib: " + why + " can serve device '" + config.name + "'" +
-                                         at + extra + ": " + attempts +
-                                         ". Run rfaas-info to list what is available here.");
+    throw Error(ErrorKind::NotFound,
+                "rdmalib: " + why + " serve device '" + config.name + "'" + at + extra + ": " +
+                    attempts +
+                    ". Run rfaas-info to list the providers available here, and name one of "
+                    "them in the device entry's \"provider\" (or "
+                    "--provider).");
   }
 
   int ret = fi_fabric(f.info->fabric_attr, f.fabric.out(), nullptr);
@@ -475,7 +481,11 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
   std::random_device rd;
   f.key_secret = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   fill_capabilities(f);
-  spdlog::info("{}", describe());
+  rdmalib::logger().info("{}", describe());
+  rdmalib::logger().debug("fabric open for device '{}' in {} ms", config.name,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - open_start)
+                              .count());
 }
 
 Fabric::~Fabric() = default;

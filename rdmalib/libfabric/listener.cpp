@@ -1,6 +1,7 @@
 // The passive side of connection setup for the libfabric backend.
 #include <random>
 
+#include "common/logging.hpp"
 #include <spdlog/spdlog.h>
 
 #include <rdmalib/fabric.hpp>
@@ -139,7 +140,7 @@ void ConnectionRequest::reject() noexcept {
     detail::send_handshake(hs, to, m, lf::Deadline(std::chrono::milliseconds(1000)), "rejection");
     fi_av_remove(hs.av.get(), &to, 1, 0);
   } catch (const std::exception &e) {
-    spdlog::warn("rdmalib: rejecting a connection request failed: {}", e.what());
+    rdmalib::logger().warn("rdmalib: rejecting a connection request failed: {}", e.what());
   }
 }
 
@@ -353,8 +354,8 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
       if (r == -FI_EAVAIL) {
         fi_eq_err_entry err{};
         fi_eq_readerr(l.eq.get(), &err, 0);
-        spdlog::warn("rdmalib: listener {}: connection event error: {}", l.address.to_string(),
-                     fi_strerror(err.err));
+        rdmalib::logger().warn("rdmalib: listener {}: connection event error: {}",
+                               l.address.to_string(), fi_strerror(err.err));
         continue;
       }
       if (r < 0)
@@ -379,8 +380,8 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
         throw Error(ErrorKind::Timeout, "rdmalib: no connection request on " +
                                             l.address.to_string() + " within " +
                                             std::to_string(timeout.count()) + " ms");
-      spdlog::warn("rdmalib: listener {}: handshake receive failed: {}", l.address.to_string(),
-                   lf::fi_error_text(err));
+      rdmalib::logger().warn("rdmalib: listener {}: handshake receive failed: {}",
+                             l.address.to_string(), lf::fi_error_text(err));
       continue;
     }
     // The slot's context is the index of the handshake buffer.
@@ -391,12 +392,13 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
     detail::post_handshake_recv(hs, idx);
     if (h.magic != lf::kHandshakeMagic || h.type != lf::HsHello ||
         h.address_len > sizeof h.address || h.private_len > sizeof h.private_data) {
-      spdlog::warn("rdmalib: listener {}: ignoring a malformed handshake", l.address.to_string());
+      rdmalib::logger().warn("rdmalib: listener {}: ignoring a malformed handshake",
+                             l.address.to_string());
       continue;
     }
     if (h.version != lf::kHandshakeVersion) {
-      spdlog::warn("rdmalib: listener {}: handshake version {} (expected {})",
-                   l.address.to_string(), h.version, lf::kHandshakeVersion);
+      rdmalib::logger().warn("rdmalib: listener {}: handshake version {} (expected {})",
+                             l.address.to_string(), h.version, lf::kHandshakeVersion);
     }
     auto *req = new detail::RequestImpl;
     req->listener = &l;

@@ -1,4 +1,7 @@
+#include <unistd.h>
+
 #include "provider_table.hpp"
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -107,6 +110,14 @@ void quirk_sockets_pe_waittime() {
 
 std::string quirk_shm_endpoint_name(const std::string &host, unsigned port) {
   return "rdmalib-" + host + "-" + std::to_string(port);
+}
+
+bool quirk_shm_listener_absent(const std::string &provider, const std::string &host,
+                               unsigned port) {
+  if (provider != "shm")
+    return false;
+  return ::access(("/dev/shm/" + quirk_shm_endpoint_name(host, port)).c_str(), F_OK) != 0 &&
+         errno == ENOENT;
 }
 
 bool quirk_prefers_blocking_wait(const std::string &provider) { return provider == "sockets"; }

@@ -53,6 +53,14 @@ void quirk_rxm_cm_progress_interval();
 /// duplicate name fails with -FI_EBUSY, which is how a port conflict shows.
 std::string quirk_shm_endpoint_name(const std::string &host, unsigned port);
 
+/// shm (1.17) queues a send to a name that has no shared-memory region and
+/// never completes it, so a client on shm facing a server that listens with
+/// another provider (tcp, say) waited its whole deadline and then blamed the
+/// handshake. Every shm endpoint rdmalib names has its region at
+/// /dev/shm/<name>: true when the region of the listener at host:port is
+/// absent, i.e. nothing listens there over shm.
+bool quirk_shm_listener_absent(const std::string &provider, const std::string &host, unsigned port);
+
 /// sockets (1.17) runs a progress thread per endpoint; a caller that spins on
 /// the CQ starves it on small machines (milliseconds per message on 2 cores).
 /// Returns true when blocking reads must be preferred over spinning; such

@@ -7,6 +7,7 @@
 // with a protection domain of the same context.
 #include "internal.hpp"
 
+#include <chrono>
 #include <dlfcn.h>
 #include <ifaddrs.h>
 #include <link.h>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/logging.hpp"
 #include <spdlog/spdlog.h>
 
 #include <rdmalib/fabric.hpp>
@@ -112,6 +114,7 @@ uint32_t probe_inline(ibv_context *ctx, ibv_pd *pd, uint32_t wanted) {
 void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
 
 Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
+  const auto open_start = std::chrono::steady_clock::now();
   auto &f = *impl_;
   f.config = config;
   f.mask = mask;
@@ -173,8 +176,8 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
         "rdmalib verbs: ibv_query_port " + std::to_string(f.port) + " on " + f.device_name, errno);
   f.link_layer = link_layer_name(port_attr.link_layer);
   if (port_attr.state != IBV_PORT_ACTIVE)
-    spdlog::warn("rdmalib verbs: port {} of {} is {}, not active", f.port, f.device_name,
-                 ibv_port_state_str(port_attr.state));
+    rdmalib::logger().warn("rdmalib verbs: port {} of {} is {}, not active", f.port, f.device_name,
+                           ibv_port_state_str(port_attr.state));
 
   f.pd.reset(ibv_alloc_pd(f.ctx));
   if (!f.pd)
@@ -220,7 +223,11 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
   if (mask.disables(CapWaitFd))
     c.wait_fd = false;
 
-  spdlog::info("rdmalib: {}", describe());
+  rdmalib::logger().info("rdmalib: {}", describe());
+  rdmalib::logger().debug("fabric open for device '{}' in {} ms", config.name,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - open_start)
+                              .count());
 }
 
 Fabric::~Fabric() = default;

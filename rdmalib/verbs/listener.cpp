@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/logging.hpp"
 #include <spdlog/spdlog.h>
 
 #include <rdmalib/fabric.hpp>
@@ -21,7 +22,7 @@ namespace detail {
 
 RequestImpl::~RequestImpl() {
   if (id && rdma_reject(id.get(), nullptr, 0))
-    spdlog::warn("rdmalib verbs: rdma_reject failed: {}", std::strerror(errno));
+    rdmalib::logger().warn("rdmalib verbs: rdma_reject failed: {}", std::strerror(errno));
 }
 
 } // namespace detail
@@ -168,8 +169,8 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
     }
     if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
       // Only requests arrive here: accepted ids are migrated before accept.
-      spdlog::debug("rdmalib verbs: listener {} ignores {}", l.address.to_string(),
-                    rdma_event_str(ev->event));
+      rdmalib::logger().debug("rdmalib verbs: listener {} ignores {}", l.address.to_string(),
+                              rdma_event_str(ev->event));
       rdma_ack_cm_event(ev);
       continue;
     }
@@ -188,7 +189,7 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
     try {
       r->private_data = vb::unframe_private(raw, who);
     } catch (const Error &e) {
-      spdlog::warn("{}; rejected", e.what());
+      rdmalib::logger().warn("{}; rejected", e.what());
       continue; // r's destructor rejects
     }
     rdma_event_channel *ch = rdma_create_event_channel();

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/logging.hpp"
 #include <spdlog/spdlog.h>
 
 namespace rdmalib::vb {
@@ -21,15 +22,15 @@ void EventChannelDeleter::operator()(rdma_event_channel *p) const noexcept {
 
 void CmIdDeleter::operator()(rdma_cm_id *p) const noexcept {
   if (p && rdma_destroy_id(p))
-    spdlog::warn("rdmalib verbs: rdma_destroy_id failed: {}", std::strerror(errno));
+    rdmalib::logger().warn("rdmalib verbs: rdma_destroy_id failed: {}", std::strerror(errno));
 }
 
 void CompChannelDeleter::operator()(ibv_comp_channel *p) const noexcept {
   if (p) {
     int ret = ibv_destroy_comp_channel(p);
     if (ret)
-      spdlog::warn("rdmalib verbs: ibv_destroy_comp_channel failed: {}",
-                   std::strerror(ret > 0 ? ret : errno));
+      rdmalib::logger().warn("rdmalib verbs: ibv_destroy_comp_channel failed: {}",
+                             std::strerror(ret > 0 ? ret : errno));
   }
 }
 
@@ -37,7 +38,7 @@ void MrDeleter::operator()(ibv_mr *p) const noexcept {
   if (p) {
     int ret = ibv_dereg_mr(p);
     if (ret)
-      spdlog::warn("rdmalib verbs: ibv_dereg_mr failed: {}", std::strerror(ret));
+      rdmalib::logger().warn("rdmalib verbs: ibv_dereg_mr failed: {}", std::strerror(ret));
   }
 }
 
@@ -45,9 +46,9 @@ void PdDeleter::operator()(ibv_pd *p) const noexcept {
   if (p) {
     int ret = ibv_dealloc_pd(p);
     if (ret)
-      spdlog::warn("rdmalib verbs: ibv_dealloc_pd failed (a memory region or queue pair "
-                   "outlived its Fabric?): {}",
-                   std::strerror(ret));
+      rdmalib::logger().warn("rdmalib verbs: ibv_dealloc_pd failed (a memory region or queue pair "
+                             "outlived its Fabric?): {}",
+                             std::strerror(ret));
   }
 }
 
@@ -87,7 +88,7 @@ void Cq::reset() noexcept {
   unacked_ = 0;
   int ret = ibv_destroy_cq(cq_);
   if (ret)
-    spdlog::warn("rdmalib verbs: ibv_destroy_cq failed: {}", std::strerror(ret));
+    rdmalib::logger().warn("rdmalib verbs: ibv_destroy_cq failed: {}", std::strerror(ret));
   cq_ = nullptr;
 }
 

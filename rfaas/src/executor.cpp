@@ -25,6 +25,7 @@
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
 
+#include "logging.hpp"
 #include "device_conversion.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/protocol.hpp"
@@ -301,6 +302,9 @@ struct executor::impl {
         fail(phase::connect, from_wire(reply.status), "the executor manager refused the client");
     }
     cold.connected = Clock::now() - t0;
+    rfaas::logger().debug(
+        "allocate: connected to the executor manager after {} ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(cold.connected).count());
 
     // 2. AllocationRequest + our result descriptors; AllocationResponse.
     const size_t req_size = proto::allocation_request_size(nworkers);
@@ -356,10 +360,16 @@ struct executor::impl {
                std::to_string(nworkers));
     allocation_id = resp.allocation_id;
     cold.allocated = Clock::now() - t0;
+    rfaas::logger().debug(
+        "allocate: allocation granted after {} ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(cold.allocated).count());
 
     // 3. Workers connect back and advertise their input slots.
     accept_workers(Clock::now() + deadlines.workers);
     cold.workers_connected = Clock::now() - t0;
+    rfaas::logger().debug(
+        "allocate: {} worker(s) connected after {} ms", workers.size(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(cold.workers_connected).count());
 
     // 4. Code: worker 0 reads the library from `library`; everyone says Ready.
     Worker &w0 = workers[0];
@@ -377,8 +387,14 @@ struct executor::impl {
     if (cs != proto::ChannelStatus::Ok)
       fail(phase::code, from_channel(cs, {}), "the CodeHeader could not be sent to worker 0");
     cold.code_shipped = Clock::now() - t0;
+    rfaas::logger().debug(
+        "allocate: library {} ({} bytes) offered after {} ms", libname, bytes.size(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(cold.code_shipped).count());
     collect_ready(Clock::now() + deadlines.ready);
     cold.ready = Clock::now() - t0;
+    rfaas::logger().debug(
+        "allocate: ready after {} ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(cold.ready).count());
 
     for (Worker &w : workers)
       w.alive = true;
@@ -420,7 +436,7 @@ struct executor::impl {
           request.accept(reply_bytes, sizeof reply_bytes, milliseconds(std::max(left, 1))).close();
         } catch (const rdmalib::Error &) {
         }
-        spdlog::warn("rfaas: refused a worker connection: {}", proto::to_string(reply.status));
+        rfaas::logger().warn("refused a worker connection: {}", proto::to_string(reply.status));
         continue;
       }
       Worker &w = workers[hello.worker];
@@ -496,7 +512,7 @@ struct executor::impl {
       if (polite && w.alive && w.conn.is_open()) {
         proto::ChannelStatus cs = w.control.send(bye, in(deadlines.shutdown));
         if (cs != proto::ChannelStatus::Ok)
-          spdlog::warn("rfaas: deallocate: Shutdown to worker {} of {}: {}", i, manager_name,
+          rfaas::logger().warn("deallocate: Shutdown to worker {} of {}: {}", i, manager_name,
                        proto::to_string(cs));
       }
       for (Slot &s : w.slots)
@@ -507,7 +523,7 @@ struct executor::impl {
     if (polite && manager.is_open()) {
       proto::ChannelStatus cs = manager_channel.send(bye, in(deadlines.shutdown));
       if (cs != proto::ChannelStatus::Ok)
-        spdlog::warn("rfaas: deallocate: Shutdown to the manager {}: {}", manager_name,
+        rfaas::logger().warn("deallocate: Shutdown to the manager {}: {}", manager_name,
                      proto::to_string(cs));
     }
     manager.close();
@@ -775,9 +791,19 @@ struct executor::impl {
     // The clock is read after posting: the invocation is on its way meanwhile
     // (a clock read costs ~40 ns in a VM, a sizeable part of a shm round trip).
     result r = post(wi, s, proto::function_hash(fn), in, out);
-    if (workers[wi].slots[s].state != SlotState::InFlight)
-      return r;
-    return complete(wi, s, Clock::now() + timeout);
+    if (workers[wi].slots[s].state == SlotState::InFlight)
+      r = complete(wi, s, Clock::now() + timeout);
+    if (r.status == status::unknown_function)
+      warn_unknown_function(fn);
+    return r;
+  }
+
+  /// The wire carries a hash of the name; the caller needs the name itself.
+  static void warn_unknown_function(std::string_view fn) {
+    rfaas::logger().warn("unknown_function: \"{}\" is not a function of the shipped library "
+                         "(name hash {:08x}); check the name against the library's exports "
+                         "(nm -D --defined-only LIBRARY)",
+                         fn, proto::function_hash(fn));
   }
 
   std::vector<result> execute_parallel(std::string_view fn, const std::vector<const_buffer> &in,
@@ -844,6 +870,9 @@ struct executor::impl {
         }
       }
     }
+    if (std::any_of(results.begin(), results.end(),
+                    [](const result &r) { return r.status == status::unknown_function; }))
+      warn_unknown_function(fn);
     return results;
   }
 };
@@ -954,7 +983,7 @@ void *executor::allocate_registered(size_t bytes) {
   try {
     r->region = rdmalib::MemoryRegion(impl_->fabric, base, total, rdmalib::AccessLocal);
   } catch (const rdmalib::Error &e) {
-    spdlog::error("rfaas::allocator: {}", e.what());
+    rfaas::logger().error("allocator: {}", e.what());
     delete r;
     std::free(base);
     throw std::bad_alloc();

@@ -686,7 +686,13 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
       spdlog::warn("executor {:x}: {}", spec.allocation_id, why);
     CrashGuard::install();
 
+    spdlog::debug("executor {:x}: {} core(s), {} MiB, provider {}, manager {}:{}",
+                  spec.allocation_id, spec.cores.size(), spec.memory_mib, spec.device.provider,
+                  spec.manager_host, spec.manager_port);
     rdmalib::Fabric fabric(spec.device);
+    spdlog::debug(
+        "executor {:x}: fabric open after {} ms", spec.allocation_id,
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
     Shared shared(spec, fabric);
     proto::WireResult r =
         proto::decode(spec.request.data(), spec.request.size(), shared.request, shared.results);

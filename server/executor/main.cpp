@@ -9,32 +9,28 @@
 #include <unistd.h>
 
 #include <cxxopts.hpp>
+#include <rdmalib/logger.hpp>
 #include <rdmalib/rdmalib.hpp>
-#include <spdlog/cfg/env.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli.hpp"
 #include "common/launch_spec.hpp"
 #include "executor/zygote.hpp"
 
 int main(int argc, char **argv) {
-  // Logs go to stderr: stdout is the zygote's event pipe.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("executor"));
+  // Logs go to stderr: stdout is the zygote's event pipe. The level comes from
+  // --log-level or RFAAS_LOG_LEVEL, which the executor manager exports.
+  spdlog::set_default_logger(rdmalib::log::get("executor"));
   spdlog::set_pattern("[%H:%M:%S.%e] [zygote %P] [%l] %v");
-  spdlog::cfg::load_env_levels();
   cxxopts::Options options("executor",
                            "rFaaS executor: started by executor_manager, never by hand.");
   options.add_options()("zygote", "run as the manager's pre-initialised parent")(
       "device", "device database JSON (hex) of the device to warm up",
       cxxopts::value<std::string>())("exec-each", "zygote: exec a fresh executor per allocation")(
-      "spec-fd", "run one allocation from the launch spec on this fd",
-      cxxopts::value<int>())("h,help", "print this help");
-  try {
-    auto args = options.parse(argc, argv);
-    if (args.count("help")) {
-      std::puts(options.help().c_str());
-      return 0;
-    }
+      "spec-fd", "run one allocation from the launch spec on this fd", cxxopts::value<int>());
+  rfaas::cli::add_standard_options(options);
+  return rfaas::cli::run("executor", options, argc, argv, [&](const cxxopts::ParseResult &args) {
+    rfaas::cli::apply_log_level(args);
     if (args.count("spec-fd")) {
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       return rfaas::executor::run_from_spec_fd(args["spec-fd"].as<int>());
@@ -55,12 +51,10 @@ int main(int argc, char **argv) {
         return 1;
       }
       self[n] = '\0';
+      spdlog::debug("zygote: started, log level {}",
+                    rdmalib::log::to_string(rdmalib::log::level()));
       return rfaas::executor::run_zygote(dev, args.count("exec-each") > 0, self);
     }
-    std::fprintf(stderr, "executor: started by executor_manager only (see --help)\n");
-    return 2;
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "executor: %s\n", e.what());
-    return 2;
-  }
+    throw rfaas::cli::UsageError("started by executor_manager only (--zygote or --spec-fd)");
+  });
 }

@@ -9,15 +9,17 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include <cxxopts.hpp>
+#include <rdmalib/logger.hpp>
 #include <rdmalib/rdmalib.hpp>
-#include <spdlog/cfg/env.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli.hpp"
 #include "executor_manager/config.hpp"
 #include "executor_manager/manager.hpp"
 
@@ -50,8 +52,8 @@ std::string executor_path() {
 } // namespace
 
 int main(int argc, char **argv) {
-  spdlog::set_default_logger(spdlog::stderr_color_mt("executor_manager"));
-  spdlog::set_pattern("[%H:%M:%S.%e] [executor_manager] [%l] %v");
+  // Every spdlog call of the manager goes to the "manager" logger (stderr).
+  spdlog::set_default_logger(rdmalib::log::get("manager"));
   cxxopts::Options options("executor_manager",
                            "rFaaS executor manager: leases this node's cores to clients.");
   options.add_options()("c,config", "configuration file (JSON, see config/README.md)",
@@ -65,81 +67,82 @@ int main(int argc, char **argv) {
       "port", "port to listen on, 0 = any (overrides listen.port)", cxxopts::value<int>())(
       "cores", "CPU list for workers, e.g. 1-3 (overrides resources.cores)",
       cxxopts::value<std::string>())("skip-resource-manager",
-                                     "standalone: accept clients without a resource manager")(
-      "log-level", "trace, debug, info, warn, error (overrides log.level)",
-      cxxopts::value<std::string>())("h,help", "print this help");
-  try {
-    auto args = options.parse(argc, argv);
-    if (args.count("help")) {
-      std::puts(options.help().c_str());
-      return 0;
-    }
-    if (!args.count("config")) {
-      std::fprintf(stderr, "executor_manager: --config FILE is required (example: "
-                           "config/executor_manager.json)\n");
-      return 2;
-    }
-    using rfaas::manager::ConfigError;
-    auto cfg = rfaas::manager::ManagerConfig::load(args["config"].as<std::string>());
-    if (args.count("devices"))
-      cfg.device_database = args["devices"].as<std::string>();
-    if (args.count("device"))
-      cfg.device = args["device"].as<std::string>();
-    if (args.count("host"))
-      cfg.listen_host = args["host"].as<std::string>();
-    if (args.count("port")) {
-      int port = args["port"].as<int>();
-      if (port < 0 || port > 65535)
-        throw ConfigError("--port: expected 0..65535, got " + std::to_string(port));
-      cfg.listen_port = static_cast<uint16_t>(port);
-    }
-    if (args.count("cores"))
-      cfg.cores = rfaas::manager::parse_core_list(args["cores"].as<std::string>(), "--cores");
-    if (args.count("log-level"))
-      cfg.log_level = args["log-level"].as<std::string>();
-    spdlog::set_level(spdlog::level::from_str(cfg.log_level));
-    spdlog::cfg::load_env_levels(); // SPDLOG_LEVEL wins, as in every rFaaS binary
+                                     "standalone: accept clients without a resource manager");
+  rfaas::cli::add_standard_options(options);
+  return rfaas::cli::run(
+      "executor_manager", options, argc, argv, [&](const cxxopts::ParseResult &args) {
+        if (!args.count("config"))
+          throw rfaas::cli::UsageError(
+              "--config FILE is required (example: config/executor_manager.json)");
+        if (args.count("port")) {
+          int port = args["port"].as<int>();
+          if (port < 0 || port > 65535)
+            throw rfaas::cli::UsageError("--port: expected 0..65535, got " + std::to_string(port));
+        }
+        using rfaas::manager::ConfigError;
+        // A bad --log-level is a usage error even if the configuration is broken.
+        if (args.count("log-level") &&
+            !rdmalib::log::parse_level(args["log-level"].as<std::string>()))
+          rfaas::cli::apply_log_level(args);
+        auto cfg = rfaas::manager::ManagerConfig::load(args["config"].as<std::string>());
+        if (args.count("devices"))
+          cfg.device_database = args["devices"].as<std::string>();
+        if (args.count("device"))
+          cfg.device = args["device"].as<std::string>();
+        if (args.count("host"))
+          cfg.listen_host = args["host"].as<std::string>();
+        if (args.count("port"))
+          cfg.listen_port = static_cast<uint16_t>(args["port"].as<int>());
+        if (args.count("cores"))
+          cfg.cores = rfaas::manager::parse_core_list(args["cores"].as<std::string>(), "--cores");
+        // --log-level, then RFAAS_LOG_LEVEL, then log.level; exported to the
+        // zygote and the executors through RFAAS_LOG_LEVEL.
+        rfaas::cli::apply_log_level(args, cfg.log_level);
 
-    if (cfg.resource_manager_enabled && !args.count("skip-resource-manager")) {
-      std::fprintf(stderr,
-                   "executor_manager: %s: resource_manager.enabled is true, but registering "
-                   "with a resource manager is not implemented yet; run standalone with "
-                   "--skip-resource-manager (or set resource_manager.enabled to false)\n",
-                   args["config"].as<std::string>().c_str());
-      return 2;
-    }
-    // Every configured core must be usable by this process (cgroups, taskset).
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-      for (int core : cfg.cores)
-        if (core >= CPU_SETSIZE || !CPU_ISSET(core, &allowed))
-          throw ConfigError(args["config"].as<std::string>() + ": resources.cores: CPU " +
-                            std::to_string(core) +
-                            " is not available to this process (see taskset -p / nproc)");
+        if (cfg.resource_manager_enabled && !args.count("skip-resource-manager"))
+          throw rfaas::cli::UsageError(
+              args["config"].as<std::string>() +
+              ": resource_manager.enabled is true, but registering with a resource manager is not "
+              "implemented yet; run standalone with --skip-resource-manager (or set "
+              "resource_manager.enabled to false)");
+        // Every configured core must be usable by this process (cgroups, taskset).
+        cpu_set_t allowed;
+        if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+          for (int core : cfg.cores)
+            if (core >= CPU_SETSIZE || !CPU_ISSET(core, &allowed))
+              throw ConfigError(args["config"].as<std::string>() + ": resources.cores: CPU " +
+                                std::to_string(core) +
+                                " is not available to this process (see taskset -p / nproc)");
 
-    auto db = rdmalib::DeviceDatabase::load(cfg.device_database);
-    rdmalib::DeviceConfig device = db.find(cfg.device);
-    if (args.count("provider"))
-      device.provider = args["provider"].as<std::string>();
+        auto db = rdmalib::DeviceDatabase::load(cfg.device_database);
+        rdmalib::DeviceConfig device = db.find(cfg.device);
+        if (args.count("provider"))
+          device.provider = args["provider"].as<std::string>();
 
-    // Executors and clients killed on this node (SIGKILL, OOM) leave shared
-    // memory behind that nothing else frees; a manager start is the moment
-    // an operator expects a clean slate.
-    rdmalib::Fabric::ReclaimReport reclaimed = rdmalib::Fabric::reclaim_stale();
-    if (!reclaimed.names.empty())
-      spdlog::info("reclaimed {} stale shared-memory region(s), {} MiB, left by processes that "
-                   "died without closing them",
-                   reclaimed.names.size(), reclaimed.bytes >> 20);
+        // Executors and clients killed on this node (SIGKILL, OOM) leave shared
+        // memory behind that nothing else frees; a manager start is the moment
+        // an operator expects a clean slate.
+        rdmalib::Fabric::ReclaimReport reclaimed = rdmalib::Fabric::reclaim_stale();
+        if (!reclaimed.names.empty())
+          spdlog::info("reclaimed {} stale shared-memory region(s), {} MiB, left by processes that "
+                       "died without closing them",
+                       reclaimed.names.size(), reclaimed.bytes >> 20);
 
-    rfaas::manager::Manager manager(cfg, device, executor_path());
-    std::printf("executor_manager: listening on %s %s\n", manager.provider().c_str(),
-                manager.address().to_string().c_str());
-    std::fflush(stdout);
-    return manager.run();
-  } catch (const cxxopts::exceptions::exception &e) {
-    std::fprintf(stderr, "executor_manager: %s (see --help)\n", e.what());
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "executor_manager: %s\n", e.what());
-  }
-  return 1;
+        std::unique_ptr<rfaas::manager::Manager> owned;
+        try {
+          owned = std::make_unique<rfaas::manager::Manager>(cfg, device, executor_path());
+        } catch (const rdmalib::Error &e) {
+          if (e.backend_code() != EADDRINUSE && e.backend_code() != EBUSY)
+            throw;
+          throw std::runtime_error(
+              std::string(e.what()) + "; port " + std::to_string(cfg.listen_port) +
+              " is taken: pick another with --port N, or --port 0 for any free "
+              "port (the chosen one is printed on stdout)");
+        }
+        rfaas::manager::Manager &manager = *owned;
+        std::printf("executor_manager: listening on %s %s\n", manager.provider().c_str(),
+                    manager.address().to_string().c_str());
+        std::fflush(stdout);
+        return manager.run();
+      });
 }

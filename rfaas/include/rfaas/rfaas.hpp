@@ -7,4 +7,5 @@
 #include <rfaas/devices.hpp>
 #include <rfaas/errors.hpp>
 #include <rfaas/executor.hpp>
+#include <rfaas/log.hpp>
 #include <rfaas/servers.hpp>
