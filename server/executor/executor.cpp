@@ -324,6 +324,8 @@ private:
       s_.library_status = proto::ErrorCode::Ok;
       s_.cv.notify_all();
     } catch (const std::exception &e) {
+      // The client sees only the first 127 characters (Ready's message).
+      spdlog::error("executor {:x}: library refused: {}", s_.spec.allocation_id, e.what());
       s_.publish_library(proto::ErrorCode::LibraryInvalid, e.what());
     }
   }
