@@ -385,6 +385,15 @@ TEST_F(E2E, OutputOverflowIsCaughtAndTheWorkerGoesOn) {
   uint32_t calls = 0;
   for (uint32_t how : {0u, 1u}) { // byte by byte, one memset
     for (uint32_t extra : {1u, 4096u, 1u << 20}) {
+#if defined(__SANITIZE_ADDRESS__)
+      // AddressSanitizer checks a memset's whole range first: one reaching
+      // past the guard page into memory it poisoned is reported and aborts
+      // (the executor then ends) before the first store faults.
+      if (how == 1 && extra > 4096) {
+        std::printf("skipped under AddressSanitizer: memset %u bytes past the capacity\n", extra);
+        continue;
+      }
+#endif
       SCOPED_TRACE(::testing::Message() << "extra " << extra << (how ? " memset" : " loop"));
       uint32_t args[2] = {extra, how};
       std::vector<uint8_t> in(sizeof args);

@@ -19,6 +19,16 @@ namespace {
 
 constexpr uint32_t kHeader = 32;
 
+// AddressSanitizer checks a memset's whole range before writing: one that
+// reaches beyond the guard page into memory it has poisoned is reported (and
+// aborts) before the first store faults. Only overflows that end inside the
+// guard run through memset there; the byte loop covers every size.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr uint32_t kMemsetLimit = 4096;
+#else
+constexpr uint32_t kMemsetLimit = UINT32_MAX;
+#endif
+
 // Writes out_capacity + *in bytes, byte by byte, from the start of `out`.
 uint32_t write_past(const void *in, uint32_t, void *out, uint32_t capacity) {
   uint32_t extra;
@@ -102,6 +112,8 @@ TEST_F(OutputAreaTest, WritesPastTheCapacityFaultAtTheFirstByteTooMany) {
     area.protect_guards();
     for (auto *f : {write_past, memset_past}) {
       for (uint32_t extra : {1u, 4096u, 1u << 20}) {
+        if (f == memset_past && extra > kMemsetLimit)
+          continue;
         for (uint32_t s = 0; s < 3; ++s) {
           SCOPED_TRACE(::testing::Message()
                        << "slot size " << slot_size << " extra " << extra << " slot " << s
