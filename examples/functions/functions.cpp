@@ -1,23 +1,23 @@
-// Example rFaaS functions.
+// Example rFaaS functions (function ABI v2, <rfaas/function.hpp>).
 //
-// Every function has the signature
-//   extern "C" uint32_t name(void *in, uint32_t size, void *out);
-// `in` holds `size` bytes of input, `out` is the client's result slot (its
-// capacity is agreed at allocation time, not passed in), and the return value
-// is the number of bytes written to `out`. Functions run on the executor's
-// worker threads: they must be thread-safe and must not keep pointers to `in`
-// or `out` after returning. Multi-byte values are in the host's byte order
-// (client and executor run on the same architecture).
+// RFAAS_FUNCTION(name) declares `uint32_t name(const void *in, uint32_t
+// in_size, void *out, uint32_t out_capacity)` with C linkage, exported:
+// `in` holds `in_size` bytes of input, `out` has room for `out_capacity`
+// bytes (the allocation's max_output_size, rounded up to 8), and the return
+// value is the number of bytes written to `out`. Functions run on the
+// executor's worker threads: they must be thread-safe and must not keep
+// pointers to `in` or `out` after returning. Multi-byte values are in the
+// host's byte order (client and executor run on the same architecture).
 //
-// The library is built with hidden visibility; RFAAS_FUNCTION exports a
-// function so that the executor lists it.
+// The library is built with hidden visibility: only RFAAS_FUNCTIONs are
+// exported, so the executor's table holds exactly them.
+#include <rfaas/function.hpp>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
-
-#define RFAAS_FUNCTION extern "C" __attribute__((visibility("default")))
 
 namespace {
 /// How many copies of its input `expand` writes.
@@ -26,21 +26,25 @@ constexpr uint32_t kExpandFactor = 4;
 constexpr uint32_t kMaxMatrix = 512;
 } // namespace
 
-/// Output = input.
-RFAAS_FUNCTION uint32_t echo(void *in, uint32_t size, void *out) {
-  std::memcpy(out, in, size);
-  return size;
+/// Output = input; no output when the input does not fit out_capacity.
+RFAAS_FUNCTION(echo) {
+  if (in_size > out_capacity)
+    return 0;
+  std::memcpy(out, in, in_size);
+  return in_size;
 }
 
 /// No output at all: the cheapest possible invocation.
-RFAAS_FUNCTION uint32_t noop(void *, uint32_t, void *) { return 0; }
+RFAAS_FUNCTION(noop) { return 0; }
 
 /// Input: uint64 values (size / 8 of them; trailing bytes ignored).
 /// Output: one uint64, the sum of their squares modulo 2^64.
-RFAAS_FUNCTION uint32_t sum_squares(void *in, uint32_t size, void *out) {
+RFAAS_FUNCTION(sum_squares) {
+  if (out_capacity < sizeof(uint64_t))
+    return 0;
   const auto *bytes = static_cast<const unsigned char *>(in);
   uint64_t sum = 0;
-  for (uint32_t i = 0; i + sizeof(uint64_t) <= size; i += sizeof(uint64_t)) {
+  for (uint32_t i = 0; i + sizeof(uint64_t) <= in_size; i += sizeof(uint64_t)) {
     uint64_t v;
     std::memcpy(&v, bytes + i, sizeof v);
     sum += v * v;
@@ -50,18 +54,18 @@ RFAAS_FUNCTION uint32_t sum_squares(void *in, uint32_t size, void *out) {
 }
 
 /// Input: uint32 n, then A and B, each n x n doubles in row-major order.
-/// Output: C = A * B, n x n doubles. Returns 0 (no output) on malformed input
-/// or n > 512.
-RFAAS_FUNCTION uint32_t matmul(void *in, uint32_t size, void *out) {
+/// Output: C = A * B, n x n doubles. Returns 0 (no output) on malformed input,
+/// n > 512, or when C does not fit out_capacity.
+RFAAS_FUNCTION(matmul) {
   const auto *bytes = static_cast<const unsigned char *>(in);
   uint32_t n;
-  if (size < sizeof n)
+  if (in_size < sizeof n)
     return 0;
   std::memcpy(&n, bytes, sizeof n);
   if (n == 0 || n > kMaxMatrix)
     return 0;
   const uint64_t elems = static_cast<uint64_t>(n) * n;
-  if (size != sizeof n + 2 * elems * sizeof(double))
+  if (in_size != sizeof n + 2 * elems * sizeof(double) || elems * sizeof(double) > out_capacity)
     return 0;
   const unsigned char *a = bytes + sizeof n;
   const unsigned char *b = a + elems * sizeof(double);
@@ -84,22 +88,24 @@ RFAAS_FUNCTION uint32_t matmul(void *in, uint32_t size, void *out) {
   return static_cast<uint32_t>(elems * sizeof(double));
 }
 
-/// Output = the input repeated 4 times (output larger than input). Inputs
-/// above 1 GiB produce no output (their expansion would not fit 32 bits).
-RFAAS_FUNCTION uint32_t expand(void *in, uint32_t size, void *out) {
-  if (size > UINT32_MAX / kExpandFactor)
-    return 0;
+/// Output = the input repeated 4 times (output larger than input). When that
+/// does not fit out_capacity, writes nothing and returns the size it needed:
+/// the executor answers output_too_large with that size.
+RFAAS_FUNCTION(expand) {
+  const uint64_t needed = static_cast<uint64_t>(in_size) * kExpandFactor;
+  if (needed > out_capacity)
+    return needed > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(needed);
   auto *o = static_cast<unsigned char *>(out);
   for (uint32_t r = 0; r < kExpandFactor; ++r)
-    std::memcpy(o + static_cast<uint64_t>(r) * size, in, size);
-  return size * kExpandFactor;
+    std::memcpy(o + static_cast<uint64_t>(r) * in_size, in, in_size);
+  return static_cast<uint32_t>(needed);
 }
 
 /// Input: uint32 milliseconds (capped at 60 s). Sleeps that long, no output.
 /// For tests of timeouts, asynchronous calls and warm (non-hot) workers.
-RFAAS_FUNCTION uint32_t sleep_ms(void *in, uint32_t size, void *) {
+RFAAS_FUNCTION(sleep_ms) {
   uint32_t ms = 0;
-  if (size >= sizeof ms)
+  if (in_size >= sizeof ms)
     std::memcpy(&ms, in, sizeof ms);
   if (ms > 60000)
     ms = 60000;
@@ -111,12 +117,12 @@ RFAAS_FUNCTION uint32_t sleep_ms(void *in, uint32_t size, void *) {
 
 /// Claims a 4 GiB - 1 output without writing anything: the executor must
 /// answer OutputTooLarge. For fault tests.
-RFAAS_FUNCTION uint32_t bad_output_size(void *, uint32_t, void *) { return UINT32_MAX; }
+RFAAS_FUNCTION(bad_output_size) { return UINT32_MAX; }
 
 /// Dies of SIGSEGV by storing into the never-mapped first page, a real fault
 /// like a buggy function would have. For fault tests: the executor must turn it into a
 /// FunctionCrashed result, never hang.
-RFAAS_FUNCTION uint32_t crash(void *, uint32_t, void *) {
+RFAAS_FUNCTION(crash) {
   // Address 8 rather than 0: UBSan reports a null store and exits instead of
   // faulting, and the sanitizer build must see the same SIGSEGV as users do.
   // The pointer is volatile so the compiler cannot fold the store into a trap.
@@ -125,4 +131,26 @@ RFAAS_FUNCTION uint32_t crash(void *, uint32_t, void *) {
   // Only reached if page 0 were mapped.
   std::raise(SIGSEGV);
   return 0;
+}
+
+/// Input: uint32 extra (default 1), uint32 how (default 0). Writes
+/// out_capacity + extra bytes from the start of `out`, running `extra` bytes
+/// past its capacity as a buggy function would: byte by byte (how 0) or with
+/// one memset (how 1, which glibc may do in any order of wide stores). For
+/// fault tests: the executor must answer function_crashed (the write faults
+/// in the guard page after the output area), never let it reach its own
+/// memory, and go on serving.
+RFAAS_FUNCTION(overflow) {
+  uint32_t args[2] = {1, 0};
+  std::memcpy(args, in, in_size < sizeof args ? in_size : sizeof args);
+  const uint64_t end = static_cast<uint64_t>(out_capacity) + args[0];
+  if (args[1] == 1) {
+    std::memset(out, 0xab, end);
+  } else {
+    // volatile: the compiler must not reason the stores away.
+    volatile unsigned char *o = static_cast<unsigned char *>(out);
+    for (uint64_t i = 0; i < end; ++i)
+      o[i] = static_cast<unsigned char>(i);
+  }
+  return out_capacity;
 }

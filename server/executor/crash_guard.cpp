@@ -20,6 +20,7 @@ constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 thread_local sigjmp_buf t_jump;
 thread_local volatile sig_atomic_t t_active = 0;
 thread_local void *t_altstack = nullptr;
+thread_local const void *t_fault = nullptr;
 
 // The handler each signal had before ours: network libraries install their
 // own (libfabric's shm provider unlinks the process's shared-memory regions
@@ -39,9 +40,10 @@ void die_with(int sig) {
   raise(sig);
 }
 
-void on_fatal(int sig, siginfo_t *, void *) {
+void on_fatal(int sig, siginfo_t *info, void *) {
   if (t_active) {
     t_active = 0;
+    t_fault = info ? info->si_addr : nullptr;
     siglongjmp(t_jump, sig);
   }
   // Not inside a guarded call: give the previous handler its turn once (it
@@ -125,18 +127,20 @@ void CrashGuard::prepare_thread() {
   t_altstack = mem;
 }
 
-int CrashGuard::run(GuardedFunction f, void *in, uint32_t size, void *out,
+int CrashGuard::run(GuardedFunction f, const void *in, uint32_t size, void *out, uint32_t capacity,
                     uint32_t &result) noexcept {
   int sig = sigsetjmp(t_jump, 0);
   if (sig != 0)
     return sig;
   t_active = 1;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  uint32_t r = f(in, size, out);
+  uint32_t r = f(in, size, out, capacity);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_active = 0;
   result = r;
   return 0;
 }
+
+const void *CrashGuard::fault_address() noexcept { return t_fault; }
 
 } // namespace rfaas::executor

@@ -17,9 +17,14 @@
 
 #include <cstdint>
 
+#ifndef RFAAS_FUNCTION_NO_ABI_SYMBOL
+#define RFAAS_FUNCTION_NO_ABI_SYMBOL
+#endif
+#include <rfaas/function.hpp>
+
 namespace rfaas::executor {
 
-using GuardedFunction = uint32_t (*)(void *in, uint32_t size, void *out);
+using GuardedFunction = rfaas_function_t;
 
 class CrashGuard {
 public:
@@ -36,10 +41,17 @@ public:
   /// that uses run(), before the first call. Throws std::runtime_error.
   static void prepare_thread();
 
-  /// Call f(in, size, out), storing its return value in `result`. Returns 0,
-  /// or the number of the fatal signal the function raised. No allocation, no
-  /// system call on the normal path.
-  static int run(GuardedFunction f, void *in, uint32_t size, void *out, uint32_t &result) noexcept;
+  /// Call f(in, size, out, capacity), storing its return value in `result`.
+  /// Returns 0, or the number of the fatal signal the function raised. No
+  /// allocation, no system call on the normal path.
+  static int run(GuardedFunction f, const void *in, uint32_t size, void *out, uint32_t capacity,
+                 uint32_t &result) noexcept;
+
+  /// The faulting address (siginfo's si_addr) of the last signal caught by
+  /// run() on the calling thread: for SIGSEGV and SIGBUS the memory the
+  /// function touched, which tells an overflow into a guard page from other
+  /// crashes. Null before any crash.
+  static const void *fault_address() noexcept;
 };
 
 } // namespace rfaas::executor

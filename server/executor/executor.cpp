@@ -18,6 +18,7 @@
 
 #include "executor/crash_guard.hpp"
 #include "executor/function_library.hpp"
+#include "executor/output_area.hpp"
 #include "executor/resource_limits.hpp"
 #include "protocol/control_channel.hpp"
 
@@ -169,9 +170,14 @@ private:
                                proto::to_string(reply.status));
 
     input_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * islot_, rdmalib::AccessRemoteWrite);
-    output_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * rslot_, rdmalib::AccessLocal);
+    // The function writes straight into its result slot (no copy), so the
+    // slots sit between guard pages: writing past the capacity faults.
+    output_ = OutputArea(slots_, rslot_, static_cast<uint32_t>(proto::kResultHeaderSize));
+    output_mr_ =
+        rdmalib::MemoryRegion(s_.fabric, output_.base(), output_.length(), rdmalib::AccessLocal);
+    output_.protect_guards();
     conn_.attach(input_.region());
-    conn_.attach(output_.region());
+    conn_.attach(output_mr_);
     // Reliable-datagram links report no disconnect: a client killed without
     // a goodbye would leave this worker waiting forever. serve() then reads a
     // few bytes of the client's result buffer when the link has been quiet,
@@ -296,6 +302,8 @@ private:
       s_.library_status = proto::ErrorCode::Ok;
       s_.cv.notify_all();
     } catch (const std::exception &e) {
+      // The client sees only the first 127 characters (Ready's message).
+      spdlog::error("executor {:x}: library refused: {}", s_.spec.allocation_id, e.what());
       s_.publish_library(proto::ErrorCode::LibraryInvalid, e.what());
     }
   }
@@ -457,7 +465,7 @@ private:
     if (s >= slots_)
       return 0; // outside the input buffer: nothing to answer into
     char *in = input_.data() + size_t(s) * islot_;
-    char *out = output_.data() + size_t(s) * rslot_;
+    char *out = output_.slot(s);
     proto::InvocationHeader h;
     proto::WireResult r = proto::decode(in, islot_, h);
     proto::ResultHeader res;
@@ -484,12 +492,14 @@ private:
       } else {
         uint32_t produced = 0;
         crashed = CrashGuard::run(fn, in + proto::kInvocationHeaderSize, h.payload_size,
-                                  out + proto::kResultHeaderSize, produced);
+                                  output_.output(s), output_.capacity(), produced);
         ran = true;
         if (crashed) {
           res.status = proto::ErrorCode::FunctionCrashed;
           res.detail = static_cast<uint32_t>(crashed);
-        } else if (produced > rslot_ - proto::kResultHeaderSize) {
+          if (crashed_off_its_slot(crashed, s, h.function))
+            crashed = 0; // nothing outside the slot was touched: keep serving
+        } else if (produced > output_.capacity()) {
           res.status = proto::ErrorCode::OutputTooLarge;
           res.detail = produced;
         } else {
@@ -501,7 +511,7 @@ private:
     proto::encode(res, out, rslot_);
     uint32_t rimm = proto::make_immediate(s, id, res.status);
     rdmalib::Status st = ops_.write_imm(
-        output_.local_bytes(size_t(s) * rslot_, proto::kResultHeaderSize + res.output_size),
+        output_mr_.local(output_.offset(s), proto::kResultHeaderSize + res.output_size),
         rdesc_.buffer, uint64_t(s) * rslot_, rimm, kResultCtx);
     if (ran)
       done = Clock::now();
@@ -509,6 +519,29 @@ private:
       return -1;
     ++outstanding_;
     return crashed;
+  }
+
+  /// Log a crash of the function with name hash `hash` in slot `s`, and say
+  /// whether it was a write that ran off the slot into a guard page. Such a
+  /// crash stopped at the first byte past the slot (or before it): no memory
+  /// but the slot's own was written, so the worker may go on serving. Any
+  /// other crash may have damaged the process. Off the hot path.
+  bool crashed_off_its_slot(int sig, uint32_t s, uint32_t hash) noexcept {
+    const FunctionEntry *e = lib_->entry_hash(hash);
+    const char *name = e ? e->name.c_str() : "?";
+    const void *at = CrashGuard::fault_address();
+    if ((sig == SIGSEGV || sig == SIGBUS) && output_.guard_hit(s, at)) {
+      const char *o = output_.output(s);
+      const char *a = static_cast<const char *>(at);
+      spdlog::warn("executor {:x}: worker {}: function `{}` wrote {} its output area (capacity {} "
+                   "bytes, fault at output{:+d}); answered function_crashed, the worker goes on",
+                   s_.spec.allocation_id, index_, name, a < o ? "before the start of" : "past",
+                   output_.capacity(), static_cast<long long>(a - o));
+      return true;
+    }
+    spdlog::error("executor {:x}: worker {}: function `{}` crashed with signal {} ({}) at {}",
+                  s_.spec.allocation_id, index_, name, sig, strsignal(sig), at);
+    return false;
   }
 
   /// A function crashed: the result is posted; make sure it left, tell the
@@ -548,7 +581,9 @@ private:
   // Buffers before the connection: members die in reverse order, and closing
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).
-  rdmalib::Buffer<char> input_, output_, probe_;
+  rdmalib::Buffer<char> input_, probe_;
+  OutputArea output_;
+  rdmalib::MemoryRegion output_mr_; // after output_: deregistered before it unmaps
   proto::ControlChannel ctrl_;
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;

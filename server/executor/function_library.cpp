@@ -1,5 +1,6 @@
 #include "executor/function_library.hpp"
 
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "executor/elf_symbols.hpp"
@@ -22,6 +24,73 @@ std::string errno_text(int err) { return std::string(std::strerror(err)); }
 std::string dl_text() {
   const char *e = dlerror();
   return e ? std::string(e) : std::string("no error text from the dynamic loader");
+}
+
+bool is_mangled(const std::string &name) {
+  return name.size() > 2 && name.compare(0, 2, "_Z") == 0;
+}
+
+/// The readable form of a C++ symbol, or "" when it does not demangle.
+std::string demangle(const std::string &name) {
+  int status = 0;
+  char *text = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string out = status == 0 && text ? std::string(text) : std::string();
+  std::free(text);
+  return out;
+}
+
+/// A free function of the global namespace whose parameters are those of an
+/// rFaaS function (this ABI's, or the original one's): almost certainly a
+/// function its author meant to export, declared without extern "C".
+bool looks_like_a_function(const std::string &demangled) {
+  size_t paren = demangled.find('(');
+  if (paren == std::string::npos || paren == 0)
+    return false;
+  std::string name = demangled.substr(0, paren);
+  if (name.find("::") != std::string::npos || name.find('<') != std::string::npos)
+    return false;
+  std::string params = demangled.substr(paren);
+  return params == "(void const*, unsigned int, void*, unsigned int)" ||
+         params == "(void*, unsigned int, void*, unsigned int)" ||
+         params == "(void*, unsigned int, void*)" || params == "(void const*, unsigned int, void*)";
+}
+
+/// Refuse a library that does not follow the function ABI. `names` are all
+/// the exported functions, mangled ones included; `plain` receives the rest.
+void check_abi(void *handle, const std::vector<std::string> &names, const std::string &lib_name,
+               std::vector<std::string> &plain) {
+  const std::string where = " (library '" + lib_name + "')";
+  plain.clear();
+  for (const std::string &n : names) {
+    if (!is_mangled(n)) {
+      plain.push_back(n);
+      continue;
+    }
+    std::string readable = demangle(n);
+    if (looks_like_a_function(readable))
+      throw LibraryError("function `" + n +
+                         "` is C++-mangled: declare it with RFAAS_FUNCTION or "
+                         "extern \"C\"" +
+                         where + "; it is " + readable);
+  }
+  dlerror();
+  const void *marker = dlsym(handle, RFAAS_FUNCTION_ABI_SYMBOL_NAME);
+  if (!marker)
+    throw LibraryError("no function ABI version (" RFAAS_FUNCTION_ABI_SYMBOL_NAME
+                       "): include <rfaas/function.hpp> and declare functions with "
+                       "RFAAS_FUNCTION" +
+                       where);
+  uint32_t version;
+  std::memcpy(&version, marker, sizeof version);
+  if (version != RFAAS_FUNCTION_ABI_VERSION)
+    throw LibraryError("function ABI version " + std::to_string(version) +
+                       ", this executor runs version " +
+                       std::to_string(RFAAS_FUNCTION_ABI_VERSION) +
+                       ": rebuild against this rFaaS's <rfaas/function.hpp>" + where);
+  if (plain.empty())
+    throw LibraryError("no functions exported: declare them with RFAAS_FUNCTION from "
+                       "<rfaas/function.hpp>" +
+                       where);
 }
 
 } // namespace
@@ -102,9 +171,10 @@ FunctionLibrary FunctionLibrary::load(const void *bytes, size_t size, const std:
   if (!lib.handle_)
     throw LibraryError("cannot load " + what + " from memory: " + dl_text());
 
-  std::vector<std::string> names;
-  if (!list_exported_functions(bytes, size, names, error))
+  std::vector<std::string> exported, names;
+  if (!list_exported_functions(bytes, size, exported, error))
     throw LibraryError("cannot list the functions of " + what + ": " + error);
+  check_abi(lib.handle_, exported, name, names);
 
   lib.table_.reserve(names.size());
   for (std::string &n : names) {
@@ -150,12 +220,17 @@ long FunctionLibrary::index_of(std::string_view name) const noexcept {
 }
 
 Function FunctionLibrary::find_hash(uint32_t hash) const noexcept {
+  const FunctionEntry *e = entry_hash(hash);
+  return e ? e->function : nullptr;
+}
+
+const FunctionEntry *FunctionLibrary::entry_hash(uint32_t hash) const noexcept {
   auto it = std::lower_bound(
       by_hash_.begin(), by_hash_.end(), hash,
       [](const std::pair<uint32_t, uint32_t> &e, uint32_t h) { return e.first < h; });
   if (it == by_hash_.end() || it->first != hash)
     return nullptr;
-  return table_[it->second].function;
+  return &table_[it->second];
 }
 
 Function FunctionLibrary::resolve(const std::string &name) const {

@@ -8,9 +8,14 @@
 // name, by position, and by the 32-bit name hash that invocations carry
 // (protocol::function_hash); two names with the same hash make the load fail.
 //
-// A function has the signature
-//   extern "C" uint32_t name(void *in, uint32_t size, void *out);
-// and returns the number of bytes it wrote to `out`.
+// Functions follow the function ABI of <rfaas/function.hpp> (version 2):
+//   extern "C" uint32_t name(const void *in, uint32_t in_size, void *out,
+//                            uint32_t out_capacity);
+// returning the number of bytes written to `out`. load() refuses a library
+// built for another ABI: the exported rfaas_function_abi_version is missing
+// or differs, it exports no C-linkage function, or one of its functions has
+// an rFaaS signature but a C++-mangled name (a forgotten extern "C", which the
+// client would only discover as unknown_function).
 #pragma once
 
 #include <cstddef>
@@ -21,9 +26,16 @@
 #include <utility>
 #include <vector>
 
+// The executor reads the ABI marker of the libraries it loads; it must not
+// define one itself.
+#ifndef RFAAS_FUNCTION_NO_ABI_SYMBOL
+#define RFAAS_FUNCTION_NO_ABI_SYMBOL
+#endif
+#include <rfaas/function.hpp>
+
 namespace rfaas::executor {
 
-using Function = uint32_t (*)(void *in, uint32_t size, void *out);
+using Function = rfaas_function_t;
 
 /// Loading or resolution failed; what() names the library (and the function)
 /// and includes the loader's dlerror() text or the system error.
@@ -57,14 +69,18 @@ public:
   /// Load `size` bytes of a shared object from memory. `name` is only used in
   /// messages and as the memfd's name. Throws LibraryError when memfd_create or
   /// the copy fails, when dlopen refuses the image (dlerror text included), when
-  /// its exported functions cannot be listed, or when two share a name hash.
+  /// its exported functions cannot be listed, when two share a name hash, or
+  /// when the library does not follow the function ABI (see the top of this
+  /// file); those messages start with the problem and its fix and end with
+  /// the library's name, so that a truncated copy still says what matters.
   /// The bytes are copied; the caller may free them afterwards.
   static FunctionLibrary load(const void *bytes, size_t size, const std::string &name);
 
   bool loaded() const noexcept { return handle_ != nullptr; }
   const std::string &name() const noexcept { return name_; }
 
-  /// The exported functions, sorted by name; an entry's position is its index.
+  /// The exported C-linkage functions, sorted by name; an entry's position is
+  /// its index. C++-mangled names are not functions of the library.
   const std::vector<FunctionEntry> &functions() const noexcept { return table_; }
   size_t size() const noexcept { return table_.size(); }
 
@@ -77,6 +93,8 @@ public:
   /// The exported function whose name hash is `hash`, or nullptr. This is the
   /// invocation path: a binary search, no allocation.
   Function find_hash(uint32_t hash) const noexcept;
+  /// The entry whose name hash is `hash`, or nullptr (for messages).
+  const FunctionEntry *entry_hash(uint32_t hash) const noexcept;
   /// Position of `name` in functions(), or -1.
   long index_of(std::string_view name) const noexcept;
 

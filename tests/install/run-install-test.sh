@@ -10,8 +10,9 @@
 # With a functions library given, the CMake-built consumer then also runs an
 # invocation: it leases a core from the INSTALLED executor_manager (started on
 # loopback tcp with the INSTALLED example configuration, from the moved
-# prefix, so it must find its executor relative to itself) and checks the
-# output of "echo".
+# prefix, so it must find its executor relative to itself), ships the
+# function library the consumer project built with rfaas::function, and checks
+# the output of its "echo".
 #
 # Usage: run-install-test.sh BUILD_DIR CONSUMER_SOURCE_DIR [CMAKE_GENERATOR [FUNCTIONS_LIBRARY]]
 set -euo pipefail
@@ -93,8 +94,10 @@ if [[ -n $library ]]; then
     exit 1
   fi
   echo "installed executor_manager listening on $manager_address"
+  # The consumer's own function library, built against the installed package.
   LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer" "$prefix/share/rfaas/devices.json" lo-tcp \
-    "$manager_address" "$library" || { cat "$work/manager.log" >&2; exit 1; }
+    "$manager_address" "$work/cmake-build/libconsumer_functions.so" ||
+    { cat "$work/manager.log" >&2; exit 1; }
   stop_manager
 fi
 

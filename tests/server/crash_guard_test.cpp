@@ -17,7 +17,7 @@ using rfaas::executor::CrashGuard;
 
 namespace {
 
-uint32_t echo(void *in, uint32_t size, void *out) {
+uint32_t echo(const void *in, uint32_t size, void *out, uint32_t) {
   std::memcpy(out, in, size);
   return size;
 }
@@ -27,22 +27,23 @@ volatile int *unmapped_address() {
   volatile int *volatile p = reinterpret_cast<volatile int *>(std::uintptr_t{8});
   return p;
 }
-uint32_t segv(void *, uint32_t, void *) {
+uint32_t segv(const void *, uint32_t, void *, uint32_t) {
   *unmapped_address() = 1;
   return 0;
 }
 // A real integer-division trap; UBSan would report it and exit first.
-__attribute__((no_sanitize("undefined"))) uint32_t divide(void *in, uint32_t, void *) {
-  volatile int zero = *static_cast<int *>(in);
+__attribute__((no_sanitize("undefined"))) uint32_t divide(const void *in, uint32_t, void *,
+                                                          uint32_t) {
+  volatile int zero = *static_cast<const int *>(in);
   volatile int one = 1;
   return static_cast<uint32_t>(one / zero);
 }
-uint32_t aborts(void *, uint32_t, void *) { std::abort(); }
-uint32_t raises_bus(void *, uint32_t, void *) {
+uint32_t aborts(const void *, uint32_t, void *, uint32_t) { std::abort(); }
+uint32_t raises_bus(const void *, uint32_t, void *, uint32_t) {
   std::raise(SIGBUS);
   return 0;
 }
-uint32_t raises_ill(void *, uint32_t, void *) {
+uint32_t raises_ill(const void *, uint32_t, void *, uint32_t) {
   std::raise(SIGILL);
   return 0;
 }
@@ -50,12 +51,12 @@ uint32_t raises_ill(void *, uint32_t, void *) {
 // compiler cannot see it is never reached): only an alternate signal stack
 // lets the handler run.
 volatile uint32_t g_depth_limit = 1u << 30;
-uint32_t overflow(void *in, uint32_t size, void *out) {
+uint32_t overflow(const void *in, uint32_t size, void *out, uint32_t cap) {
   volatile char pad[4096];
   pad[0] = static_cast<char>(size);
   if (size >= g_depth_limit)
     return 0;
-  return overflow(in, size + 1, out) + pad[0];
+  return overflow(in, size + 1, out, cap) + pad[0];
 }
 
 class CrashGuardTest : public ::testing::Test {
@@ -71,7 +72,7 @@ protected:
 TEST_F(CrashGuardTest, NormalCallReturnsItsResult) {
   char in[4] = {1, 2, 3, 4}, out[4] = {};
   uint32_t r = 0;
-  EXPECT_EQ(CrashGuard::run(echo, in, 4, out, r), 0);
+  EXPECT_EQ(CrashGuard::run(echo, in, 4, out, 4, r), 0);
   EXPECT_EQ(r, 4u);
   EXPECT_EQ(std::memcmp(in, out, 4), 0);
 }
@@ -79,24 +80,24 @@ TEST_F(CrashGuardTest, NormalCallReturnsItsResult) {
 TEST_F(CrashGuardTest, CatchesEachFatalSignal) {
   uint32_t r = 0;
   int zero = 0;
-  EXPECT_EQ(CrashGuard::run(segv, nullptr, 0, nullptr, r), SIGSEGV);
-  EXPECT_EQ(CrashGuard::run(divide, &zero, 4, nullptr, r), SIGFPE);
-  EXPECT_EQ(CrashGuard::run(aborts, nullptr, 0, nullptr, r), SIGABRT);
-  EXPECT_EQ(CrashGuard::run(raises_bus, nullptr, 0, nullptr, r), SIGBUS);
-  EXPECT_EQ(CrashGuard::run(raises_ill, nullptr, 0, nullptr, r), SIGILL);
+  EXPECT_EQ(CrashGuard::run(segv, nullptr, 0, nullptr, 0, r), SIGSEGV);
+  EXPECT_EQ(CrashGuard::run(divide, &zero, 4, nullptr, 0, r), SIGFPE);
+  EXPECT_EQ(CrashGuard::run(aborts, nullptr, 0, nullptr, 0, r), SIGABRT);
+  EXPECT_EQ(CrashGuard::run(raises_bus, nullptr, 0, nullptr, 0, r), SIGBUS);
+  EXPECT_EQ(CrashGuard::run(raises_ill, nullptr, 0, nullptr, 0, r), SIGILL);
 }
 
 TEST_F(CrashGuardTest, CatchesStackOverflow) {
   uint32_t r = 0;
-  EXPECT_EQ(CrashGuard::run(overflow, nullptr, 0, nullptr, r), SIGSEGV);
+  EXPECT_EQ(CrashGuard::run(overflow, nullptr, 0, nullptr, 0, r), SIGSEGV);
 }
 
 TEST_F(CrashGuardTest, RepeatedCrashesAndCallsKeepWorking) {
   char in[4] = {9, 9, 9, 9}, out[4] = {};
   for (int i = 0; i < 100; ++i) {
     uint32_t r = 0;
-    ASSERT_EQ(CrashGuard::run(segv, nullptr, 0, nullptr, r), SIGSEGV);
-    ASSERT_EQ(CrashGuard::run(echo, in, 4, out, r), 0);
+    ASSERT_EQ(CrashGuard::run(segv, nullptr, 0, nullptr, 0, r), SIGSEGV);
+    ASSERT_EQ(CrashGuard::run(echo, in, 4, out, 4, r), 0);
     ASSERT_EQ(r, 4u);
   }
 }
@@ -106,7 +107,7 @@ TEST_F(CrashGuardTest, WorksOnOtherThreads) {
   std::thread t([&] {
     CrashGuard::prepare_thread();
     uint32_t r = 0;
-    sig = CrashGuard::run(segv, nullptr, 0, nullptr, r);
+    sig = CrashGuard::run(segv, nullptr, 0, nullptr, 0, r);
   });
   t.join();
   EXPECT_EQ(sig, SIGSEGV);
@@ -136,7 +137,7 @@ TEST_F(CrashGuardTest, GuardedCrashDoesNotReachALaterLibraryHandler) {
   EXPECT_EQ(CrashGuard::install(), 0);
   g_foreign_calls = 0;
   uint32_t r = 0;
-  EXPECT_EQ(CrashGuard::run(raises_bus, nullptr, 0, nullptr, r), SIGBUS);
+  EXPECT_EQ(CrashGuard::run(raises_bus, nullptr, 0, nullptr, 0, r), SIGBUS);
   EXPECT_EQ(g_foreign_calls, 0) << "the library's handler ran for a crash the guard caught";
 }
 

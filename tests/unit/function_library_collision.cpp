@@ -1,10 +1,6 @@
 // Test library for function_library_test: two exported functions whose names
 // have the same 32-bit FNV-1a hash, which the executor must refuse to load.
-#include <cstdint>
+#include <rfaas/function.hpp>
 
-extern "C" __attribute__((visibility("default"))) uint32_t costarring(void *, uint32_t, void *) {
-  return 1;
-}
-extern "C" __attribute__((visibility("default"))) uint32_t liquid(void *, uint32_t, void *) {
-  return 2;
-}
+RFAAS_FUNCTION(costarring) { return 1; }
+RFAAS_FUNCTION(liquid) { return 2; }

@@ -3,10 +3,12 @@
 // clearly on bad libraries and unknown names.
 #include <gtest/gtest.h>
 
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -36,6 +38,21 @@ std::string proc_maps() {
 }
 
 bool fd_is_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+/// A length that cuts the last loadable segment of a 64-bit ELF image short
+/// (how much debug information follows the segments varies with the build).
+size_t inside_last_segment(const std::vector<uint8_t> &bytes) {
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, bytes.data(), sizeof eh);
+  uint64_t end = 0;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    std::memcpy(&ph, bytes.data() + eh.e_phoff + i * sizeof ph, sizeof ph);
+    if (ph.p_type == PT_LOAD && ph.p_filesz > 0)
+      end = std::max<uint64_t>(end, ph.p_offset + ph.p_filesz);
+  }
+  return static_cast<size_t>(end - 1);
+}
 
 // Expects `f` to throw LibraryError whose text contains every needle.
 template <class F> void expect_library_error(F &&f, std::vector<std::string> needles) {
@@ -77,7 +94,7 @@ TEST_F(FunctionLibraryTest, ListsExactlyTheExportedFunctions) {
     names.push_back(e.name);
   // Sorted; hidden helpers and _init/_fini are not listed.
   EXPECT_EQ(names, (std::vector<std::string>{"bad_output_size", "crash", "echo", "expand", "matmul",
-                                             "noop", "sleep_ms", "sum_squares"}));
+                                             "noop", "overflow", "sleep_ms", "sum_squares"}));
   for (const auto &e : lib.functions()) {
     EXPECT_EQ(e.hash, function_hash(e.name));
     EXPECT_NE(e.function, nullptr) << e.name;
@@ -101,19 +118,27 @@ TEST_F(FunctionLibraryTest, CallsFunctions) {
 
   std::string in = "hello, rFaaS";
   std::vector<char> out(4 * in.size() + 16, '\0');
+  const auto cap = static_cast<uint32_t>(out.size());
+  const auto size = static_cast<uint32_t>(in.size());
   auto echo = lib.find("echo");
   ASSERT_NE(echo, nullptr);
-  EXPECT_EQ(echo(in.data(), static_cast<uint32_t>(in.size()), out.data()), in.size());
+  EXPECT_EQ(echo(in.data(), size, out.data(), cap), in.size());
   EXPECT_EQ(std::string(out.data(), in.size()), in);
+  // Functions honour the capacity they are given.
+  EXPECT_EQ(echo(in.data(), size, out.data(), size - 1), 0u);
 
   auto expand = lib.find("expand");
   ASSERT_NE(expand, nullptr);
-  ASSERT_EQ(expand(in.data(), static_cast<uint32_t>(in.size()), out.data()), 4 * in.size());
+  ASSERT_EQ(expand(in.data(), size, out.data(), cap), 4 * in.size());
   EXPECT_EQ(std::string(out.data(), 4 * in.size()), in + in + in + in);
+  // Too small: nothing written, the needed size returned (output_too_large).
+  std::fill(out.begin(), out.end(), '\0');
+  EXPECT_EQ(expand(in.data(), size, out.data(), 4 * size - 1), 4 * size);
+  EXPECT_EQ(out[0], '\0');
 
   uint64_t values[] = {1, 2, 3, 0x100000000ull};
   uint64_t sum = 0;
-  EXPECT_EQ(lib.find("sum_squares")(values, sizeof values, &sum), sizeof sum);
+  EXPECT_EQ(lib.find("sum_squares")(values, sizeof values, &sum, sizeof sum), sizeof sum);
   EXPECT_EQ(sum, 1u + 4u + 9u + 0u); // (2^32)^2 wraps to 0 modulo 2^64
 
   // [1 2; 3 4] * [5 6; 7 8] = [19 22; 43 50]
@@ -123,17 +148,19 @@ TEST_F(FunctionLibraryTest, CallsFunctions) {
   std::memcpy(mm.data(), &n, 4);
   std::memcpy(mm.data() + 4, ab, sizeof ab);
   double c[4] = {};
-  EXPECT_EQ(lib.find("matmul")(mm.data(), static_cast<uint32_t>(mm.size()), c), sizeof c);
+  EXPECT_EQ(lib.find("matmul")(mm.data(), static_cast<uint32_t>(mm.size()), c, sizeof c), sizeof c);
   EXPECT_EQ(c[0], 19);
   EXPECT_EQ(c[1], 22);
   EXPECT_EQ(c[2], 43);
   EXPECT_EQ(c[3], 50);
-  EXPECT_EQ(lib.find("matmul")(mm.data(), 5, c), 0u); // malformed: no output
+  EXPECT_EQ(lib.find("matmul")(mm.data(), 5, c, sizeof c), 0u); // malformed: no output
+  // C does not fit: no output.
+  EXPECT_EQ(lib.find("matmul")(mm.data(), static_cast<uint32_t>(mm.size()), c, sizeof c - 1), 0u);
 
-  EXPECT_EQ(lib.find("noop")(nullptr, 0, nullptr), 0u);
-  EXPECT_EQ(lib.find("bad_output_size")(nullptr, 0, nullptr), UINT32_MAX);
+  EXPECT_EQ(lib.find("noop")(nullptr, 0, nullptr, 0), 0u);
+  EXPECT_EQ(lib.find("bad_output_size")(nullptr, 0, nullptr, 0), UINT32_MAX);
   uint32_t ms = 1;
-  EXPECT_EQ(lib.find("sleep_ms")(&ms, sizeof ms, nullptr), 0u);
+  EXPECT_EQ(lib.find("sleep_ms")(&ms, sizeof ms, nullptr, 0), 0u);
 }
 
 TEST_F(FunctionLibraryTest, NameHashAndIndexAgree) {
@@ -185,7 +212,7 @@ TEST_F(FunctionLibraryTest, MovesOwnership) {
   c = std::move(b);
   EXPECT_FALSE(b.loaded());
   char x = 'x', y = 0;
-  EXPECT_EQ(c.find("echo")(&x, 1, &y), 1u);
+  EXPECT_EQ(c.find("echo")(&x, 1, &y, 1), 1u);
   EXPECT_EQ(y, 'x');
   EXPECT_TRUE(fd_is_open(fd));
 }
@@ -198,7 +225,7 @@ TEST_F(FunctionLibraryTest, TwoLoadsAreIndependentCopies) {
   EXPECT_NE(a.find("echo"), b.find("echo"));
   { FunctionLibrary gone = std::move(a); }
   char x = 'q', y = 0;
-  EXPECT_EQ(b.find("echo")(&x, 1, &y), 1u);
+  EXPECT_EQ(b.find("echo")(&x, 1, &y, 1), 1u);
   EXPECT_EQ(y, 'q');
 }
 
@@ -209,7 +236,7 @@ TEST_F(FunctionLibraryTest, TheCallerMayFreeTheBytesAfterLoading) {
   copy.clear();
   copy.shrink_to_fit();
   char x = 'z', y = 0;
-  EXPECT_EQ(lib.find("echo")(&x, 1, &y), 1u);
+  EXPECT_EQ(lib.find("echo")(&x, 1, &y, 1), 1u);
   EXPECT_EQ(y, 'z');
 }
 
@@ -232,8 +259,9 @@ TEST(FunctionLibraryErrors, TruncatedLibraryIsRefused) {
   // The loader maps segments without comparing them to the file size: without
   // the image check, a cut library loads and then dies of SIGBUS.
   auto bytes = read_file(RFAAS_EXAMPLE_FUNCTIONS);
-  expect_library_error([&] { FunctionLibrary::load(bytes.data(), bytes.size() / 2, "cut.so"); },
-                       {"cut.so", "truncated"});
+  expect_library_error(
+      [&] { FunctionLibrary::load(bytes.data(), inside_last_segment(bytes), "cut.so"); },
+      {"cut.so", "truncated"});
   // Any cut is refused with a LibraryError (never a crash or a half-loaded
   // library), down to the section headers at the very end.
   for (size_t keep = 1; keep < bytes.size(); keep += 101) {
@@ -255,6 +283,72 @@ TEST(FunctionLibraryErrors, NameHashCollisionIsRefused) {
                        {"collision.so", "costarring", "liquid", "same name hash", "rename"});
 }
 
+// ---- the function ABI -------------------------------------------------------------
+
+namespace {
+void expect_refused(const char *path, const char *name, std::vector<std::string> needles) {
+  auto bytes = read_file(path);
+  needles.push_back(std::string("library '") + name + "'");
+  expect_library_error([&] { FunctionLibrary::load(bytes.data(), bytes.size(), name); }, needles);
+}
+} // namespace
+
+TEST(FunctionAbi, TheExamplesExportTheVersionMarker) {
+  auto bytes = read_file(RFAAS_EXAMPLE_FUNCTIONS);
+  FunctionLibrary lib = FunctionLibrary::load(bytes.data(), bytes.size(), "libfunctions.so");
+  // The marker is data, not a function: it is not in the table.
+  EXPECT_EQ(lib.find(RFAAS_FUNCTION_ABI_SYMBOL_NAME), nullptr);
+  EXPECT_EQ(lib.index_of(RFAAS_FUNCTION_ABI_SYMBOL_NAME), -1);
+}
+
+TEST(FunctionAbi, ALibraryWithoutFunctionsIsRefused) {
+  expect_refused(RFAAS_TEST_NO_FUNCTIONS_LIBRARY, "none.so", {"no functions", "RFAAS_FUNCTION"});
+}
+
+TEST(FunctionAbi, AnotherAbiVersionIsRefused) {
+  expect_refused(RFAAS_TEST_WRONG_ABI_LIBRARY, "old.so",
+                 {"function ABI version 1", "runs version 2", "<rfaas/function.hpp>"});
+}
+
+TEST(FunctionAbi, ALibraryWithoutTheVersionMarkerIsRefused) {
+  // The original rFaaS signature: calling it with a capacity would be wrong.
+  expect_refused(RFAAS_TEST_V1_LIBRARY, "v1.so",
+                 {"no function ABI version", RFAAS_FUNCTION_ABI_SYMBOL_NAME, "<rfaas/function.hpp>",
+                  "RFAAS_FUNCTION"});
+}
+
+TEST(FunctionAbi, MangledFunctionsAreNamed) {
+  expect_refused(RFAAS_TEST_MANGLED_LIBRARY, "mangled.so",
+                 {"function `_Z4echoPvjS_` is C++-mangled: declare it with RFAAS_FUNCTION or "
+                  "extern \"C\"",
+                  "echo(void*, unsigned int, void*)"});
+}
+
+TEST(FunctionAbi, TheImportantPartFitsAReadyMessage) {
+  // The client sees the first 127 characters (protocol::kMessageCapacity):
+  // the problem and its fix come first, the library's name last.
+  auto bytes = read_file(RFAAS_TEST_MANGLED_LIBRARY);
+  try {
+    FunctionLibrary::load(bytes.data(), bytes.size(), "mangled.so");
+    FAIL() << "loaded";
+  } catch (const LibraryError &e) {
+    std::string what = e.what();
+    EXPECT_EQ(what.rfind("function `_Z4echoPvjS_` is C++-mangled", 0), 0u) << what;
+    EXPECT_LT(what.find("extern \"C\""), 127u) << what;
+  }
+  for (const char *path :
+       {RFAAS_TEST_V1_LIBRARY, RFAAS_TEST_WRONG_ABI_LIBRARY, RFAAS_TEST_NO_FUNCTIONS_LIBRARY}) {
+    auto b = read_file(path);
+    try {
+      FunctionLibrary::load(b.data(), b.size(), "x.so");
+      ADD_FAILURE() << path << " loaded";
+    } catch (const LibraryError &e) {
+      std::string what = e.what();
+      EXPECT_LT(what.find(" (library 'x.so')"), 127u) << what;
+    }
+  }
+}
+
 TEST(ElfSymbols, MalformedImagesAreReportedNotCrashedOn) {
   std::vector<std::string> names;
   std::string error;
@@ -264,14 +358,14 @@ TEST(ElfSymbols, MalformedImagesAreReportedNotCrashedOn) {
   auto bytes = read_file(RFAAS_EXAMPLE_FUNCTIONS);
   ASSERT_TRUE(rfaas::executor::list_exported_functions(bytes.data(), bytes.size(), names, error))
       << error;
-  EXPECT_EQ(names.size(), 8u);
+  EXPECT_EQ(names.size(), 9u);
 
   // Every truncation, and section-header offsets pointing anywhere, must be
   // rejected or parsed within bounds (ASan builds check the "within").
   for (size_t keep = 0; keep < bytes.size(); keep += 97)
     rfaas::executor::list_exported_functions(bytes.data(), keep, names, error);
   EXPECT_TRUE(rfaas::executor::check_elf_image(bytes.data(), bytes.size(), error)) << error;
-  EXPECT_FALSE(rfaas::executor::check_elf_image(bytes.data(), bytes.size() / 2, error));
+  EXPECT_FALSE(rfaas::executor::check_elf_image(bytes.data(), inside_last_segment(bytes), error));
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 
   auto broken = bytes;
@@ -305,5 +399,5 @@ TEST_F(FunctionLibraryTest, CrashDiesOfSigsegv) {
             (WTERMSIG(status) == SIGSEGV || (kSanitized && WTERMSIG(status) == SIGABRT))) ||
            (WIFEXITED(status) && WEXITSTATUS(status) != 0);
   };
-  EXPECT_EXIT(crash(nullptr, 0, nullptr), died_of_segv, "");
+  EXPECT_EXIT(crash(nullptr, 0, nullptr, 0), died_of_segv, "");
 }

@@ -1,10 +1,7 @@
 // Test library for function_library_test: it calls a function that nothing
 // defines, so dlopen(RTLD_NOW) must fail and report the missing symbol.
-#include <cstdint>
+#include <rfaas/function.hpp>
 
 extern "C" uint32_t rfaas_test_symbol_that_does_not_exist(uint32_t);
 
-extern "C" __attribute__((visibility("default"))) uint32_t uses_missing(void *, uint32_t size,
-                                                                        void *) {
-  return rfaas_test_symbol_that_does_not_exist(size);
-}
+RFAAS_FUNCTION(uses_missing) { return rfaas_test_symbol_that_does_not_exist(in_size); }

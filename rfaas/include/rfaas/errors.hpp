@@ -28,8 +28,10 @@ enum class status : uint16_t {
   /// The function produced more than the result slot
   /// (allocation_options::max_output_size) or the output buffer holds.
   output_too_large = 3,
-  /// The function raised a fatal signal (result::detail holds it); the
-  /// executor ends, later calls on this allocation return `closed`.
+  /// The function raised a fatal signal (result::detail holds it). After a
+  /// write past the output capacity (a guard page) the worker goes on
+  /// serving; after any other crash the executor ends, later calls on this
+  /// allocation return `closed`.
   function_crashed = 4,
   /// The lease or allocation is unknown, expired or not ours.
   lease_invalid = 5,
