@@ -20,7 +20,8 @@
 #   -h, --help       this text
 #
 # Each target starts from its seeds (tests/fuzz/corpus/<target>/) and the crashes
-# found so far (tests/fuzz/regressions/<target>/), and grows a working corpus in
+# found so far (tests/fuzz/regressions/<target>/), with the tokens of its format
+# (tests/fuzz/dict/<target>.dict) when there is one, and grows a working corpus in
 # DIR/corpus/<target>/ that later runs continue from. A crash, a leak, a timeout
 # (10 s for one input) or an out-of-memory input is saved under
 # DIR/crashes/<target>/ and printed. Fix the parser, then copy the input to
@@ -143,8 +144,10 @@ run_one() { # $1 = target; writes $build_dir/logs/<target>.log, returns libFuzze
   mkdir -p "$corpus" "$crashes"
   local seeds=("$repo/tests/fuzz/corpus/$t")
   [[ -d $repo/tests/fuzz/regressions/$t ]] && seeds+=("$repo/tests/fuzz/regressions/$t")
+  local dict=()
+  [[ -f $repo/tests/fuzz/dict/$t.dict ]] && dict=(-dict="$repo/tests/fuzz/dict/$t.dict")
   # The first directory receives new inputs; the seeds are only read.
-  "$build_dir/fuzz_$t" "$corpus" "${seeds[@]}" \
+  "$build_dir/fuzz_$t" "$corpus" "${seeds[@]}" "${dict[@]}" \
     -max_total_time="$seconds" -max_len="$(max_len_of "$t")" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$crashes/" >"$build_dir/logs/$t.log" 2>&1
 }
