@@ -126,7 +126,7 @@ for t in "${targets[@]}"; do build_targets+=(--target "fuzz_$t"); done
 echo "fuzz.sh: building ${#targets[@]} target(s) with $cxx in $build_dir"
 start=$(date +%s)
 if ! cmake -S tests/fuzz -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build_dir/configure.log" 2>&1; then
+  -DCMAKE_BUILD_TYPE=Fuzz "${launcher[@]}" >"$build_dir/configure.log" 2>&1; then
   cat "$build_dir/configure.log" >&2
   echo "fuzz.sh: configuring the fuzz targets failed" >&2
   exit 2
@@ -142,8 +142,7 @@ run_one() { # $1 = target; writes $build_dir/logs/<target>.log, returns libFuzze
   local t=$1
   local corpus=$build_dir/corpus/$t crashes=$build_dir/crashes/$t
   mkdir -p "$corpus" "$crashes"
-  local seeds=("$repo/tests/fuzz/corpus/$t")
-  [[ -d $repo/tests/fuzz/regressions/$t ]] && seeds+=("$repo/tests/fuzz/regressions/$t")
+  local seeds=("$repo/tests/fuzz/corpus/$t" "$repo/tests/fuzz/regressions/$t")
   local dict=()
   [[ -f $repo/tests/fuzz/dict/$t.dict ]] && dict=(-dict="$repo/tests/fuzz/dict/$t.dict")
   # The first directory receives new inputs; the seeds are only read.

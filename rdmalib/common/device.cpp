@@ -160,6 +160,10 @@ DeviceDatabase DeviceDatabase::parse(const std::string &json_text, const std::st
     // the byte offset is what editors jump to.
     throw Error(ErrorKind::Config,
                 origin + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception &e) {
+    // Not a syntax error but still the parser's: a number too large for a
+    // double (out_of_range.406), for example.
+    throw Error(ErrorKind::Config, origin + ": unreadable JSON: " + e.what());
   }
   if (!root.is_object())
     fail(origin, "(top level)",

@@ -123,7 +123,8 @@ ManagerConfig ManagerConfig::parse(const std::string &json_text, const std::stri
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) {
+    // parse_error, and out_of_range for a number too large for a double.
     throw ConfigError(origin + ": not valid JSON: " + e.what());
   }
   ManagerConfig c;
