@@ -94,7 +94,9 @@ targets=("${all_targets[@]}")
 if [[ -n $targets_arg ]]; then
   IFS=, read -r -a targets <<<"$targets_arg"
   for t in "${targets[@]}"; do
-    if [[ ! " ${all_targets[*]} " =~ " $t " ]]; then
+    known=0
+    for a in "${all_targets[@]}"; do [[ $a == "$t" ]] && known=1; done
+    if [[ $known -eq 0 ]]; then
       echo "fuzz.sh: unknown target \"$t\" (targets: ${all_targets[*]})" >&2
       exit 2
     fi
