@@ -30,6 +30,9 @@
 # Exit status: 0 no target found anything, 1 a target crashed (or failed to
 # run), 2 usage error or the build failed.
 set -uo pipefail
+# The whole script is one block, read before it runs: editing it during a long
+# campaign cannot change what the running copy does.
+{
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 all_targets=(protocol manager_messages executor_messages device_database server_list
@@ -204,3 +207,4 @@ if [[ $found -ne 0 ]]; then
 fi
 echo "fuzz.sh: no crash found"
 exit 0
+}
