@@ -10,8 +10,9 @@
 #   san-build  the same with AddressSanitizer + UBSan (-DRFAAS_SANITIZE=ON; warnings not
 #              fatal there: GCC's sanitizer instrumentation causes false positives)
 #   san-test   ctest on the sanitizer build
-#   fuzz       scripts/fuzz.sh --smoke: every libFuzzer target of tests/fuzz/ for ~8 s
-#              (clang-14 build of the parsers only, in <build root>/fuzz; ~1 min)
+#   fuzz       scripts/fuzz.sh --smoke: every libFuzzer target of tests/fuzz/ for 8 s,
+#              two at a time (~30 s), after a clang-14 build of only the parsers
+#              in <build root>/fuzz
 #   verbs      scripts/run-verbs-tests.sh: verbs backend on soft-RoCE in a VM
 #   format     scripts/check-format.sh
 # The summary line reads "N passed, M failed, K skipped"; after it come the failed
