@@ -14,7 +14,8 @@
 #   --smoke          short run of every target (8 s each), for CI
 #   --targets LIST   comma-separated targets (default: all; --list shows them)
 #   --jobs N         targets fuzzed at the same time (default: nproc)
-#   --build-dir DIR  where to build and keep the working corpora (default build/fuzz)
+#   --build-dir DIR  where to build and keep the working corpora (default build/fuzz,
+#                    with --smoke build/fuzz-smoke: unoptimised, it builds in half the time)
 #   --cxx COMPILER   clang++ to build with (default clang++-14, else clang++)
 #   --list           print the targets and exit
 #   -h, --help       this text
@@ -56,7 +57,7 @@ seconds=600
 smoke=0
 targets_arg=""
 jobs=$(nproc)
-build_dir=build/fuzz
+build_dir=""
 cxx=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -91,7 +92,13 @@ while [[ $# -gt 0 ]]; do
     *) echo "fuzz.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ $smoke -eq 1 ]] && seconds=8
+build_type=Fuzz
+if [[ $smoke -eq 1 ]]; then
+  seconds=8
+  build_type=FuzzSmoke
+  build_dir=${build_dir:-build/fuzz-smoke}
+fi
+build_dir=${build_dir:-build/fuzz}
 
 targets=("${all_targets[@]}")
 if [[ -n $targets_arg ]]; then
@@ -131,7 +138,7 @@ for t in "${targets[@]}"; do build_targets+=(--target "fuzz_$t"); done
 echo "fuzz.sh: building ${#targets[@]} target(s) with $cxx in $build_dir"
 start=$(date +%s)
 if ! cmake -S tests/fuzz -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=Fuzz "${launcher[@]}" >"$build_dir/configure.log" 2>&1; then
+  -DCMAKE_BUILD_TYPE="$build_type" "${launcher[@]}" >"$build_dir/configure.log" 2>&1; then
   cat "$build_dir/configure.log" >&2
   echo "fuzz.sh: configuring the fuzz targets failed" >&2
   exit 2
