@@ -25,6 +25,8 @@ packages=(
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2
   # format check, sanitizer runtime for clang builds
   clang-format libclang-rt-14-dev
+  # fuzz targets (scripts/fuzz.sh: clang with libFuzzer)
+  clang-14
 )
 
 mode=install

@@ -10,6 +10,9 @@
 #   san-build  the same with AddressSanitizer + UBSan (-DRFAAS_SANITIZE=ON; warnings not
 #              fatal there: GCC's sanitizer instrumentation causes false positives)
 #   san-test   ctest on the sanitizer build
+#   fuzz       scripts/fuzz.sh --smoke: every libFuzzer target of tests/fuzz/ for 8 s,
+#              two at a time (~30 s), after a clang-14 build of only the parsers
+#              in <build root>/fuzz
 #   verbs      scripts/run-verbs-tests.sh: verbs backend on soft-RoCE in a VM
 #   format     scripts/check-format.sh
 # The summary line reads "N passed, M failed, K skipped"; after it come the failed
@@ -19,7 +22,7 @@
 #
 # Environment (for quick local runs; under CI=true every phase runs):
 #   RFAAS_TEST_SKIP_DEPS=1 RFAAS_TEST_SKIP_SANITIZE=1 RFAAS_TEST_SKIP_VERBS=1
-#   RFAAS_TEST_SKIP_FORMAT=1   skip that phase
+#   RFAAS_TEST_SKIP_FUZZ=1 RFAAS_TEST_SKIP_FORMAT=1   skip that phase
 #   RFAAS_TEST_BUILD_DIR       build root (default: build/test), holds release/, sanitize/,
 #                              verbs/ and verbs-libfabric/
 #   RFAAS_TEST_JOBS            build parallelism (default: nproc)
@@ -205,6 +208,14 @@ elif phase san-build "configure + build with ASan + UBSan" \
   phase san-test "ctest, ASan + UBSan build" run_ctest_sanitized "$build_root/sanitize"
 else
   skip san-test "sanitizer build failed"
+fi
+
+# ---- fuzzing smoke: the parsers of outside input (the long campaign is scripts/fuzz.sh)
+if skip_requested RFAAS_TEST_SKIP_FUZZ; then
+  skip fuzz "RFAAS_TEST_SKIP_FUZZ=1"
+else
+  phase fuzz "libFuzzer smoke of every parser" \
+    scripts/fuzz.sh --smoke --build-dir "$build_root/fuzz"
 fi
 
 # ---- verbs backend in a soft-RoCE VM (owned by scripts/run-verbs-tests.sh)

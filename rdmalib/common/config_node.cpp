@@ -18,6 +18,10 @@ nlohmann::json ConfigNode::parse(const std::string &text, const std::string &ori
     // what editors jump to.
     throw Error(ErrorKind::Config,
                 origin + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const nlohmann::json::exception &e) {
+    // Not a syntax error but still the parser's: a number too large for a
+    // double is out_of_range.406 (found by fuzzing).
+    throw Error(ErrorKind::Config, origin + ": unreadable JSON: " + e.what());
   }
 }
 

@@ -1,5 +1,6 @@
 #include "common/launch_spec.hpp"
 
+#include <set>
 #include <sstream>
 
 namespace rfaas::server {
@@ -60,7 +61,12 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
   std::istringstream in(text);
   std::string line;
   bool ended = false;
-  unsigned seen = 0;
+  // Every key exactly once: a spec missing one would start an executor with a
+  // default (an unnamed device, no request) and fail later with a worse message.
+  static const char *const kKeys[] = {
+      "allocation_id", "secret",       "cores",      "memory_mib",        "device",
+      "manager_host",  "manager_port", "connect_ms", "library_loaded_ms", "request"};
+  std::set<std::string> seen;
   auto number = [](const std::string &key, std::istringstream &ls) {
     uint64_t v;
     if (!(ls >> v))
@@ -75,7 +81,8 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
       ended = true;
       break;
     }
-    ++seen;
+    if (!seen.insert(key).second)
+      throw SpecError("launch spec: \"" + key + "\" given twice");
     if (key == "allocation_id") {
       s.allocation_id = number(key, ls);
     } else if (key == "secret") {
@@ -121,8 +128,9 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
   }
   if (!ended)
     throw SpecError("launch spec: truncated (no \"end\" line)");
-  if (seen < 10)
-    throw SpecError("launch spec: incomplete (" + std::to_string(seen) + " of 10 keys)");
+  for (const char *k : kKeys)
+    if (!seen.count(k))
+      throw SpecError(std::string("launch spec: incomplete (no \"") + k + "\" line)");
   return s;
 }
 

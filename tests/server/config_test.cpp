@@ -79,6 +79,10 @@ TEST(ManagerConfig, MissingRequiredKeys) {
                 .find("resources.cores: empty"),
             std::string::npos);
   EXPECT_NE(error_of("{nope").find("em.json: malformed JSON at byte "), std::string::npos);
+  // Found by fuzzing: nlohmann reports this as out_of_range, not parse_error.
+  EXPECT_NE(error_of(R"({"device_database": "d", "device": "x", "resources": {"cores": [1e400]}})")
+                .find("em.json: unreadable JSON"),
+            std::string::npos);
 }
 
 // The one-line format every configuration reader shares (rdmalib::ConfigNode):

@@ -51,6 +51,33 @@ TEST(LaunchSpec, RejectsDamage) {
   EXPECT_THROW(LaunchSpec::parse("end\n"), SpecError);
 }
 
+// Found by fuzzing (tests/fuzz/regressions/executor_messages/): ten lines were
+// taken for ten keys, so a repeated line hid a missing "device".
+TEST(LaunchSpec, RejectsRepeatedOrMissingKeys) {
+  std::string text = sample().serialize();
+  auto line_of = [&](const std::string &key) {
+    size_t at = text.find("\n" + key + " ") + 1;
+    return text.substr(at, text.find('\n', at) + 1 - at);
+  };
+  std::string device = line_of("device");
+  std::string without_device = text;
+  without_device.replace(without_device.find(device), device.size(), line_of("manager_port"));
+  try {
+    LaunchSpec::parse(without_device);
+    FAIL() << "a spec without \"device\" was accepted";
+  } catch (const SpecError &e) {
+    EXPECT_NE(std::string(e.what()).find("manager_port"), std::string::npos) << e.what();
+  }
+  std::string no_device = text;
+  no_device.erase(no_device.find(device), device.size());
+  try {
+    LaunchSpec::parse(no_device);
+    FAIL() << "a spec without \"device\" was accepted";
+  } catch (const SpecError &e) {
+    EXPECT_NE(std::string(e.what()).find("device"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Hex, RoundTripAndErrors) {
   const uint8_t b[] = {0x00, 0x7f, 0x80, 0xff};
   EXPECT_EQ(to_hex(b, 4), "007f80ff");

@@ -176,6 +176,12 @@ TEST(DeviceDatabase, MalformedJsonGivesBytePosition) {
   EXPECT_NE(msg.find("parse error"), std::string::npos) << "nlohmann's text missing: " << msg;
 }
 
+// Found by fuzzing: nlohmann reports this as out_of_range, not parse_error.
+TEST(DeviceDatabase, NumberTooLargeForADouble) {
+  expect_load_error(R"({"devices": [ {"name": "a", "port": 1e400} ]})",
+                    {"unreadable JSON", "number overflow"});
+}
+
 TEST(DeviceDatabase, TruncatedFile) {
   expect_load_error(R"({"devices": [ {"name": "a")", {"malformed JSON", "at byte "});
 }

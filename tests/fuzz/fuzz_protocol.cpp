@@ -1,0 +1,116 @@
+// Fuzz target: every decoder of the wire protocol (rfaas/protocol).
+//
+// The input is the bytes of one received message. Every decode() overload
+// runs on it (all but the one whose type matches stop at the header), and for
+// each message that decodes the target checks the properties the rest of the
+// code relies on:
+//  * decode() reports a size within the input and at least the fixed part;
+//  * what decode() accepts, encode() accepts (validate() agrees both ways);
+//  * encode(decode(x)) decodes to the same message (a stable round trip);
+//  * peek() agrees with decode() about the header.
+// For the slot-resident headers the input is the whole slot (as the executor
+// and the client read them), so `size` is also the slot size.
+#include <cstring>
+#include <vector>
+
+#include "fuzz_support.hpp"
+
+namespace {
+
+template <class M> std::vector<uint8_t> encoded(const M &m, size_t capacity) {
+  std::vector<uint8_t> out(capacity < sizeof(M) ? sizeof(M) : capacity);
+  proto::WireResult w = proto::encode(m, out.data(), capacity);
+  FUZZ_CHECK(w.ok());
+  FUZZ_CHECK(w.size == sizeof(M));
+  out.resize(sizeof(M));
+  return out;
+}
+
+template <class M>
+void one(const uint8_t *data, size_t size, const proto::Header &peeked, bool peek_ok) {
+  M m;
+  proto::WireResult r = proto::decode(data, size, m);
+  if (!r) {
+    FUZZ_CHECK(r.size == 0);
+    FUZZ_CHECK(r.detail != nullptr);
+    (void)proto::describe(r);
+    (void)proto::reply_code(r.error);
+    return;
+  }
+  FUZZ_CHECK(peek_ok && peeked.type == M::kType);
+  FUZZ_CHECK(r.size >= sizeof(M) && r.size <= size);
+  FUZZ_CHECK(m.validate().ok());
+  // In a slot the capacity is the slot; elsewhere the fixed part suffices.
+  size_t capacity = proto::detail::in_slot<M>::value ? size : sizeof(M);
+  std::vector<uint8_t> first = encoded(m, capacity);
+  // The fixed part of the input and its re-encoding differ only in reserved fields
+  // (written as zero): a second round trip must be exact.
+  first.resize(capacity);
+  M again;
+  proto::WireResult r2 = proto::decode(first.data(), first.size(), again);
+  FUZZ_CHECK(r2.ok());
+  FUZZ_CHECK(r2.size == r.size);
+  std::vector<uint8_t> second = encoded(again, capacity);
+  first.resize(sizeof(M));
+  FUZZ_CHECK(first == second);
+}
+
+void allocation_request(const uint8_t *data, size_t size, const proto::Header &peeked,
+                        bool peek_ok) {
+  proto::AllocationRequest m;
+  std::vector<proto::BufferDescriptor> results;
+  proto::WireResult r = proto::decode(data, size, m, results);
+  if (!r) {
+    FUZZ_CHECK(results.empty());
+    (void)proto::describe(r);
+    return;
+  }
+  FUZZ_CHECK(peek_ok && peeked.type == proto::MessageType::AllocationRequest);
+  FUZZ_CHECK(r.size == proto::allocation_request_size(m.cores) && r.size <= size);
+  FUZZ_CHECK(results.size() == m.cores);
+  std::vector<uint8_t> first(r.size);
+  proto::WireResult w = proto::encode(m, results, first.data(), first.size());
+  FUZZ_CHECK(w.ok() && w.size == r.size);
+  // One byte short must be refused, not overrun.
+  FUZZ_CHECK(!proto::encode(m, results, first.data(), first.size() - 1));
+  proto::AllocationRequest again;
+  std::vector<proto::BufferDescriptor> results_again;
+  FUZZ_CHECK(proto::decode(first.data(), first.size(), again, results_again).ok());
+  std::vector<uint8_t> second(r.size);
+  FUZZ_CHECK(proto::encode(again, results_again, second.data(), second.size()).ok());
+  FUZZ_CHECK(first == second);
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  proto::Header h;
+  bool peek_ok = proto::peek(data, size, h).ok();
+  one<proto::ClientHello>(data, size, h, peek_ok);
+  one<proto::ExecutorHello>(data, size, h, peek_ok);
+  one<proto::WorkerHello>(data, size, h, peek_ok);
+  one<proto::ConnectReply>(data, size, h, peek_ok);
+  allocation_request(data, size, h, peek_ok);
+  one<proto::AllocationResponse>(data, size, h, peek_ok);
+  one<proto::BufferAdvertisement>(data, size, h, peek_ok);
+  one<proto::CodeHeader>(data, size, h, peek_ok);
+  one<proto::Ready>(data, size, h, peek_ok);
+  one<proto::InvocationHeader>(data, size, h, peek_ok);
+  one<proto::ResultHeader>(data, size, h, peek_ok);
+  one<proto::Accounting>(data, size, h, peek_ok);
+  one<proto::Shutdown>(data, size, h, peek_ok);
+  if (peek_ok) {
+    FUZZ_CHECK(proto::is_known(h.type));
+    (void)proto::to_string(h.type);
+  }
+  // The immediate of a slot write: parse, rebuild, parse again.
+  if (size >= 4) {
+    uint32_t imm;
+    std::memcpy(&imm, data, 4);
+    proto::Immediate im = proto::parse_immediate(imm);
+    FUZZ_CHECK(im.slot < proto::kMaxSlots);
+    FUZZ_CHECK(proto::make_immediate(im.slot, im.sequence, im.status) == imm);
+    FUZZ_CHECK(proto::immediate_matches(imm, im.sequence));
+  }
+  return 0;
+}

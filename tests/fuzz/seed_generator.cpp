@@ -1,0 +1,208 @@
+// Writes the binary seed inputs of tests/fuzz/corpus/ by encoding real
+// messages with the protocol's own encoder, so the seeds follow the protocol
+// when it changes (run it again and commit the result):
+//   fuzz_seed_generator tests/fuzz/corpus
+// The JSON and ELF seeds are plain files kept next to them.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/launch_spec.hpp"
+#include "fuzz_support.hpp"
+
+namespace {
+
+std::string g_root;
+int g_failures = 0;
+
+void write(const std::string &target, const std::string &name, const std::vector<uint8_t> &bytes) {
+  std::string path = g_root + "/" + target + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char *>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s (does the directory exist?)\n", path.c_str());
+    ++g_failures;
+  }
+}
+
+template <class M> std::vector<uint8_t> bytes_of(const M &m, size_t capacity = sizeof(M)) {
+  std::vector<uint8_t> out(capacity);
+  proto::WireResult r = proto::encode(m, out.data(), out.size());
+  if (!r) {
+    std::fprintf(stderr, "cannot encode %s: %s\n", M::kName, proto::describe(r).c_str());
+    ++g_failures;
+  }
+  return out;
+}
+
+proto::BufferDescriptor descriptor(uint32_t worker, uint32_t slots, uint32_t slot_size) {
+  proto::BufferDescriptor d;
+  d.buffer = {0x7f0000001000ull + worker * 0x10000ull, 0x100 + worker, uint64_t(slots) * slot_size};
+  d.worker = worker;
+  d.slots = slots;
+  d.slot_size = slot_size;
+  return d;
+}
+
+std::vector<uint8_t> allocation_request(uint32_t cores, uint32_t slots) {
+  proto::AllocationRequest m;
+  m.cores = cores;
+  m.memory_mib = 128;
+  m.hot_timeout_ms = 10;
+  m.input_slots = slots;
+  m.input_slot_size = 4096;
+  m.client_port = 40000;
+  m.library_size = 16384;
+  m.library_checksum = 0x0123456789abcdefull;
+  proto::set_text(m.client_host, "127.0.0.1");
+  std::vector<proto::BufferDescriptor> results;
+  for (uint32_t i = 0; i < cores; ++i)
+    results.push_back(descriptor(i, slots, 4096));
+  std::vector<uint8_t> out(proto::allocation_request_size(cores));
+  proto::WireResult r = proto::encode(m, results, out.data(), out.size());
+  if (!r) {
+    std::fprintf(stderr, "cannot encode AllocationRequest: %s\n", proto::describe(r).c_str());
+    ++g_failures;
+  }
+  return out;
+}
+
+std::vector<uint8_t> text(const std::string &s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+
+  proto::ClientHello client_hello;
+  client_hello.lease_id = 42;
+  for (size_t i = 0; i < proto::kTokenSize; ++i)
+    client_hello.token.bytes[i] = static_cast<uint8_t>(i);
+  proto::ExecutorHello executor_hello;
+  executor_hello.allocation_id = 0x1122334455667788ull;
+  proto::WorkerHello worker_hello;
+  worker_hello.allocation_id = 7;
+  worker_hello.worker = 1;
+  worker_hello.workers = 2;
+  proto::ConnectReply reply;
+  proto::ConnectReply refused;
+  refused.status = proto::ErrorCode::VersionMismatch;
+  proto::AllocationResponse response;
+  response.allocation_id = 9;
+  response.workers = 2;
+  proto::AllocationResponse error_response;
+  error_response.status = proto::ErrorCode::ResourcesUnavailable;
+  proto::set_text(error_response.message, "4 cores requested, 2 free");
+  proto::BufferAdvertisement adv;
+  adv.descriptor = descriptor(0, 4, 4096);
+  proto::BufferAdvertisement record;
+  record.descriptor = descriptor(0, 1, sizeof(proto::AccountingCounters));
+  record.descriptor.worker = proto::kAllWorkers;
+  proto::CodeHeader code;
+  code.library_size = 16384;
+  code.checksum = 0x0123456789abcdefull;
+  code.source = {0x7f0000100000ull, 0x55, 16384};
+  proto::set_text(code.name, "libfunctions.so");
+  proto::Ready ready;
+  ready.worker = 1;
+  ready.function_count = 3;
+  proto::InvocationHeader invocation;
+  invocation.invocation_id = 0x100000001ull;
+  invocation.function = proto::function_hash("echo");
+  invocation.payload_size = 8;
+  invocation.slot = 3;
+  std::vector<uint8_t> invocation_slot = bytes_of(invocation, 64);
+  for (size_t i = 0; i < 8; ++i)
+    invocation_slot[proto::kInvocationHeaderSize + i] = static_cast<uint8_t>('a' + i);
+  proto::ResultHeader result;
+  result.invocation_id = 5;
+  result.output_size = 4;
+  result.slot = 1;
+  std::vector<uint8_t> result_slot = bytes_of(result, 48);
+  proto::Accounting accounting;
+  accounting.allocation_id = 0x1122334455667788ull;
+  accounting.counters = {1000, 200, 300, 4};
+  proto::Shutdown shutdown;
+  shutdown.allocation_id = 3;
+  shutdown.reason = proto::ErrorCode::ShuttingDown;
+
+  // Edge cases shared by the binary targets: a bare header, a header of another
+  // version, an unknown type, a truncated message.
+  proto::Header header;
+  std::vector<uint8_t> bare(8);
+  proto::detail::Writer w{bare.data()};
+  proto::Header::fields(static_cast<const proto::Header &>(header), w);
+  std::vector<uint8_t> v2 = bytes_of(client_hello);
+  v2[4] = 2;
+  std::vector<uint8_t> unknown = bytes_of(shutdown);
+  unknown[6] = 99;
+  std::vector<uint8_t> truncated = allocation_request(2, 4);
+  truncated.resize(truncated.size() - 8);
+
+  const char *p = "protocol";
+  write(p, "client_hello", bytes_of(client_hello));
+  write(p, "executor_hello", bytes_of(executor_hello));
+  write(p, "worker_hello", bytes_of(worker_hello));
+  write(p, "connect_reply", bytes_of(reply));
+  write(p, "connect_reply_refused", bytes_of(refused));
+  write(p, "allocation_request_1", allocation_request(1, 1));
+  write(p, "allocation_request_4", allocation_request(4, 16));
+  write(p, "allocation_request_truncated", truncated);
+  write(p, "allocation_response", bytes_of(response));
+  write(p, "allocation_response_error", bytes_of(error_response));
+  write(p, "buffer_advertisement", bytes_of(adv));
+  write(p, "code_header", bytes_of(code));
+  write(p, "ready", bytes_of(ready));
+  write(p, "invocation_slot", invocation_slot);
+  write(p, "result_slot", result_slot);
+  write(p, "accounting", bytes_of(accounting));
+  write(p, "shutdown", bytes_of(shutdown));
+  write(p, "header_only", bare);
+  write(p, "version_2", v2);
+  write(p, "unknown_type", unknown);
+
+  const char *m = "manager_messages";
+  write(m, "client_hello", bytes_of(client_hello));
+  write(m, "executor_hello", bytes_of(executor_hello));
+  write(m, "allocation_request_1", allocation_request(1, 1));
+  write(m, "allocation_request_8", allocation_request(8, 4));
+  write(m, "allocation_request_truncated", truncated);
+  write(m, "accounting", bytes_of(accounting));
+  write(m, "shutdown", bytes_of(shutdown));
+  write(m, "version_2", v2);
+  write(m, "unknown_type", unknown);
+
+  const char *e = "executor_messages";
+  rfaas::server::LaunchSpec spec;
+  spec.allocation_id = 0x1122334455667788ull;
+  spec.cores = {1, 2};
+  spec.memory_mib = 128;
+  spec.device.name = "lo-tcp";
+  spec.device.provider = "tcp";
+  spec.device.ip_address = "127.0.0.1";
+  spec.manager_host = "127.0.0.1";
+  spec.manager_port = 10000;
+  spec.request = allocation_request(2, 4);
+  write(e, "launch_spec", text(spec.serialize()));
+  spec.request = allocation_request(3, 1); // three cores for two CPUs
+  write(e, "launch_spec_core_mismatch", text(spec.serialize()));
+  write(e, "launch_spec_truncated", text(spec.serialize().substr(0, 120)));
+  write(e, "connect_reply", bytes_of(reply));
+  write(e, "connect_reply_refused", bytes_of(refused));
+  write(e, "code_header", bytes_of(code));
+  write(e, "buffer_advertisement", bytes_of(record));
+  write(e, "invocation_slot", invocation_slot);
+  write(e, "shutdown", bytes_of(shutdown));
+  write(e, "version_2", v2);
+
+  if (g_failures)
+    return 1;
+  std::printf("seeds written under %s\n", g_root.c_str());
+  return 0;
+}
