@@ -31,9 +31,10 @@ uint64_t generate_lease_id() {
   uint64_t id = 0;
   while (id == 0)
     randombytes_buf(&id, sizeof id);
-  // JSON numbers and SQLite integers are signed 64-bit at most: keep ids in
-  // 1..2^63-1 so they are exact everywhere.
-  id &= 0x7FFFFFFFFFFFFFFFull;
+  // Lease ids are names, not secrets (the token is the secret). Keep them in
+  // 1..2^53-1: JSON numbers are exact only that far in JavaScript and jq, and
+  // SQLite integers are signed.
+  id &= (1ull << 53) - 1;
   return id == 0 ? 1 : id;
 }
 

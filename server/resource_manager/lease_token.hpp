@@ -43,7 +43,8 @@ void ensure_sodium();
 
 /// A fresh random node secret (libsodium randombytes).
 NodeSecret generate_secret();
-/// A fresh random, non-zero lease id (0 means "no lease" on the wire).
+/// A fresh random lease id in 1..2^53-1 (0 means "no lease" on the wire; the
+/// bound keeps ids exact in JSON clients).
 uint64_t generate_lease_id();
 
 /// The token of `claim` under `secret`.

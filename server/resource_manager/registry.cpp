@@ -344,9 +344,15 @@ Result<Grant> Registry::grant(const LeaseRequest &r) {
             " MiB free (" + std::to_string(eligible.size()) + " node(s) up and not drained)");
   const uint64_t now = clock_();
   Lease l;
-  do
-    l.id = generate_lease_id();
-  while (active_.count(l.id));
+  // Ids are random: make sure this one was never used (ended leases stay in
+  // the store for accounting).
+  try {
+    do
+      l.id = generate_lease_id();
+    while (active_.count(l.id) || store_.load_lease(l.id));
+  } catch (const StoreError &e) {
+    return refuse(Outcome::StoreFailed, e.what());
+  }
   l.client = r.client;
   l.granted_ms = now;
   l.expiry_ms = now + (r.duration_ms ? r.duration_ms : options_.default_lease_ms);

@@ -2,6 +2,9 @@
 // change, and that changes need the bearer token.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "http_client.hpp"
@@ -155,4 +158,36 @@ TEST_F(RestFixture, MetricsInPrometheusFormat) {
         "# TYPE rfaas_rm_request_duration_seconds histogram\n",
         "rfaas_rm_request_duration_seconds_bucket{interface=\"http\",kind=\"read\",le=\"+Inf\"} "})
     EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+}
+
+TEST_F(RestFixture, ConcurrentRequestsAllReachTheLoop) {
+  std::vector<std::thread> threads;
+  std::atomic<int> created{0};
+  for (int i = 0; i < 16; ++i)
+    threads.emplace_back([&, i] {
+      auto r = http(rest.port(), "POST", "/nodes",
+                    R"({"name":"n)" + std::to_string(i) +
+                        R"(","address":"h:1","cores":2,"memory_mib":64})",
+                    kToken);
+      created += r.status == 201;
+      http(rest.port(), "GET", "/metrics");
+    });
+  for (auto &t : threads)
+    t.join();
+  EXPECT_EQ(created.load(), 16);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body).size(), 16u);
+}
+
+TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
+  NodeSecret s = generate_secret();
+  auto g = loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 4, 1024, s);
+    return r.grant({"alice", 2, 0, 0, 1});
+  });
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1?force=true", "", kToken).status, 200);
+  auto all = json::parse(http(rest.port(), "GET", "/leases?state=revoked").body);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0]["id"].get<uint64_t>(), g.value.lease.id);
 }
