@@ -1,0 +1,158 @@
+#include "resource_manager/lease_token.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string_view>
+
+#include <sodium.h>
+
+namespace rfaas::rm {
+
+static_assert(kNodeSecretSize == crypto_generichash_KEYBYTES, "node secret is a BLAKE2b key");
+static_assert(kLeaseTokenSize >= crypto_generichash_BYTES_MIN &&
+                  kLeaseTokenSize <= crypto_generichash_BYTES_MAX,
+              "BLAKE2b can produce a token of this size");
+
+void ensure_sodium() {
+  // sodium_init is idempotent and thread-safe; < 0 means no entropy source.
+  if (sodium_init() < 0)
+    throw std::runtime_error("libsodium could not be initialised (no entropy source?)");
+}
+
+NodeSecret generate_secret() {
+  ensure_sodium();
+  NodeSecret s;
+  randombytes_buf(s.data(), s.size());
+  return s;
+}
+
+uint64_t generate_lease_id() {
+  ensure_sodium();
+  uint64_t id = 0;
+  while (id == 0)
+    randombytes_buf(&id, sizeof id);
+  // Lease ids are names, not secrets (the token is the secret). Keep them in
+  // 1..2^53-1: JSON numbers are exact only that far in JavaScript and jq, and
+  // SQLite integers are signed.
+  id &= (1ull << 53) - 1;
+  return id == 0 ? 1 : id;
+}
+
+namespace {
+
+// Fixed encoding: a domain tag, then each field little-endian, strings with
+// their length first, so that no two different claims encode the same bytes.
+void put_u64(crypto_generichash_state &st, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; ++i)
+    b[i] = static_cast<uint8_t>(v >> (8 * i));
+  crypto_generichash_update(&st, b, sizeof b);
+}
+void put_str(crypto_generichash_state &st, std::string_view s) {
+  put_u64(st, s.size());
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char *>(s.data()), s.size());
+}
+
+} // namespace
+
+LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret) {
+  ensure_sodium();
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, secret.data(), secret.size(), kLeaseTokenSize);
+  put_str(st, "rfaas-lease-token-v1");
+  put_u64(st, claim.lease_id);
+  put_str(st, claim.node);
+  put_u64(st, claim.cores);
+  put_u64(st, claim.memory_mib);
+  put_u64(st, claim.expiry_ms);
+  put_str(st, claim.client);
+  LeaseToken t;
+  crypto_generichash_final(&st, t.data(), t.size());
+  sodium_memzero(&st, sizeof st);
+  return t;
+}
+
+std::string to_hex(const uint8_t *data, size_t size) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * size);
+  for (size_t i = 0; i < size; ++i) {
+    out += digits[data[i] >> 4];
+    out += digits[data[i] & 15];
+  }
+  return out;
+}
+
+bool from_hex(const std::string &text, uint8_t *out, size_t size) {
+  if (text.size() != 2 * size)
+    return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < size; ++i) {
+    int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+const char *reason_text(TokenVerdict v) {
+  switch (v) {
+  case TokenVerdict::Ok:
+    return "ok";
+  case TokenVerdict::Forged:
+    return "lease_invalid: token does not match the lease (forged, altered, or issued for "
+           "another node secret)";
+  case TokenVerdict::Expired:
+    return "lease_invalid: lease expired (renew it with the resource manager)";
+  case TokenVerdict::Foreign:
+    return "lease_invalid: lease was granted for another node";
+  case TokenVerdict::Replayed:
+    return "lease_invalid: lease already ended on this node (replayed token)";
+  }
+  return "lease_invalid: unknown reason";
+}
+
+TokenVerifier::TokenVerifier(std::string node, const NodeSecret &secret, uint64_t retention_ms)
+    : node_(std::move(node)), secret_(secret), retention_ms_(retention_ms) {
+  ensure_sodium();
+}
+
+TokenVerdict TokenVerifier::verify(const LeaseClaim &claim, const LeaseToken &token,
+                                   uint64_t now_ms) const {
+  if (claim.node != node_)
+    return TokenVerdict::Foreign;
+  LeaseToken expected = compute_token(claim, secret_);
+  if (sodium_memcmp(expected.data(), token.data(), kLeaseTokenSize) != 0)
+    return TokenVerdict::Forged;
+  if (ended_.count(claim.lease_id))
+    return TokenVerdict::Replayed;
+  if (claim.expiry_ms <= now_ms)
+    return TokenVerdict::Expired;
+  return TokenVerdict::Ok;
+}
+
+void TokenVerifier::mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms) {
+  prune(now_ms);
+  uint64_t keep_until = std::max(expiry_ms, now_ms + retention_ms_);
+  uint64_t &slot = ended_[lease_id];
+  slot = std::max(slot, keep_until);
+}
+
+void TokenVerifier::prune(uint64_t now_ms) {
+  for (auto it = ended_.begin(); it != ended_.end();)
+    if (it->second <= now_ms)
+      it = ended_.erase(it);
+    else
+      ++it;
+}
+
+} // namespace rfaas::rm

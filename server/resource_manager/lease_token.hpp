@@ -1,0 +1,110 @@
+// Lease tokens: how an executor manager checks, on its own, that a client
+// holds a lease the resource manager granted on this node.
+//
+// The resource manager and each executor manager share a node secret. The
+// token is a keyed BLAKE2b (libsodium crypto_generichash) with a 16-byte
+// output, the size of the token field ClientHello carries, computed over the
+// lease's fields in a fixed, length-prefixed encoding. A node that knows its
+// secret recomputes it from the fields the client presents; nothing is asked
+// of the resource manager, so granting a lease costs the client one round trip.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+namespace rfaas::rm {
+
+/// Bytes of a token: the wire protocol's kTokenSize (ClientHello::token).
+constexpr size_t kLeaseTokenSize = 16;
+/// Bytes of a node secret (crypto_generichash_KEYBYTES).
+constexpr size_t kNodeSecretSize = 32;
+
+using LeaseToken = std::array<uint8_t, kLeaseTokenSize>;
+using NodeSecret = std::array<uint8_t, kNodeSecretSize>;
+
+/// What a token covers: one node's share of one lease.
+struct LeaseClaim {
+  uint64_t lease_id = 0;
+  std::string node;
+  uint32_t cores = 0;
+  uint64_t memory_mib = 0;
+  /// Milliseconds since the Unix epoch (wall clock: the resource manager and
+  /// the node compare it on different machines, and it survives restarts).
+  uint64_t expiry_ms = 0;
+  /// Who the lease was granted to.
+  std::string client;
+};
+
+/// Initialises libsodium once; throws std::runtime_error if it cannot.
+void ensure_sodium();
+
+/// A fresh random node secret (libsodium randombytes).
+NodeSecret generate_secret();
+/// A fresh random lease id in 1..2^53-1 (0 means "no lease" on the wire; the
+/// bound keeps ids exact in JSON clients).
+uint64_t generate_lease_id();
+
+/// The token of `claim` under `secret`.
+LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret);
+
+/// Lower-case hex of a token or secret, and back. from_hex returns false on a
+/// wrong length or a non-hex character.
+std::string to_hex(const uint8_t *data, size_t size);
+template <size_t N> std::string to_hex(const std::array<uint8_t, N> &a) {
+  return to_hex(a.data(), N);
+}
+bool from_hex(const std::string &text, uint8_t *out, size_t size);
+template <size_t N> bool from_hex(const std::string &text, std::array<uint8_t, N> &out) {
+  return from_hex(text, out.data(), N);
+}
+
+/// Why a token was refused. Each has its own text (reason_text) so that an
+/// operator reading a node's log knows which one.
+enum class TokenVerdict {
+  Ok,
+  Forged,   ///< the MAC does not match the fields (or the secret differs)
+  Expired,  ///< the lease's expiry has passed
+  Foreign,  ///< the lease names another node
+  Replayed, ///< this lease already ended on this node
+};
+const char *reason_text(TokenVerdict v);
+
+/// The node's side: verifies tokens with this node's name and secret, and
+/// remembers which leases ended here so that their tokens cannot be reused.
+/// Not thread-safe: one per executor manager loop.
+class TokenVerifier {
+public:
+  /// `retention_ms`: how long an ended lease is remembered at least. A lease
+  /// may have been renewed without this node hearing of it, so its last
+  /// expiry is not known here; the retention should exceed the longest lease
+  /// the resource manager grants (its max_duration_ms).
+  TokenVerifier(std::string node, const NodeSecret &secret,
+                uint64_t retention_ms = 24ull * 3600 * 1000);
+
+  /// Checks in this order: foreign, forged, replayed, expired. Comparison of
+  /// the MAC is constant-time.
+  TokenVerdict verify(const LeaseClaim &claim, const LeaseToken &token, uint64_t now_ms) const;
+
+  /// Lease `lease_id` ended on this node (released, expired or revoked): its
+  /// token is refused as replayed from now on. Entries are kept until the
+  /// later of `expiry_ms` and now + retention; after that the token is refused
+  /// as expired anyway.
+  void mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms);
+
+  /// Leases remembered as ended (for tests and metrics).
+  size_t ended_count() const { return ended_.size(); }
+  const std::string &node() const { return node_; }
+
+private:
+  void prune(uint64_t now_ms);
+
+  std::string node_;
+  NodeSecret secret_;
+  uint64_t retention_ms_;
+  std::unordered_map<uint64_t, uint64_t> ended_; // lease id -> forget after (ms)
+};
+
+} // namespace rfaas::rm

@@ -1,0 +1,53 @@
+// Metrics in the Prometheus text exposition format (version 0.0.4).
+// Counters and gauges of the registry are read on the loop thread; request
+// latencies are observed by the threads that serve the requests, so the
+// histogram is lock-free (atomics).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "resource_manager/registry.hpp"
+
+namespace rfaas::rm {
+
+/// A latency histogram with fixed buckets from 50 µs to 5 s.
+class LatencyHistogram {
+public:
+  static constexpr std::array<double, 12> kBounds = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 1.0, 5.0};
+  void observe(double seconds);
+  /// Appends the _bucket, _sum and _count lines of `name` with `labels`
+  /// (e.g. `interface="http",kind="read"`).
+  void render(std::string &out, const std::string &name, const std::string &labels) const;
+
+private:
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{}; // last: +Inf
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+/// What the loop thread reports for one scrape.
+struct RegistrySnapshot {
+  Counters counters;
+  size_t active_leases = 0;
+  size_t nodes_up = 0;
+  size_t nodes_down = 0;
+  size_t nodes_drained = 0;
+  uint64_t cores_total = 0;
+  uint64_t cores_leased = 0;
+};
+/// Runs on the loop thread.
+RegistrySnapshot snapshot(const Registry &registry);
+
+struct RequestLatencies {
+  LatencyHistogram http_read;
+  LatencyHistogram http_write;
+};
+
+/// The whole /metrics page.
+std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &latencies);
+
+} // namespace rfaas::rm

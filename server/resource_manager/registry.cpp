@@ -1,0 +1,553 @@
+#include "resource_manager/registry.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+namespace rfaas::rm {
+
+namespace {
+
+std::shared_ptr<spdlog::logger> log() {
+  auto l = spdlog::get("resource_manager");
+  return l ? l : spdlog::default_logger();
+}
+
+template <class T> Result<T> error(Status s) {
+  Result<T> r;
+  r.outcome = s.outcome;
+  r.message = std::move(s.message);
+  return r;
+}
+template <class T> Result<T> error(Outcome o, std::string message) {
+  return error<T>(Status{o, std::move(message)});
+}
+template <class T> Result<T> success(T value) {
+  Result<T> r;
+  r.value = std::move(value);
+  return r;
+}
+
+/// Node names travel in fixed wire fields (64 bytes with the terminator) and
+/// in URLs, so they are short and plain.
+std::string check_node_name(const std::string &name) {
+  if (name.empty() || name.size() > 63)
+    return "node name must be 1..63 characters, got " + std::to_string(name.size());
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return "node name \"" + name + "\" may contain only letters, digits, '-', '_' and '.'";
+  return {};
+}
+
+std::string check_capacity(const std::string &address, uint32_t cores, uint64_t memory_mib) {
+  if (address.empty() || address.size() > 255)
+    return "node address must be 1..255 characters";
+  if (cores == 0 || cores > 4096)
+    return "node cores must be 1..4096, got " + std::to_string(cores);
+  if (memory_mib == 0)
+    return "node memory_mib must be > 0";
+  return {};
+}
+
+} // namespace
+
+uint64_t wall_clock_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+const char *to_string(Outcome o) {
+  switch (o) {
+  case Outcome::Ok:
+    return "ok";
+  case Outcome::Invalid:
+    return "invalid";
+  case Outcome::NotFound:
+    return "not_found";
+  case Outcome::Conflict:
+    return "conflict";
+  case Outcome::Forbidden:
+    return "forbidden";
+  case Outcome::Unavailable:
+    return "resources_unavailable";
+  case Outcome::StoreFailed:
+    return "store_failed";
+  }
+  return "unknown";
+}
+
+uint32_t Registry::NodeEntry::free_cores() const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < node.cores && i < owner.size(); ++i)
+    n += owner[i] == 0;
+  return n;
+}
+
+Registry::Registry(Store &store, Clock clock, RegistryOptions options)
+    : store_(store), clock_(std::move(clock)), options_(options) {
+  ensure_sodium();
+  const uint64_t now = clock_();
+  for (Node &n : store_.load_nodes()) {
+    if (n.state == NodeState::Up)
+      n.last_heartbeat_ms = now; // a grace period to reconnect after our restart
+    NodeEntry e;
+    e.owner.assign(n.cores, 0);
+    e.node = std::move(n);
+    nodes_.emplace(e.node.name, std::move(e));
+  }
+  for (Lease &l : store_.load_leases(LeaseState::Active)) {
+    for (const LeasePart &p : l.parts) {
+      auto it = nodes_.find(p.node);
+      if (it == nodes_.end())
+        throw StoreError("lease " + std::to_string(l.id) + " holds cores on node " + p.node +
+                         ", which is not in the database");
+      for (uint32_t c : p.cores) {
+        if (c >= it->second.owner.size())
+          it->second.owner.resize(c + 1, 0);
+        if (it->second.owner[c] != 0)
+          throw StoreError("core " + std::to_string(c) + " of node " + p.node +
+                           " is held by leases " + std::to_string(it->second.owner[c]) + " and " +
+                           std::to_string(l.id) + " in the database");
+      }
+    }
+    occupy(l);
+    active_.emplace(l.id, std::move(l));
+  }
+}
+
+// ---- nodes ------------------------------------------------------------------------
+
+Status Registry::persist_node(const Node &node) {
+  try {
+    store_.put_node(node);
+    return {};
+  } catch (const StoreError &e) {
+    return fail(Outcome::StoreFailed, e.what());
+  }
+}
+
+Result<Node> Registry::add_node(const std::string &name, const std::string &address, uint32_t cores,
+                                uint64_t memory_mib, std::optional<NodeSecret> secret) {
+  if (auto why = check_node_name(name); !why.empty())
+    return error<Node>(Outcome::Invalid, why);
+  if (auto why = check_capacity(address, cores, memory_mib); !why.empty())
+    return error<Node>(Outcome::Invalid, why);
+  if (nodes_.count(name))
+    return error<Node>(Outcome::Conflict, "node " + name + " exists already");
+  Node n;
+  n.name = name;
+  n.address = address;
+  n.cores = cores;
+  n.memory_mib = memory_mib;
+  n.secret = secret ? *secret : generate_secret();
+  n.state = NodeState::Down; // until its executor manager registers
+  if (auto s = persist_node(n); !s.ok())
+    return error<Node>(s);
+  NodeEntry e;
+  e.node = n;
+  e.owner.assign(cores, 0);
+  nodes_.emplace(name, std::move(e));
+  log()->info("node {} added ({} cores, {} MiB, {})", name, cores, memory_mib, address);
+  return success(n);
+}
+
+Result<Node> Registry::register_node(const std::string &name, const std::string &address,
+                                     uint32_t cores, uint64_t memory_mib,
+                                     const NodeSecret &secret) {
+  if (auto why = check_node_name(name); !why.empty())
+    return error<Node>(Outcome::Invalid, why);
+  if (auto why = check_capacity(address, cores, memory_mib); !why.empty())
+    return error<Node>(Outcome::Invalid, why);
+  const uint64_t now = clock_();
+  auto it = nodes_.find(name);
+  Node n;
+  if (it != nodes_.end()) {
+    if (sodium_memcmp(it->second.node.secret.data(), secret.data(), secret.size()) != 0)
+      return error<Node>(Outcome::Forbidden, "node " + name +
+                                                 " is registered with another secret (check the "
+                                                 "executor manager's secret file)");
+    n = it->second.node;
+  } else {
+    n.name = name;
+    n.secret = secret;
+  }
+  n.address = address;
+  n.cores = cores;
+  n.memory_mib = memory_mib;
+  n.state = NodeState::Up;
+  n.registered_ms = now;
+  n.last_heartbeat_ms = now;
+  if (auto s = persist_node(n); !s.ok())
+    return error<Node>(s);
+  NodeEntry &e = nodes_[name];
+  e.node = n;
+  if (e.owner.size() < cores)
+    e.owner.resize(cores, 0);
+  log()->info("node {} registered ({} cores, {} MiB, {}){}", name, cores, memory_mib, address,
+              it != nodes_.end() ? " again" : "");
+  return success(n);
+}
+
+Status Registry::heartbeat(const std::string &name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return fail(Outcome::NotFound, "node " + name + " is not registered; register first");
+  Node &n = it->second.node;
+  const uint64_t now = clock_();
+  if (n.state == NodeState::Down) {
+    if (n.registered_ms == 0)
+      return fail(Outcome::NotFound, "node " + name + " never registered; register first");
+    Node up = n;
+    up.state = NodeState::Up;
+    up.last_heartbeat_ms = now;
+    if (auto s = persist_node(up); !s.ok())
+      return s;
+    log()->info("node {} is up again", name);
+  }
+  // Heartbeats themselves are not written: only state changes are.
+  n.state = NodeState::Up;
+  n.last_heartbeat_ms = now;
+  return {};
+}
+
+Status Registry::mark_down(const std::string &name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return fail(Outcome::NotFound, "no node " + name);
+  if (it->second.node.state == NodeState::Down)
+    return {};
+  Node down = it->second.node;
+  down.state = NodeState::Down;
+  if (auto s = persist_node(down); !s.ok())
+    return s;
+  it->second.node = down;
+  log()->warn("node {} is down", name);
+  return {};
+}
+
+Status Registry::drain(const std::string &name, bool drained) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return fail(Outcome::NotFound, "no node " + name);
+  Node n = it->second.node;
+  n.drained = drained;
+  if (auto s = persist_node(n); !s.ok())
+    return s;
+  it->second.node = n;
+  log()->info("node {} {}", name, drained ? "drained: no new leases" : "takes leases again");
+  return {};
+}
+
+Status Registry::remove_node(const std::string &name, bool revoke_leases) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return fail(Outcome::NotFound, "no node " + name);
+  std::vector<uint64_t> holding;
+  for (uint64_t owner : it->second.owner)
+    if (owner != 0 && std::find(holding.begin(), holding.end(), owner) == holding.end())
+      holding.push_back(owner);
+  if (!holding.empty() && !revoke_leases)
+    return fail(Outcome::Conflict, "node " + name + " has " + std::to_string(holding.size()) +
+                                       " active lease(s); drain it and wait, or remove with "
+                                       "force=true to revoke them");
+  for (uint64_t id : holding)
+    if (auto s = end_lease(id, LeaseState::Revoked); !s.ok())
+      return s;
+  try {
+    store_.remove_node(name);
+  } catch (const StoreError &e) {
+    return fail(Outcome::StoreFailed, e.what());
+  }
+  nodes_.erase(it);
+  log()->info("node {} removed", name);
+  return {};
+}
+
+// ---- leases -----------------------------------------------------------------------
+
+void Registry::occupy(const Lease &lease) {
+  for (const LeasePart &p : lease.parts) {
+    NodeEntry &e = nodes_.at(p.node);
+    for (uint32_t c : p.cores) {
+      if (c >= e.owner.size())
+        e.owner.resize(c + 1, 0);
+      e.owner[c] = lease.id;
+    }
+    e.used_memory_mib += p.memory_mib;
+  }
+}
+
+void Registry::vacate(const Lease &lease) {
+  for (const LeasePart &p : lease.parts) {
+    auto it = nodes_.find(p.node);
+    if (it == nodes_.end())
+      continue;
+    NodeEntry &e = it->second;
+    for (uint32_t c : p.cores)
+      if (c < e.owner.size() && e.owner[c] == lease.id)
+        e.owner[c] = 0;
+    e.used_memory_mib -= std::min(e.used_memory_mib, p.memory_mib);
+    // Cores above a shrunk node's count are dropped once free.
+    while (e.owner.size() > e.node.cores && e.owner.back() == 0)
+      e.owner.pop_back();
+  }
+}
+
+Grant Registry::make_grant(const Lease &lease) const {
+  Grant g;
+  g.lease = lease;
+  for (size_t i = 0; i < lease.parts.size(); ++i) {
+    const Node &n = nodes_.at(lease.parts[i].node).node;
+    g.addresses.push_back(n.address);
+    g.tokens.push_back(compute_token(lease.claim(i), n.secret));
+  }
+  return g;
+}
+
+Result<Grant> Registry::grant(const LeaseRequest &r) {
+  auto refuse = [&](Outcome o, std::string why) {
+    ++counters_.refused;
+    log()->debug("lease for {} ({} cores, {} MiB) refused: {}", r.client, r.cores, r.memory_mib,
+                 why);
+    return error<Grant>(o, std::move(why));
+  };
+  if (r.client.empty() || r.client.size() > 255)
+    return refuse(Outcome::Invalid, "client identity must be 1..255 characters");
+  if (r.cores == 0)
+    return refuse(Outcome::Invalid, "a lease needs at least one core");
+  if (r.max_nodes == 0 || r.max_nodes > options_.max_nodes_per_lease)
+    return refuse(Outcome::Invalid,
+                  "max_nodes must be 1.." + std::to_string(options_.max_nodes_per_lease));
+  if (r.duration_ms > options_.max_lease_ms)
+    return refuse(Outcome::Invalid, "duration " + std::to_string(r.duration_ms) +
+                                        " ms exceeds the maximum of " +
+                                        std::to_string(options_.max_lease_ms) + " ms");
+  std::vector<NodeCapacity> eligible;
+  for (const auto &[name, e] : nodes_) {
+    if (e.node.state != NodeState::Up || e.node.drained)
+      continue;
+    uint64_t mem =
+        e.node.memory_mib > e.used_memory_mib ? e.node.memory_mib - e.used_memory_mib : 0;
+    eligible.push_back({name, e.free_cores(), mem});
+  }
+  auto shares = place(eligible, r.cores, r.memory_mib, r.max_nodes, options_.policy);
+  if (!shares)
+    return refuse(
+        Outcome::Unavailable,
+        "no " +
+            std::string(r.max_nodes > 1 ? "set of up to " + std::to_string(r.max_nodes) + " nodes"
+                                        : "node") +
+            " has " + std::to_string(r.cores) + " free cores and " + std::to_string(r.memory_mib) +
+            " MiB free (" + std::to_string(eligible.size()) + " node(s) up and not drained)");
+  const uint64_t now = clock_();
+  Lease l;
+  // Ids are random: make sure this one was never used (ended leases stay in
+  // the store for accounting).
+  try {
+    do
+      l.id = generate_lease_id();
+    while (active_.count(l.id) || store_.load_lease(l.id));
+  } catch (const StoreError &e) {
+    return refuse(Outcome::StoreFailed, e.what());
+  }
+  l.client = r.client;
+  l.granted_ms = now;
+  l.expiry_ms = now + (r.duration_ms ? r.duration_ms : options_.default_lease_ms);
+  for (const PlacementShare &s : *shares) {
+    LeasePart p;
+    p.node = s.node;
+    p.memory_mib = s.memory_mib;
+    const NodeEntry &e = nodes_.at(s.node);
+    for (uint32_t c = 0; c < e.node.cores && p.cores.size() < s.cores; ++c)
+      if (c >= e.owner.size() || e.owner[c] == 0)
+        p.cores.push_back(c);
+    if (p.cores.size() != s.cores) // placement and owner table disagree: a bug
+      return refuse(Outcome::StoreFailed,
+                    "internal error: node " + s.node + " has fewer free cores than placement saw");
+    l.parts.push_back(std::move(p));
+  }
+  try {
+    store_.put_lease(l);
+  } catch (const StoreError &e) {
+    return refuse(Outcome::StoreFailed, e.what());
+  }
+  occupy(l);
+  active_.emplace(l.id, l);
+  ++counters_.granted;
+  log()->info("lease {} granted to {}: {} cores, {} MiB on {} node(s), until {}", l.id, l.client,
+              l.total_cores(), l.total_memory_mib(), l.parts.size(), l.expiry_ms);
+  return success(make_grant(l));
+}
+
+Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms) {
+  auto it = active_.find(lease_id);
+  if (it == active_.end())
+    return error<Grant>(Outcome::NotFound,
+                        "lease " + std::to_string(lease_id) + " is not active (ended or unknown)");
+  if (it->second.client != client)
+    return error<Grant>(Outcome::Forbidden,
+                        "lease " + std::to_string(lease_id) + " belongs to another client");
+  if (duration_ms > options_.max_lease_ms)
+    return error<Grant>(Outcome::Invalid, "duration " + std::to_string(duration_ms) +
+                                              " ms exceeds the maximum of " +
+                                              std::to_string(options_.max_lease_ms) + " ms");
+  Lease l = it->second;
+  l.expiry_ms = clock_() + (duration_ms ? duration_ms : options_.default_lease_ms);
+  try {
+    store_.put_lease(l);
+  } catch (const StoreError &e) {
+    return error<Grant>(Outcome::StoreFailed, e.what());
+  }
+  it->second = l;
+  ++counters_.renewed;
+  return success(make_grant(l));
+}
+
+Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
+  auto it = active_.find(lease_id);
+  if (it == active_.end())
+    return fail(Outcome::NotFound,
+                "lease " + std::to_string(lease_id) + " is not active (ended or unknown)");
+  Lease l = it->second;
+  l.state = why;
+  l.ended_ms = clock_();
+  try {
+    store_.put_lease(l);
+  } catch (const StoreError &e) {
+    return fail(Outcome::StoreFailed, e.what());
+  }
+  vacate(l);
+  for (const LeasePart &p : l.parts)
+    events_.push_back(LeaseEnded{l.id, p.node, l.expiry_ms, why});
+  active_.erase(it);
+  switch (why) {
+  case LeaseState::Released:
+    ++counters_.released;
+    break;
+  case LeaseState::Expired:
+    ++counters_.expired;
+    break;
+  case LeaseState::Revoked:
+    ++counters_.revoked;
+    break;
+  case LeaseState::Active:
+    break;
+  }
+  log()->info("lease {} of {} {}", l.id, l.client, to_string(why));
+  return {};
+}
+
+Status Registry::release(uint64_t lease_id, const std::string &client) {
+  auto it = active_.find(lease_id);
+  if (it != active_.end() && it->second.client != client)
+    return fail(Outcome::Forbidden,
+                "lease " + std::to_string(lease_id) + " belongs to another client");
+  return end_lease(lease_id, LeaseState::Released);
+}
+
+Status Registry::revoke(uint64_t lease_id) { return end_lease(lease_id, LeaseState::Revoked); }
+
+size_t Registry::tick() {
+  const uint64_t now = clock_();
+  std::vector<uint64_t> due;
+  for (const auto &[id, l] : active_)
+    if (l.expiry_ms <= now)
+      due.push_back(id);
+  size_t expired = 0;
+  for (uint64_t id : due)
+    if (end_lease(id, LeaseState::Expired).ok())
+      ++expired;
+  std::vector<std::string> silent;
+  for (const auto &[name, e] : nodes_)
+    if (e.node.state == NodeState::Up &&
+        now - std::min(now, e.node.last_heartbeat_ms) > options_.heartbeat_timeout_ms)
+      silent.push_back(name);
+  for (const std::string &name : silent)
+    mark_down(name);
+  return expired;
+}
+
+// ---- accounting -------------------------------------------------------------------
+
+Status Registry::record_accounting(AccountingRecord r) {
+  std::optional<Lease> l;
+  if (auto it = active_.find(r.lease_id); it != active_.end())
+    l = it->second;
+  else {
+    try {
+      l = store_.load_lease(r.lease_id);
+    } catch (const StoreError &e) {
+      return fail(Outcome::StoreFailed, e.what());
+    }
+  }
+  if (!l)
+    return fail(Outcome::NotFound, "accounting for unknown lease " + std::to_string(r.lease_id));
+  if (std::none_of(l->parts.begin(), l->parts.end(),
+                   [&](const LeasePart &p) { return p.node == r.node; }))
+    return fail(Outcome::Forbidden,
+                "lease " + std::to_string(r.lease_id) + " holds nothing on node " + r.node);
+  r.client = l->client;
+  if (r.reported_ms == 0)
+    r.reported_ms = clock_();
+  try {
+    store_.put_accounting(r);
+  } catch (const StoreError &e) {
+    return fail(Outcome::StoreFailed, e.what());
+  }
+  return {};
+}
+
+// ---- views ------------------------------------------------------------------------
+
+std::vector<NodeView> Registry::nodes() const {
+  std::vector<NodeView> out;
+  for (const auto &[name, e] : nodes_) {
+    NodeView v;
+    v.node = e.node;
+    std::vector<uint64_t> leases;
+    for (uint64_t o : e.owner)
+      if (o != 0) {
+        ++v.used_cores;
+        if (std::find(leases.begin(), leases.end(), o) == leases.end())
+          leases.push_back(o);
+      }
+    v.used_memory_mib = e.used_memory_mib;
+    v.active_leases = leases.size();
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::optional<NodeView> Registry::node(const std::string &name) const {
+  for (NodeView &v : nodes())
+    if (v.node.name == name)
+      return v;
+  return std::nullopt;
+}
+
+std::vector<Lease> Registry::active_leases() const {
+  std::vector<Lease> out;
+  for (const auto &[id, l] : active_)
+    out.push_back(l);
+  std::sort(out.begin(), out.end(),
+            [](const Lease &a, const Lease &b) { return a.granted_ms < b.granted_ms; });
+  return out;
+}
+
+std::optional<Lease> Registry::active_lease(uint64_t id) const {
+  auto it = active_.find(id);
+  if (it == active_.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::vector<LeaseEnded> Registry::take_events() {
+  std::vector<LeaseEnded> out(events_.begin(), events_.end());
+  events_.clear();
+  return out;
+}
+
+} // namespace rfaas::rm

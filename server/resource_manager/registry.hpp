@@ -1,0 +1,189 @@
+// The resource manager's state machine: nodes and their cores, leases from
+// grant to end, and accounting. Plain C++, single-threaded by design: the
+// loop thread owns it (HTTP threads and, later, the fabric reach it through
+// the Loop's queue), so no lock guards it. Time comes from an injected clock,
+// so tests drive expiry and heartbeats without sleeping.
+//
+// Every change is written to the Store first and applied in memory only if
+// the write succeeded, so memory and file never disagree.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "resource_manager/lease.hpp"
+#include "resource_manager/node.hpp"
+#include "resource_manager/placement.hpp"
+#include "resource_manager/store.hpp"
+
+namespace rfaas::rm {
+
+/// Milliseconds since the Unix epoch.
+using Clock = std::function<uint64_t()>;
+/// The system's wall clock.
+uint64_t wall_clock_ms();
+
+struct RegistryOptions {
+  PlacementPolicy policy = PlacementPolicy::Spread;
+  /// Lease duration when a request says 0, and the most a request may ask.
+  uint64_t default_lease_ms = 60'000;
+  uint64_t max_lease_ms = 3'600'000;
+  /// A node without a heartbeat for this long is marked down.
+  uint64_t heartbeat_timeout_ms = 15'000;
+  /// Most nodes one lease may span.
+  uint32_t max_nodes_per_lease = 16;
+};
+
+/// How a request ended. Each maps onto one HTTP status and, later, one wire
+/// error code.
+enum class Outcome {
+  Ok,
+  Invalid,     ///< the request itself is wrong (400)
+  NotFound,    ///< no such node or lease (404)
+  Conflict,    ///< exists already, or in use (409)
+  Forbidden,   ///< wrong node secret or another client's lease (403)
+  Unavailable, ///< not enough free cores or memory (503 / resources_unavailable)
+  StoreFailed, ///< the database refused the write; nothing changed (500)
+};
+const char *to_string(Outcome o);
+
+struct Status {
+  Outcome outcome = Outcome::Ok;
+  std::string message;
+  bool ok() const { return outcome == Outcome::Ok; }
+};
+
+template <class T> struct Result : Status { T value{}; };
+
+/// A node with what its leases use.
+struct NodeView {
+  Node node;
+  uint32_t used_cores = 0;
+  uint64_t used_memory_mib = 0;
+  size_t active_leases = 0;
+  uint32_t free_cores() const { return node.cores > used_cores ? node.cores - used_cores : 0; }
+};
+
+struct LeaseRequest {
+  std::string client;
+  uint32_t cores = 0;
+  uint64_t memory_mib = 0;
+  /// 0: the default duration.
+  uint64_t duration_ms = 0;
+  /// 1: one node only; more lets the lease span up to this many nodes.
+  uint32_t max_nodes = 1;
+};
+
+/// A granted (or renewed) lease with what the client needs to use it: per
+/// part, the node's address and the token its executor manager will verify.
+struct Grant {
+  Lease lease;
+  std::vector<std::string> addresses;
+  std::vector<LeaseToken> tokens;
+};
+
+/// Something the nodes must hear: a lease ended (their executors for it end
+/// and its token becomes a replay). The fabric side delivers these.
+struct LeaseEnded {
+  uint64_t lease_id = 0;
+  std::string node;
+  uint64_t expiry_ms = 0;
+  LeaseState why = LeaseState::Released;
+};
+
+struct Counters {
+  uint64_t granted = 0;
+  uint64_t refused = 0;
+  uint64_t renewed = 0;
+  uint64_t released = 0;
+  uint64_t expired = 0;
+  uint64_t revoked = 0;
+};
+
+class Registry {
+public:
+  /// Restores nodes and active leases from `store`. Nodes that were up get a
+  /// full heartbeat timeout from now to show up again.
+  Registry(Store &store, Clock clock, RegistryOptions options);
+
+  // ---- nodes --------------------------------------------------------------------
+  /// Operator: a node that will register later. No secret: one is generated.
+  /// The returned node carries the secret, to be handed to its executor manager.
+  Result<Node> add_node(const std::string &name, const std::string &address, uint32_t cores,
+                        uint64_t memory_mib, std::optional<NodeSecret> secret);
+  /// Executor manager: (re-)registers; marks the node up. A known node must
+  /// present its secret and gets its node, its drain flag and its leases back;
+  /// an unknown one is created with the secret it presents.
+  Result<Node> register_node(const std::string &name, const std::string &address, uint32_t cores,
+                             uint64_t memory_mib, const NodeSecret &secret);
+  Status heartbeat(const std::string &name);
+  /// Marks a node down now (its connection closed).
+  Status mark_down(const std::string &name);
+  Status drain(const std::string &name, bool drained);
+  /// Removes a node. With active leases: Conflict, unless `revoke_leases`.
+  Status remove_node(const std::string &name, bool revoke_leases);
+
+  // ---- leases -------------------------------------------------------------------
+  Result<Grant> grant(const LeaseRequest &request);
+  /// Extends an active lease to now + duration (0: default); new tokens.
+  Result<Grant> renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms);
+  Status release(uint64_t lease_id, const std::string &client);
+  /// Operator: ends a lease now; its nodes are told to end its executors.
+  Status revoke(uint64_t lease_id);
+
+  /// Periodic: expires leases past their expiry and marks silent nodes down.
+  /// Returns how many leases expired.
+  size_t tick();
+
+  // ---- accounting ---------------------------------------------------------------
+  /// A node's report for its part of a lease (any state: the final report
+  /// arrives after the end).
+  Status record_accounting(AccountingRecord record);
+
+  // ---- views --------------------------------------------------------------------
+  std::vector<NodeView> nodes() const;
+  std::optional<NodeView> node(const std::string &name) const;
+  std::vector<Lease> active_leases() const;
+  std::optional<Lease> active_lease(uint64_t id) const;
+  const Counters &counters() const { return counters_; }
+  size_t active_count() const { return active_.size(); }
+  /// Takes the lease-ended notifications not yet delivered.
+  std::vector<LeaseEnded> take_events();
+  Store &store() { return store_; }
+  uint64_t now() const { return clock_(); }
+  const RegistryOptions &options() const { return options_; }
+
+private:
+  struct NodeEntry {
+    Node node;
+    /// Per core index: the lease holding it, 0 if free. May be longer than
+    /// node.cores when a node re-registered with fewer cores while leases
+    /// still held the higher ones.
+    std::vector<uint64_t> owner;
+    uint64_t used_memory_mib = 0;
+    uint32_t free_cores() const;
+  };
+
+  Status end_lease(uint64_t lease_id, LeaseState why);
+  void occupy(const Lease &lease);
+  void vacate(const Lease &lease);
+  Grant make_grant(const Lease &lease) const;
+  Status persist_node(const Node &node);
+  static Status fail(Outcome o, std::string message) { return Status{o, std::move(message)}; }
+
+  Store &store_;
+  Clock clock_;
+  RegistryOptions options_;
+  std::map<std::string, NodeEntry> nodes_;
+  std::unordered_map<uint64_t, Lease> active_;
+  std::deque<LeaseEnded> events_;
+  Counters counters_;
+};
+
+} // namespace rfaas::rm

@@ -1,0 +1,451 @@
+#include "resource_manager/rest.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cctype>
+#include <chrono>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+#include <pistache/endpoint.h>
+#include <pistache/http.h>
+#include <pistache/router.h>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+namespace rfaas::rm {
+
+using nlohmann::json;
+using Pistache::Http::Code;
+using Pistache::Http::ResponseWriter;
+using Pistache::Rest::Request;
+
+bool bearer_matches(const std::string *header, const std::string &token) {
+  static const std::string prefix = "Bearer ";
+  if (!header || header->compare(0, prefix.size(), prefix) != 0)
+    return false;
+  // Hashing both sides first makes the comparison constant-time whatever the
+  // lengths, so neither the token's length nor its prefix leaks.
+  unsigned char a[crypto_generichash_BYTES], b[crypto_generichash_BYTES];
+  std::string given = header->substr(prefix.size());
+  crypto_generichash(a, sizeof a, reinterpret_cast<const unsigned char *>(given.data()),
+                     given.size(), nullptr, 0);
+  crypto_generichash(b, sizeof b, reinterpret_cast<const unsigned char *>(token.data()),
+                     token.size(), nullptr, 0);
+  return sodium_memcmp(a, b, sizeof a) == 0 && !token.empty();
+}
+
+namespace {
+
+Code http_code(Outcome o) {
+  switch (o) {
+  case Outcome::Ok:
+    return Code::Ok;
+  case Outcome::Invalid:
+    return Code::Bad_Request;
+  case Outcome::NotFound:
+    return Code::Not_Found;
+  case Outcome::Conflict:
+    return Code::Conflict;
+  case Outcome::Forbidden:
+    return Code::Forbidden;
+  case Outcome::Unavailable:
+    return Code::Service_Unavailable;
+  case Outcome::StoreFailed:
+    return Code::Internal_Server_Error;
+  }
+  return Code::Internal_Server_Error;
+}
+
+json node_json(const NodeView &v) {
+  return json{{"name", v.node.name},
+              {"address", v.node.address},
+              {"state", to_string(v.node.state)},
+              {"drained", v.node.drained},
+              {"cores", v.node.cores},
+              {"cores_used", v.used_cores},
+              {"memory_mib", v.node.memory_mib},
+              {"memory_used_mib", v.used_memory_mib},
+              {"active_leases", v.active_leases},
+              {"registered_ms", v.node.registered_ms},
+              {"last_heartbeat_ms", v.node.last_heartbeat_ms}};
+}
+
+json lease_json(const Lease &l) {
+  json parts = json::array();
+  for (const LeasePart &p : l.parts)
+    parts.push_back({{"node", p.node}, {"cores", p.cores}, {"memory_mib", p.memory_mib}});
+  return json{{"id", l.id},
+              {"client", l.client},
+              {"state", to_string(l.state)},
+              {"granted_ms", l.granted_ms},
+              {"expiry_ms", l.expiry_ms},
+              {"ended_ms", l.ended_ms},
+              {"cores", l.total_cores()},
+              {"memory_mib", l.total_memory_mib()},
+              {"parts", parts}};
+}
+
+json accounting_json(const std::vector<AccountingRecord> &records) {
+  json rows = json::array();
+  uint64_t alloc = 0, hot = 0, exec = 0;
+  for (const AccountingRecord &r : records) {
+    rows.push_back({{"lease", r.lease_id},
+                    {"node", r.node},
+                    {"client", r.client},
+                    {"reported_ms", r.reported_ms},
+                    {"allocation_us", r.allocation_us},
+                    {"hot_polling_us", r.hot_polling_us},
+                    {"execution_us", r.execution_us},
+                    {"memory_mib", r.memory_mib},
+                    {"final", r.final}});
+    alloc += r.allocation_us;
+    hot += r.hot_polling_us;
+    exec += r.execution_us;
+  }
+  return json{
+      {"records", rows},
+      {"total", {{"allocation_us", alloc}, {"hot_polling_us", hot}, {"execution_us", exec}}}};
+}
+
+/// CSV fields never contain commas except client names: quote those.
+std::string csv_field(const std::string &s) {
+  if (s.find_first_of(",\"\n") == std::string::npos)
+    return s;
+  std::string q = "\"";
+  for (char c : s)
+    q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+/// Pistache 0.0.5 hands query values over still percent-encoded.
+std::string url_decode(const std::string &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> query(const Request &req, const std::string &name) {
+  auto v = req.query().get(name);
+  if (v)
+    return url_decode(*v);
+  return std::nullopt;
+}
+
+bool parse_u64(const std::string &s, uint64_t &out) {
+  if (s.empty() || s.size() > 20)
+    return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9')
+      return false;
+    uint64_t next = v * 10 + static_cast<uint64_t>(c - '0');
+    if (next / 10 != v)
+      return false;
+    v = next;
+  }
+  out = v;
+  return true;
+}
+
+} // namespace
+
+struct RestServer::Routes {
+  RestServer &s;
+
+  void send_json(ResponseWriter &w, Code code, const json &body) {
+    w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
+    w.send(code, body.dump() + "\n");
+  }
+  void send_error(ResponseWriter &w, Code code, const std::string &kind,
+                  const std::string &message) {
+    send_json(w, code, json{{"error", message}, {"code", kind}});
+  }
+  void send_status(ResponseWriter &w, const Status &st, Code ok_code, const json &body) {
+    if (st.ok())
+      send_json(w, ok_code, body);
+    else
+      send_error(w, http_code(st.outcome), to_string(st.outcome), st.message);
+  }
+
+  /// Wraps a handler: timing, authorisation of writes, and errors that must
+  /// not reach pistache (a loop shutting down, a bad body).
+  Pistache::Rest::Route::Handler wrap(bool write,
+                                      std::function<void(const Request &, ResponseWriter &)> f) {
+    return [this, write, f = std::move(f)](const Request &req, ResponseWriter w) {
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        std::string header;
+        auto raw = req.headers().tryGetRaw("Authorization");
+        if (raw)
+          header = raw->value();
+        if (write && !bearer_matches(raw ? &header : nullptr, s.admin_token_)) {
+          w.headers().addRaw(Pistache::Http::Header::Raw("WWW-Authenticate", "Bearer"));
+          send_error(w, Code::Unauthorized, "unauthorized",
+                     "this request changes state: send `Authorization: Bearer <token>` with "
+                     "the token of the resource manager's configuration (http.token)");
+        } else {
+          f(req, w);
+        }
+      } catch (const LoopStopped &e) {
+        send_error(w, Code::Service_Unavailable, "shutting_down", e.what());
+      } catch (const json::exception &e) {
+        send_error(w, Code::Bad_Request, "invalid", std::string("bad JSON body: ") + e.what());
+      } catch (const std::exception &e) {
+        send_error(w, Code::Internal_Server_Error, "internal", e.what());
+      }
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      (write ? s.latencies_.http_write : s.latencies_.http_read).observe(dt);
+      return Pistache::Rest::Route::Result::Ok;
+    };
+  }
+
+  void health(const Request &, ResponseWriter &w) {
+    json body = s.loop_.call([](Registry &r) {
+      return json{{"status", "ok"},
+                  {"nodes", r.nodes().size()},
+                  {"active_leases", r.active_count()},
+                  {"database", r.store().path()},
+                  {"journal_mode", r.store().journal_mode()},
+                  {"schema_version", r.store().schema_version()}};
+    });
+    send_json(w, Code::Ok, body);
+  }
+
+  void metrics(const Request &, ResponseWriter &w) {
+    RegistrySnapshot snap = s.loop_.call([](Registry &r) { return snapshot(r); });
+    w.headers().add<Pistache::Http::Header::ContentType>(
+        Pistache::Http::Mime::MediaType::fromString("text/plain; version=0.0.4"));
+    w.send(Code::Ok, render_metrics(snap, s.latencies_));
+  }
+
+  void list_nodes(const Request &, ResponseWriter &w) {
+    json body = s.loop_.call([](Registry &r) {
+      json a = json::array();
+      for (const NodeView &v : r.nodes())
+        a.push_back(node_json(v));
+      return a;
+    });
+    send_json(w, Code::Ok, body);
+  }
+
+  void add_node(const Request &req, ResponseWriter &w) {
+    json in = json::parse(req.body());
+    if (!in.is_object())
+      return send_error(w, Code::Bad_Request, "invalid", "expected a JSON object");
+    for (auto it = in.begin(); it != in.end(); ++it)
+      if (it.key() != "name" && it.key() != "address" && it.key() != "cores" &&
+          it.key() != "memory_mib" && it.key() != "secret")
+        return send_error(w, Code::Bad_Request, "invalid",
+                          "unknown field \"" + it.key() +
+                              "\" (valid: name, address, cores, memory_mib, secret)");
+    if (!in.contains("name") || !in.contains("address") || !in.contains("cores") ||
+        !in.contains("memory_mib"))
+      return send_error(w, Code::Bad_Request, "invalid",
+                        "name, address, cores and memory_mib are required");
+    std::string name = in.at("name").get<std::string>();
+    std::string address = in.at("address").get<std::string>();
+    int64_t cores = in.at("cores").get<int64_t>();
+    int64_t memory = in.at("memory_mib").get<int64_t>();
+    if (cores <= 0 || cores > 4096 || memory <= 0)
+      return send_error(w, Code::Bad_Request, "invalid",
+                        "cores must be 1..4096 and memory_mib > 0");
+    std::optional<NodeSecret> secret;
+    if (in.contains("secret")) {
+      NodeSecret sec;
+      if (!from_hex(in.at("secret").get<std::string>(), sec))
+        return send_error(w, Code::Bad_Request, "invalid",
+                          "secret must be " + std::to_string(2 * kNodeSecretSize) +
+                              " hex digits (or leave it out to have one generated)");
+      secret = sec;
+    }
+    auto [st, view] = s.loop_.call([&](Registry &r) {
+      auto res = r.add_node(name, address, static_cast<uint32_t>(cores),
+                            static_cast<uint64_t>(memory), secret);
+      std::optional<NodeView> v;
+      if (res.ok())
+        v = r.node(name);
+      return std::make_pair(Status{res.outcome, res.message}, v);
+    });
+    json body;
+    if (st.ok()) {
+      body = node_json(*view);
+      // Shown once, for the executor manager's secret file.
+      body["secret"] = to_hex(view->node.secret);
+    }
+    send_status(w, st, Code::Created, body);
+  }
+
+  void drain_node(const Request &req, ResponseWriter &w) {
+    std::string name = req.param(":name").as<std::string>();
+    bool drained = true;
+    if (!req.body().empty()) {
+      json in = json::parse(req.body());
+      for (auto it = in.begin(); it != in.end(); ++it)
+        if (it.key() != "drained")
+          return send_error(w, Code::Bad_Request, "invalid",
+                            "unknown field \"" + it.key() + "\" (valid: drained)");
+      if (in.contains("drained"))
+        drained = in.at("drained").get<bool>();
+    }
+    auto [st, view] = s.loop_.call([&](Registry &r) {
+      Status st = r.drain(name, drained);
+      return std::make_pair(st, st.ok() ? r.node(name) : std::nullopt);
+    });
+    send_status(w, st, Code::Ok, st.ok() ? node_json(*view) : json());
+  }
+
+  void remove_node(const Request &req, ResponseWriter &w) {
+    std::string name = req.param(":name").as<std::string>();
+    auto force = query(req, "force");
+    bool revoke = force && (*force == "true" || *force == "1");
+    Status st = s.loop_.call([&](Registry &r) { return r.remove_node(name, revoke); });
+    send_status(w, st, Code::Ok, json{{"removed", name}});
+  }
+
+  void list_leases(const Request &req, ResponseWriter &w) {
+    auto state = query(req, "state");
+    std::optional<LeaseState> filter = LeaseState::Active;
+    if (state && *state == "all")
+      filter = std::nullopt;
+    else if (state) {
+      LeaseState ls;
+      if (!parse_lease_state(*state, ls))
+        return send_error(w, Code::Bad_Request, "invalid",
+                          "state must be active, released, expired, revoked or all");
+      filter = ls;
+    }
+    uint64_t limit = 1000;
+    if (auto l = query(req, "limit"); l && !parse_u64(*l, limit))
+      return send_error(w, Code::Bad_Request, "invalid", "limit must be a number");
+    json body = s.loop_.call([&](Registry &r) {
+      json a = json::array();
+      std::vector<Lease> leases =
+          filter == LeaseState::Active ? r.active_leases() : r.store().load_leases(filter, limit);
+      for (const Lease &l : leases)
+        if (a.size() < limit)
+          a.push_back(lease_json(l));
+      return a;
+    });
+    send_json(w, Code::Ok, body);
+  }
+
+  void revoke_lease(const Request &req, ResponseWriter &w) {
+    uint64_t id;
+    if (!parse_u64(req.param(":id").as<std::string>(), id))
+      return send_error(w, Code::Bad_Request, "invalid", "lease id must be a decimal number");
+    Status st = s.loop_.call([&](Registry &r) { return r.revoke(id); });
+    send_status(w, st, Code::Ok, json{{"revoked", id}});
+  }
+
+  /// Records selected by ?lease= or ?client= (all without either).
+  bool select_accounting(const Request &req, ResponseWriter &w,
+                         std::vector<AccountingRecord> &out) {
+    auto lease = query(req, "lease");
+    auto client = query(req, "client");
+    if (lease && client) {
+      send_error(w, Code::Bad_Request, "invalid", "give lease= or client=, not both");
+      return false;
+    }
+    uint64_t id = 0;
+    if (lease && !parse_u64(*lease, id)) {
+      send_error(w, Code::Bad_Request, "invalid", "lease must be a decimal lease id");
+      return false;
+    }
+    out = s.loop_.call([&](Registry &r) {
+      if (lease)
+        return r.store().accounting_for_lease(id);
+      if (client)
+        return r.store().accounting_for_client(*client);
+      return r.store().all_accounting();
+    });
+    return true;
+  }
+
+  void accounting(const Request &req, ResponseWriter &w) {
+    std::vector<AccountingRecord> rows;
+    if (select_accounting(req, w, rows))
+      send_json(w, Code::Ok, accounting_json(rows));
+  }
+
+  void accounting_csv(const Request &req, ResponseWriter &w) {
+    std::vector<AccountingRecord> rows;
+    if (!select_accounting(req, w, rows))
+      return;
+    std::string csv = "lease,node,client,reported_ms,allocation_us,hot_polling_us,execution_us,"
+                      "memory_mib,final\n";
+    for (const AccountingRecord &r : rows)
+      csv += std::to_string(r.lease_id) + "," + csv_field(r.node) + "," + csv_field(r.client) +
+             "," + std::to_string(r.reported_ms) + "," + std::to_string(r.allocation_us) + "," +
+             std::to_string(r.hot_polling_us) + "," + std::to_string(r.execution_us) + "," +
+             std::to_string(r.memory_mib) + "," + (r.final ? "1" : "0") + "\n";
+    w.headers().add<Pistache::Http::Header::ContentType>(
+        Pistache::Http::Mime::MediaType::fromString("text/csv"));
+    w.send(Code::Ok, csv);
+  }
+};
+
+RestServer::RestServer(Loop &loop, std::string admin_token)
+    : loop_(loop), admin_token_(std::move(admin_token)) {
+  ensure_sodium();
+}
+
+RestServer::~RestServer() { stop(); }
+
+void RestServer::start(const std::string &host, uint16_t port, uint32_t threads) {
+  using namespace Pistache;
+  auto routes = std::make_shared<Routes>(Routes{*this});
+  auto router = std::make_shared<Rest::Router>();
+  auto bind = [&](void (Routes::*m)(const Request &, ResponseWriter &)) {
+    return [routes, m](const Request &q, ResponseWriter &w) { ((*routes).*m)(q, w); };
+  };
+  Rest::Routes::Get(*router, "/health", routes->wrap(false, bind(&Routes::health)));
+  Rest::Routes::Get(*router, "/metrics", routes->wrap(false, bind(&Routes::metrics)));
+  Rest::Routes::Get(*router, "/nodes", routes->wrap(false, bind(&Routes::list_nodes)));
+  Rest::Routes::Post(*router, "/nodes", routes->wrap(true, bind(&Routes::add_node)));
+  Rest::Routes::Post(*router, "/nodes/:name/drain", routes->wrap(true, bind(&Routes::drain_node)));
+  Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(true, bind(&Routes::remove_node)));
+  Rest::Routes::Get(*router, "/leases", routes->wrap(false, bind(&Routes::list_leases)));
+  Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(true, bind(&Routes::revoke_lease)));
+  Rest::Routes::Get(*router, "/accounting", routes->wrap(false, bind(&Routes::accounting)));
+  Rest::Routes::Get(*router, "/accounting.csv", routes->wrap(false, bind(&Routes::accounting_csv)));
+
+  try {
+    endpoint_ = std::make_shared<Http::Endpoint>(Address(host, Port(port)));
+    endpoint_->init(Http::Endpoint::options()
+                        .threads(static_cast<int>(threads))
+                        .flags(Tcp::Options::ReuseAddr)
+                        .maxRequestSize(64 * 1024));
+    endpoint_->setHandler(router->handler());
+    endpoint_->serveThreaded();
+  } catch (const std::exception &e) {
+    endpoint_.reset();
+    throw std::runtime_error("REST API: cannot listen on " + host + ":" + std::to_string(port) +
+                             ": " + e.what() + " (change http.host / http.port)");
+  }
+  port_ = static_cast<uint16_t>(endpoint_->getPort());
+  // The router must outlive the endpoint's threads; keep it with the routes.
+  router_keepalive_ = router;
+}
+
+void RestServer::stop() {
+  if (endpoint_) {
+    endpoint_->shutdown();
+    endpoint_.reset();
+  }
+}
+
+} // namespace rfaas::rm

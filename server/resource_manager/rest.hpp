@@ -1,0 +1,52 @@
+// The operators' REST API (pistache): nodes, leases, accounting, health and
+// metrics. docs/resource_manager.md lists the endpoints with examples.
+//
+// Handlers run on pistache's threads and never touch the registry: each one
+// hands a task to the Loop and waits for the answer. Requests that change
+// anything (POST, DELETE) need `Authorization: Bearer <http.token>`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "resource_manager/loop.hpp"
+#include "resource_manager/metrics.hpp"
+
+namespace Pistache::Http {
+class Endpoint;
+}
+
+namespace rfaas::rm {
+
+class RestServer {
+public:
+  RestServer(Loop &loop, std::string admin_token);
+  ~RestServer();
+  RestServer(const RestServer &) = delete;
+  RestServer &operator=(const RestServer &) = delete;
+
+  /// Binds `host`:`port` (0: any free port) and serves on `threads` threads.
+  /// Throws std::runtime_error naming the address if it cannot bind.
+  void start(const std::string &host, uint16_t port, uint32_t threads);
+  /// The bound port (the real one when started with 0).
+  uint16_t port() const { return port_; }
+  void stop();
+
+  RequestLatencies &latencies() { return latencies_; }
+
+private:
+  struct Routes;
+  Loop &loop_;
+  std::string admin_token_;
+  RequestLatencies latencies_;
+  std::shared_ptr<Pistache::Http::Endpoint> endpoint_;
+  std::shared_ptr<void> router_keepalive_;
+  uint16_t port_ = 0;
+};
+
+/// Constant-time check of an Authorization header value against the token
+/// ("Bearer <token>"); false for a missing or malformed header.
+bool bearer_matches(const std::string *header, const std::string &token);
+
+} // namespace rfaas::rm

@@ -1,0 +1,432 @@
+#include "resource_manager/store.hpp"
+
+#include <cstring>
+
+#include <sqlite3.h>
+
+namespace rfaas::rm {
+
+namespace {
+
+/// One prepared statement; finalised on scope exit.
+class Stmt {
+public:
+  Stmt(sqlite3 *db, const char *sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
+      throw StoreError(std::string("SQLite: preparing \"") + sql + "\": " + sqlite3_errmsg(db));
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt &) = delete;
+  Stmt &operator=(const Stmt &) = delete;
+
+  void bind(int i, int64_t v) { check(sqlite3_bind_int64(st_, i, v)); }
+  void bind(int i, uint64_t v) { bind(i, static_cast<int64_t>(v)); }
+  void bind(int i, const std::string &v) {
+    check(sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  void bind_blob(int i, const void *p, size_t n) {
+    check(sqlite3_bind_blob(st_, i, p, static_cast<int>(n), SQLITE_TRANSIENT));
+  }
+  /// true: a row is ready; false: done.
+  bool step() {
+    int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW)
+      return true;
+    if (rc == SQLITE_DONE)
+      return false;
+    throw StoreError(std::string("SQLite: ") + sqlite3_errmsg(db_));
+  }
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
+  uint64_t u64(int c) const { return static_cast<uint64_t>(i64(c)); }
+  std::string text(int c) const {
+    const unsigned char *t = sqlite3_column_text(st_, c);
+    return t ? std::string(reinterpret_cast<const char *>(t),
+                           static_cast<size_t>(sqlite3_column_bytes(st_, c)))
+             : std::string();
+  }
+  std::string blob(int c) const {
+    const void *b = sqlite3_column_blob(st_, c);
+    return b ? std::string(static_cast<const char *>(b),
+                           static_cast<size_t>(sqlite3_column_bytes(st_, c)))
+             : std::string();
+  }
+
+private:
+  void check(int rc) {
+    if (rc != SQLITE_OK)
+      throw StoreError(std::string("SQLite: binding: ") + sqlite3_errmsg(db_));
+  }
+  sqlite3 *db_;
+  sqlite3_stmt *st_ = nullptr;
+};
+
+/// BEGIN IMMEDIATE ... COMMIT, rolled back if not committed.
+class Transaction {
+public:
+  explicit Transaction(sqlite3 *db) : db_(db) { exec("BEGIN IMMEDIATE"); }
+  ~Transaction() {
+    if (!done_)
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() {
+    exec("COMMIT");
+    done_ = true;
+  }
+
+private:
+  void exec(const char *sql) {
+    char *err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      throw StoreError(std::string("SQLite: ") + sql + ": " + msg);
+    }
+  }
+  sqlite3 *db_;
+  bool done_ = false;
+};
+
+std::string join_cores(const std::vector<uint32_t> &cores) {
+  std::string s;
+  for (uint32_t c : cores) {
+    if (!s.empty())
+      s += ',';
+    s += std::to_string(c);
+  }
+  return s;
+}
+
+std::vector<uint32_t> split_cores(const std::string &s) {
+  std::vector<uint32_t> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos)
+      comma = s.size();
+    out.push_back(static_cast<uint32_t>(std::stoul(s.substr(pos, comma - pos))));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// Each entry migrates from version i to i+1. Never edit a shipped entry: add one.
+const char *const kMigrations[] = {
+    // 0 -> 1
+    "CREATE TABLE nodes ("
+    "  name TEXT PRIMARY KEY, address TEXT NOT NULL, cores INTEGER NOT NULL,"
+    "  memory_mib INTEGER NOT NULL, secret BLOB NOT NULL, state TEXT NOT NULL,"
+    "  drained INTEGER NOT NULL, registered_ms INTEGER NOT NULL,"
+    "  last_heartbeat_ms INTEGER NOT NULL);"
+    "CREATE TABLE leases ("
+    "  id INTEGER PRIMARY KEY, client TEXT NOT NULL, state TEXT NOT NULL,"
+    "  granted_ms INTEGER NOT NULL, expiry_ms INTEGER NOT NULL, ended_ms INTEGER NOT NULL);"
+    "CREATE INDEX leases_state ON leases(state);"
+    "CREATE TABLE lease_parts ("
+    "  lease_id INTEGER NOT NULL REFERENCES leases(id) ON DELETE CASCADE,"
+    "  idx INTEGER NOT NULL, node TEXT NOT NULL, cores TEXT NOT NULL,"
+    "  memory_mib INTEGER NOT NULL, PRIMARY KEY (lease_id, idx));"
+    "CREATE TABLE accounting ("
+    "  lease_id INTEGER NOT NULL, node TEXT NOT NULL, client TEXT NOT NULL,"
+    "  reported_ms INTEGER NOT NULL, allocation_us INTEGER NOT NULL,"
+    "  hot_polling_us INTEGER NOT NULL, execution_us INTEGER NOT NULL,"
+    "  memory_mib INTEGER NOT NULL, final INTEGER NOT NULL,"
+    "  PRIMARY KEY (lease_id, node));"
+    "CREATE INDEX accounting_client ON accounting(client);",
+};
+static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
+              "one migration per schema version");
+
+} // namespace
+
+Store::Store(const std::string &path) : path_(path) {
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw StoreError("cannot open the database " + path + ": " + msg +
+                     " (check that its directory exists and is writable)");
+  }
+  try {
+    sqlite3_busy_timeout(db_, 5000);
+    // WAL: readers never block the writer, and a crash mid-write loses at most
+    // the transaction in flight. NORMAL is durable across process crashes.
+    if (path != ":memory:") {
+      Stmt wal(db_, "PRAGMA journal_mode=WAL");
+      if (!wal.step() || wal.text(0) != "wal")
+        throw StoreError("cannot switch " + path +
+                         " to WAL mode (is it on a network file "
+                         "system? put it on a local disk)");
+    }
+    exec("PRAGMA synchronous=NORMAL", "setting synchronous mode");
+    exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
+    migrate();
+  } catch (const StoreError &e) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw StoreError(path + ": " + e.what());
+  }
+}
+
+Store::~Store() {
+  if (db_)
+    sqlite3_close(db_);
+}
+
+void Store::exec(const char *sql, const char *what) {
+  char *err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    throw StoreError(std::string("SQLite: ") + what + ": " + msg);
+  }
+}
+
+int Store::schema_version() const {
+  Stmt q(db_, "PRAGMA user_version");
+  q.step();
+  return static_cast<int>(q.i64(0));
+}
+
+std::string Store::journal_mode() const {
+  if (path_ == ":memory:")
+    return "memory";
+  Stmt q(db_, "PRAGMA journal_mode");
+  q.step();
+  return q.text(0);
+}
+
+void Store::migrate() {
+  int version = schema_version();
+  if (version > kSchemaVersion)
+    throw StoreError("the database has schema version " + std::to_string(version) +
+                     ", newer than this resource_manager understands (" +
+                     std::to_string(kSchemaVersion) + "); run a newer resource_manager");
+  for (; version < kSchemaVersion; ++version) {
+    Transaction t(db_);
+    exec(kMigrations[version], "migrating the schema");
+    exec(("PRAGMA user_version=" + std::to_string(version + 1)).c_str(),
+         "recording the schema version");
+    t.commit();
+  }
+}
+
+void Store::put_node(const Node &n) {
+  Stmt q(db_, "INSERT OR REPLACE INTO nodes (name, address, cores, memory_mib, secret, state, "
+              "drained, registered_ms, last_heartbeat_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+  q.bind(1, n.name);
+  q.bind(2, n.address);
+  q.bind(3, static_cast<int64_t>(n.cores));
+  q.bind(4, n.memory_mib);
+  q.bind_blob(5, n.secret.data(), n.secret.size());
+  q.bind(6, std::string(to_string(n.state)));
+  q.bind(7, static_cast<int64_t>(n.drained));
+  q.bind(8, n.registered_ms);
+  q.bind(9, n.last_heartbeat_ms);
+  q.run();
+}
+
+void Store::remove_node(const std::string &name) {
+  Stmt q(db_, "DELETE FROM nodes WHERE name = ?1");
+  q.bind(1, name);
+  q.run();
+}
+
+std::vector<Node> Store::load_nodes() const {
+  Stmt q(db_, "SELECT name, address, cores, memory_mib, secret, state, drained, registered_ms, "
+              "last_heartbeat_ms FROM nodes ORDER BY name");
+  std::vector<Node> out;
+  while (q.step()) {
+    Node n;
+    n.name = q.text(0);
+    n.address = q.text(1);
+    n.cores = static_cast<uint32_t>(q.i64(2));
+    n.memory_mib = q.u64(3);
+    std::string secret = q.blob(4);
+    if (secret.size() != n.secret.size())
+      throw StoreError(path_ + ": node " + n.name + " has a secret of " +
+                       std::to_string(secret.size()) + " bytes, expected " +
+                       std::to_string(n.secret.size()));
+    std::memcpy(n.secret.data(), secret.data(), n.secret.size());
+    if (!parse_node_state(q.text(5), n.state))
+      throw StoreError(path_ + ": node " + n.name + " has an unknown state " + q.text(5));
+    n.drained = q.i64(6) != 0;
+    n.registered_ms = q.u64(7);
+    n.last_heartbeat_ms = q.u64(8);
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+void Store::put_lease(const Lease &l) {
+  Transaction t(db_);
+  {
+    Stmt q(db_, "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
+                "ended_ms) VALUES (?1,?2,?3,?4,?5,?6)");
+    q.bind(1, l.id);
+    q.bind(2, l.client);
+    q.bind(3, std::string(to_string(l.state)));
+    q.bind(4, l.granted_ms);
+    q.bind(5, l.expiry_ms);
+    q.bind(6, l.ended_ms);
+    q.run();
+  }
+  {
+    Stmt q(db_, "DELETE FROM lease_parts WHERE lease_id = ?1");
+    q.bind(1, l.id);
+    q.run();
+  }
+  for (size_t i = 0; i < l.parts.size(); ++i) {
+    Stmt q(db_, "INSERT INTO lease_parts (lease_id, idx, node, cores, memory_mib) "
+                "VALUES (?1,?2,?3,?4,?5)");
+    q.bind(1, l.id);
+    q.bind(2, static_cast<int64_t>(i));
+    q.bind(3, l.parts[i].node);
+    q.bind(4, join_cores(l.parts[i].cores));
+    q.bind(5, l.parts[i].memory_mib);
+    q.run();
+  }
+  t.commit();
+}
+
+std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
+                                       size_t limit) const {
+  std::string sql = "SELECT id, client, state, granted_ms, expiry_ms, ended_ms FROM leases ";
+  sql += where;
+  sql += " ORDER BY granted_ms DESC, id LIMIT ?2";
+  Stmt q(db_, sql.c_str());
+  if (text)
+    q.bind(1, *text);
+  else
+    q.bind(1, id);
+  q.bind(2, static_cast<int64_t>(limit > INT64_MAX ? INT64_MAX : limit));
+  std::vector<Lease> out;
+  while (q.step()) {
+    Lease l;
+    l.id = q.u64(0);
+    l.client = q.text(1);
+    if (!parse_lease_state(q.text(2), l.state))
+      throw StoreError(path_ + ": lease " + std::to_string(l.id) + " has an unknown state " +
+                       q.text(2));
+    l.granted_ms = q.u64(3);
+    l.expiry_ms = q.u64(4);
+    l.ended_ms = q.u64(5);
+    out.push_back(std::move(l));
+  }
+  Stmt p(db_, "SELECT node, cores, memory_mib FROM lease_parts WHERE lease_id = ?1 "
+              "ORDER BY idx");
+  for (Lease &l : out) {
+    p.reset();
+    p.bind(1, l.id);
+    while (p.step())
+      l.parts.push_back(LeasePart{p.text(0), split_cores(p.text(1)), p.u64(2)});
+  }
+  return out;
+}
+
+std::vector<Lease> Store::load_leases(std::optional<LeaseState> state, size_t limit) const {
+  if (state) {
+    std::string s = to_string(*state);
+    return query_leases("WHERE state = ?1", &s, 0, limit);
+  }
+  return query_leases("WHERE ?1 = 0", nullptr, 0, limit);
+}
+
+std::optional<Lease> Store::load_lease(uint64_t id) const {
+  auto v = query_leases("WHERE id = ?1", nullptr, static_cast<int64_t>(id), 1);
+  if (v.empty())
+    return std::nullopt;
+  return std::move(v.front());
+}
+
+void Store::put_accounting(const AccountingRecord &r) {
+  Stmt q(db_, "INSERT OR REPLACE INTO accounting (lease_id, node, client, reported_ms, "
+              "allocation_us, hot_polling_us, execution_us, memory_mib, final) "
+              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+  q.bind(1, r.lease_id);
+  q.bind(2, r.node);
+  q.bind(3, r.client);
+  q.bind(4, r.reported_ms);
+  q.bind(5, r.allocation_us);
+  q.bind(6, r.hot_polling_us);
+  q.bind(7, r.execution_us);
+  q.bind(8, r.memory_mib);
+  q.bind(9, static_cast<int64_t>(r.final));
+  q.run();
+}
+
+std::vector<AccountingRecord> Store::query_accounting(const char *where, const std::string *text,
+                                                      int64_t id) const {
+  std::string sql = "SELECT lease_id, node, client, reported_ms, allocation_us, hot_polling_us, "
+                    "execution_us, memory_mib, final FROM accounting ";
+  sql += where;
+  sql += " ORDER BY reported_ms, lease_id, node";
+  Stmt q(db_, sql.c_str());
+  if (text)
+    q.bind(1, *text);
+  else
+    q.bind(1, id);
+  std::vector<AccountingRecord> out;
+  while (q.step())
+    out.push_back(AccountingRecord{q.u64(0), q.text(1), q.text(2), q.u64(3), q.u64(4), q.u64(5),
+                                   q.u64(6), q.u64(7), q.i64(8) != 0});
+  return out;
+}
+
+std::vector<AccountingRecord> Store::accounting_for_lease(uint64_t lease_id) const {
+  return query_accounting("WHERE lease_id = ?1", nullptr, static_cast<int64_t>(lease_id));
+}
+std::vector<AccountingRecord> Store::accounting_for_client(const std::string &client) const {
+  return query_accounting("WHERE client = ?1", &client, 0);
+}
+std::vector<AccountingRecord> Store::all_accounting() const {
+  return query_accounting("WHERE ?1 = 0", nullptr, 0);
+}
+
+// ---- enum names ------------------------------------------------------------------
+
+const char *to_string(NodeState s) { return s == NodeState::Up ? "up" : "down"; }
+bool parse_node_state(const std::string &t, NodeState &out) {
+  if (t == "up")
+    out = NodeState::Up;
+  else if (t == "down")
+    out = NodeState::Down;
+  else
+    return false;
+  return true;
+}
+
+const char *to_string(LeaseState s) {
+  switch (s) {
+  case LeaseState::Active:
+    return "active";
+  case LeaseState::Released:
+    return "released";
+  case LeaseState::Expired:
+    return "expired";
+  case LeaseState::Revoked:
+    return "revoked";
+  }
+  return "unknown";
+}
+bool parse_lease_state(const std::string &t, LeaseState &out) {
+  for (LeaseState s :
+       {LeaseState::Active, LeaseState::Released, LeaseState::Expired, LeaseState::Revoked})
+    if (t == to_string(s)) {
+      out = s;
+      return true;
+    }
+  return false;
+}
+
+} // namespace rfaas::rm

@@ -1,0 +1,76 @@
+// The resource manager's durable state: nodes, leases and accounting in one
+// SQLite file (WAL mode), so that a restart loses nothing and the leases that
+// were live stay valid.
+//
+// Every write is one transaction; the registry writes before it changes its
+// memory, so a failed write (disk full, read-only file) leaves both as they
+// were. Only the loop thread uses a Store.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "resource_manager/lease.hpp"
+#include "resource_manager/node.hpp"
+
+struct sqlite3;
+
+namespace rfaas::rm {
+
+/// A database error, with SQLite's own message and what was being done.
+class StoreError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class Store {
+public:
+  /// The schema version this code writes (PRAGMA user_version). Opening a
+  /// file with an older version migrates it; a newer one is refused.
+  static constexpr int kSchemaVersion = 1;
+
+  /// Opens (creating if needed) the database at `path`; ":memory:" works for
+  /// tests. Throws StoreError naming the file on failure.
+  explicit Store(const std::string &path);
+  ~Store();
+  Store(const Store &) = delete;
+  Store &operator=(const Store &) = delete;
+
+  int schema_version() const;
+  /// "wal" once opened on a file (":memory:" reports "memory").
+  std::string journal_mode() const;
+  const std::string &path() const { return path_; }
+
+  void put_node(const Node &node);
+  void remove_node(const std::string &name);
+  std::vector<Node> load_nodes() const;
+
+  /// Inserts or replaces a lease and its parts.
+  void put_lease(const Lease &lease);
+  /// Leases in `state` (all if nullopt), newest first, at most `limit`.
+  std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
+                                 size_t limit = SIZE_MAX) const;
+  std::optional<Lease> load_lease(uint64_t id) const;
+
+  /// Inserts or replaces the record of (lease_id, node).
+  void put_accounting(const AccountingRecord &rec);
+  std::vector<AccountingRecord> accounting_for_lease(uint64_t lease_id) const;
+  std::vector<AccountingRecord> accounting_for_client(const std::string &client) const;
+  std::vector<AccountingRecord> all_accounting() const;
+
+private:
+  void exec(const char *sql, const char *what);
+  void migrate();
+  std::vector<Lease> query_leases(const char *where, const std::string *text, int64_t id,
+                                  size_t limit) const;
+  std::vector<AccountingRecord> query_accounting(const char *where, const std::string *text,
+                                                 int64_t id) const;
+
+  std::string path_;
+  sqlite3 *db_ = nullptr;
+};
+
+} // namespace rfaas::rm

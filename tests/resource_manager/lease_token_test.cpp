@@ -1,0 +1,126 @@
+// Lease tokens: a token verifies on its node only, for exactly the fields it
+// was issued for, until its expiry, and never after its lease ended there.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "resource_manager/lease_token.hpp"
+
+using namespace rfaas::rm;
+
+namespace {
+
+LeaseClaim claim() {
+  return LeaseClaim{0x1234567890abcdefull, "node-a", 4, 2048, 1'000'000, "client-1"};
+}
+
+} // namespace
+
+TEST(LeaseToken, ValidTokenIsAccepted) {
+  NodeSecret secret = generate_secret();
+  TokenVerifier v("node-a", secret);
+  LeaseToken t = compute_token(claim(), secret);
+  EXPECT_EQ(v.verify(claim(), t, 999'999), TokenVerdict::Ok);
+}
+
+TEST(LeaseToken, TokenIsDeterministicAndSixteenBytes) {
+  NodeSecret secret = generate_secret();
+  EXPECT_EQ(compute_token(claim(), secret), compute_token(claim(), secret));
+  EXPECT_EQ(sizeof(LeaseToken), 16u);
+}
+
+TEST(LeaseToken, EveryFieldIsCovered) {
+  NodeSecret secret = generate_secret();
+  TokenVerifier v("node-a", secret);
+  LeaseToken t = compute_token(claim(), secret);
+  std::vector<LeaseClaim> altered(6, claim());
+  altered[0].lease_id += 1;
+  altered[1].cores = 5;
+  altered[2].memory_mib = 4096;
+  altered[3].expiry_ms += 1;
+  altered[4].client = "client-2";
+  altered[5].client = "client-1x";
+  for (const LeaseClaim &c : altered)
+    EXPECT_EQ(v.verify(c, t, 0), TokenVerdict::Forged) << c.lease_id << " " << c.client;
+}
+
+TEST(LeaseToken, ForgedTokenIsRefused) {
+  NodeSecret secret = generate_secret();
+  TokenVerifier v("node-a", secret);
+  LeaseToken t = compute_token(claim(), secret);
+  t[7] ^= 1;
+  EXPECT_EQ(v.verify(claim(), t, 0), TokenVerdict::Forged);
+  // Issued with another secret (a client guessing, or a stale node secret).
+  EXPECT_EQ(v.verify(claim(), compute_token(claim(), generate_secret()), 0), TokenVerdict::Forged);
+  LeaseToken zero{};
+  EXPECT_EQ(v.verify(claim(), zero, 0), TokenVerdict::Forged);
+}
+
+TEST(LeaseToken, ExpiredTokenIsRefused) {
+  NodeSecret secret = generate_secret();
+  TokenVerifier v("node-a", secret);
+  LeaseToken t = compute_token(claim(), secret);
+  EXPECT_EQ(v.verify(claim(), t, claim().expiry_ms), TokenVerdict::Expired);
+  EXPECT_EQ(v.verify(claim(), t, claim().expiry_ms + 1), TokenVerdict::Expired);
+}
+
+TEST(LeaseToken, ForeignTokenIsRefused) {
+  // Node b has the same secret by accident: the node name still tells.
+  NodeSecret secret = generate_secret();
+  TokenVerifier b("node-b", secret);
+  LeaseToken t = compute_token(claim(), secret);
+  EXPECT_EQ(b.verify(claim(), t, 0), TokenVerdict::Foreign);
+  LeaseClaim renamed = claim();
+  renamed.node = "node-b"; // the client edits the node name: the MAC breaks
+  EXPECT_EQ(b.verify(renamed, t, 0), TokenVerdict::Forged);
+}
+
+TEST(LeaseToken, ReplayedTokenIsRefused) {
+  NodeSecret secret = generate_secret();
+  TokenVerifier v("node-a", secret, 10'000);
+  LeaseToken t = compute_token(claim(), secret);
+  ASSERT_EQ(v.verify(claim(), t, 500), TokenVerdict::Ok);
+  v.mark_ended(claim().lease_id, claim().expiry_ms, 600);
+  EXPECT_EQ(v.verify(claim(), t, 700), TokenVerdict::Replayed);
+  // Remembered until the expiry has passed, then refused as expired.
+  v.mark_ended(42, 800, 700); // prunes nothing still relevant
+  EXPECT_EQ(v.ended_count(), 2u);
+  EXPECT_EQ(v.verify(claim(), t, claim().expiry_ms + 1), TokenVerdict::Replayed);
+  v.mark_ended(43, 0, claim().expiry_ms + 20'000); // prunes the first two
+  EXPECT_EQ(v.ended_count(), 1u);
+  EXPECT_EQ(v.verify(claim(), t, claim().expiry_ms + 20'000), TokenVerdict::Expired);
+}
+
+TEST(LeaseToken, ReasonsAreDistinctAndNameLeaseInvalid) {
+  std::set<std::string> texts;
+  for (TokenVerdict r : {TokenVerdict::Forged, TokenVerdict::Expired, TokenVerdict::Foreign,
+                         TokenVerdict::Replayed}) {
+    std::string t = reason_text(r);
+    EXPECT_EQ(t.rfind("lease_invalid: ", 0), 0u) << t;
+    texts.insert(t);
+  }
+  EXPECT_EQ(texts.size(), 4u);
+}
+
+TEST(LeaseToken, SecretsAndIdsAreRandom) {
+  EXPECT_NE(generate_secret(), generate_secret());
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t id = generate_lease_id();
+    EXPECT_NE(id, 0u);
+    EXPECT_LT(id, 1ull << 53);
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 1000u);
+}
+
+TEST(LeaseToken, HexRoundTrip) {
+  NodeSecret s = generate_secret();
+  std::string hex = to_hex(s);
+  EXPECT_EQ(hex.size(), 64u);
+  NodeSecret back{};
+  ASSERT_TRUE(from_hex(hex, back));
+  EXPECT_EQ(back, s);
+  EXPECT_FALSE(from_hex(hex.substr(1), back));
+  EXPECT_FALSE(from_hex(std::string(64, 'g'), back));
+}

@@ -1,0 +1,136 @@
+// The loop thread: requests from many threads reach the registry one at a
+// time through the readerwriterqueue; nothing is double-booked.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "resource_manager/loop.hpp"
+
+using namespace rfaas::rm;
+
+namespace {
+
+struct LoopFixture : ::testing::Test {
+  std::atomic<uint64_t> now{1'000'000};
+  Store store{":memory:"};
+  Registry reg{store, [this] { return now.load(); }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::milliseconds(5)};
+  void SetUp() override { loop.start(); }
+};
+
+} // namespace
+
+TEST_F(LoopFixture, SixteenThreadsRaceForTheLastCores) {
+  NodeSecret s = generate_secret();
+  ASSERT_TRUE(
+      loop.call([&](Registry &r) { return r.register_node("n", "h:1", 16, 1 << 20, s); }).ok());
+  ASSERT_TRUE(loop.call([](Registry &r) { return r.grant({"big", 12, 0, 0, 1}); }).ok());
+
+  constexpr int kThreads = 16;
+  std::atomic<int> go{0};
+  std::vector<Result<Grant>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      go.fetch_add(1);
+      while (go.load() < kThreads) {
+      }
+      results[i] = loop.call([i](Registry &r) {
+        return r.grant({"client-" + std::to_string(i), 1, 0, 0, 1});
+      });
+    });
+  for (auto &t : threads)
+    t.join();
+
+  std::set<uint32_t> cores;
+  int granted = 0;
+  for (const auto &r : results) {
+    if (!r.ok()) {
+      EXPECT_EQ(r.outcome, Outcome::Unavailable) << r.message;
+      continue;
+    }
+    ++granted;
+    for (uint32_t c : r.value.lease.parts.at(0).cores)
+      EXPECT_TRUE(cores.insert(c).second) << "core " << c << " granted twice";
+  }
+  EXPECT_EQ(granted, 4);
+  for (uint32_t c : cores)
+    EXPECT_GE(c, 12u); // the first lease holds 0..11
+  EXPECT_EQ(loop.call([](Registry &r) { return r.counters().refused; }), 12u);
+}
+
+TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
+  for (const char *n : {"a", "b", "c"}) {
+    NodeSecret s = generate_secret();
+    ASSERT_TRUE(
+        loop.call([&](Registry &r) { return r.register_node(n, "h:1", 8, 1 << 20, s); }).ok());
+  }
+  std::atomic<bool> violation{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> mine;
+      for (int i = 0; i < 100; ++i) {
+        uint32_t cores = 1 + static_cast<uint32_t>((t + i) % 5);
+        auto g = loop.call([&](Registry &r) {
+          return r.grant({"c" + std::to_string(t), cores, 0, 0, 2});
+        });
+        if (g.ok())
+          mine.push_back(g.value.lease.id);
+        if (mine.size() > 2 || (!g.ok() && !mine.empty())) {
+          uint64_t id = mine.front();
+          mine.erase(mine.begin());
+          loop.call([&](Registry &r) { return r.release(id, "c" + std::to_string(t)); });
+        }
+        // Checked on the loop thread: every held core belongs to one lease,
+        // and the nodes' counts agree with the leases'.
+        bool ok = loop.call([](Registry &r) {
+          std::set<std::pair<std::string, uint32_t>> held;
+          uint32_t lease_cores = 0;
+          for (const Lease &l : r.active_leases())
+            for (const LeasePart &p : l.parts)
+              for (uint32_t c : p.cores) {
+                ++lease_cores;
+                if (!held.insert({p.node, c}).second)
+                  return false;
+              }
+          uint32_t node_cores = 0;
+          for (const NodeView &v : r.nodes())
+            node_cores += v.used_cores;
+          return node_cores == lease_cores;
+        });
+        if (!ok)
+          violation = true;
+      }
+    });
+  for (auto &t : threads)
+    t.join();
+  EXPECT_FALSE(violation.load());
+  EXPECT_GT(loop.tasks_run(), 16u * 100u);
+}
+
+TEST_F(LoopFixture, TicksExpireLeasesOnTheLoop) {
+  NodeSecret s = generate_secret();
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 100, s); }).ok());
+  auto g = loop.call([](Registry &r) { return r.grant({"x", 2, 0, 1000, 1}); });
+  ASSERT_TRUE(g.ok());
+  now += 1000;
+  // The loop ticks every 5 ms; wait (bounded) for it to notice.
+  for (int i = 0; i < 400; ++i) {
+    if (loop.call([](Registry &r) { return r.active_count(); }) == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(loop.call([](Registry &r) { return r.counters().expired; }), 1u);
+}
+
+TEST_F(LoopFixture, ExceptionsReachTheCallerAndStopRefusesNewWork) {
+  EXPECT_THROW(loop.call([](Registry &) -> int { throw std::runtime_error("boom"); }),
+               std::runtime_error);
+  EXPECT_EQ(loop.call([](Registry &) { return 7; }), 7);
+  loop.stop();
+  EXPECT_THROW(loop.call([](Registry &) { return 1; }), LoopStopped);
+}

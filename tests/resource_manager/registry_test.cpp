@@ -1,0 +1,279 @@
+// The lease lifecycle and node states, driven by a manual clock.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "resource_manager/registry.hpp"
+
+using namespace rfaas::rm;
+
+namespace {
+
+struct Fixture : ::testing::Test {
+  uint64_t now = 1'000'000;
+  Store store{":memory:"};
+  RegistryOptions opts = [] {
+    RegistryOptions o;
+    o.default_lease_ms = 10'000;
+    o.max_lease_ms = 100'000;
+    o.heartbeat_timeout_ms = 3'000;
+    return o;
+  }();
+  std::unique_ptr<Registry> reg = make();
+  NodeSecret secret_a = generate_secret();
+  NodeSecret secret_b = generate_secret();
+
+  std::unique_ptr<Registry> make() {
+    return std::make_unique<Registry>(
+        store, [this] { return now; }, opts);
+  }
+  void two_nodes() {
+    ASSERT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a).ok());
+    ASSERT_TRUE(reg->register_node("b", "10.0.0.2:1", 4, 4096, secret_b).ok());
+  }
+  Result<Grant> lease(uint32_t cores, uint64_t mem = 0, uint32_t max_nodes = 1,
+                      std::string client = "alice") {
+    return reg->grant(LeaseRequest{client, cores, mem, 0, max_nodes});
+  }
+};
+
+} // namespace
+
+TEST_F(Fixture, GrantCarriesAddressesAndVerifiableTokens) {
+  two_nodes();
+  auto g = lease(3, 1000);
+  ASSERT_TRUE(g.ok()) << g.message;
+  ASSERT_EQ(g.value.lease.parts.size(), 1u);
+  EXPECT_EQ(g.value.lease.expiry_ms, now + 10'000);
+  const std::string &node = g.value.lease.parts[0].node;
+  TokenVerifier v(node, node == "a" ? secret_a : secret_b);
+  EXPECT_EQ(v.verify(g.value.lease.claim(0), g.value.tokens[0], now), TokenVerdict::Ok);
+  EXPECT_EQ(g.value.addresses[0], node == "a" ? "10.0.0.1:1" : "10.0.0.2:1");
+  EXPECT_EQ(reg->counters().granted, 1u);
+}
+
+TEST_F(Fixture, SpreadAlternatesNodes) {
+  two_nodes();
+  auto g1 = lease(1), g2 = lease(1);
+  ASSERT_TRUE(g1.ok() && g2.ok());
+  EXPECT_NE(g1.value.lease.parts[0].node, g2.value.lease.parts[0].node);
+}
+
+TEST_F(Fixture, PackFillsOneNodeFirst) {
+  opts.policy = PlacementPolicy::Pack;
+  reg = make();
+  two_nodes();
+  auto g1 = lease(1), g2 = lease(1);
+  ASSERT_TRUE(g1.ok() && g2.ok());
+  EXPECT_EQ(g1.value.lease.parts[0].node, g2.value.lease.parts[0].node);
+}
+
+TEST_F(Fixture, NoCoreIsInTwoLeases) {
+  two_nodes();
+  std::set<std::pair<std::string, uint32_t>> held;
+  for (int i = 0; i < 8; ++i) {
+    auto g = lease(1, 10);
+    ASSERT_TRUE(g.ok()) << i << ": " << g.message;
+    for (const LeasePart &p : g.value.lease.parts)
+      for (uint32_t c : p.cores)
+        EXPECT_TRUE(held.insert({p.node, c}).second) << p.node << " core " << c;
+  }
+  auto g = lease(1);
+  EXPECT_EQ(g.outcome, Outcome::Unavailable);
+  EXPECT_EQ(reg->counters().refused, 1u);
+}
+
+TEST_F(Fixture, MultiNodeLeaseSpansNodesWithOneTokenEach) {
+  two_nodes();
+  EXPECT_EQ(lease(6).outcome, Outcome::Unavailable);
+  auto g = lease(6, 600, 2);
+  ASSERT_TRUE(g.ok()) << g.message;
+  ASSERT_EQ(g.value.lease.parts.size(), 2u);
+  EXPECT_EQ(g.value.lease.total_cores(), 6u);
+  EXPECT_EQ(g.value.lease.total_memory_mib(), 600u);
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string &n = g.value.lease.parts[i].node;
+    TokenVerifier v(n, n == "a" ? secret_a : secret_b);
+    EXPECT_EQ(v.verify(g.value.lease.claim(i), g.value.tokens[i], now), TokenVerdict::Ok);
+  }
+}
+
+TEST_F(Fixture, MemoryLimitsLeases) {
+  two_nodes();
+  EXPECT_EQ(lease(1, 5000).outcome, Outcome::Unavailable);
+  ASSERT_TRUE(lease(1, 4000).ok());
+  ASSERT_TRUE(lease(1, 4000).ok());
+  EXPECT_EQ(lease(1, 100).outcome, Outcome::Unavailable);
+}
+
+TEST_F(Fixture, ReleaseFreesCoresAtOnce) {
+  two_nodes();
+  auto g = lease(4, 0, 2);
+  auto h = lease(4, 0, 2);
+  ASSERT_TRUE(g.ok() && h.ok());
+  EXPECT_EQ(lease(1).outcome, Outcome::Unavailable);
+  EXPECT_EQ(reg->release(g.value.lease.id, "mallory").outcome, Outcome::Forbidden);
+  ASSERT_TRUE(reg->release(g.value.lease.id, "alice").ok());
+  EXPECT_TRUE(lease(4).ok());
+  EXPECT_EQ(reg->release(g.value.lease.id, "alice").outcome, Outcome::NotFound);
+  auto events = reg->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].why, LeaseState::Released);
+}
+
+TEST_F(Fixture, LeasesExpireUnlessRenewed) {
+  two_nodes();
+  auto g = lease(4);
+  auto h = lease(4);
+  ASSERT_TRUE(g.ok() && h.ok());
+  now += 9'000;
+  reg->heartbeat("a");
+  reg->heartbeat("b");
+  auto r = reg->renew(h.value.lease.id, "alice", 0);
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.value.lease.expiry_ms, now + 10'000);
+  EXPECT_NE(r.value.tokens[0], h.value.tokens[0]); // the expiry is in the token
+  EXPECT_EQ(reg->renew(h.value.lease.id, "bob", 0).outcome, Outcome::Forbidden);
+  now += 1'000;
+  EXPECT_EQ(reg->tick(), 1u);
+  EXPECT_FALSE(reg->active_lease(g.value.lease.id));
+  EXPECT_TRUE(reg->active_lease(h.value.lease.id));
+  EXPECT_EQ(reg->counters().expired, 1u);
+  EXPECT_EQ(reg->renew(g.value.lease.id, "alice", 0).outcome, Outcome::NotFound);
+  EXPECT_TRUE(lease(4).ok()); // the expired lease's cores are free
+  EXPECT_EQ(store.load_lease(g.value.lease.id)->state, LeaseState::Expired);
+}
+
+TEST_F(Fixture, RevokeEndsLeaseAndTellsItsNodes) {
+  two_nodes();
+  auto g = lease(6, 0, 2);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(reg->revoke(g.value.lease.id).ok());
+  auto events = reg->take_events();
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto &e : events) {
+    EXPECT_EQ(e.why, LeaseState::Revoked);
+    EXPECT_EQ(e.lease_id, g.value.lease.id);
+  }
+  EXPECT_EQ(reg->revoke(g.value.lease.id).outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->counters().revoked, 1u);
+}
+
+TEST_F(Fixture, DrainedAndDownNodesTakeNoNewLeases) {
+  two_nodes();
+  auto g = lease(2);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(reg->drain("a", true).ok());
+  for (int i = 0; i < 2; ++i) {
+    auto h = lease(1);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h.value.lease.parts[0].node, "b");
+  }
+  EXPECT_TRUE(reg->active_lease(g.value.lease.id)); // a drain keeps leases
+  now += 3'001;
+  reg->heartbeat("a"); // b stays silent
+  reg->tick();
+  EXPECT_EQ(reg->node("b")->node.state, NodeState::Down);
+  EXPECT_EQ(lease(1).outcome, Outcome::Unavailable); // a drained, b down
+  ASSERT_TRUE(reg->drain("a", false).ok());
+  EXPECT_TRUE(lease(1).ok());
+  ASSERT_TRUE(reg->heartbeat("b").ok());
+  EXPECT_EQ(reg->node("b")->node.state, NodeState::Up);
+}
+
+TEST_F(Fixture, ReRegistrationGetsTheNodeBackWithTheRightSecretOnly) {
+  two_nodes();
+  auto g = lease(4, 0, 1);
+  ASSERT_TRUE(g.ok());
+  std::string node = g.value.lease.parts[0].node;
+  ASSERT_TRUE(reg->drain(node, true).ok());
+  ASSERT_TRUE(reg->mark_down(node).ok());
+  EXPECT_EQ(reg->register_node(node, "x:1", 4, 4096, generate_secret()).outcome,
+            Outcome::Forbidden);
+  auto r = reg->register_node(node, "10.9.9.9:2", 4, 4096, node == "a" ? secret_a : secret_b);
+  ASSERT_TRUE(r.ok()) << r.message;
+  auto v = reg->node(node);
+  EXPECT_EQ(v->node.state, NodeState::Up);
+  EXPECT_TRUE(v->node.drained);
+  EXPECT_EQ(v->node.address, "10.9.9.9:2");
+  EXPECT_EQ(v->used_cores, 4u);
+  EXPECT_TRUE(reg->active_lease(g.value.lease.id));
+}
+
+TEST_F(Fixture, OperatorNodesAndRemoval) {
+  auto n = reg->add_node("c", "10.0.0.3:1", 2, 1024, std::nullopt);
+  ASSERT_TRUE(n.ok()) << n.message;
+  EXPECT_EQ(reg->add_node("c", "x:1", 2, 1024, std::nullopt).outcome, Outcome::Conflict);
+  EXPECT_EQ(reg->add_node("bad name", "x:1", 2, 1024, std::nullopt).outcome, Outcome::Invalid);
+  EXPECT_EQ(reg->add_node("d", "x:1", 0, 1024, std::nullopt).outcome, Outcome::Invalid);
+  EXPECT_EQ(lease(1).outcome, Outcome::Unavailable); // added, never registered: down
+  EXPECT_EQ(reg->heartbeat("c").outcome, Outcome::NotFound);
+  ASSERT_TRUE(reg->register_node("c", "10.0.0.3:1", 2, 1024, n.value.secret).ok());
+  auto g = lease(1);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(reg->remove_node("c", false).outcome, Outcome::Conflict);
+  ASSERT_TRUE(reg->remove_node("c", true).ok());
+  EXPECT_FALSE(reg->active_lease(g.value.lease.id));
+  EXPECT_EQ(store.load_lease(g.value.lease.id)->state, LeaseState::Revoked);
+  EXPECT_TRUE(reg->nodes().empty());
+  EXPECT_EQ(reg->remove_node("c", false).outcome, Outcome::NotFound);
+}
+
+TEST_F(Fixture, InvalidRequestsAreRefused) {
+  two_nodes();
+  EXPECT_EQ(lease(0).outcome, Outcome::Invalid);
+  EXPECT_EQ(lease(1, 0, 0).outcome, Outcome::Invalid);
+  EXPECT_EQ(lease(1, 0, 1, "").outcome, Outcome::Invalid);
+  EXPECT_EQ(reg->grant(LeaseRequest{"alice", 1, 0, 100'001, 1}).outcome, Outcome::Invalid);
+  EXPECT_EQ(reg->counters().refused, 4u);
+}
+
+TEST_F(Fixture, RestartKeepsLiveLeasesValid) {
+  two_nodes();
+  auto g = lease(3, 100);
+  auto h = lease(2, 100);
+  ASSERT_TRUE(g.ok() && h.ok());
+  ASSERT_TRUE(reg->release(h.value.lease.id, "alice").ok());
+  ASSERT_TRUE(reg->drain("b", true).ok());
+  reg = make(); // a restart on the same database
+  auto live = reg->active_lease(g.value.lease.id);
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->parts[0].cores, g.value.lease.parts[0].cores);
+  EXPECT_FALSE(reg->active_lease(h.value.lease.id));
+  EXPECT_TRUE(reg->node("b")->node.drained);
+  auto nodes = reg->nodes();
+  uint32_t used = 0;
+  for (auto &v : nodes)
+    used += v.used_cores;
+  EXPECT_EQ(used, 3u);
+  // The renewed token still verifies with the node's restored secret.
+  auto r = reg->renew(g.value.lease.id, "alice", 0);
+  ASSERT_TRUE(r.ok());
+  const std::string &n = r.value.lease.parts[0].node;
+  TokenVerifier v(n, n == "a" ? secret_a : secret_b);
+  EXPECT_EQ(v.verify(r.value.lease.claim(0), r.value.tokens[0], now), TokenVerdict::Ok);
+  // Nodes that were up get a heartbeat timeout to come back.
+  now += 2'000;
+  reg->tick();
+  EXPECT_EQ(reg->node("a")->node.state, NodeState::Up);
+}
+
+TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
+  two_nodes();
+  auto g = lease(1);
+  ASSERT_TRUE(g.ok());
+  std::string node = g.value.lease.parts[0].node;
+  uint64_t id = g.value.lease.id;
+  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false}).ok());
+  ASSERT_TRUE(reg->release(id, "alice").ok());
+  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true}).ok());
+  EXPECT_EQ(reg->record_accounting({id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true}).outcome,
+            Outcome::Forbidden);
+  EXPECT_EQ(reg->record_accounting({12345, node, "", 0, 1, 1, 1, 1, true}).outcome,
+            Outcome::NotFound);
+  auto rows = store.accounting_for_client("alice");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].allocation_us, 200u);
+  EXPECT_TRUE(rows[0].final);
+  EXPECT_EQ(rows[0].reported_ms, now);
+}

@@ -1,0 +1,193 @@
+// The REST API, in process, over loopback HTTP: what operators see and may
+// change, and that changes need the bearer token.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "http_client.hpp"
+#include "resource_manager/rest.hpp"
+
+using namespace rfaas::rm;
+using nlohmann::json;
+using rfaas::rm::test::http;
+
+namespace {
+
+const std::string kToken = "test-token-0123456789";
+
+struct RestFixture : ::testing::Test {
+  uint64_t now = 5'000'000;
+  Store store{":memory:"};
+  Registry reg{store, [this] { return now; }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::milliseconds(50)};
+  RestServer rest{loop, kToken};
+  void SetUp() override {
+    loop.start();
+    rest.start("127.0.0.1", 0, 2);
+    ASSERT_NE(rest.port(), 0);
+  }
+  void TearDown() override {
+    rest.stop();
+    loop.stop();
+  }
+};
+
+} // namespace
+
+TEST(Bearer, ComparesWholeTokens) {
+  std::string ok = "Bearer abcdefghijklmnop", shorter = "Bearer abcdefghijklmno",
+              lower = "bearer abcdefghijklmnop", none = "abcdefghijklmnop";
+  EXPECT_TRUE(bearer_matches(&ok, "abcdefghijklmnop"));
+  EXPECT_FALSE(bearer_matches(&shorter, "abcdefghijklmnop"));
+  EXPECT_FALSE(bearer_matches(&lower, "abcdefghijklmnop"));
+  EXPECT_FALSE(bearer_matches(&none, "abcdefghijklmnop"));
+  EXPECT_FALSE(bearer_matches(nullptr, "abcdefghijklmnop"));
+}
+
+TEST_F(RestFixture, HealthAndEmptyLists) {
+  auto h = http(rest.port(), "GET", "/health");
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(json::parse(h.body)["status"], "ok");
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body), json::array());
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases").body), json::array());
+  EXPECT_EQ(http(rest.port(), "GET", "/nope").status, 404);
+}
+
+TEST_F(RestFixture, MutationsNeedTheToken) {
+  std::string body = R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})";
+  auto r = http(rest.port(), "POST", "/nodes", body);
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(r.body.find("Authorization: Bearer"), std::string::npos);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes", body, "wrong-token-0123456789").status, 401);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1").status, 401);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/1").status, 401);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/drain").status, 401);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body).size(), 0u);
+}
+
+TEST_F(RestFixture, AddDrainRemoveNode) {
+  auto r = http(rest.port(), "POST", "/nodes",
+                R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kToken);
+  ASSERT_EQ(r.status, 201) << r.body;
+  json n = json::parse(r.body);
+  EXPECT_EQ(n["secret"].get<std::string>().size(), 64u);
+  EXPECT_EQ(n["state"], "down");
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes",
+                 R"({"name":"n1","address":"x:1","cores":4,"memory_mib":1024})", kToken)
+                .status,
+            409);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes", R"({"name":"n2","cores":4})", kToken).status, 400);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes", R"({"name":"n2","adress":"x"})", kToken).status,
+            400);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes", "{not json", kToken).status, 400);
+
+  r = http(rest.port(), "POST", "/nodes/n1/drain", "", kToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["drained"], true);
+  r = http(rest.port(), "POST", "/nodes/n1/drain", R"({"drained":false})", kToken);
+  EXPECT_EQ(json::parse(r.body)["drained"], false);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/zz/drain", "", kToken).status, 404);
+
+  auto list = json::parse(http(rest.port(), "GET", "/nodes").body);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_FALSE(list[0].contains("secret"));
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 200);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 404);
+}
+
+TEST_F(RestFixture, LeasesRevokeAndAccounting) {
+  NodeSecret s = generate_secret();
+  auto g = loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 4, 1024, s);
+    return r.grant({"alice,the \"first\"", 2, 100, 0, 1});
+  });
+  ASSERT_TRUE(g.ok());
+  uint64_t id = g.value.lease.id;
+  auto leases = json::parse(http(rest.port(), "GET", "/leases").body);
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0]["id"].get<uint64_t>(), id);
+  EXPECT_EQ(leases[0]["cores"], 2);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
+  ASSERT_EQ(http(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status, 200);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status, 404);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/abc", "", kToken).status, 400);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases").body).size(), 0u);
+  auto all = json::parse(http(rest.port(), "GET", "/leases?state=all").body);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0]["state"], "revoked");
+  EXPECT_EQ(http(rest.port(), "GET", "/leases?state=zombie").status, 400);
+
+  ASSERT_TRUE(loop.call([&](Registry &r) {
+                    return r.record_accounting({id, "n1", "", 0, 1000, 400, 300, 100, true});
+                  })
+                  .ok());
+  auto acc = json::parse(http(rest.port(), "GET", "/accounting?lease=" + std::to_string(id)).body);
+  ASSERT_EQ(acc["records"].size(), 1u);
+  EXPECT_EQ(acc["total"]["execution_us"], 300);
+  acc = json::parse(http(rest.port(), "GET", "/accounting?client=alice%2Cthe%20%22first%22").body);
+  EXPECT_EQ(acc["records"].size(), 1u) << acc.dump();
+  auto csv = http(rest.port(), "GET", "/accounting.csv");
+  ASSERT_EQ(csv.status, 200);
+  EXPECT_NE(csv.headers.find("text/csv"), std::string::npos);
+  EXPECT_EQ(csv.body.rfind("lease,node,client,", 0), 0u) << csv.body;
+  EXPECT_NE(csv.body.find(std::to_string(id) +
+                          ",n1,\"alice,the \"\"first\"\"\",5000000,1000,400,300,100,1"),
+            std::string::npos)
+      << csv.body;
+  EXPECT_EQ(http(rest.port(), "GET", "/accounting?lease=1&client=x").status, 400);
+}
+
+TEST_F(RestFixture, MetricsInPrometheusFormat) {
+  NodeSecret s = generate_secret();
+  loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 2, 1024, s);
+    r.grant({"a", 2, 0, 0, 1});
+    return r.grant({"b", 1, 0, 0, 1});
+  });
+  http(rest.port(), "GET", "/nodes");
+  auto m = http(rest.port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.headers.find("text/plain"), std::string::npos);
+  for (const char *line :
+       {"rfaas_rm_leases_granted_total 1\n", "rfaas_rm_leases_refused_total 1\n",
+        "rfaas_rm_leases_expired_total 0\n", "rfaas_rm_leases_active 1\n",
+        "rfaas_rm_nodes_registered 1\n", "rfaas_rm_nodes{state=\"up\"} 1\n",
+        "# TYPE rfaas_rm_request_duration_seconds histogram\n",
+        "rfaas_rm_request_duration_seconds_bucket{interface=\"http\",kind=\"read\",le=\"+Inf\"} "})
+    EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+}
+
+TEST_F(RestFixture, ConcurrentRequestsAllReachTheLoop) {
+  std::vector<std::thread> threads;
+  std::atomic<int> created{0};
+  for (int i = 0; i < 16; ++i)
+    threads.emplace_back([&, i] {
+      auto r = http(rest.port(), "POST", "/nodes",
+                    R"({"name":"n)" + std::to_string(i) +
+                        R"(","address":"h:1","cores":2,"memory_mib":64})",
+                    kToken);
+      created += r.status == 201;
+      http(rest.port(), "GET", "/metrics");
+    });
+  for (auto &t : threads)
+    t.join();
+  EXPECT_EQ(created.load(), 16);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body).size(), 16u);
+}
+
+TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
+  NodeSecret s = generate_secret();
+  auto g = loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 4, 1024, s);
+    return r.grant({"alice", 2, 0, 0, 1});
+  });
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
+  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1?force=true", "", kToken).status, 200);
+  auto all = json::parse(http(rest.port(), "GET", "/leases?state=revoked").body);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0]["id"].get<uint64_t>(), g.value.lease.id);
+}

@@ -1,0 +1,140 @@
+// The SQLite store: schema version, WAL, and a close/reopen restores nodes,
+// leases and accounting.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "resource_manager/store.hpp"
+
+#include <sqlite3.h>
+
+using namespace rfaas::rm;
+
+namespace {
+
+struct TempDb {
+  std::string path;
+  TempDb() {
+    char dir[] = "/tmp/rfaas-rm-store-XXXXXX";
+    path = std::string(mkdtemp(dir)) + "/rm.sqlite";
+  }
+  ~TempDb() { std::filesystem::remove_all(std::filesystem::path(path).parent_path()); }
+};
+
+Node node(const std::string &name) {
+  Node n;
+  n.name = name;
+  n.address = "10.0.0.1:10000";
+  n.cores = 8;
+  n.memory_mib = 16384;
+  n.secret = generate_secret();
+  n.state = NodeState::Up;
+  n.registered_ms = 5;
+  n.last_heartbeat_ms = 6;
+  return n;
+}
+
+Lease lease(uint64_t id) {
+  Lease l;
+  l.id = id;
+  l.client = "alice";
+  l.granted_ms = 100;
+  l.expiry_ms = 200;
+  l.parts = {{"n1", {0, 1, 2}, 300}, {"n2", {5}, 100}};
+  return l;
+}
+
+} // namespace
+
+TEST(Store, FreshFileHasCurrentSchemaInWalMode) {
+  TempDb db;
+  Store s(db.path);
+  EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
+  EXPECT_EQ(s.journal_mode(), "wal");
+}
+
+TEST(Store, ReopenRestoresEverything) {
+  TempDb db;
+  Node n1 = node("n1");
+  uint64_t big_id = (1ull << 62) + 12345;
+  {
+    Store s(db.path);
+    s.put_node(n1);
+    s.put_node(node("n2"));
+    s.put_lease(lease(big_id));
+    Lease ended = lease(7);
+    ended.state = LeaseState::Expired;
+    ended.ended_ms = 210;
+    s.put_lease(ended);
+    s.put_accounting({big_id, "n1", "alice", 150, 10, 20, 30, 300, false});
+    s.put_accounting({big_id, "n1", "alice", 190, 11, 21, 31, 300, true}); // supersedes
+    s.put_accounting({7, "n2", "bob", 190, 1, 2, 3, 4, true});
+  }
+  Store s(db.path);
+  auto nodes = s.load_nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].name, "n1");
+  EXPECT_EQ(nodes[0].secret, n1.secret);
+  EXPECT_EQ(nodes[0].cores, 8u);
+  EXPECT_EQ(nodes[0].state, NodeState::Up);
+  EXPECT_EQ(nodes[0].last_heartbeat_ms, 6u);
+
+  auto active = s.load_leases(LeaseState::Active);
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].id, big_id);
+  EXPECT_EQ(active[0].client, "alice");
+  ASSERT_EQ(active[0].parts.size(), 2u);
+  EXPECT_EQ(active[0].parts[0].cores, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(active[0].parts[1].node, "n2");
+  EXPECT_EQ(active[0].parts[1].memory_mib, 100u);
+  EXPECT_EQ(s.load_leases().size(), 2u);
+  auto ended = s.load_lease(7);
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(ended->state, LeaseState::Expired);
+  EXPECT_EQ(ended->ended_ms, 210u);
+  EXPECT_FALSE(s.load_lease(8));
+
+  auto acc = s.accounting_for_lease(big_id);
+  ASSERT_EQ(acc.size(), 1u);
+  EXPECT_EQ(acc[0].execution_us, 31u);
+  EXPECT_TRUE(acc[0].final);
+  EXPECT_EQ(s.accounting_for_client("bob").size(), 1u);
+  EXPECT_EQ(s.all_accounting().size(), 2u);
+}
+
+TEST(Store, RemovedNodeStaysRemoved) {
+  TempDb db;
+  {
+    Store s(db.path);
+    s.put_node(node("n1"));
+    s.remove_node("n1");
+  }
+  EXPECT_TRUE(Store(db.path).load_nodes().empty());
+}
+
+TEST(Store, NewerSchemaIsRefusedWithAClearError) {
+  TempDb db;
+  { Store s(db.path); }
+  sqlite3 *raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version=99", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  try {
+    Store s(db.path);
+    FAIL() << "opened a database of schema 99";
+  } catch (const StoreError &e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Store, UnopenablePathNamesTheFile) {
+  try {
+    Store s("/nonexistent-dir/rm.sqlite");
+    FAIL();
+  } catch (const StoreError &e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/rm.sqlite"), std::string::npos);
+  }
+}
