@@ -19,6 +19,8 @@ packages=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
   # libraries
   libspdlog-dev libcxxopts-dev libpistache-dev libreaderwriterqueue-dev nlohmann-json3-dev
+  # resource manager: lease tokens (MACs), its SQLite store; curl for its REST tests
+  libsodium-dev libsqlite3-dev curl
   # tests and benchmarks
   libgtest-dev libbenchmark-dev
   # soft-RoCE VM runner (verbs backend tests) and network namespaces

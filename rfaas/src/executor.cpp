@@ -25,8 +25,8 @@
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
 
-#include "logging.hpp"
 #include "device_conversion.hpp"
+#include "logging.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/protocol.hpp"
 #include "registry.hpp"
@@ -513,7 +513,7 @@ struct executor::impl {
         proto::ChannelStatus cs = w.control.send(bye, in(deadlines.shutdown));
         if (cs != proto::ChannelStatus::Ok)
           rfaas::logger().warn("deallocate: Shutdown to worker {} of {}: {}", i, manager_name,
-                       proto::to_string(cs));
+                               proto::to_string(cs));
       }
       for (Slot &s : w.slots)
         if (s.state == SlotState::InFlight && s.source)
@@ -524,7 +524,7 @@ struct executor::impl {
       proto::ChannelStatus cs = manager_channel.send(bye, in(deadlines.shutdown));
       if (cs != proto::ChannelStatus::Ok)
         rfaas::logger().warn("deallocate: Shutdown to the manager {}: {}", manager_name,
-                     proto::to_string(cs));
+                             proto::to_string(cs));
     }
     manager.close();
     workers.clear();
