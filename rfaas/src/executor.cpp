@@ -25,7 +25,6 @@
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
 
-#include "device_conversion.hpp"
 #include "logging.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/protocol.hpp"
@@ -137,7 +136,7 @@ struct executor::impl {
 
   static rdmalib::Fabric open_fabric(const device &dev) {
     try {
-      return rdmalib::Fabric(detail::to_rdmalib(dev));
+      return rdmalib::Fabric(dev);
     } catch (const rdmalib::Error &e) {
       throw Error(phase::configuration, "", from_rdmalib(e),
                   "cannot open device \"" + dev.name + "\": " + e.what());

@@ -58,9 +58,21 @@ mv "$prefix" "$work/moved"
 prefix=$work/moved
 echo "moved the installation to $prefix"
 
+# The one exception: rdmalib/device_config.hpp (rfaas::device), itself
+# standard C++ only, installed next to them.
 if grep -rnE '#include *<(rdmalib/|rdma/|infiniband/|spdlog/|nlohmann/)|"protocol/' \
-  "$prefix/include/rfaas"; then
+  "$prefix/include/rfaas" | grep -v '#include <rdmalib/device_config.hpp>'; then
   echo "FAIL: installed rfaas headers include private dependencies" >&2
+  exit 1
+fi
+[[ -f $prefix/include/rdmalib/device_config.hpp ]] ||
+  { echo "FAIL: rdmalib/device_config.hpp (rfaas::device) was not installed" >&2; exit 1; }
+if grep -nE '#include *<' "$prefix/include/rdmalib/device_config.hpp" | grep -vE '<(cstdint|string)>'; then
+  echo "FAIL: rdmalib/device_config.hpp must hold standard C++ only" >&2
+  exit 1
+fi
+if [[ $(find "$prefix/include/rdmalib" -type f | wc -l) -ne 1 ]]; then
+  echo "FAIL: only rdmalib/device_config.hpp may be installed from rdmalib" >&2
   exit 1
 fi
 

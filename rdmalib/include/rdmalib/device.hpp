@@ -20,11 +20,9 @@
 #include <vector>
 
 #include <rdmalib/capabilities.hpp>
+#include <rdmalib/device_config.hpp>
 
 namespace rdmalib {
-
-/// Endpoint type requested by configuration.
-enum class EndpointPreference : uint8_t { Auto, Connected, ReliableDatagram };
 
 /// The device database's spelling of a preference: "auto", "connected" or
 /// "rdm" (what DeviceDatabase::load accepts and save writes).
@@ -39,31 +37,6 @@ bool parse_endpoint_preference(std::string_view text, EndpointPreference &out) n
 
 /// The valid spellings, for error messages: "auto, connected (or msg), rdm".
 const char *endpoint_preference_names() noexcept;
-
-/// One device entry. Plain data; copyable.
-struct DeviceConfig {
-  /// Name users select it by.
-  std::string name;
-  /// libfabric provider name or alias ("tcp", "sockets", "shm", "tcp;ofi_rxm",
-  /// "verbs", "verbs;ofi_rxm", "efa", ...); empty = automatic choice (fastest
-  /// available first, sockets last). Ignored by the verbs backend.
-  std::string provider;
-  /// libfabric domain name, or the verbs device name as ibv_devices prints it
-  /// ("mlx5_0", "rxe0"). Empty = any.
-  std::string domain;
-  /// Network interface name, for documentation and rfaas-info.
-  std::string interface;
-  /// IP address this node listens on / connects from.
-  std::string ip_address;
-  /// Default listening port; 0 lets the operating system choose (the chosen
-  /// port is reported by Listener::address()).
-  uint16_t port = 0;
-  /// Inline send limit requested; 0 disables inline sends.
-  uint32_t max_inline_data = 0;
-  /// Default receive-queue depth.
-  uint32_t default_receive_buffer_size = 32;
-  EndpointPreference endpoint = EndpointPreference::Auto;
-};
 
 /// The device database: a list of DeviceConfig loaded from or written to JSON.
 class DeviceDatabase {

@@ -2,38 +2,34 @@
 // (config/devices.json, the same file every rFaaS binary reads; rfaas-info
 // --write-devices writes one for this machine).
 //
-// rfaas::device is a neutral copy of the entry, so applications need no
-// network-library header.
+// rfaas::device IS rdmalib::DeviceConfig, the one device type of rFaaS, from a
+// header that holds nothing but standard C++ (installed with librfaas), so
+// applications need no network-library header and nothing is converted.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <rdmalib/device_config.hpp>
 
 namespace rfaas {
 
-/// One device entry. Plain data; copyable.
-struct device {
-  /// What users select it by ("lo-tcp").
-  std::string name;
-  /// libfabric provider or alias ("tcp", "shm", "tcp;ofi_rxm", ...); "" = automatic.
-  std::string provider;
-  /// Domain / verbs device name; "" = any.
-  std::string domain;
-  /// Network interface, informational.
-  std::string interface;
-  /// The address the client's own listener binds (workers connect to it), and
-  /// that it connects from.
-  std::string ip_address;
-  /// Listening port for the client's listener; 0 = let the OS choose.
-  uint16_t port = 0;
-  /// Inline send limit requested; 0 disables inline sends.
-  uint32_t max_inline_data = 0;
-  /// Default receive-queue depth.
-  uint32_t default_receive_buffer_size = 32;
-  /// "auto", "connected" or "rdm".
-  std::string endpoint = "auto";
-};
+/// One device entry (name, provider, domain, interface, ip_address, port,
+/// max_inline_data, default_receive_buffer_size, endpoint). Plain data.
+using device = rdmalib::DeviceConfig;
+/// Which endpoint type a device entry asks for: Auto, Connected or
+/// ReliableDatagram.
+using endpoint_preference = rdmalib::EndpointPreference;
+
+/// The one spelling of a preference, as device databases write it: "auto",
+/// "connected" or "rdm".
+const char *to_string(endpoint_preference e) noexcept;
+/// The preference named `text` ("auto", "connected" or its libfabric alias
+/// "msg", "rdm"); nothing for any other text.
+std::optional<endpoint_preference> parse_endpoint_preference(std::string_view text) noexcept;
 
 /// The device database. Thread-safety: const calls are safe from any thread.
 class device_database {
