@@ -30,6 +30,19 @@ proto::ControlOptions channel_options() {
 
 Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
 
+// Closes both ends of a link when it leaves scope. Declared after a test's
+// channels and buffers, it runs before their destructors: a provider with its
+// own progress thread (sockets, tcp;ofi_rxm) may still deliver into a posted
+// receive until the link is closed (ASan caught one writing into a freed
+// channel ring), the same rule the channel's header states for its users.
+struct CloseLinkFirst {
+  Link &link;
+  ~CloseLinkFirst() {
+    link.client.close();
+    link.server.close();
+  }
+};
+
 class ControlChannelTest : public ProviderFixture {};
 
 TEST_P(ControlChannelTest, MessagesArriveInOrder) {
@@ -37,6 +50,7 @@ TEST_P(ControlChannelTest, MessagesArriveInOrder) {
   ASSERT_TRUE(link.server.is_open() && link.client.is_open());
   proto::ControlChannel server(*server_fabric_, link.server, channel_options());
   proto::ControlChannel client(*client_fabric_, link.client, channel_options());
+  CloseLinkFirst close_first{link};
   constexpr uint32_t kMessages = 6; // within the ring: no flow control needed
   run_both(
       [&] {
@@ -74,6 +88,7 @@ TEST_P(ControlChannelTest, SendAndAwaitKeepsDataCompletions) {
   rdmalib::Buffer<char> source(*server_fabric_, 64, rdmalib::AccessLocal);
   link.client.attach(target.region());
   link.server.attach(source.region());
+  CloseLinkFirst close_first{link};
   std::memset(source.data(), 0x5A, 64);
   constexpr uint32_t kImm = 0xC0FFEE;
   constexpr uint64_t kWriteCtx = 7;
@@ -117,6 +132,7 @@ TEST_P(ControlChannelTest, NextTimesOutAtItsDeadline) {
   Link link = make_link(*server_fabric_, *client_fabric_, link_options());
   ASSERT_TRUE(link.server.is_open() && link.client.is_open());
   proto::ControlChannel client(*client_fabric_, link.client, channel_options());
+  CloseLinkFirst close_first{link};
   const auto limit = std::chrono::milliseconds(200);
   const Clock::time_point start = Clock::now();
   proto::ControlMessage m = client.next(start + limit);
@@ -133,6 +149,7 @@ TEST_P(ControlChannelTest, PeerGoodbyeIsDetected) {
   ASSERT_TRUE(link.server.is_open() && link.client.is_open());
   proto::ControlChannel server(*server_fabric_, link.server, channel_options());
   proto::ControlChannel client(*client_fabric_, link.client, channel_options());
+  CloseLinkFirst close_first{link};
   run_both(
       [&] {
         proto::AllocationResponse resp;
@@ -154,6 +171,7 @@ TEST_P(ControlChannelTest, PeerCloseIsDetected) {
   Link link = make_link(*server_fabric_, *client_fabric_, link_options());
   ASSERT_TRUE(link.server.is_open() && link.client.is_open());
   proto::ControlChannel server(*server_fabric_, link.server, channel_options());
+  CloseLinkFirst close_first{link};
   Event ready;
   run_both(
       [&] {
