@@ -138,30 +138,19 @@ public:
   ChannelStatus send_encoded(size_t size, ControlClock::time_point deadline) noexcept;
   /// Encode `m` into the send area and send it as send_encoded() does.
   template <class M> ChannelStatus send(const M &m, ControlClock::time_point deadline) noexcept {
-    // The area may still be in flight: let the previous send finish first.
-    if (ChannelStatus s = finish_pending(deadline);
-        s != ChannelStatus::Ok && s != ChannelStatus::SendFailed)
+    size_t size = 0;
+    if (ChannelStatus s = stage(m, deadline, size); s != ChannelStatus::Ok)
       return s;
-    WireResult r = encode(m, area(), opt_.send_size);
-    if (!r) {
-      posted_ = false;
-      return ChannelStatus::SendFailed;
-    }
-    return send_encoded(r.size, deadline);
+    return send_encoded(size, deadline);
   }
   /// Encode and post `m` without waiting for its completion, for loops that
   /// must not block (the manager). The completion is reaped by the next call
   /// that sends or polls; a failure then shows as SendFailed from poll().
   template <class M> ChannelStatus post(const M &m) noexcept {
-    if (ChannelStatus s = finish_pending(ControlClock::now());
-        s != ChannelStatus::Ok && s != ChannelStatus::SendFailed)
+    size_t size = 0;
+    if (ChannelStatus s = stage(m, ControlClock::now(), size); s != ChannelStatus::Ok)
       return s;
-    WireResult r = encode(m, area(), opt_.send_size);
-    if (!r) {
-      posted_ = false;
-      return ChannelStatus::SendFailed;
-    }
-    return post_encoded(r.size);
+    return post_encoded(size);
   }
 
   // ---- receiving -----------------------------------------------------------------
@@ -222,6 +211,21 @@ public:
   const char *last_error() const noexcept { return ops_.valid() ? ops_.last_error() : ""; }
 
 private:
+  /// Encode `m` into the send area once the previous send has left it (a
+  /// failed previous send does not stop this one); `size` is the encoded size.
+  template <class M>
+  ChannelStatus stage(const M &m, ControlClock::time_point deadline, size_t &size) noexcept {
+    if (ChannelStatus s = finish_pending(deadline);
+        s != ChannelStatus::Ok && s != ChannelStatus::SendFailed)
+      return s;
+    WireResult r = encode(m, area(), opt_.send_size);
+    if (!r) {
+      posted_ = false;
+      return ChannelStatus::SendFailed;
+    }
+    size = r.size;
+    return ChannelStatus::Ok;
+  }
   uint8_t *area() noexcept {
     return reinterpret_cast<uint8_t *>(buf_.data()) + size_t(opt_.receives) * opt_.receive_size;
   }
