@@ -165,19 +165,8 @@ public:
     check(m && proto::decode(m, kCtl, resp).ok() && resp.status == proto::ErrorCode::BadRequest,
           "malformed AllocationRequest -> bad_request");
     proto::AllocationRequest req;
-    req.cores = 200; // more than any test machine configures
-    req.input_slots = 1;
-    req.input_slot_size = 64;
-    req.client_port = 1;
-    req.library_size = 1;
-    proto::set_text(req.client_host, "127.0.0.1");
-    std::vector<proto::BufferDescriptor> results(req.cores);
-    for (uint32_t i = 0; i < req.cores; ++i) {
-      results[i].buffer.size = 64;
-      results[i].worker = i;
-      results[i].slots = 1;
-      results[i].slot_size = 64;
-    }
+    std::vector<proto::BufferDescriptor> results =
+        unserved_request(200, req); // more cores than any test machine configures
     rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(req.cores),
                              rdmalib::AccessLocal);
     l.conn.attach(rb.region());
@@ -189,6 +178,27 @@ public:
               resp.status == proto::ErrorCode::ResourcesUnavailable,
           "200 cores -> resources_unavailable");
     l.conn.close();
+  }
+
+  /// A well-formed AllocationRequest for `cores` workers, one 64-byte slot
+  /// each, that no executor will ever serve (its result buffers are not real):
+  /// fills `req` and returns its descriptors.
+  static std::vector<proto::BufferDescriptor> unserved_request(uint32_t cores,
+                                                               proto::AllocationRequest &req) {
+    req.cores = cores;
+    req.input_slots = 1;
+    req.input_slot_size = 64;
+    req.client_port = 1;
+    req.library_size = 1;
+    proto::set_text(req.client_host, "127.0.0.1");
+    std::vector<proto::BufferDescriptor> results(cores);
+    for (uint32_t i = 0; i < cores; ++i) {
+      results[i].buffer.size = 64;
+      results[i].worker = i;
+      results[i].slots = 1;
+      results[i].slot_size = 64;
+    }
+    return results;
   }
 
   /// Send an AllocationRequest one descriptor longer than the largest legal
@@ -204,19 +214,7 @@ public:
                                           sizeof hb, milliseconds(5000));
     l.setup(fabric_, 4);
     proto::AllocationRequest req;
-    req.cores = proto::kMaxWorkers;
-    req.input_slots = 1;
-    req.input_slot_size = 64;
-    req.client_port = 1;
-    req.library_size = 1;
-    proto::set_text(req.client_host, "127.0.0.1");
-    std::vector<proto::BufferDescriptor> results(req.cores);
-    for (uint32_t i = 0; i < req.cores; ++i) {
-      results[i].buffer.size = 64;
-      results[i].worker = i;
-      results[i].slots = 1;
-      results[i].slot_size = 64;
-    }
+    std::vector<proto::BufferDescriptor> results = unserved_request(proto::kMaxWorkers, req);
     const size_t size = proto::kMaxAllocationRequestSize + sizeof(proto::BufferDescriptor);
     rdmalib::Buffer<char> rb(fabric_, size, rdmalib::AccessLocal);
     l.conn.attach(rb.region());
