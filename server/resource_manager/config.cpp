@@ -85,7 +85,9 @@ ResourceManagerConfig ResourceManagerConfig::parse(const std::string &text,
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) {
+    // parse_error, and out_of_range for a number too large for a double
+    // (1e400: what fuzzing found escaping the other readers).
     throw ConfigError(origin + ": not valid JSON: " + e.what());
   }
   ResourceManagerConfig c;
