@@ -1,0 +1,237 @@
+// Internal to librfaas: rfaas::executor's shared state (executor::impl), split
+// by phase over executor_allocation.cpp (docs/protocol.md steps 1-4 and 6),
+// executor_invocation.cpp (step 5) and executor_memory.cpp (the registered
+// blocks of rfaas::allocator), written against rdmalib's public API only.
+//
+// Per worker the client keeps three registered buffers:
+//   results  slots x (32 + max_output)  remote-writable: the worker's results
+//   staging  slots x (32 + max_input)   header + copied payload for inputs that
+//                                       are not rfaas::allocator memory
+//   control  (recvs + 1) x 256          a ControlChannel: receives for control
+//                                       messages and write_imm notifications,
+//                                       one send area
+// An invocation occupies (worker, slot) from its post until its result and its
+// write completion both arrived; results are matched by slot (the immediate)
+// and checked against the invocation id in the ResultHeader.
+#pragma once
+
+#include <rfaas/executor.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <rdmalib/rdmalib.hpp>
+#include <spdlog/spdlog.h>
+
+#include "logging.hpp"
+#include "protocol/control_channel.hpp"
+#include "protocol/protocol.hpp"
+#include "registry.hpp"
+
+namespace rfaas {
+
+namespace proto = rfaas::protocol;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+/// What the executor's phases share; not part of the public API.
+namespace detail {
+
+constexpr size_t kCtl = proto::kControlMessageMax;
+/// Receives posted per worker beyond one per slot: Ready, Shutdown and the
+/// BufferAdvertisement can arrive while every slot's notification is pending.
+constexpr uint32_t kExtraRecvs = 8;
+/// Manager connection: AllocationResponse, Shutdown, goodbye.
+constexpr uint32_t kManagerRecvs = 4;
+
+// Send-queue contexts: a slot write carries its slot index in the low bits.
+constexpr uint64_t kWriteCtx = 1ull << 62;
+constexpr uint64_t kControlCtx = 1ull << 61;
+
+inline status from_wire(proto::ErrorCode c) { return static_cast<status>(c); }
+
+/// The status a failed channel call stands for; `wire` explains a bad message.
+inline status from_channel(proto::ChannelStatus s, const proto::WireResult &wire) {
+  switch (s) {
+  case proto::ChannelStatus::Ok:
+    return status::ok;
+  case proto::ChannelStatus::Timeout:
+    return status::timeout;
+  case proto::ChannelStatus::Closed:
+  case proto::ChannelStatus::Shutdown:
+    return status::closed;
+  case proto::ChannelStatus::BadMessage:
+  case proto::ChannelStatus::Unexpected:
+    return from_wire(proto::reply_code(wire.error));
+  case proto::ChannelStatus::SendFailed:
+    break;
+  }
+  return status::network_error;
+}
+
+inline status from_rdmalib(const rdmalib::Error &e) {
+  switch (e.kind()) {
+  case rdmalib::ErrorKind::Timeout:
+    return status::timeout;
+  case rdmalib::ErrorKind::Closed:
+  case rdmalib::ErrorKind::Refused:
+    return status::closed;
+  default:
+    return status::network_error;
+  }
+}
+
+inline int ms_left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+inline size_t round8(size_t n) { return (n + 7) & ~size_t(7); }
+
+enum class SlotState : uint8_t {
+  Free,
+  /// Posted; result and/or write completion outstanding.
+  InFlight,
+  /// Result and write completion in; an async future has not claimed it yet.
+  Done,
+};
+
+struct Slot {
+  SlotState state = SlotState::Free;
+  bool result_in = false;
+  bool write_done = true;
+  /// The caller gave up (timeout): drop the result when it comes.
+  bool abandoned = false;
+  uint64_t id = 0;
+  mutable_buffer out;
+  result res;
+  /// Zero-copy source whose prefix holds this invocation's header.
+  detail::Registration *source = nullptr;
+};
+
+struct Worker {
+  // Buffers before the connection: members die in reverse order, and closing
+  // the connection drains completions into posted receives.
+  rdmalib::Buffer<char> results, staging;
+  proto::ControlChannel control;
+  rdmalib::Connection conn;
+  rdmalib::Operations ops;
+  /// The worker's input slots (its BufferAdvertisement).
+  proto::BufferDescriptor input;
+  bool advertised = false;
+  bool ready = false;
+  bool alive = false;
+  status end_reason = status::closed;
+  uint32_t writes_pending = 0;
+  std::vector<Slot> slots;
+};
+
+} // namespace detail
+
+struct executor::impl {
+  using Worker = detail::Worker;
+  using Slot = detail::Slot;
+  using SlotState = detail::SlotState;
+
+  impl(const device &dev, const timeouts &t)
+      : deadlines(t), fabric(open_fabric(dev)), caps(fabric.capabilities()),
+        listener(open_listener(fabric, dev)) {}
+
+  static rdmalib::Fabric open_fabric(const device &dev);
+
+  static rdmalib::Listener open_listener(rdmalib::Fabric &f, const device &dev);
+
+  timeouts deadlines;
+  rdmalib::Fabric fabric;
+  rdmalib::Capabilities caps;
+  rdmalib::Listener listener;
+  detail::Registry registry;
+
+  // ---- the allocation ----
+  bool allocated = false;
+  /// Bumped by every deallocate(): futures of an older allocation yield closed.
+  uint64_t generation = 0;
+  std::string manager_name;
+  proto::ControlChannel manager_channel; // before manager: outlives its close
+  rdmalib::Connection manager;
+  uint64_t allocation_id = 0;
+  uint32_t nworkers = 0, nslots = 0, max_input = 0, max_output = 0;
+  uint32_t input_slot = 0, result_slot = 0, nrecv = 0;
+  std::vector<Worker> workers;
+  uint64_t next_id = 0;
+  uint32_t rr = 0;
+  rdmalib::Completion comp_buf[16]; // progress()'s, see there
+  cold_start cold;
+
+  // ---- setup helpers ----------------------------------------------------------
+
+  [[noreturn]] void fail(phase ph, status st, const std::string &what) {
+    throw Error(ph, manager_name, st, what);
+  }
+
+  Clock::time_point in(milliseconds d) const { return Clock::now() + d; }
+
+  /// Fail the setup phase `ph` after a channel call to worker `index` failed.
+  [[noreturn]] void fail_worker(phase ph, uint32_t index, proto::ChannelStatus s,
+                                const proto::WireResult &wire, const Worker &w);
+
+  // ---- allocation and deallocation (executor_allocation.cpp) ---------------
+
+  void allocate(const server &m, const allocation_options &o);
+
+  void accept_workers(Clock::time_point deadline);
+
+  void collect_ready(Clock::time_point deadline);
+
+  /// Close everything; with `polite`, tell workers and manager first.
+  void teardown(bool polite) noexcept;
+
+  // ---- the data path (executor_invocation.cpp) ------------------------------
+
+  /// A worker ended (closed, Shutdown, failed completion): every invocation on
+  /// it fails with `why`, later posts fail with `closed`.
+  void worker_lost(Worker &w, status why) noexcept;
+
+  void finish(Slot &s) noexcept;
+
+  void on_write_done(Worker &w, const rdmalib::Completion &c) noexcept;
+
+  void on_result(Worker &w, uint32_t imm) noexcept;
+
+  /// Reap what arrived on one worker's connection. No allocation, no lock.
+  /// With `block_ms` > 0, sleeps up to that long in the provider for the next
+  /// completion on the queue `block_on` instead of polling it (for providers
+  /// whose own threads move the data; see complete()).
+  void progress(Worker &w, int block_ms = 0,
+                rdmalib::Queue block_on = rdmalib::Queue::Recv) noexcept;
+
+  /// Post `input` for `function` into (w, s). On failure the slot stays free
+  /// and the status is returned.
+  result post(uint32_t wi, uint32_t s, uint32_t function, const_buffer input,
+              mutable_buffer output) noexcept;
+
+  /// Busy-poll (or wait, see below) until (w, s) is Done or the deadline
+  /// passes; frees the slot.
+  result complete(uint32_t wi, uint32_t s, Clock::time_point deadline) noexcept;
+
+  /// A free (worker, slot), round robin over workers first. False if none.
+  bool find_free(uint32_t &wi, uint32_t &s) noexcept;
+
+  void require_allocated() const {
+    if (!allocated)
+      throw Error(phase::usage, manager_name, status::invalid_argument,
+                  "the executor holds no allocation; call allocate() first");
+  }
+
+  result execute(std::string_view fn, const_buffer in, mutable_buffer out, milliseconds timeout);
+
+  /// The wire carries a hash of the name; the caller needs the name itself.
+  static void warn_unknown_function(std::string_view fn);
+
+  std::vector<result> execute_parallel(std::string_view fn, const std::vector<const_buffer> &in,
+                                       const std::vector<mutable_buffer> &out);
+};
+
+} // namespace rfaas

@@ -1,0 +1,382 @@
+// rfaas::executor: invocations (docs/protocol.md step 5): posting inputs,
+// reaping results and write completions, execute/async/execute_parallel.
+#include "executor_impl.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <memory>
+
+namespace rfaas {
+
+using namespace detail;
+
+void executor::impl::worker_lost(Worker &w, status why) noexcept {
+  if (!w.alive)
+    return;
+  w.alive = false;
+  w.end_reason = why;
+  for (Slot &s : w.slots) {
+    if (s.state != SlotState::InFlight)
+      continue;
+    if (!s.result_in)
+      s.res = result{status::closed, 0, 0};
+    s.result_in = true;
+    s.write_done = true;
+    finish(s);
+  }
+}
+
+void executor::impl::finish(Slot &s) noexcept {
+  if (s.source) {
+    --s.source->in_flight;
+    s.source = nullptr;
+  }
+  s.state = s.abandoned ? SlotState::Free : SlotState::Done;
+  s.abandoned = false;
+}
+
+void executor::impl::on_write_done(Worker &w, const rdmalib::Completion &c) noexcept {
+  uint32_t s = static_cast<uint32_t>(c.context & 0xFFFF);
+  if (s >= w.slots.size())
+    return;
+  --w.writes_pending;
+  Slot &sl = w.slots[s];
+  sl.write_done = true;
+  if (c.status != rdmalib::Status::Ok && !sl.result_in) {
+    sl.res = result{status::network_error, 0, 0};
+    sl.result_in = true;
+  }
+  if (sl.state == SlotState::InFlight && sl.result_in)
+    finish(sl);
+}
+
+void executor::impl::on_result(Worker &w, uint32_t imm) noexcept {
+  proto::Immediate im = proto::parse_immediate(imm);
+  if (im.slot >= w.slots.size())
+    return;
+  Slot &sl = w.slots[im.slot];
+  if (sl.state != SlotState::InFlight || sl.result_in || !proto::immediate_matches(imm, sl.id))
+    return; // stale or foreign: nothing waits for it
+  const char *at = w.results.data() + size_t(im.slot) * result_slot;
+  proto::ResultHeader h;
+  proto::WireResult r = proto::decode(at, result_slot, h);
+  result res;
+  if (!r) {
+    // The header is unusable; the immediate still says what happened.
+    res.status = im.status != proto::ErrorCode::Ok ? from_wire(im.status) : status::bad_request;
+  } else if (h.invocation_id != sl.id && !proto::immediate_matches(imm, h.invocation_id)) {
+    res.status = status::bad_request;
+  } else {
+    res.status = from_wire(h.status);
+    res.detail = h.detail;
+    if (h.status == proto::ErrorCode::Ok) {
+      if (sl.abandoned) {
+        // Nobody reads the output any more.
+      } else if (h.output_size > sl.out.size) {
+        res.status = status::output_too_large;
+        res.detail = h.output_size;
+      } else {
+        if (h.output_size)
+          std::memcpy(sl.out.data, at + proto::kResultHeaderSize, h.output_size);
+        res.output_size = h.output_size;
+      }
+    }
+  }
+  sl.res = res;
+  sl.result_in = true;
+  if (sl.write_done)
+    finish(sl);
+}
+
+void executor::impl::progress(Worker &w, int block_ms, rdmalib::Queue block_on) noexcept {
+  // A member, not a local: a local array of Completion is value-initialised
+  // on every call, and this runs once per spin of the busy-poll loop.
+  rdmalib::Completion *c = comp_buf;
+  // What queue `q` holds: polled, or waited for when it is the one to block on.
+  auto fetch = [&](rdmalib::Queue q) -> rdmalib::WaitResult {
+    if (block_ms > 0 && block_on == q)
+      return w.ops.wait(q, c, 16, block_ms);
+    return {w.ops.poll(q, c, 16), rdmalib::Status::Ok};
+  };
+  rdmalib::WaitResult got = fetch(rdmalib::Queue::Recv);
+  if (got.status == rdmalib::Status::Closed) {
+    worker_lost(w, status::closed);
+    return;
+  }
+  size_t n = got.count;
+  for (size_t i = 0; i < n; ++i) {
+    if (c[i].status != rdmalib::Status::Ok || c[i].kind == rdmalib::OpKind::PeerClosed) {
+      worker_lost(w, status::closed);
+      return;
+    }
+    if (c[i].kind == rdmalib::OpKind::RemoteWriteImm) {
+      on_result(w, c[i].imm);
+      if (caps.write_consumes_receive)
+        w.control.recycle(c[i]);
+    } else if (c[i].kind == rdmalib::OpKind::Recv && w.control.owns(c[i])) {
+      proto::ChannelStatus cs = w.control.take(c[i]).status;
+      if (cs == proto::ChannelStatus::Shutdown || cs == proto::ChannelStatus::Closed) {
+        // Results sent before the Shutdown have been processed already
+        // (same connection, in order): what is still in flight is lost.
+        worker_lost(w, status::closed);
+        return;
+      }
+    }
+  }
+  if (w.writes_pending) {
+    n = fetch(rdmalib::Queue::Send).count;
+    for (size_t i = 0; i < n; ++i)
+      if (c[i].context & kWriteCtx)
+        on_write_done(w, c[i]);
+  }
+}
+
+result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_buffer input,
+                            mutable_buffer output) noexcept {
+  Worker &w = workers[wi];
+  if (!w.alive)
+    return result{w.end_reason == status::ok ? status::closed : w.end_reason, 0, 0};
+  if (input.size > max_input)
+    return result{status::payload_too_large, 0, max_input};
+  Slot &sl = w.slots[s];
+  const uint64_t id = ++next_id;
+
+  // Zero copy when the input is the start of one of our registered blocks
+  // and its header room is not in use by another invocation.
+  detail::Registration *reg = registry.find(input.data);
+  rdmalib::LocalRef src;
+  char *header_at;
+  if (reg && reg->in_flight == 0 && input.size <= reg->user_bytes) {
+    header_at = static_cast<char *>(const_cast<void *>(input.data)) - proto::kInvocationHeaderSize;
+    src = reg->region.local(detail::Registration::kPrefix - proto::kInvocationHeaderSize,
+                            proto::kInvocationHeaderSize + input.size);
+    ++reg->in_flight;
+  } else {
+    reg = nullptr;
+    header_at = w.staging.data() + size_t(s) * input_slot;
+    if (input.size)
+      std::memcpy(header_at + proto::kInvocationHeaderSize, input.data, input.size);
+    src = w.staging.local_bytes(size_t(s) * input_slot, proto::kInvocationHeaderSize + input.size);
+  }
+  proto::InvocationHeader h;
+  h.invocation_id = id;
+  h.function = function;
+  h.payload_size = static_cast<uint32_t>(input.size);
+  h.slot = static_cast<uint16_t>(s);
+  proto::encode(h, header_at, input_slot);
+
+  rdmalib::Status st = w.ops.write_imm(src, w.input.buffer, uint64_t(s) * w.input.slot_size,
+                                       proto::make_immediate(s, id), kWriteCtx | s);
+  if (st != rdmalib::Status::Ok) {
+    if (reg)
+      --reg->in_flight;
+    if (st == rdmalib::Status::Closed) {
+      worker_lost(w, status::closed);
+      return result{status::closed, 0, 0};
+    }
+    return result{st == rdmalib::Status::Timeout ? status::timeout : status::network_error, 0, 0};
+  }
+  ++w.writes_pending;
+  sl.state = SlotState::InFlight;
+  sl.result_in = false;
+  sl.write_done = false;
+  sl.abandoned = false;
+  sl.id = id;
+  sl.out = output;
+  sl.source = reg;
+  sl.res = result{};
+  return sl.res;
+}
+
+result executor::impl::complete(uint32_t wi, uint32_t s, Clock::time_point deadline) noexcept {
+  Worker &w = workers[wi];
+  Slot &sl = w.slots[s];
+  uint32_t spins = 0;
+  // Where the provider's own threads move the data, a spinning caller takes
+  // their core: sleep in the provider for what is still missing instead.
+  const bool block = caps.progress == rdmalib::Progress::Thread;
+  while (sl.state == SlotState::InFlight) {
+    if (block)
+      progress(w, 10, sl.result_in ? rdmalib::Queue::Send : rdmalib::Queue::Recv);
+    else
+      progress(w);
+    // Reading the clock costs more than a poll: look at it now and then
+    // (after every wait when blocking: each may take 10 ms).
+    if (block || ++spins == 64) {
+      spins = 0;
+      if (Clock::now() > deadline && sl.state == SlotState::InFlight) {
+        // The slot stays busy until the late result arrives, but nobody
+        // reads it: the caller's output buffer may be gone by then.
+        sl.abandoned = true;
+        sl.out = mutable_buffer{};
+        return result{status::timeout, 0, 0};
+      }
+    }
+  }
+  sl.state = SlotState::Free;
+  return sl.res;
+}
+
+bool executor::impl::find_free(uint32_t &wi, uint32_t &s) noexcept {
+  const uint32_t total = nworkers * nslots;
+  for (uint32_t k = 0; k < total; ++k) {
+    uint32_t g = (rr + k) % total;
+    uint32_t w = g % nworkers, slot = g / nworkers;
+    if (workers[w].slots[slot].state == SlotState::Free) {
+      wi = w;
+      s = slot;
+      rr = (g + 1) % total;
+      return true;
+    }
+  }
+  return false;
+}
+
+result executor::impl::execute(std::string_view fn, const_buffer in, mutable_buffer out,
+                               milliseconds timeout) {
+  require_allocated();
+  uint32_t wi, s;
+  if (!find_free(wi, s)) {
+    for (Worker &w : workers)
+      progress(w);
+    if (!find_free(wi, s))
+      return result{status::busy, 0, 0};
+  }
+  // The clock is read after posting: the invocation is on its way meanwhile
+  // (a clock read costs ~40 ns in a VM, a sizeable part of a shm round trip).
+  result r = post(wi, s, proto::function_hash(fn), in, out);
+  if (workers[wi].slots[s].state == SlotState::InFlight)
+    r = complete(wi, s, Clock::now() + timeout);
+  if (r.status == status::unknown_function)
+    warn_unknown_function(fn);
+  return r;
+}
+
+void executor::impl::warn_unknown_function(std::string_view fn) {
+  rfaas::logger().warn("unknown_function: \"{}\" is not a function of the shipped library "
+                       "(name hash {:08x}); check the name against the library's exports "
+                       "(nm -D --defined-only LIBRARY)",
+                       fn, proto::function_hash(fn));
+}
+
+std::vector<result> executor::impl::execute_parallel(std::string_view fn,
+                                                     const std::vector<const_buffer> &in,
+                                                     const std::vector<mutable_buffer> &out) {
+  require_allocated();
+  std::vector<result> results(in.size());
+  if (in.size() != out.size() || in.empty()) {
+    for (result &r : results)
+      r.status = status::invalid_argument;
+    return results;
+  }
+  const uint32_t hash = proto::function_hash(fn);
+  const Clock::time_point deadline = Clock::now() + deadlines.invocation;
+  // Which input each (worker, slot) currently runs; SIZE_MAX = none of ours.
+  std::vector<size_t> owner(size_t(nworkers) * nslots, SIZE_MAX);
+  size_t next = 0, outstanding = 0;
+  bool expired = false;
+  uint32_t spins = 0;
+  while (next < in.size() || outstanding > 0) {
+    // Fill free slots.
+    uint32_t wi, s;
+    while (next < in.size() && !expired && find_free(wi, s)) {
+      result r = post(wi, s, hash, in[next], out[next]);
+      if (workers[wi].slots[s].state == SlotState::InFlight) {
+        owner[size_t(s) * nworkers + wi] = next;
+        ++outstanding;
+      } else {
+        results[next] = r;
+      }
+      ++next;
+    }
+    if (outstanding == 0 && (next == in.size() || expired))
+      break;
+    for (uint32_t w = 0; w < nworkers; ++w) {
+      progress(workers[w]);
+      for (uint32_t k = 0; k < nslots; ++k) {
+        size_t &o = owner[size_t(k) * nworkers + w];
+        if (o != SIZE_MAX && workers[w].slots[k].state == SlotState::Done) {
+          results[o] = workers[w].slots[k].res;
+          workers[w].slots[k].state = SlotState::Free;
+          o = SIZE_MAX;
+          --outstanding;
+        }
+      }
+    }
+    if (++spins == 64) {
+      spins = 0;
+      if (Clock::now() > deadline) {
+        expired = true;
+        for (uint32_t w = 0; w < nworkers; ++w)
+          for (uint32_t k = 0; k < nslots; ++k) {
+            size_t &o = owner[size_t(k) * nworkers + w];
+            if (o == SIZE_MAX)
+              continue;
+            Slot &sl = workers[w].slots[k];
+            sl.abandoned = true;
+            sl.out = mutable_buffer{};
+            results[o] = result{status::timeout, 0, 0};
+            o = SIZE_MAX;
+            --outstanding;
+          }
+        for (; next < in.size(); ++next)
+          results[next] = result{status::timeout, 0, 0};
+      }
+    }
+  }
+  if (std::any_of(results.begin(), results.end(),
+                  [](const result &r) { return r.status == status::unknown_function; }))
+    warn_unknown_function(fn);
+  return results;
+}
+
+// ---- executor: invocations -------------------------------------------------------
+
+result executor::execute(std::string_view function, const_buffer input, mutable_buffer output) {
+  return impl_->execute(function, input, output, impl_->deadlines.invocation);
+}
+
+result executor::execute(std::string_view function, const_buffer input, mutable_buffer output,
+                         std::chrono::milliseconds timeout) {
+  return impl_->execute(function, input, output, timeout);
+}
+
+std::future<result> executor::async(std::string_view function, const_buffer input,
+                                    mutable_buffer output) {
+  impl_->require_allocated();
+  auto ready = [](result r) {
+    std::promise<result> p;
+    p.set_value(r);
+    return p.get_future();
+  };
+  impl &self = *impl_;
+  uint32_t wi, s;
+  if (!self.find_free(wi, s)) {
+    for (Worker &w : self.workers)
+      self.progress(w);
+    if (!self.find_free(wi, s))
+      return ready(result{status::busy, 0, 0});
+  }
+  result r = self.post(wi, s, protocol::function_hash(function), input, output);
+  if (self.workers[wi].slots[s].state != SlotState::InFlight)
+    return ready(r);
+  // Deferred: get() polls on the caller's thread. The weak pointer and the
+  // generation make a future outliving its allocation (or executor) harmless.
+  std::weak_ptr<impl> weak = impl_;
+  const uint64_t gen = self.generation;
+  const milliseconds timeout = self.deadlines.invocation;
+  return std::async(std::launch::deferred, [weak, gen, wi, s, timeout]() {
+    std::shared_ptr<impl> p = weak.lock();
+    if (!p || p->generation != gen)
+      return result{status::closed, 0, 0};
+    return p->complete(wi, s, Clock::now() + timeout);
+  });
+}
+
+std::vector<result> executor::execute_parallel(std::string_view function,
+                                               const std::vector<const_buffer> &inputs,
+                                               const std::vector<mutable_buffer> &outputs) {
+  return impl_->execute_parallel(function, inputs, outputs);
+}
+} // namespace rfaas
