@@ -1,8 +1,8 @@
 // Fuzz target: what an executor does with the bytes it receives, driven
 // without a network.
 //
-// The executor's handlers (Worker and AccountingLink in
-// server/executor/executor.cpp, the zygote in zygote.cpp) are bound to live
+// The executor's handlers (Worker in server/executor/worker.cpp, AccountingLink
+// in accounting_link.cpp, the zygote in zygote.cpp) are bound to live
 // connections and registered buffers, so this target runs the layer they
 // consist of, with the executor's own buffer sizes and checks:
 //  * the launch spec text it is started with (LaunchSpec::parse, as the zygote

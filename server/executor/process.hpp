@@ -1,0 +1,206 @@
+// Internal to the executor process: the state its threads share, the worker
+// threads (worker.cpp) and the main thread's accounting link to the manager
+// (accounting_link.cpp); run_executor() (executor.cpp) starts and joins them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rdmalib/rdmalib.hpp>
+
+#include "common/launch_spec.hpp"
+#include "executor/function_library.hpp"
+#include "executor/output_area.hpp"
+#include "protocol/control_channel.hpp"
+
+namespace rfaas::executor {
+
+namespace proto = rfaas::protocol;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+/// Connection requests a peer refuses are made again this often (see
+/// rdmalib::ConnectionOptions::refused_retries): the client's listener and the
+/// manager are known to be there, so a refusal is more likely transient.
+constexpr uint32_t kRefusedRetries = 3;
+
+/// Set by SIGTERM/SIGINT (run_executor installs the handler); workers stop
+/// serving when they see it.
+extern volatile sig_atomic_t g_terminate;
+
+inline uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+/// Counters one worker publishes for the accounting thread. Written only by
+/// the worker (relaxed stores: a plain move on x86/arm64), read by the main
+/// thread; a cache line each so workers never share one.
+struct alignas(64) WorkerCounters {
+  std::atomic<uint64_t> hot_ns{0};
+  std::atomic<uint64_t> exec_ns{0};
+  std::atomic<uint64_t> invocations{0};
+};
+
+struct Shared {
+  const server::LaunchSpec &spec;
+  rdmalib::Fabric &fabric;
+  proto::AllocationRequest request;
+  std::vector<proto::BufferDescriptor> results;
+
+  std::mutex m;
+  std::condition_variable cv;
+  bool library_done = false;
+  proto::ErrorCode library_status = proto::ErrorCode::Internal;
+  std::string library_message;
+  FunctionLibrary library;
+  unsigned finished = 0;
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> setup_failed{false};
+  std::atomic<int> crash_signal{0};
+  std::unique_ptr<WorkerCounters[]> counters;
+
+  Shared(const server::LaunchSpec &s, rdmalib::Fabric &f) : spec(s), fabric(f) {}
+
+  void end_all() {
+    stop.store(true, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(m);
+    cv.notify_all();
+  }
+  /// First outcome wins (worker 0's exit path publishes a failure that must
+  /// not overwrite a success).
+  void publish_library(proto::ErrorCode st, std::string msg) {
+    std::lock_guard<std::mutex> g(m);
+    if (library_done)
+      return;
+    library_done = true;
+    library_status = st;
+    library_message = std::move(msg);
+    cv.notify_all();
+  }
+};
+
+/// Wait for one completion of queue `q` (its status is returned through `c`).
+inline rdmalib::Status wait_one(rdmalib::Operations &ops, rdmalib::Queue q, rdmalib::Completion &c,
+                                int timeout_ms) {
+  rdmalib::WaitResult w = ops.wait(q, &c, 1, timeout_ms);
+  if (w.status != rdmalib::Status::Ok)
+    return w.status;
+  return c.status;
+}
+
+/// One worker thread: connect, advertise, (worker 0) fetch the library, Ready,
+/// serve until the client leaves.
+class Worker {
+public:
+  Worker(Shared &s, uint32_t index) : s_(s), index_(index) {}
+
+  void run() noexcept;
+
+private:
+  void pin();
+
+  /// Send a control message and wait for its completion (result writes and
+  /// probes completing meanwhile are accounted by the channel's data handler).
+  template <class M> void send_control(const M &m);
+
+  void setup_and_serve();
+
+  /// Worker 0: wait for the CodeHeader, RDMA-read the library, check, load.
+  void fetch_library();
+
+  /// The hot path: no allocation, no logging, no exception per invocation.
+  void serve();
+
+  /// Liveness check for links without disconnect events, called when idle:
+  /// every kProbeInterval of silence, one small read from the client's result
+  /// buffer (the client does not see reads). False when the client is
+  /// unreachable: the read cannot be posted, or is still pending after
+  /// kProbeDeadline. A failed read completion is handled with the others.
+  bool probe_client(Clock::time_point last_activity) noexcept;
+
+  /// Serve the invocation announced by `imm`; `done` is set to when the
+  /// function's result was posted (left unchanged when no function ran).
+  /// Returns 0, the signal number if the function crashed, or -1 if the result
+  /// could not be posted.
+  int invoke(uint32_t imm, Clock::time_point &done) noexcept;
+
+  /// Log a crash of the function with name hash `hash` in slot `s`, and say
+  /// whether it was a write that ran off the slot into a guard page. Such a
+  /// crash stopped at the first byte past the slot (or before it): no memory
+  /// but the slot's own was written, so the worker may go on serving. Any
+  /// other crash may have damaged the process. Off the hot path.
+  bool crashed_off_its_slot(int sig, uint32_t s, uint32_t hash) noexcept;
+
+  /// A function crashed: the result is posted; make sure it left, tell the
+  /// client we are ending, and stop the whole executor (its memory can no
+  /// longer be trusted).
+  void end_after_crash(int sig);
+
+  static constexpr uint64_t kSendCtx = 1ull << 40;
+  static constexpr uint64_t kReadCtx = 2ull << 40;
+  static constexpr uint64_t kResultCtx = 3ull << 40;
+  static constexpr uint64_t kProbeCtx = 4ull << 40;
+  static constexpr size_t kProbeBytes = 8;
+  static constexpr std::chrono::milliseconds kProbeInterval{1000};
+  static constexpr std::chrono::milliseconds kProbeDeadline{3000};
+  static constexpr uint32_t kClockSpins = 64;
+
+  Shared &s_;
+  uint32_t index_;
+  uint32_t slots_ = 0, islot_ = 0, rslot_ = 0;
+  uint64_t nrecv_ = 0;
+  uint32_t outstanding_ = 0;
+  proto::BufferDescriptor rdesc_;
+  // Buffers before the connection: members die in reverse order, and closing
+  // the connection drains completions into posted receives (ASan caught the
+  // goodbye landing in a freed receive buffer).
+  rdmalib::Buffer<char> input_, probe_;
+  OutputArea output_;
+  rdmalib::MemoryRegion output_mr_; // after output_: deregistered before it unmaps
+  proto::ControlChannel ctrl_;
+  rdmalib::Connection conn_;
+  rdmalib::Operations ops_;
+  const FunctionLibrary *lib_ = nullptr;
+  bool probe_peer_ = false, probing_ = false;
+  uint32_t idle_spins_ = 0;
+  Clock::time_point probe_sent_{};
+};
+
+/// The main thread's link to the manager: accounting increments.
+class AccountingLink {
+public:
+  AccountingLink(Shared &s) : s_(s) {}
+
+  void connect();
+
+  /// Send what accumulated since the last flush. Returns false if the manager
+  /// is gone.
+  bool flush(Clock::time_point start);
+
+  /// True when the manager closed or told us to stop.
+  bool manager_left();
+
+  void say_goodbye(proto::ErrorCode reason);
+
+private:
+  static constexpr uint32_t kRecvs = 4;
+  static constexpr uint64_t kSendCtx = 99;
+  Shared &s_;
+  // Before conn_: they outlive the connection's close.
+  rdmalib::Buffer<char> results_; // fetch_add results
+  proto::ControlChannel ch_;
+  rdmalib::Connection conn_;
+  rdmalib::Operations ops_;
+  rdmalib::RemoteBuffer record_;
+  bool have_record_ = false;
+  proto::AccountingCounters sent_;
+};
+
+} // namespace rfaas::executor

@@ -1,0 +1,453 @@
+// A worker thread of the executor process: connect to the client, advertise
+// the input slots, (worker 0) fetch and load the library, Ready, then serve
+// invocations on the hot path until the client leaves.
+#include "executor/process.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "executor/crash_guard.hpp"
+#include "executor/resource_limits.hpp"
+
+namespace rfaas::executor {
+
+void Worker::run() noexcept {
+  try {
+    setup_and_serve();
+  } catch (const std::exception &e) {
+    spdlog::error("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, e.what());
+    s_.setup_failed.store(true);
+    s_.end_all(); // an allocation with a missing worker is of no use
+  }
+  if (index_ == 0) // nobody else can fetch the library: release the others
+    s_.publish_library(proto::ErrorCode::Internal, "worker 0 failed");
+  std::lock_guard<std::mutex> g(s_.m);
+  ++s_.finished;
+  s_.cv.notify_all();
+}
+
+void Worker::pin() {
+  std::string why;
+  if (!pin_thread(s_.spec.cores[index_], why))
+    spdlog::warn("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, why);
+}
+
+template <class M> void Worker::send_control(const M &m) {
+  proto::ChannelStatus st = ctrl_.send(m, Clock::now() + milliseconds(s_.spec.connect_ms));
+  if (st != proto::ChannelStatus::Ok)
+    throw std::runtime_error(std::string("send ") + M::kName + ": " + proto::to_string(st) + " (" +
+                             ctrl_.last_error() + ")");
+}
+
+void Worker::setup_and_serve() {
+  pin();
+  CrashGuard::prepare_thread();
+  const proto::AllocationRequest &req = s_.request;
+  const rdmalib::Capabilities &caps = s_.fabric.capabilities();
+  slots_ = req.input_slots;
+  islot_ = req.input_slot_size;
+  rdesc_ = s_.results[index_];
+  rslot_ = rdesc_.slot_size;
+  nrecv_ = slots_ + 8;
+
+  proto::WorkerHello hello;
+  hello.allocation_id = s_.spec.allocation_id;
+  hello.worker = index_;
+  hello.workers = req.cores;
+  uint8_t hello_bytes[sizeof(proto::WorkerHello)];
+  proto::encode(hello, hello_bytes, sizeof hello_bytes);
+  rdmalib::ConnectionOptions opts;
+  opts.send_depth = slots_ + 8;
+  opts.recv_depth = nrecv_;
+  opts.refused_retries = kRefusedRetries;
+  rdmalib::Address client{std::string(proto::get_text(req.client_host)), req.client_port};
+  conn_ = rdmalib::Connection::connect(s_.fabric, client, hello_bytes, sizeof hello_bytes,
+                                       milliseconds(s_.spec.connect_ms), opts);
+  proto::ConnectReply reply;
+  const auto &pd = conn_.peer_private_data();
+  proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);
+  if (!r)
+    throw std::runtime_error("client's ConnectReply: " + proto::describe(r));
+  if (reply.status != proto::ErrorCode::Ok)
+    throw std::runtime_error(std::string("client refused the worker: ") +
+                             proto::to_string(reply.status));
+
+  input_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * islot_, rdmalib::AccessRemoteWrite);
+  // The function writes straight into its result slot (no copy), so the
+  // slots sit between guard pages: writing past the capacity faults.
+  output_ = OutputArea(slots_, rslot_, static_cast<uint32_t>(proto::kResultHeaderSize));
+  output_mr_ =
+      rdmalib::MemoryRegion(s_.fabric, output_.base(), output_.length(), rdmalib::AccessLocal);
+  output_.protect_guards();
+  conn_.attach(input_.region());
+  conn_.attach(output_mr_);
+  // Reliable-datagram links report no disconnect: a client killed without
+  // a goodbye would leave this worker waiting forever. serve() then reads a
+  // few bytes of the client's result buffer when the link has been quiet,
+  // and a read that fails says the client is gone.
+  probe_peer_ = caps.endpoint == rdmalib::EndpointType::ReliableDatagram;
+  if (probe_peer_) {
+    probe_ = rdmalib::Buffer<char>(s_.fabric, kProbeBytes, rdmalib::AccessLocal);
+    conn_.attach(probe_.region());
+  }
+  ops_ = conn_.ops();
+  proto::ControlOptions copts;
+  copts.receives = static_cast<uint32_t>(nrecv_);
+  copts.send_context = kSendCtx;
+  ctrl_ = proto::ControlChannel(s_.fabric, conn_, copts);
+  // What the channel reads besides its own messages: completions of result
+  // writes and probes (counted in outstanding_), and, on the receive side,
+  // nothing it could lose: the client invokes only after every Ready, and
+  // serve() reads the queues itself.
+  ctrl_.on_data([this](const rdmalib::Completion &c) {
+    if (c.kind == rdmalib::OpKind::Recv || c.kind == rdmalib::OpKind::RemoteWriteImm)
+      return;
+    if (c.context == kProbeCtx)
+      probing_ = false;
+    if (outstanding_ > 0)
+      --outstanding_;
+  });
+
+  proto::BufferAdvertisement adv;
+  adv.descriptor.buffer = input_.remote();
+  adv.descriptor.worker = index_;
+  adv.descriptor.slots = slots_;
+  adv.descriptor.slot_size = islot_;
+  send_control(adv);
+
+  if (index_ == 0)
+    fetch_library();
+  proto::ErrorCode status;
+  std::string message;
+  {
+    std::unique_lock<std::mutex> g(s_.m);
+    auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
+    if (!s_.cv.wait_until(g, deadline, [&] { return s_.library_done || s_.stop.load(); }))
+      s_.library_message = "no CodeHeader in time";
+    status = s_.library_done ? s_.library_status : proto::ErrorCode::Timeout;
+    message = s_.library_done ? s_.library_message : "the library did not arrive in time";
+    if (status == proto::ErrorCode::Ok)
+      lib_ = &s_.library;
+  }
+  // The network is up and the library loaded, either of which may have
+  // installed fatal-signal handlers of its own: a crash in a function must
+  // reach ours first.
+  if (int n = CrashGuard::install())
+    spdlog::debug("executor {:x}: crash guard went in front of {} other signal handler(s)",
+                  s_.spec.allocation_id, n);
+  proto::Ready ready;
+  ready.status = status;
+  ready.worker = index_;
+  ready.function_count = lib_ ? static_cast<uint32_t>(lib_->size()) : 0;
+  proto::set_text_truncated(ready.message, message);
+  send_control(ready);
+  if (status != proto::ErrorCode::Ok) {
+    s_.setup_failed.store(true);
+    s_.end_all();
+    return;
+  }
+  serve();
+}
+
+void Worker::fetch_library() {
+  const auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
+  proto::CodeHeader code;
+  proto::WireResult r;
+  switch (ctrl_.await(code, deadline, &r)) {
+  case proto::ChannelStatus::Ok:
+    break;
+  case proto::ChannelStatus::Timeout:
+    return s_.publish_library(proto::ErrorCode::Timeout, "no CodeHeader in time");
+  case proto::ChannelStatus::Shutdown:
+    s_.end_all();
+    return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client shut down");
+  case proto::ChannelStatus::Closed:
+    s_.end_all();
+    return s_.publish_library(proto::ErrorCode::ShuttingDown, "the client left");
+  default:
+    return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                              "bad CodeHeader: " + proto::describe(r));
+  }
+  const proto::AllocationRequest &req = s_.request;
+  if (code.library_size != req.library_size || code.checksum != req.library_checksum)
+    return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                              "CodeHeader does not match the AllocationRequest's library");
+  if (code.source.size < code.library_size)
+    return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                              "CodeHeader.source is smaller than the library");
+  rdmalib::Buffer<char> bytes(s_.fabric, code.library_size, rdmalib::AccessLocal);
+  conn_.attach(bytes.region());
+  size_t chunk = s_.fabric.capabilities().max_message;
+  if (chunk == 0 || chunk > (8u << 20))
+    chunk = 8u << 20;
+  for (uint64_t off = 0; off < code.library_size; off += chunk) {
+    size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, code.library_size - off));
+    rdmalib::Status st = ops_.read(bytes.local_bytes(off, len), code.source, off, kReadCtx);
+    rdmalib::Completion c;
+    if (st == rdmalib::Status::Ok)
+      st = wait_one(ops_, rdmalib::Queue::Send, c, static_cast<int>(s_.spec.library_loaded_ms));
+    if (st != rdmalib::Status::Ok)
+      return s_.publish_library(proto::ErrorCode::LibraryInvalid,
+                                std::string("RDMA read of the library failed: ") +
+                                    rdmalib::to_string(st));
+  }
+  if (proto::library_checksum(bytes.data(), code.library_size) != code.checksum)
+    return s_.publish_library(proto::ErrorCode::LibraryInvalid, "library checksum mismatch");
+  try {
+    FunctionLibrary lib = FunctionLibrary::load(bytes.data(), code.library_size,
+                                                std::string(proto::get_text(code.name)));
+    std::lock_guard<std::mutex> g(s_.m);
+    spdlog::info("executor {:x}: loaded {} ({} bytes, {} functions)", s_.spec.allocation_id,
+                 lib.name(), code.library_size, lib.size());
+    s_.library = std::move(lib);
+    s_.library_done = true;
+    s_.library_status = proto::ErrorCode::Ok;
+    s_.cv.notify_all();
+  } catch (const std::exception &e) {
+    // The client sees only the first 127 characters (Ready's message).
+    spdlog::error("executor {:x}: library refused: {}", s_.spec.allocation_id, e.what());
+    s_.publish_library(proto::ErrorCode::LibraryInvalid, e.what());
+  }
+}
+
+void Worker::serve() {
+  const bool repost = s_.fabric.capabilities().write_consumes_receive;
+  // Hot polling spins on the completion queue; where the provider's own
+  // threads move the data that only takes their core away (milliseconds per
+  // call on a small machine), so such workers always sleep between calls.
+  const int32_t hot_ms = s_.fabric.capabilities().progress == rdmalib::Progress::Thread
+                             ? 0
+                             : s_.request.hot_timeout_ms;
+  const auto hot_budget = std::chrono::milliseconds(hot_ms < 0 ? 0 : hot_ms);
+  WorkerCounters &pub = s_.counters[index_];
+  uint64_t hot_ns = 0, exec_ns = 0, invocations = 0;
+  rdmalib::Completion comps[16], scomps[16];
+  bool warm = hot_ms == 0;
+  Clock::time_point idle_start = Clock::now();
+  bool ending = false;
+  bool stopped = false; // ended by this executor, not by the client
+
+  while (!ending) {
+    size_t n = ops_.poll(rdmalib::Queue::Recv, comps, 16);
+    if (outstanding_ > 0) {
+      size_t m = ops_.poll(rdmalib::Queue::Send, scomps, 16);
+      for (size_t i = 0; i < m; ++i) {
+        if (scomps[i].status != rdmalib::Status::Ok)
+          ending = true; // the client is gone
+        else if (scomps[i].context == kProbeCtx)
+          probing_ = false;
+      }
+      outstanding_ -= static_cast<uint32_t>(m);
+    }
+    if (n == 0) {
+      if (s_.stop.load(std::memory_order_relaxed) || g_terminate) {
+        stopped = true;
+        break;
+      }
+      // Reading the clock (~40 ns in a VM) lengthens the poll loop, whose
+      // length adds to the latency: the probe and the hot-polling deadline
+      // look at it only every kClockSpins idle polls.
+      if (++idle_spins_ < kClockSpins)
+        continue;
+      idle_spins_ = 0;
+      if (probe_peer_ && !probe_client(idle_start)) {
+        ending = true;
+        break;
+      }
+      if (hot_ms < 0)
+        continue;
+      if (!warm) {
+        Clock::time_point now = Clock::now();
+        if (now - idle_start < hot_budget)
+          continue;
+        hot_ns += ns_between(idle_start, now);
+        pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+        warm = true;
+      }
+      // Warm: sleep on the completion fd; wake up now and then to notice a
+      // stop request from another worker or the main thread.
+      rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, comps, 16, 200);
+      if (w.status == rdmalib::Status::Timeout)
+        continue;
+      if (w.status != rdmalib::Status::Ok)
+        break;
+      n = w.count;
+    }
+    for (size_t i = 0; i < n && !ending; ++i) {
+      const rdmalib::Completion &c = comps[i];
+      if (c.status != rdmalib::Status::Ok || c.kind == rdmalib::OpKind::PeerClosed) {
+        ending = true;
+        break;
+      }
+      if (c.kind == rdmalib::OpKind::Recv) {
+        // A control message on the hot path can only be a goodbye; take()
+        // reposts its receive (Closed when that fails).
+        proto::ChannelStatus cs = ctrl_.take(c).status;
+        if (cs == proto::ChannelStatus::Shutdown || cs == proto::ChannelStatus::Closed) {
+          ending = true;
+          break;
+        }
+        continue;
+      }
+      if (c.kind != rdmalib::OpKind::RemoteWriteImm)
+        continue;
+      // Two clock reads per invocation: arrival (ends hot polling, starts
+      // execution) and once the result is posted (ends execution, starts the
+      // next hot-polling period). Reading the second one after the post keeps
+      // it off the client's round trip; execution time includes the post.
+      Clock::time_point t0 = Clock::now();
+      if (!warm)
+        hot_ns += ns_between(idle_start, t0);
+      Clock::time_point t1 = t0;
+      int crashed = invoke(c.imm, t1);
+      exec_ns += ns_between(t0, t1);
+      ++invocations;
+      pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+      pub.exec_ns.store(exec_ns, std::memory_order_relaxed);
+      pub.invocations.store(invocations, std::memory_order_relaxed);
+      if (repost && !ctrl_.recycle(c))
+        ending = true;
+      if (crashed < 0) // the result could not be posted: the client is gone
+        ending = true;
+      if (crashed > 0) {
+        end_after_crash(crashed);
+        return;
+      }
+      idle_start = t1;
+      warm = hot_ms == 0;
+    }
+  }
+  if (!warm && hot_ms != 0) {
+    hot_ns += ns_between(idle_start, Clock::now());
+    pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
+  }
+  if (stopped) {
+    // Tell the client why its worker goes away (manager stopping, lease
+    // ended, another worker failed), rather than just closing.
+    proto::Shutdown bye;
+    bye.allocation_id = s_.spec.allocation_id;
+    bye.reason = proto::ErrorCode::ShuttingDown;
+    try {
+      send_control(bye);
+    } catch (const std::exception &) {
+      // The client may be gone already.
+    }
+  }
+}
+
+bool Worker::probe_client(Clock::time_point last_activity) noexcept {
+  Clock::time_point now = Clock::now();
+  if (probing_)
+    return now - probe_sent_ < kProbeDeadline;
+  Clock::time_point since = std::max(last_activity, probe_sent_);
+  if (now - since < kProbeInterval)
+    return true;
+  rdmalib::Status st = ops_.read(probe_.local_bytes(0, kProbeBytes), rdesc_.buffer, 0, kProbeCtx);
+  if (st != rdmalib::Status::Ok)
+    return false;
+  ++outstanding_;
+  probing_ = true;
+  probe_sent_ = Clock::now();
+  return true;
+}
+
+int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
+  const proto::Immediate im = proto::parse_immediate(imm);
+  const uint32_t s = im.slot;
+  if (s >= slots_)
+    return 0; // outside the input buffer: nothing to answer into
+  char *in = input_.data() + size_t(s) * islot_;
+  char *out = output_.slot(s);
+  proto::InvocationHeader h;
+  proto::WireResult r = proto::decode(in, islot_, h);
+  proto::ResultHeader res;
+  res.slot = static_cast<uint16_t>(s);
+  uint64_t id = im.sequence;
+  int crashed = 0;
+  bool ran = false;
+  if (!r) {
+    if (r.error == proto::WireError::TooLarge) {
+      res.status = proto::ErrorCode::PayloadTooLarge;
+      res.detail = islot_ - static_cast<uint32_t>(proto::kInvocationHeaderSize);
+      id = h.invocation_id;
+    } else {
+      res.status = proto::reply_code(r.error);
+    }
+  } else {
+    id = h.invocation_id;
+    Function fn = h.slot == s ? lib_->find_hash(h.function) : nullptr;
+    if (h.slot != s) {
+      res.status = proto::ErrorCode::BadRequest;
+    } else if (!fn) {
+      res.status = proto::ErrorCode::UnknownFunction;
+      res.detail = h.function;
+    } else {
+      uint32_t produced = 0;
+      crashed = CrashGuard::run(fn, in + proto::kInvocationHeaderSize, h.payload_size,
+                                output_.output(s), output_.capacity(), produced);
+      ran = true;
+      if (crashed) {
+        res.status = proto::ErrorCode::FunctionCrashed;
+        res.detail = static_cast<uint32_t>(crashed);
+        if (crashed_off_its_slot(crashed, s, h.function))
+          crashed = 0; // nothing outside the slot was touched: keep serving
+      } else if (produced > output_.capacity()) {
+        res.status = proto::ErrorCode::OutputTooLarge;
+        res.detail = produced;
+      } else {
+        res.output_size = produced;
+      }
+    }
+  }
+  res.invocation_id = id;
+  proto::encode(res, out, rslot_);
+  uint32_t rimm = proto::make_immediate(s, id, res.status);
+  rdmalib::Status st = ops_.write_imm(
+      output_mr_.local(output_.offset(s), proto::kResultHeaderSize + res.output_size),
+      rdesc_.buffer, uint64_t(s) * rslot_, rimm, kResultCtx);
+  if (ran)
+    done = Clock::now();
+  if (st != rdmalib::Status::Ok)
+    return -1;
+  ++outstanding_;
+  return crashed;
+}
+
+bool Worker::crashed_off_its_slot(int sig, uint32_t s, uint32_t hash) noexcept {
+  const FunctionEntry *e = lib_->entry_hash(hash);
+  const char *name = e ? e->name.c_str() : "?";
+  const void *at = CrashGuard::fault_address();
+  if ((sig == SIGSEGV || sig == SIGBUS) && output_.guard_hit(s, at)) {
+    const char *o = output_.output(s);
+    const char *a = static_cast<const char *>(at);
+    spdlog::warn("executor {:x}: worker {}: function `{}` wrote {} its output area (capacity {} "
+                 "bytes, fault at output{:+d}); answered function_crashed, the worker goes on",
+                 s_.spec.allocation_id, index_, name, a < o ? "before the start of" : "past",
+                 output_.capacity(), static_cast<long long>(a - o));
+    return true;
+  }
+  spdlog::error("executor {:x}: worker {}: function `{}` crashed with signal {} ({}) at {}",
+                s_.spec.allocation_id, index_, name, sig, strsignal(sig), at);
+  return false;
+}
+
+void Worker::end_after_crash(int sig) {
+  s_.crash_signal.store(sig);
+  rdmalib::Completion c;
+  while (outstanding_ > 0 && wait_one(ops_, rdmalib::Queue::Send, c, 1000) == rdmalib::Status::Ok)
+    --outstanding_;
+  proto::Shutdown bye;
+  bye.allocation_id = s_.spec.allocation_id;
+  bye.reason = proto::ErrorCode::FunctionCrashed;
+  try {
+    send_control(bye);
+  } catch (const std::exception &) {
+    // The client may already be gone; ending is all that is left to do.
+  }
+  s_.end_all();
+}
+
+} // namespace rfaas::executor
