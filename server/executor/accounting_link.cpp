@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 void AccountingLink::connect() {
   const server::LaunchSpec &spec = s_.spec;
@@ -97,4 +97,4 @@ void AccountingLink::say_goodbye(proto::ErrorCode reason) {
   ch_.send(bye, Clock::now() + milliseconds(1000));
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 namespace {
 
@@ -143,4 +143,4 @@ int CrashGuard::run(GuardedFunction f, const void *in, uint32_t size, void *out,
 
 const void *CrashGuard::fault_address() noexcept { return t_fault; }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -22,7 +22,7 @@
 #endif
 #include <rfaas/function.hpp>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 using GuardedFunction = rfaas_function_t;
 
@@ -54,4 +54,4 @@ public:
   static const void *fault_address() noexcept;
 };
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 namespace {
 
@@ -171,4 +171,4 @@ bool list_exported_functions(const void *bytes, size_t size, std::vector<std::st
   return true;
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 /// Check, before dlopen(), that `bytes` is a complete 64-bit ELF shared object
 /// for this host: header, program headers and every loadable segment's file
@@ -27,4 +27,4 @@ bool check_elf_image(const void *bytes, size_t size, std::string &error);
 bool list_exported_functions(const void *bytes, size_t size, std::vector<std::string> &names,
                              std::string &error);
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

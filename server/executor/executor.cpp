@@ -22,7 +22,7 @@
 #include "executor/process.hpp"
 #include "executor/resource_limits.hpp"
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 volatile sig_atomic_t g_terminate = 0;
 
@@ -136,4 +136,4 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
   }
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

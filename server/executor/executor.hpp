@@ -17,7 +17,10 @@
 
 #include "common/launch_spec.hpp"
 
-namespace rfaas::executor {
+// The executor process's code (this directory) lives in rfaas::executor_process:
+// rfaas::executor is the client library's class, and a namespace of the same
+// name would make every unqualified use of either ambiguous to a reader.
+namespace rfaas::executor_process {
 
 /// Process exit codes of an executor, reported by the zygote to the manager.
 enum ExitCode : int {
@@ -35,4 +38,4 @@ enum ExitCode : int {
 /// accounting, and return an ExitCode. Never throws: every failure is logged.
 int run_executor(const server::LaunchSpec &spec) noexcept;
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

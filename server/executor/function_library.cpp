@@ -15,7 +15,7 @@
 #include "executor/elf_symbols.hpp"
 #include "protocol/protocol.hpp"
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 namespace {
 
@@ -244,4 +244,4 @@ Function FunctionLibrary::resolve(const std::string &name) const {
   return reinterpret_cast<Function>(sym);
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -33,7 +33,7 @@
 #endif
 #include <rfaas/function.hpp>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 using Function = rfaas_function_t;
 
@@ -116,4 +116,4 @@ private:
   std::vector<std::pair<uint32_t, uint32_t>> by_hash_;
 };
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     rfaas::cli::apply_log_level(args);
     if (args.count("spec-fd")) {
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
-      return rfaas::executor::run_from_spec_fd(args["spec-fd"].as<int>());
+      return rfaas::executor_process::run_from_spec_fd(args["spec-fd"].as<int>());
     }
     if (args.count("zygote")) {
       rdmalib::DeviceConfig dev;
@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
       self[n] = '\0';
       spdlog::debug("zygote: started, log level {}",
                     rdmalib::log::to_string(rdmalib::log::level()));
-      return rfaas::executor::run_zygote(dev, args.count("exec-each") > 0, self);
+      return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self);
     }
     throw rfaas::cli::UsageError("started by executor_manager only (--zygote or --spec-fd)");
   });

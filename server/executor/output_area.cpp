@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 size_t OutputArea::page_size() noexcept {
   static const size_t page = [] {
@@ -93,4 +93,4 @@ bool OutputArea::guard_hit(uint32_t s, const void *addr) const noexcept {
   return a >= low && a < high;
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -22,7 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 class OutputArea {
 public:
@@ -76,4 +76,4 @@ private:
   uint32_t slots_ = 0, header_ = 0, capacity_ = 0;
 };
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

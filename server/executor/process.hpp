@@ -19,7 +19,7 @@
 #include "executor/output_area.hpp"
 #include "protocol/control_channel.hpp"
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 namespace proto = rfaas::protocol;
 using Clock = std::chrono::steady_clock;
@@ -203,4 +203,4 @@ private:
   proto::AccountingCounters sent_;
 };
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 bool limit_memory(uint32_t mib, std::string &error) noexcept {
   if (mib == 0)
@@ -40,4 +40,4 @@ bool pin_thread(int cpu, std::string &error) noexcept {
   return false;
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 /// Limit the calling process's data (RLIMIT_DATA) to `mib` MiB; 0 = no limit.
 ///
@@ -22,4 +22,4 @@ bool limit_memory(uint32_t mib, std::string &error) noexcept;
 /// `error` (e.g. the CPU is outside the process's cpuset).
 bool pin_thread(int cpu, std::string &error) noexcept;
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

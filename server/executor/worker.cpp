@@ -12,7 +12,7 @@
 #include "executor/crash_guard.hpp"
 #include "executor/resource_limits.hpp"
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 void Worker::run() noexcept {
   try {
@@ -450,4 +450,4 @@ void Worker::end_after_crash(int sig) {
   s_.end_all();
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -21,7 +21,7 @@
 #include "common/launch_spec.hpp"
 #include "executor/executor.hpp"
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 using rfaas::server::write_all;
 
@@ -223,4 +223,4 @@ int run_from_spec_fd(int fd) {
   }
 }
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

@@ -21,7 +21,7 @@
 
 #include <string>
 
-namespace rfaas::executor {
+namespace rfaas::executor_process {
 
 /// Run the zygote loop until stdin closes. `warm_device` is opened once and
 /// closed to load and initialise the backend's providers before any fork;
@@ -34,4 +34,4 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
 /// (`executor --spec-fd N`). Returns the exit code.
 int run_from_spec_fd(int fd);
 
-} // namespace rfaas::executor
+} // namespace rfaas::executor_process

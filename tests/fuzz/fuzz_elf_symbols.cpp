@@ -14,11 +14,11 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string error;
-  bool image_ok = rfaas::executor::check_elf_image(data, size, error);
+  bool image_ok = rfaas::executor_process::check_elf_image(data, size, error);
   FUZZ_CHECK(image_ok || !error.empty());
   std::vector<std::string> names;
   error.clear();
-  bool listed = rfaas::executor::list_exported_functions(data, size, names, error);
+  bool listed = rfaas::executor_process::list_exported_functions(data, size, names, error);
   if (!listed) {
     FUZZ_CHECK(!error.empty());
     return 0;

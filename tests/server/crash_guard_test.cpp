@@ -13,7 +13,7 @@
 
 #include "executor/crash_guard.hpp"
 
-using rfaas::executor::CrashGuard;
+using rfaas::executor_process::CrashGuard;
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include "executor/crash_guard.hpp"
 #include "executor/output_area.hpp"
 
-using rfaas::executor::CrashGuard;
-using rfaas::executor::OutputArea;
+using rfaas::executor_process::CrashGuard;
+using rfaas::executor_process::OutputArea;
 
 namespace {
 

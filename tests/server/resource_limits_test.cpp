@@ -12,8 +12,8 @@
 
 #include "executor/resource_limits.hpp"
 
-using rfaas::executor::limit_memory;
-using rfaas::executor::pin_thread;
+using rfaas::executor_process::limit_memory;
+using rfaas::executor_process::pin_thread;
 
 namespace {
 /// Run `body` in a child; its exit code.

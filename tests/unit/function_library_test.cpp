@@ -20,8 +20,8 @@
 #include "executor/function_library.hpp"
 #include "protocol/protocol.hpp"
 
-using rfaas::executor::FunctionLibrary;
-using rfaas::executor::LibraryError;
+using rfaas::executor_process::FunctionLibrary;
+using rfaas::executor_process::LibraryError;
 using rfaas::protocol::function_hash;
 
 namespace {
@@ -352,32 +352,34 @@ TEST(FunctionAbi, TheImportantPartFitsAReadyMessage) {
 TEST(ElfSymbols, MalformedImagesAreReportedNotCrashedOn) {
   std::vector<std::string> names;
   std::string error;
-  EXPECT_FALSE(rfaas::executor::list_exported_functions(nullptr, 0, names, error));
+  EXPECT_FALSE(rfaas::executor_process::list_exported_functions(nullptr, 0, names, error));
   EXPECT_FALSE(error.empty());
 
   auto bytes = read_file(RFAAS_EXAMPLE_FUNCTIONS);
-  ASSERT_TRUE(rfaas::executor::list_exported_functions(bytes.data(), bytes.size(), names, error))
+  ASSERT_TRUE(
+      rfaas::executor_process::list_exported_functions(bytes.data(), bytes.size(), names, error))
       << error;
   EXPECT_EQ(names.size(), 9u);
 
   // Every truncation, and section-header offsets pointing anywhere, must be
   // rejected or parsed within bounds (ASan builds check the "within").
   for (size_t keep = 0; keep < bytes.size(); keep += 97)
-    rfaas::executor::list_exported_functions(bytes.data(), keep, names, error);
-  EXPECT_TRUE(rfaas::executor::check_elf_image(bytes.data(), bytes.size(), error)) << error;
-  EXPECT_FALSE(rfaas::executor::check_elf_image(bytes.data(), inside_last_segment(bytes), error));
+    rfaas::executor_process::list_exported_functions(bytes.data(), keep, names, error);
+  EXPECT_TRUE(rfaas::executor_process::check_elf_image(bytes.data(), bytes.size(), error)) << error;
+  EXPECT_FALSE(
+      rfaas::executor_process::check_elf_image(bytes.data(), inside_last_segment(bytes), error));
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 
   auto broken = bytes;
   uint64_t huge = ~0ull - 10;
   std::memcpy(&broken[0x28], &huge, sizeof huge); // e_shoff
   EXPECT_FALSE(
-      rfaas::executor::list_exported_functions(broken.data(), broken.size(), names, error));
+      rfaas::executor_process::list_exported_functions(broken.data(), broken.size(), names, error));
   EXPECT_NE(error.find("outside"), std::string::npos) << error;
   broken = bytes;
   broken[4] = 1; // ELFCLASS32
   EXPECT_FALSE(
-      rfaas::executor::list_exported_functions(broken.data(), broken.size(), names, error));
+      rfaas::executor_process::list_exported_functions(broken.data(), broken.size(), names, error));
   EXPECT_NE(error.find("64-bit"), std::string::npos) << error;
 }
 
