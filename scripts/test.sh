@@ -9,7 +9,9 @@
 #   test       ctest on that build: unit, conformance over every provider, e2e
 #   san-build  the same with AddressSanitizer + UBSan (-DRFAAS_SANITIZE=ON; warnings not
 #              fatal there: GCC's sanitizer instrumentation causes false positives)
-#   san-test   ctest on the sanitizer build
+#   san-test   ctest on the sanitizer build, without the tests that do not run its
+#              code (labels docs and install: docs.snippets only compiles the
+#              documentation's snippets, install.* install and configure trees)
 #   fuzz       scripts/fuzz.sh --smoke: every libFuzzer target of tests/fuzz/ for 8 s,
 #              two at a time (~30 s), after a clang-14 build of only the parsers
 #              in <build root>/fuzz
@@ -26,6 +28,9 @@
 #   RFAAS_TEST_BUILD_DIR       build root (default: build/test), holds release/, sanitize/,
 #                              verbs/ and verbs-libfabric/
 #   RFAAS_TEST_JOBS            build parallelism (default: nproc)
+#   RFAAS_TEST_CTEST_JOBS      tests run at once (default: nproc); the ones that
+#                              busy-poll (conformance, e2e, ...) are RUN_SERIAL in
+#                              CMake and always run alone
 #   RFAAS_TEST_CTEST_ARGS      extra ctest arguments, e.g. "-R conformance"
 #   RFAAS_TEST_TIMEOUT         default per-test timeout in seconds (default 600)
 #   RFAAS_TEST_MAX_RERUNS      rerun the failed tests once when at most this many
@@ -50,6 +55,7 @@ cd "$repo"
 
 build_root=${RFAAS_TEST_BUILD_DIR:-build/test}
 jobs=${RFAAS_TEST_JOBS:-$(nproc)}
+ctest_jobs=${RFAAS_TEST_CTEST_JOBS:-$(nproc)}
 test_timeout=${RFAAS_TEST_TIMEOUT:-600}
 read -r -a ctest_extra <<<"${RFAAS_TEST_CTEST_ARGS:-}"
 
@@ -157,11 +163,12 @@ ctest_failures() {
 # FLAKY at the end of the log with its first failure, never hidden; a test that
 # fails twice fails the phase.
 max_reruns=${RFAAS_TEST_MAX_RERUNS:-3}
-run_ctest() { # $1 = build dir
+run_ctest() { # $1 = build dir, then more ctest arguments
   local dir=$1 tmp=$1/Testing/Temporary
+  shift
+  local args=(-j "$ctest_jobs" --output-on-failure --timeout "$test_timeout" "$@" "${ctest_extra[@]}")
   rm -rf "$dir/first-attempt"
-  ctest --test-dir "$dir" --output-on-failure --no-tests=error --timeout "$test_timeout" \
-    "${ctest_extra[@]}" && return 0
+  ctest --test-dir "$dir" --no-tests=error "${args[@]}" && return 0
   local status=$? count=0
   [[ -s $tmp/LastTestsFailed.log ]] && count=$(wc -l <"$tmp/LastTestsFailed.log")
   if [[ $count -eq 0 || $count -gt $max_reruns ]]; then
@@ -170,15 +177,15 @@ run_ctest() { # $1 = build dir
   mkdir -p "$dir/first-attempt/Testing/Temporary"
   cp "$tmp/LastTest.log" "$tmp/LastTestsFailed.log" "$dir/first-attempt/Testing/Temporary/"
   echo "test.sh: $count test(s) failed; running them once more to tell a flake from a failure"
-  ctest --test-dir "$dir" --rerun-failed --output-on-failure --timeout "$test_timeout" \
-    "${ctest_extra[@]}"
+  ctest --test-dir "$dir" --rerun-failed "${args[@]}"
 }
 
 # Sanitizer runs: stop at the first report, with a stack, and fail the test.
-run_ctest_sanitized() {
+# The docs and install tests do not run the sanitized code (the header says why).
+run_ctest_sanitized() { # $1 = build dir
   ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_init_order=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    run_ctest "$@"
+    run_ctest "$1" -LE '^(docs|install)$'
 }
 
 echo "test.sh: rFaaS at $repo ($(git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))," \
