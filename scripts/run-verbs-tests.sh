@@ -62,6 +62,10 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 # Keep an existing build directory's generator.
 gen_for() { [[ -f $1/CMakeCache.txt ]] && return 0; printf '%s\n' "${generator[@]}"; }
 
+# -g1 (line tables, function names) rather than RelWithDebInfo's -g: enough for
+# stack traces, and the builds take about a third less time.
+g1=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+
 note() { echo "run-verbs-tests.sh: $*"; }
 elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
 
@@ -71,7 +75,7 @@ t_all=$(date +%s.%N)
 t=$(date +%s.%N)
 note "configure + build $verbs_dir (-DRFAAS_NETWORK_BACKEND=verbs)"
 mapfile -t g < <(gen_for "$verbs_dir")
-cmake -S . -B "$verbs_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S . -B "$verbs_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${g1[@]}" \
   -DRFAAS_NETWORK_BACKEND=verbs -DRFAAS_TEST_PROVIDERS=verbs/msg -DRFAAS_WERROR=ON \
   -DRFAAS_BUILD_BENCHMARKS=OFF >/dev/null ||
   { note "FAILED: cmake configure of the verbs backend"; exit 1; }
@@ -97,7 +101,7 @@ else
   t=$(date +%s.%N)
   note "configure + build $lf_dir (libfabric backend, providers verbs/msg and verbs;ofi_rxm/rdm)"
   mapfile -t g < <(gen_for "$lf_dir")
-  if cmake -S . -B "$lf_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  if cmake -S . -B "$lf_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${g1[@]}" \
     -DRFAAS_NETWORK_BACKEND=libfabric '-DRFAAS_TEST_PROVIDERS=verbs/msg;verbs\;ofi_rxm/rdm' \
     -DRFAAS_BUILD_BENCHMARKS=OFF >/dev/null &&
     cmake --build "$lf_dir" -j "$jobs" --target rdmalib_conformance rdmalib_conformance_peer \
