@@ -22,7 +22,7 @@ sizes="8,512,4K"
 json=""
 
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "Options:"
   echo "  --build-dir DIR    build tree (default: the first build*/ holding benchmarks/rfaas_soak)"
   echo "  --devices FILE     device database (default: config/devices.json)"
@@ -58,8 +58,13 @@ for f in "$soak" "$manager" "$library"; do
   [[ -e $f ]] || { echo "soak.sh: $f is missing (build rfaas_soak, executor_manager, executor and rfaas_example_functions, or --build-dir)" >&2; exit 1; }
 done
 
+# The worker gets the last CPU, the client the first: two spinning processes
+# on one CPU would take turns by time slice (milliseconds per call).
 read -r -a cpus <<<"$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')"
+first=${cpus[0]}
 last=${cpus[${#cpus[@]} - 1]}
+pin=()
+command -v taskset >/dev/null && pin=(taskset -c "$first")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-soak.XXXXXX")
 # shellcheck source=scripts/lib/manager.sh
@@ -103,7 +108,7 @@ fi
 json_arg=()
 [[ -n $json ]] && json_arg=(--json "$json")
 mkfifo "$work/to-client" "$work/from-client"
-"$soak" --devices "$devices_db" --device "$device" --manager "$manager_address" \
+"${pin[@]}" "$soak" --devices "$devices_db" --device "$device" --manager "$manager_address" \
   --library "$library" -n "$invocations" --sizes "$sizes" --handshake "${json_arg[@]}" \
   <"$work/to-client" >"$work/from-client" &
 client_pid=$!
