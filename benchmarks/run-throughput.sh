@@ -39,7 +39,7 @@ json_dir=""
 csv=""
 
 usage() {
-  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "Options:"
   echo "  --build-dir DIR       build tree (default: the first build*/ holding the binaries)"
   echo "  --devices FILE        device database (default: config/devices.json)"

@@ -22,7 +22,7 @@ sizes="8,512,4K"
 json=""
 
 usage() {
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "Options:"
   echo "  --build-dir DIR    build tree (default: the first build*/ holding benchmarks/rfaas_soak)"
   echo "  --devices FILE     device database (default: config/devices.json)"
