@@ -38,6 +38,8 @@
 
 #include <cxxopts.hpp>
 
+#include "bench_json.hpp"
+
 namespace pingpong {
 
 using Clock = std::chrono::steady_clock;
@@ -76,6 +78,8 @@ struct Options {
   int timeout_s = 60;
   double budget_s = 1.0; // per measurement; 0 = always run all iterations
   std::string csv;
+  std::string json;
+  std::vector<std::string> argv;
   bool csv_header = true;
   bool quiet = false;
 };
@@ -135,9 +139,17 @@ inline std::vector<std::string> split(const std::string &text, char sep) {
 /// defines it (the raw baseline without rdmalib).
 std::string version_text(const char *program);
 
-/// Parse the command line shared by both programs. Prints help and exits on
-/// --help; throws std::invalid_argument on a bad value.
-inline Options parse_options(int argc, char **argv, const char *program, const char *what) {
+/// A program's own options beyond the shared ones: `add` declares them,
+/// `read` takes their values (throwing std::invalid_argument on a bad one).
+struct ExtraOptions {
+  std::function<void(cxxopts::Options &)> add;
+  std::function<void(const cxxopts::ParseResult &)> read;
+};
+
+/// Parse the command line shared by the raw and rdmalib programs. Prints help
+/// and exits on --help; throws std::invalid_argument on a bad value.
+inline Options parse_options(int argc, char **argv, const char *program, const char *what,
+                             const ExtraOptions &extra = {}) {
   cxxopts::Options spec(program, what);
   // clang-format off
   spec.add_options()
@@ -165,11 +177,15 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
      "min(iters,500) round trips are in (0 = never; the table shows the count measured)",
      cxxopts::value<double>()->default_value("1"))
     ("csv", "append one CSV row per (mode,size) to this file", cxxopts::value<std::string>())
+    ("json", "write the run (metadata, rows, latency CDFs) as JSON to this file",
+     cxxopts::value<std::string>())
     ("no-csv-header", "do not write the CSV header even if the file is new/empty")
     ("q,quiet", "print only the result table")
     ("h,help", "this help")
     ("version", "print the rFaaS version, the network backend and its library version");
   // clang-format on
+  if (extra.add)
+    extra.add(spec);
   cxxopts::ParseResult r;
   try {
     r = spec.parse(argc, argv);
@@ -235,8 +251,13 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
     throw std::invalid_argument("--budget must be >= 0");
   if (r.count("csv"))
     o.csv = r["csv"].as<std::string>();
+  if (r.count("json"))
+    o.json = r["json"].as<std::string>();
+  o.argv = bench_json::args_of(argc, argv);
   o.csv_header = r.count("no-csv-header") == 0;
   o.quiet = r.count("quiet") != 0;
+  if (extra.read)
+    extra.read(r);
   return o;
 }
 
@@ -434,12 +455,13 @@ struct Row {
   size_t size;
   size_t iters;
   double median_us, p99_us, min_us, mean_us;
+  bench_json::Value cdf{};
 };
 
 inline Row summarise(Mode mode, size_t size, std::vector<double> &us) {
   std::sort(us.begin(), us.end());
   size_t n = us.size();
-  Row r{mode, size, n, 0, 0, 0, 0};
+  Row r{mode, size, n, 0, 0, 0, 0, {}};
   if (n == 0)
     return r;
   r.median_us = (n % 2) ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
@@ -450,6 +472,7 @@ inline Row summarise(Mode mode, size_t size, std::vector<double> &us) {
   for (double v : us)
     sum += v;
   r.mean_us = sum / static_cast<double>(n);
+  r.cdf = bench_json::cdf(us);
   return r;
 }
 
@@ -507,6 +530,45 @@ inline void write_csv(const Options &o, const RunInfo &info, const std::vector<R
   }
   if (!out)
     die("writing %s failed", o.csv.c_str());
+}
+
+/// The run as JSON (--json): metadata, the options, one result per row.
+/// `backend` is "libfabric" for both programs (the raw one has no other).
+inline void write_json(const Options &o, const RunInfo &info, const std::string &backend,
+                       const std::string &backend_version, const std::vector<Row> &rows) {
+  if (o.json.empty())
+    return;
+  bench_json::Value doc = bench_json::document(
+      {o.program, backend, backend_version, info.provider, info.endpoint, o.argv});
+  bench_json::Value &p = doc["parameters"];
+  p["impl"] = info.impl;
+  p["wait"] = info.wait;
+  p["host_address"] = o.host;
+  p["pinned"] = o.pin;
+  p["server_core"] = o.server_core;
+  p["client_core"] = o.client_core;
+  p["iters"] = o.iters;
+  p["budget_s"] = o.budget_s;
+  bench_json::Value &results = doc["results"];
+  for (const Row &r : rows) {
+    bench_json::Value v = bench_json::Value::object();
+    v["kind"] = "latency";
+    v["impl"] = info.impl;
+    v["mode"] = mode_name(r.mode);
+    v["size"] = r.size;
+    v["iters"] = r.iters;
+    v["median_us"] = r.median_us;
+    v["p99_us"] = r.p99_us;
+    v["min_us"] = r.min_us;
+    v["mean_us"] = r.mean_us;
+    v["cdf"] = r.cdf;
+    results.push(std::move(v));
+  }
+  try {
+    bench_json::write(o.json, doc);
+  } catch (const std::exception &e) {
+    die("%s", e.what());
+  }
 }
 
 inline double elapsed_us(Clock::time_point a, Clock::time_point b) {
@@ -591,10 +653,11 @@ inline int run_pair(const Options &o, const std::function<void(Oob &)> &server,
 
 /// Wrap main(): parse options, report errors uniformly.
 inline int guarded_main(int argc, char **argv, const char *program, const char *what,
-                        const std::function<int(const Options &)> &body) {
+                        const std::function<int(const Options &)> &body,
+                        const ExtraOptions &extra = {}) {
   Options o;
   try {
-    o = parse_options(argc, argv, program, what);
+    o = parse_options(argc, argv, program, what, extra);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", program, e.what());
     return 2; // usage error

@@ -338,6 +338,7 @@ void client(const Options &o, Oob &oob) {
     }
   }
   write_csv(o, info, rows);
+  write_json(o, info, rdmalib::Fabric::backend_name(), rdmalib::Fabric::backend_version(), rows);
   oob.barrier(~0u, "the server to finish");
   side.close();
 }

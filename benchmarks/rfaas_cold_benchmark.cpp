@@ -77,11 +77,19 @@ int main(int argc, char **argv) {
     std::printf("# rfaas_cold_benchmark device=%s provider=%s cores=%u repetitions=%zu\n",
                 dev.name.c_str(), provider.c_str(), o.cores, reps);
     std::printf("%-14s %11s %11s %11s\n", "phase", "median_us", "p99_us", "min_us");
+    bench_json::Value doc = rfaas::bench::document("rfaas_cold_benchmark", argc, argv, dev,
+                                                   ex.describe_network(), args);
+    doc["parameters"]["cores"] = o.cores;
+    doc["parameters"]["repetitions"] = reps;
     for (int k = 0; k < 6; ++k) {
       rfaas::bench::Stats s = rfaas::bench::stats(phase[k]);
       std::printf("%-14s %11.1f %11.1f %11.1f\n", names[k], s.median, s.p99, s.min);
       csv.row("rfaas-cold", provider, "cores" + std::to_string(o.cores), names[k], 8, s);
+      bench_json::Value v = rfaas::bench::latency_result(names[k], 8, s);
+      v["kind"] = "phase";
+      doc["results"].push(std::move(v));
     }
+    rfaas::bench::write_json(args, doc);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "rfaas_cold_benchmark: %s\n", e.what());
     return 1;

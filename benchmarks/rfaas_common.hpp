@@ -4,8 +4,11 @@
 
 #include <rfaas/rfaas.hpp>
 
+#include <rdmalib/fabric.hpp>
+
 #include <cxxopts.hpp>
 
+#include "bench_json.hpp"
 #include "cli.hpp"
 
 #include <algorithm>
@@ -25,7 +28,9 @@ inline void add_common_options(cxxopts::Options &cli) {
     ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
     ("manager", "executor manager host:port", cxxopts::value<std::string>())
     ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""));
+    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
+    ("json", "write the run (metadata, parameters, results) as JSON to this file",
+     cxxopts::value<std::string>()->default_value(""));
   // clang-format on
   rfaas::cli::add_standard_options(cli);
 }
@@ -97,6 +102,7 @@ inline std::vector<size_t> parse_sizes(const std::string &list) {
 struct Stats {
   size_t n = 0;
   double median = 0, p99 = 0, min = 0, mean = 0;
+  bench_json::Value cdf{};
 };
 
 inline Stats stats(std::vector<double> v) {
@@ -112,7 +118,67 @@ inline Stats stats(std::vector<double> v) {
   for (double x : v)
     sum += x;
   s.mean = sum / static_cast<double>(v.size());
+  s.cdf = bench_json::cdf(v);
   return s;
+}
+
+/// `key=value` out of describe_network()'s text ("provider=tcp endpoint=...").
+inline std::string network_field(const std::string &described, const std::string &key) {
+  size_t at = described.find(key + "=");
+  if (at == std::string::npos)
+    return "";
+  at += key.size() + 1;
+  size_t end = described.find_first_of(" ,", at);
+  return described.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+/// The JSON document of a librfaas benchmark: metadata from the network the
+/// executor opened (`described`: executor::describe_network()), the device
+/// entry, and the common options; the caller adds its parameters and results.
+inline bench_json::Value document(const std::string &program, int argc, char **argv,
+                                  const rfaas::device &dev, const std::string &described,
+                                  const cxxopts::ParseResult &args) {
+  std::string provider = network_field(described, "provider");
+  if (provider.empty())
+    provider = dev.provider;
+  std::string backend_version;
+  try {
+    backend_version = rdmalib::Fabric::backend_version();
+  } catch (const std::exception &e) {
+    backend_version = std::string("unknown: ") + e.what();
+  }
+  bench_json::Value doc =
+      bench_json::document({program, rdmalib::Fabric::backend_name(), backend_version, provider,
+                            network_field(described, "endpoint"), bench_json::args_of(argc, argv)});
+  doc["metadata"]["network"] = described;
+  bench_json::Value &p = doc["parameters"];
+  p["device"] = dev.name;
+  p["manager"] = args["manager"].as<std::string>();
+  p["library"] = args["library"].as<std::string>();
+  return doc;
+}
+
+/// A latency row of the JSON document.
+inline bench_json::Value latency_result(const std::string &mode, size_t size, const Stats &s) {
+  bench_json::Value v = bench_json::Value::object();
+  v["kind"] = "latency";
+  v["impl"] = "rfaas";
+  v["mode"] = mode;
+  v["size"] = size;
+  v["iters"] = s.n;
+  v["median_us"] = s.median;
+  v["p99_us"] = s.p99;
+  v["min_us"] = s.min;
+  v["mean_us"] = s.mean;
+  v["cdf"] = s.cdf;
+  return v;
+}
+
+/// Write `doc` when --json was given.
+inline void write_json(const cxxopts::ParseResult &args, const bench_json::Value &doc) {
+  const std::string path = args["json"].as<std::string>();
+  if (!path.empty())
+    bench_json::write(path, doc);
 }
 
 /// Append rows in the ping-pong CSV shape:

@@ -53,6 +53,11 @@ int main(int argc, char **argv) {
     std::vector<uint8_t, rfaas::allocator<uint8_t>> in(largest, 1, rfaas::allocator<uint8_t>(ex));
     std::vector<uint8_t> out(largest);
     const double budget_s = args["budget"].as<double>();
+    bench_json::Value doc = rfaas::bench::document("rfaas_invocation_benchmark", argc, argv, dev,
+                                                   ex.describe_network(), args);
+    doc["parameters"]["hot_timeout_ms"] = o.hot_timeout_ms;
+    doc["parameters"]["iters"] = args["iters"].as<size_t>();
+    doc["parameters"]["budget_s"] = budget_s;
     for (size_t size : sizes) {
       size_t iters = args["iters"].as<size_t>();
       if (iters == 0)
@@ -82,7 +87,9 @@ int main(int argc, char **argv) {
       std::printf("%-10s %8zu %7zu %11.2f %11.2f %11.2f %11.2f\n", "echo", size, s.n, s.median,
                   s.p99, s.min, s.mean);
       csv.row("rfaas", provider, wait, "echo", size, s);
+      doc["results"].push(rfaas::bench::latency_result("echo", size, s));
     }
+    rfaas::bench::write_json(args, doc);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "rfaas_invocation_benchmark: %s\n", e.what());
     return 1;

@@ -21,6 +21,8 @@ providers="tcp shm"
 sizes="8,1K,64K,1M"
 modes="send,writeimm"
 csv=""
+json_dir=""
+json_n=0
 repeat=1
 timeout_s=60
 extra=()
@@ -37,6 +39,7 @@ Options:
   --repeat N         runs of each program per provider (default: $repeat)
   --timeout S        deadline of one program run in seconds (default: $timeout_s)
   --csv FILE         write the comparison as CSV
+  --json-dir DIR     keep each program run's JSON there (<impl>-<provider>-<n>.json)
 EOF
 }
 
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --repeat) repeat="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
     --csv) csv="$2"; shift 2 ;;
+    --json-dir) json_dir="$2"; mkdir -p "$json_dir"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "run-pingpong.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
@@ -89,9 +93,14 @@ trap 'exit 130' INT TERM
 run_one() { # impl provider wait csvfile
   local prog="$bin_dir/${1}_pingpong"
   [[ "$1" == raw ]] && prog="$bin_dir/raw_libfabric_pingpong"
-  local log="$work/log"
+  local log="$work/log" json=()
+  if [[ -n "$json_dir" ]]; then
+    json=(--json "$json_dir/$1-${2//;/+}-$json_n.json")
+    json_n=$((json_n + 1))
+  fi
   timeout -k 5 $((timeout_s + 10)) "$prog" --provider "$2" --wait "$3" --sizes "$sizes" \
-    --modes "$modes" --timeout "$timeout_s" --csv "$4" --quiet "${extra[@]}" >"$log" 2>&1 &
+    --modes "$modes" --timeout "$timeout_s" --csv "$4" --quiet "${json[@]}" "${extra[@]}" \
+    >"$log" 2>&1 &
   child=$!
   if ! wait "$child"; then
     child=""

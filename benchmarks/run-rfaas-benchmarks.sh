@@ -32,6 +32,7 @@ hot=-1
 cold_reps=20
 repeat=3
 csv=""
+json_dir=""
 
 usage() {
   sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -44,6 +45,7 @@ usage() {
   echo "  --cold-reps N         allocations in the cold benchmark (default: $cold_reps)"
   echo "  --repeat N            invocation + raw runs, paired (default: $repeat)"
   echo "  --csv FILE            append every row (rfaas, raw, cold) as CSV"
+  echo "  --json-dir DIR        keep every program run's JSON there (<device>-<program>-<n>.json)"
 }
 
 while [[ $# -gt 0 ]]; do
@@ -56,6 +58,7 @@ while [[ $# -gt 0 ]]; do
   --cold-reps) cold_reps=$2; shift 2 ;;
   --repeat) repeat=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
+  --json-dir) json_dir=$2; mkdir -p "$json_dir"; shift 2 ;;
   -h | --help) usage; exit 0 ;;
   *) echo "run-rfaas-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -113,28 +116,34 @@ for dev in $devices_list; do
   : >"$rows"
   raw_env=(env)
   [[ $provider == *ofi_rxm* ]] && raw_env=(env FI_OFI_RXM_CM_PROGRESS_INTERVAL=100)
+  json() { # NAME: sets jarg, the --json arguments of one run (none without --json-dir)
+    jarg=()
+    [[ -z $json_dir ]] || jarg=(--json "$json_dir/$dev-$1.json")
+  }
   for ((r = 0; r < repeat; r++)); do
     # Alternate which goes first, so that a drift in load favours neither.
     for which in $( ((r % 2 == 0)) && echo "rfaas raw" || echo "raw rfaas"); do
       rm -f "$work/one.csv"
+      json "$which-$r"
       if [[ $which == rfaas ]]; then
         "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
           --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" \
-          --csv "$work/one.csv" >"$work/inv.out"
+          --csv "$work/one.csv" "${jarg[@]}" >"$work/inv.out"
         # The first run's own table is shown; the others only feed the summary.
         ((r > 0)) || cat "$work/inv.out"
         tail -n +2 "$work/one.csv" | sed "s/^/rfaas-csv,$r,/" >>"$rows"
       else
         "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm \
           -s "$sizes" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
-          --no-csv-header >/dev/null
+          --no-csv-header "${jarg[@]}" >/dev/null
         sed "s/^/raw-csv,$r,/" "$work/one.csv" >>"$rows"
       fi
     done
   done
   rm -f "$work/one.csv"
+  json cold
   "$bench/rfaas_cold_benchmark" --devices "$devices_db" --device "$dev" --manager "$address" \
-    --library "$library" --repetitions "$cold_reps" --csv "$work/one.csv"
+    --library "$library" --repetitions "$cold_reps" --csv "$work/one.csv" "${jarg[@]}"
   tail -n +2 "$work/one.csv" | sed "s/^/cold-csv,0,/" >>"$rows"
   stop_manager
 
