@@ -147,7 +147,9 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     o.cores = static_cast<uint32_t>(cfg_.cores.size());
     o.memory_mib = cfg_.memory_mib;
     o.secret = rm::read_secret_file(cfg_.resource_manager_secret_file);
-    o.connect_timeout = milliseconds(std::min<uint32_t>(cfg_.connect_ms, 500));
+    // A connection attempt holds the loop (rdmalib has no asynchronous
+    // connect); tcp;ofi_rxm needed over a second on a loaded machine.
+    o.connect_timeout = milliseconds(cfg_.connect_ms);
     verifier_ = std::make_unique<rm::TokenVerifier>(o.node, o.secret);
     spdlog::info("resource-manager mode: node {}, resource manager {}; clients need a lease",
                  o.node, o.resource_manager.to_string());
@@ -544,10 +546,13 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     return reply(c, E::ResourcesUnavailable, 0, 0, "too many allocations on this node");
   uint32_t memory = req.memory_mib ? req.memory_mib : cfg_.default_memory_mib;
   if (rm_) {
-    // The lease bounds what its allocations on this node hold together.
+    // The lease bounds what its allocations on this node hold together. An
+    // allocation whose client left is ending: its cores come back with its
+    // executor (until then the free-core check below answers
+    // resources_unavailable, which clients wait out).
     uint64_t cores_held = 0, memory_held = 0;
     for (const auto &kv : allocations_)
-      if (kv.second->lease_id == c.lease_id && !kv.second->exited) {
+      if (kv.second->lease_id == c.lease_id && !kv.second->exited && !kv.second->client_gone) {
         cores_held += kv.second->workers;
         memory_held += kv.second->memory_mib;
       }
@@ -849,9 +854,15 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       a.kill_at = now + milliseconds(cfg_.shutdown_grace_ms);
     }
   }
+  // A client of this lease that has no allocation yet learns why.
   for (auto &c : clients_)
-    if (!c->closed && c->lease_id == e.lease_id)
+    if (!c->closed && c->lease_id == e.lease_id) {
+      if (!c->requested)
+        reply(*c, proto::ErrorCode::LeaseInvalid, 0, 0,
+              "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
+                  proto::to_string(e.why) + ")");
       client_left(*c, false);
+    }
   if (!live)
     report_lease(e.lease_id, true);
 }

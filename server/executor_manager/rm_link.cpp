@@ -48,7 +48,11 @@ void RmLink::disconnect(const std::string &why) {
 }
 
 void RmLink::connect() {
-  next_attempt_ = Clock::now() + opt_.retry;
+  // Back off while the resource manager stays away: each attempt may hold
+  // the loop for the connect timeout (reliable-datagram providers cannot
+  // tell "nobody listens" from "slow").
+  auto pause = opt_.retry * (1 << std::min(failures_, 3));
+  next_attempt_ = Clock::now() + pause;
   proto::ClientHello hello;
   uint8_t pd[sizeof hello];
   proto::encode(hello, pd, sizeof pd);
@@ -62,9 +66,11 @@ void RmLink::connect() {
     channel_ = proto::ControlChannel(fabric_, conn_, o);
   } catch (const std::exception &e) {
     if (!warned_)
-      spdlog::warn("cannot reach the resource manager at {}: {}; retrying every {} ms",
-                   opt_.resource_manager.to_string(), e.what(), opt_.retry.count());
+      spdlog::warn("cannot reach the resource manager at {}: {}; retrying (every {} to {} ms)",
+                   opt_.resource_manager.to_string(), e.what(), opt_.retry.count(),
+                   (opt_.retry * 8).count());
     warned_ = true;
+    ++failures_;
     conn_.close();
     return;
   }
@@ -133,6 +139,7 @@ void RmLink::poll(std::vector<proto::LeaseEnded> &ended, uint32_t allocations) {
       next_heartbeat_ = now + heartbeat_;
       state_ = State::Registered;
       warned_ = false;
+      failures_ = 0;
       int64_t skew = static_cast<int64_t>(r.now_ms) - static_cast<int64_t>(wall_ms());
       spdlog::info("registered with the resource manager {} as node {} (clock skew {} ms)",
                    opt_.resource_manager.to_string(), opt_.node, skew);

@@ -31,9 +31,11 @@ struct RmLinkOptions {
   uint32_t cores = 0;
   uint64_t memory_mib = 0;
   rm::NodeSecret secret{};
-  /// Longest one connection attempt may hold the loop.
-  std::chrono::milliseconds connect_timeout{500};
-  /// Pause between attempts while the resource manager cannot be reached.
+  /// Longest one connection attempt may hold the loop (tcp;ofi_rxm connects
+  /// lazily and took over 1.5 s on a loaded machine).
+  std::chrono::milliseconds connect_timeout{5000};
+  /// Pause between attempts while the resource manager cannot be reached,
+  /// doubled after each failure up to 8 times this.
   std::chrono::milliseconds retry{1000};
 };
 
@@ -71,6 +73,7 @@ private:
   uint64_t sequence_ = 0;
   std::deque<std::vector<uint8_t>> outbox_;
   bool warned_ = false;
+  int failures_ = 0;
 };
 
 } // namespace rfaas::manager
