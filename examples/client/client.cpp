@@ -5,7 +5,8 @@
 //
 //   rfaas-example-client --devices config/devices.json --device lo-tcp
 //       --servers config/servers.json --library build/examples/functions/libfunctions.so
-//   (one command line)
+//   (one command line; with --resource-manager HOST:PORT instead of --servers,
+//   the cores are leased from the resource manager first)
 //
 // Exit status 0 only if every output was right.
 #include <rfaas/rfaas.hpp>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <future>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -74,6 +76,8 @@ int main(int argc, char **argv) {
     ("device", "device entry to use (name or IP)", cxxopts::value<std::string>()->default_value("lo-tcp"))
     ("servers", "server database (JSON) listing executor managers", cxxopts::value<std::string>()->default_value("config/servers.json"))
     ("manager", "executor manager host:port (overrides --servers)", cxxopts::value<std::string>())
+    ("resource-manager", "lease the cores from the resource manager at host:port (its fabric address) instead of using --manager/--servers", cxxopts::value<std::string>())
+    ("memory", "MiB to lease with --resource-manager", cxxopts::value<uint64_t>()->default_value("256"))
     ("library", "function library to ship", cxxopts::value<std::string>())
     ("cores", "cores to lease (the shipped config/executor_manager.json offers 1)", cxxopts::value<uint32_t>()->default_value("1"))
     ("slots", "input slots per worker", cxxopts::value<uint32_t>()->default_value("2"))
@@ -91,8 +95,22 @@ int main(int argc, char **argv) {
         rfaas::set_log_level(rdmalib::log::to_string(rfaas::cli::apply_log_level(args)));
         rfaas::device_database devices =
             rfaas::device_database::load(args["devices"].as<std::string>());
+        const rfaas::device &device = devices.find(args["device"].as<std::string>());
         rfaas::server manager;
-        if (args.count("manager")) {
+        // With a resource manager: lease first, then allocate on the node it
+        // names, presenting the lease; released at the end (or it expires).
+        std::unique_ptr<rfaas::resource_manager> rm;
+        rfaas::lease lease;
+        if (args.count("resource-manager")) {
+          rm = std::make_unique<rfaas::resource_manager>(
+              device, args["resource-manager"].as<std::string>());
+          lease = rm->lease(args["cores"].as<uint32_t>(), args["memory"].as<uint64_t>(),
+                            std::chrono::minutes(5));
+          manager = lease.server(0);
+          std::printf("lease %llu: %u core(s) on node %s (%s)\n",
+                      static_cast<unsigned long long>(lease.id), lease.parts[0].cores,
+                      lease.parts[0].node.c_str(), manager.endpoint().c_str());
+        } else if (args.count("manager")) {
           std::string hp = args["manager"].as<std::string>();
           size_t colon = hp.rfind(':');
           if (colon == std::string::npos)
@@ -106,8 +124,10 @@ int main(int argc, char **argv) {
           manager = servers.select();
         }
 
-        rfaas::executor ex(devices.find(args["device"].as<std::string>()));
+        rfaas::executor ex(device);
         rfaas::allocation_options opts;
+        if (rm)
+          opts = lease.options(0);
         opts.cores = args["cores"].as<uint32_t>();
         opts.slots = args["slots"].as<uint32_t>();
         opts.library = args["library"].as<std::string>();
@@ -232,6 +252,10 @@ int main(int argc, char **argv) {
         check(all_ok, "every measured echo returned its input");
         std::sort(us.begin(), us.end());
         ex.deallocate();
+        if (rm) {
+          rm->release(lease);
+          std::printf("lease %llu released\n", static_cast<unsigned long long>(lease.id));
+        }
         std::printf("verified %d results, %d failures\n", g_verified, g_failures);
         if (failed_calls == 0)
           std::printf("median hot latency: %.2f us (p99 %.2f us, %u echo calls of %u bytes, %s)\n",

@@ -85,7 +85,18 @@ bool ControlChannel::on_send_completion(const rdmalib::Completion &c) noexcept {
   return true;
 }
 
+bool ControlChannel::send_idle() noexcept {
+  rdmalib::Completion c;
+  while (send_pending_ && ops_.valid() && ops_.poll(rdmalib::Queue::Send, &c, 1) == 1)
+    on_send_completion(c);
+  return !send_pending_;
+}
+
 ChannelStatus ControlChannel::post_encoded(size_t size) noexcept {
+  if (send_pending_ || size > opt_.send_size) {
+    posted_ = false;
+    return ChannelStatus::SendFailed;
+  }
   sent_ok_ = false;
   posted_ = false;
   if (closed_)

@@ -153,6 +153,14 @@ public:
     return post_encoded(size);
   }
 
+  /// True when no send is in flight, so the send area may be written; reaps a
+  /// finished send without blocking (a failure then shows as SendFailed from
+  /// poll()). For owners that queue messages and post one at a time.
+  bool send_idle() noexcept;
+  /// Post the first `size` bytes of the send area without waiting, like
+  /// post(); the area must be free (send_idle()). Ok, Closed or SendFailed.
+  ChannelStatus post_encoded(size_t size) noexcept;
+
   // ---- receiving -----------------------------------------------------------------
 
   /// Wait for the next control message until `deadline`. status is Ok (a
@@ -230,7 +238,6 @@ private:
     return reinterpret_cast<uint8_t *>(buf_.data()) + size_t(opt_.receives) * opt_.receive_size;
   }
   bool repost(uint64_t slot) noexcept;
-  ChannelStatus post_encoded(size_t size) noexcept;
   /// Wait for the completion of the send in flight, if any.
   ChannelStatus finish_pending(ControlClock::time_point deadline) noexcept;
   /// A completion the channel does not own.

@@ -62,6 +62,26 @@ const char *to_string(MessageType t) noexcept {
     return "accounting";
   case MessageType::Shutdown:
     return "shutdown";
+  case MessageType::NodeRegister:
+    return "node_register";
+  case MessageType::NodeRegistered:
+    return "node_registered";
+  case MessageType::Heartbeat:
+    return "heartbeat";
+  case MessageType::LeaseRequest:
+    return "lease_request";
+  case MessageType::LeaseRenew:
+    return "lease_renew";
+  case MessageType::LeaseRelease:
+    return "lease_release";
+  case MessageType::LeaseGrant:
+    return "lease_grant";
+  case MessageType::LeaseEnded:
+    return "lease_ended";
+  case MessageType::AccountingReport:
+    return "accounting_report";
+  case MessageType::LeaseProof:
+    return "lease_proof";
   }
   return "unknown_message_type";
 }

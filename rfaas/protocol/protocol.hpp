@@ -70,8 +70,19 @@ enum class MessageType : uint16_t {
   Result = 11,             ///< worker -> client result slot, followed by the output
   Accounting = 12,         ///< executor -> manager: counters to add
   Shutdown = 13,           ///< any direction: goodbye, with a reason
+  // Resource manager (rm_messages.hpp):
+  NodeRegister = 14,     ///< node -> resource manager
+  NodeRegistered = 15,   ///< resource manager -> node
+  Heartbeat = 16,        ///< node -> resource manager
+  LeaseRequest = 17,     ///< client -> resource manager
+  LeaseRenew = 18,       ///< client -> resource manager
+  LeaseRelease = 19,     ///< client -> resource manager
+  LeaseGrant = 20,       ///< resource manager -> client (answers 17..19)
+  LeaseEnded = 21,       ///< resource manager -> node
+  AccountingReport = 22, ///< node -> resource manager
+  LeaseProof = 23,       ///< client -> executor manager, before AllocationRequest
 };
-constexpr uint16_t kMaxMessageType = 13;
+constexpr uint16_t kMaxMessageType = 23;
 
 /// Status carried by replies and results. Values 0..15 only: a result's status
 /// also travels in 4 bits of the immediate.

@@ -46,6 +46,8 @@ const char *to_string(phase p) noexcept {
     return "deallocation";
   case phase::usage:
     return "usage";
+  case phase::lease:
+    return "lease";
   }
   return "unknown";
 }

@@ -160,6 +160,18 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   } catch (const std::exception &e) {
     fail(phase::allocation, status::network_error, e.what());
   }
+  if (o.lease_cores != 0) {
+    // A node that works with a resource manager checks the lease first.
+    proto::LeaseProof proof;
+    proof.lease_id = o.lease_id;
+    proof.expiry_ms = o.lease_expiry_ms;
+    proof.memory_mib = o.lease_memory_mib;
+    proof.cores = o.lease_cores;
+    std::memcpy(proof.token.bytes, o.token.data(), proto::kTokenSize);
+    if (!proto::set_text(proof.client, o.lease_client) ||
+        manager_channel.send(proof, Clock::now() + deadlines.connect) != proto::ChannelStatus::Ok)
+      fail(phase::allocation, status::network_error, "cannot present the lease (LeaseProof)");
+  }
   proto::AllocationRequest req;
   req.cores = nworkers;
   req.memory_mib = o.memory_mib;

@@ -28,6 +28,7 @@
 #include "logging.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/protocol.hpp"
+#include "protocol/rm_messages.hpp"
 #include "registry.hpp"
 
 namespace rfaas {

@@ -100,11 +100,18 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
   }
   if (root.has("resource_manager")) {
     Node r = root["resource_manager"];
-    r.expect_object({"enabled", "address", "secret_file"});
+    r.expect_object({"enabled", "address", "secret_file", "node"});
     r.optional("enabled", c.resource_manager_enabled);
     r.optional("address", c.resource_manager_address);
+    r.optional("node", c.resource_manager_node);
     if (r.has("secret_file"))
       c.resource_manager_secret_file = resolve(base_dir, r["secret_file"].string());
+    if (c.resource_manager_enabled && c.resource_manager_address.empty())
+      r.fail("enabled is true but \"address\" (the resource manager's fabric host:port) is "
+             "missing");
+    if (c.resource_manager_enabled && c.resource_manager_secret_file.empty())
+      r.fail("enabled is true but \"secret_file\" (the node secret shared with the resource "
+             "manager) is missing");
   }
   {
     Node r = root.required("resources", "an object with at least \"cores\"");

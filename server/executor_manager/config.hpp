@@ -30,11 +30,15 @@ struct ManagerConfig {
   std::string listen_host;
   uint16_t listen_port = 0;
 
-  /// Register with a resource manager (not implemented yet: the manager
-  /// refuses to start unless standalone).
+  /// Register with a resource manager at `address` (its fabric "host:port")
+  /// and accept only clients holding one of its leases; false: standalone,
+  /// every client is accepted.
   bool resource_manager_enabled = false;
   std::string resource_manager_address;
+  /// The node secret shared with the resource manager (64 hex digits).
   std::string resource_manager_secret_file;
+  /// This node's name at the resource manager; empty: the host name.
+  std::string resource_manager_node;
 
   /// CPU ids handed to worker threads, one per leased core; distinct.
   std::vector<int> cores;

@@ -99,12 +99,9 @@ int main(int argc, char **argv) {
         // zygote and the executors through RFAAS_LOG_LEVEL.
         rfaas::cli::apply_log_level(args, cfg.log_level);
 
-        if (cfg.resource_manager_enabled && !args.count("skip-resource-manager"))
-          throw rfaas::cli::UsageError(
-              args["config"].as<std::string>() +
-              ": resource_manager.enabled is true, but registering with a resource manager is not "
-              "implemented yet; run standalone with --skip-resource-manager (or set "
-              "resource_manager.enabled to false)");
+        // --skip-resource-manager: standalone whatever the configuration says.
+        if (args.count("skip-resource-manager"))
+          cfg.resource_manager_enabled = false;
         // Every configured core must be usable by this process (cgroups, taskset).
         cpu_set_t allowed;
         if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)

@@ -72,12 +72,19 @@ struct Manager::Client {
   std::string peer;
   uint64_t allocation = 0;
   Clock::time_point connected_at = Clock::now();
+  // The lease it presented (resource-manager mode).
+  uint64_t lease_id = 0;
+  proto::Token token;
+  bool lease_ok = false;
+  uint32_t lease_cores = 0;
+  uint64_t lease_memory_mib = 0;
   bool requested = false;
   bool closed = false;
 };
 
 struct Manager::Allocation {
   uint64_t id = 0;
+  uint64_t lease_id = 0; // 0 in standalone mode
   proto::Token secret;
   std::vector<size_t> core_slots; // indices into cfg_.cores
   uint32_t memory_mib = 0;
@@ -127,6 +134,27 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
                                  cfg_.listen_port}) {
   core_used_.assign(cfg_.cores.size(), false);
   signal(SIGPIPE, SIG_IGN);
+  if (cfg_.resource_manager_enabled) {
+    RmLinkOptions o;
+    o.resource_manager = rdmalib::Address::parse(cfg_.resource_manager_address);
+    o.node = cfg_.resource_manager_node;
+    if (o.node.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      o.node = host;
+    }
+    o.address = listener_.address().to_string();
+    o.cores = static_cast<uint32_t>(cfg_.cores.size());
+    o.memory_mib = cfg_.memory_mib;
+    o.secret = rm::read_secret_file(cfg_.resource_manager_secret_file);
+    // A connection attempt holds the loop (rdmalib has no asynchronous
+    // connect); tcp;ofi_rxm needed over a second on a loaded machine.
+    o.connect_timeout = milliseconds(cfg_.connect_ms);
+    verifier_ = std::make_unique<rm::TokenVerifier>(o.node, o.secret);
+    spdlog::info("resource-manager mode: node {}, resource manager {}; clients need a lease",
+                 o.node, o.resource_manager.to_string());
+    rm_ = std::make_unique<RmLink>(fabric_, std::move(o));
+  }
   start_zygote();
 }
 
@@ -302,6 +330,8 @@ int Manager::run() {
     // Connections have no fd of their own: while any exist, wake up often to
     // poll them (and drive progress for the executors' remote atomics).
     int timeout = busy ? 2 : (listener_.fd() < 0 ? 10 : 200);
+    if (rm_) // heartbeats and lease-ended notices
+      timeout = std::min(timeout, 20);
     ::poll(p, 3, timeout);
     if (p[2].revents & POLLIN) {
       signalfd_siginfo si;
@@ -319,7 +349,15 @@ int Manager::run() {
     poll_clients();
     poll_executors();
     tick();
+    if (rm_) {
+      std::vector<proto::LeaseEnded> ended;
+      rm_->poll(ended, static_cast<uint32_t>(allocations_.size()));
+      for (const proto::LeaseEnded &e : ended)
+        lease_ended(e);
+    }
   }
+  if (rm_)
+    rm_->close();
   spdlog::info("stopping: ending {} allocation(s)", allocations_.size());
   for (auto &kv : allocations_)
     signal_executor(*kv.second, SIGTERM);
@@ -395,7 +433,16 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     if (!r)
       return refuse(proto::reply_code(r.error), "bad ClientHello: " + proto::describe(r));
     // Standalone mode: every lease is accepted (lease id 0 and any token).
+    // With a resource manager the lease is checked when the client sends
+    // its LeaseProof, before any allocation.
+    if (rm_ && hello.lease_id == 0)
+      return refuse(proto::ErrorCode::LeaseInvalid,
+                    "lease_invalid: a client without a lease (this executor manager serves "
+                    "leases of the resource manager " +
+                        cfg_.resource_manager_address + ")");
     auto c = std::make_unique<Client>();
+    c->lease_id = hello.lease_id;
+    c->token = hello.token;
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = kClientRecvs + 2;
     c->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
@@ -498,6 +545,30 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
   if (allocations_.size() >= cfg_.max_allocations)
     return reply(c, E::ResourcesUnavailable, 0, 0, "too many allocations on this node");
   uint32_t memory = req.memory_mib ? req.memory_mib : cfg_.default_memory_mib;
+  if (rm_) {
+    // The lease bounds what its allocations on this node hold together. An
+    // allocation whose client left is ending: its cores come back with its
+    // executor (until then the free-core check below answers
+    // resources_unavailable, which clients wait out).
+    uint64_t cores_held = 0, memory_held = 0;
+    for (const auto &kv : allocations_)
+      if (kv.second->lease_id == c.lease_id && !kv.second->exited && !kv.second->client_gone) {
+        cores_held += kv.second->workers;
+        memory_held += kv.second->memory_mib;
+      }
+    if (cores_held + req.cores > c.lease_cores)
+      return reply(c, E::LeaseInvalid, 0, 0,
+                   "lease_invalid: lease " + std::to_string(c.lease_id) + " holds " +
+                       std::to_string(c.lease_cores) + " core(s) here, " +
+                       std::to_string(cores_held) + " in use, " + std::to_string(req.cores) +
+                       " requested");
+    if (c.lease_memory_mib && memory_held + memory > c.lease_memory_mib)
+      return reply(c, E::LeaseInvalid, 0, 0,
+                   "lease_invalid: lease " + std::to_string(c.lease_id) + " holds " +
+                       std::to_string(c.lease_memory_mib) + " MiB here, " +
+                       std::to_string(memory_held) + " in use, " + std::to_string(memory) +
+                       " requested");
+  }
   if (memory_used_ + static_cast<uint64_t>(memory) > cfg_.memory_mib)
     return reply(c, E::ResourcesUnavailable, 0, 0,
                  std::to_string(memory) + " MiB requested, " +
@@ -520,6 +591,7 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
   while (a->id == 0 || allocations_.count(a->id));
   random_bytes(a->secret.bytes, sizeof a->secret.bytes);
   a->core_slots = free_slots;
+  a->lease_id = rm_ ? c.lease_id : 0;
   a->memory_mib = memory;
   a->workers = req.cores;
   a->started = Clock::now();
@@ -592,8 +664,17 @@ void Manager::poll_clients() {
         client_left(c, true);
         break;
       }
-      if (m.status == proto::ChannelStatus::Ok &&
-          m.header.type == proto::MessageType::AllocationRequest) {
+      if (m.status == proto::ChannelStatus::Ok && rm_ &&
+          m.header.type == proto::MessageType::LeaseProof) {
+        check_lease(c, m.data, m.size);
+      } else if (m.status == proto::ChannelStatus::Ok &&
+                 m.header.type == proto::MessageType::AllocationRequest) {
+        if (rm_ && !c.lease_ok) {
+          reply(c, proto::ErrorCode::LeaseInvalid, 0, 0,
+                "lease_invalid: present the lease (LeaseProof) before the AllocationRequest");
+          client_left(c, false);
+          break;
+        }
         handle_allocation_request(c, m.data, m.size);
       } else if (m.status == proto::ChannelStatus::Ok ||
                  m.status == proto::ChannelStatus::BadMessage) {
@@ -704,6 +785,102 @@ void Manager::finish(Allocation &a) {
   if (cfg_.log_accounting)
     spdlog::info("allocation {:x} ended: executor {}; {}", a.id, describe_exit(a.exit_code),
                  AllocationAccounting::describe(t));
+  if (rm_ && a.lease_id) {
+    LeaseUse &u = lease_use_[a.lease_id];
+    u.totals.allocation_ns += t.allocation_ns;
+    u.totals.hot_polling_ns += t.hot_polling_ns;
+    u.totals.execution_ns += t.execution_ns;
+    u.totals.invocations += t.invocations;
+    u.memory_mib = std::max<uint64_t>(u.memory_mib, a.memory_mib);
+    bool others = std::any_of(allocations_.begin(), allocations_.end(), [&](const auto &kv) {
+      return kv.second.get() != &a && kv.second->lease_id == a.lease_id;
+    });
+    report_lease(a.lease_id, u.ended && !others);
+  }
+}
+
+void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
+  proto::LeaseProof proof;
+  proto::WireResult r = proto::decode(msg, len, proof);
+  std::string why;
+  if (!r) {
+    why = "bad LeaseProof: " + proto::describe(r);
+  } else if (proof.lease_id != c.lease_id) {
+    why = "lease_invalid: the LeaseProof names another lease than the ClientHello";
+  } else {
+    rm::LeaseClaim claim{proof.lease_id,  verifier_->node(),
+                         proof.cores,     proof.memory_mib,
+                         proof.expiry_ms, std::string(proto::get_text(proof.client))};
+    rm::LeaseToken token;
+    std::memcpy(token.data(), c.token.bytes, token.size());
+    const uint64_t now_ms =
+        static_cast<uint64_t>(std::chrono::duration_cast<milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    rm::TokenVerdict v = verifier_->verify(claim, token, now_ms);
+    if (v == rm::TokenVerdict::Ok) {
+      c.lease_ok = true;
+      c.lease_cores = proof.cores;
+      c.lease_memory_mib = proof.memory_mib;
+      spdlog::info("client {}: lease {} of {} verified ({} core(s), {} MiB)", c.peer,
+                   proof.lease_id, claim.client, proof.cores, proof.memory_mib);
+      return;
+    }
+    why = rm::reason_text(v);
+  }
+  spdlog::warn("client {}: refusing lease {}: {}", c.peer, c.lease_id, why);
+  reply(c, r ? proto::ErrorCode::LeaseInvalid : proto::reply_code(r.error), 0, 0, why);
+  client_left(c, false);
+}
+
+void Manager::lease_ended(const proto::LeaseEnded &e) {
+  const uint64_t now_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms);
+  lease_use_[e.lease_id].ended = true;
+  auto now = Clock::now();
+  bool live = false;
+  for (auto &kv : allocations_) {
+    Allocation &a = *kv.second;
+    if (a.lease_id != e.lease_id)
+      continue;
+    live = true;
+    if (!a.client_gone) {
+      spdlog::info("lease {} {}: ending allocation {:x}", e.lease_id, proto::to_string(e.why),
+                   a.id);
+      a.client_gone = true;
+      a.term_at = now;
+      a.kill_at = now + milliseconds(cfg_.shutdown_grace_ms);
+    }
+  }
+  // A client of this lease that has no allocation yet learns why.
+  for (auto &c : clients_)
+    if (!c->closed && c->lease_id == e.lease_id) {
+      if (!c->requested)
+        reply(*c, proto::ErrorCode::LeaseInvalid, 0, 0,
+              "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
+                  proto::to_string(e.why) + ")");
+      client_left(*c, false);
+    }
+  if (!live)
+    report_lease(e.lease_id, true);
+}
+
+void Manager::report_lease(uint64_t lease_id, bool final) {
+  auto it = lease_use_.find(lease_id);
+  if (it == lease_use_.end())
+    return;
+  proto::AccountingReport r;
+  r.lease_id = lease_id;
+  r.allocation_us = it->second.totals.allocation_ns / 1000;
+  r.hot_polling_us = it->second.totals.hot_polling_ns / 1000;
+  r.execution_us = it->second.totals.execution_ns / 1000;
+  r.memory_mib = it->second.memory_mib;
+  r.final = final ? 1 : 0;
+  rm_->report(r);
+  if (final)
+    lease_use_.erase(it);
 }
 
 } // namespace rfaas::manager

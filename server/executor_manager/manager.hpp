@@ -1,5 +1,7 @@
 // The executor manager: one per node. Listens on the fabric, accepts clients
-// (standalone mode: any lease) and the executors it started, grants
+// (standalone mode: any client; with a resource manager: a client that proves
+// a lease granted on this node, checked locally with the node secret) and the
+// executors it started, grants
 // allocations by starting an executor through its zygote, keeps accounting,
 // and ends every allocation whose client or executor goes away.
 //
@@ -24,9 +26,13 @@
 
 #include "executor_manager/accounting.hpp"
 #include "executor_manager/config.hpp"
+#include "executor_manager/rm_link.hpp"
 #include "protocol/protocol.hpp"
+#include "resource_manager/lease_token.hpp"
 
 namespace rfaas::manager {
+
+using protocol::AccountingCounters;
 
 class Manager {
 public:
@@ -62,6 +68,9 @@ private:
   void client_left(Client &c, bool graceful);
   void tick();
   void finish(Allocation &a);
+  void check_lease(Client &c, const uint8_t *msg, size_t len);
+  void lease_ended(const protocol::LeaseEnded &e);
+  void report_lease(uint64_t lease_id, bool final);
   void signal_executor(Allocation &a, int sig);
 
   ManagerConfig cfg_;
@@ -84,6 +93,17 @@ private:
   uint32_t memory_used_ = 0;
   std::vector<std::unique_ptr<Client>> clients_;
   std::map<uint64_t, std::unique_ptr<Allocation>> allocations_;
+
+  // With a resource manager (resource_manager.enabled) only.
+  std::unique_ptr<RmLink> rm_;
+  std::unique_ptr<rm::TokenVerifier> verifier_;
+  /// Per lease: accounting of its ended allocations, in microseconds.
+  struct LeaseUse {
+    AccountingCounters totals;
+    uint64_t memory_mib = 0;
+    bool ended = false;
+  };
+  std::map<uint64_t, LeaseUse> lease_use_;
 };
 
 } // namespace rfaas::manager

@@ -91,7 +91,7 @@ ResourceManagerConfig ResourceManagerConfig::parse(const std::string &text,
     throw ConfigError(origin + ": not valid JSON: " + e.what());
   }
   ResourceManagerConfig c;
-  r.only(doc, "", {"database", "http", "placement", "leases", "nodes", "tick_ms", "log"});
+  r.only(doc, "", {"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms", "log"});
   if (doc.contains("database")) {
     c.database = r.text(doc["database"], "database");
     if (c.database.empty())
@@ -157,6 +157,41 @@ ResourceManagerConfig ResourceManagerConfig::parse(const std::string &text,
       c.registry.heartbeat_timeout_ms =
           r.number(n["heartbeat_timeout_ms"], "nodes.heartbeat_timeout_ms", 100, 3600000);
   }
+  if (doc.contains("fabric")) {
+    const json &f = doc["fabric"];
+    r.only(f, "fabric",
+           {"device_database", "device", "host", "port", "accept_timeout_ms", "heartbeat_ms",
+            "registration_window_ms", "idle_timeout_ms", "max_connections"});
+    FabricConfig &fc = c.fabric;
+    fc.enabled = true;
+    if (!f.contains("device_database"))
+      r.fail("fabric.device_database", "required: the device database (e.g. \"devices.json\")");
+    if (!f.contains("device"))
+      r.fail("fabric.device", "required: the device entry to listen on (e.g. \"lo-tcp\")");
+    fc.device_database = resolve(r.text(f["device_database"], "fabric.device_database"), base_dir);
+    fc.device = r.text(f["device"], "fabric.device");
+    if (f.contains("host"))
+      fc.host = r.text(f["host"], "fabric.host");
+    if (f.contains("port"))
+      fc.port = static_cast<uint16_t>(r.number(f["port"], "fabric.port", 0, 65535));
+    if (f.contains("accept_timeout_ms"))
+      fc.accept_timeout_ms =
+          r.number(f["accept_timeout_ms"], "fabric.accept_timeout_ms", 10, 10'000);
+    if (f.contains("heartbeat_ms"))
+      fc.heartbeat_ms =
+          static_cast<uint32_t>(r.number(f["heartbeat_ms"], "fabric.heartbeat_ms", 10, 600'000));
+    if (f.contains("registration_window_ms"))
+      fc.registration_window_ms =
+          r.number(f["registration_window_ms"], "fabric.registration_window_ms", 1000, 86'400'000);
+    if (f.contains("idle_timeout_ms"))
+      fc.idle_timeout_ms = r.number(f["idle_timeout_ms"], "fabric.idle_timeout_ms", 100, 600'000);
+    if (f.contains("max_connections"))
+      fc.max_connections = static_cast<uint32_t>(
+          r.number(f["max_connections"], "fabric.max_connections", 1, 100'000));
+  }
+  if (c.fabric.enabled && c.fabric.heartbeat_ms >= c.registry.heartbeat_timeout_ms)
+    r.fail("fabric.heartbeat_ms", "must be shorter than nodes.heartbeat_timeout_ms (" +
+                                      std::to_string(c.registry.heartbeat_timeout_ms) + ")");
   if (doc.contains("tick_ms"))
     c.tick_ms = r.number(doc["tick_ms"], "tick_ms", 10, 60000);
   if (doc.contains("log")) {

@@ -17,6 +17,31 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// The fabric side: where executor managers register and clients lease.
+struct FabricConfig {
+  /// False when the configuration has no "fabric" block (REST only).
+  bool enabled = false;
+  /// Device database (relative paths: relative to the configuration file)
+  /// and the entry in it to listen on, like the executor manager's.
+  std::string device_database;
+  std::string device;
+  /// Listening address; an empty host means the device's ip_address, port 0
+  /// lets the OS choose (the readiness line prints the real one).
+  std::string host;
+  uint16_t port = 0;
+  /// Longest the loop waits for one connection to complete its setup.
+  uint64_t accept_timeout_ms = 1000;
+  /// Heartbeat period asked of the nodes (NodeRegistered::heartbeat_ms).
+  uint32_t heartbeat_ms = 1000;
+  /// How far a registration's timestamp may be from the resource manager's
+  /// clock.
+  uint64_t registration_window_ms = 300'000;
+  /// A connection that has not said what it is within this time is closed.
+  uint64_t idle_timeout_ms = 10'000;
+  /// Most open connections (nodes and clients together).
+  uint32_t max_connections = 1024;
+};
+
 struct ResourceManagerConfig {
   /// SQLite file; relative paths are relative to the configuration file.
   std::string database = "resource_manager.sqlite";
@@ -28,6 +53,7 @@ struct ResourceManagerConfig {
   /// of http.token_file).
   std::string admin_token;
   RegistryOptions registry;
+  FabricConfig fabric;
   /// How often leases are checked for expiry and nodes for heartbeats.
   uint64_t tick_ms = 250;
   std::string log_level = "info";

@@ -1,6 +1,9 @@
 #include "resource_manager/lease_token.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string_view>
 
@@ -70,6 +73,46 @@ LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret) {
   crypto_generichash_final(&st, t.data(), t.size());
   sodium_memzero(&st, sizeof st);
   return t;
+}
+
+LeaseToken registration_proof(const RegistrationClaim &claim, const NodeSecret &secret) {
+  ensure_sodium();
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, secret.data(), secret.size(), kLeaseTokenSize);
+  put_str(st, "rfaas-node-registration-v1");
+  put_str(st, claim.node);
+  put_str(st, claim.address);
+  put_u64(st, claim.cores);
+  put_u64(st, claim.memory_mib);
+  put_u64(st, claim.timestamp_ms);
+  LeaseToken t;
+  crypto_generichash_final(&st, t.data(), t.size());
+  sodium_memzero(&st, sizeof st);
+  return t;
+}
+
+bool verify_registration(const RegistrationClaim &claim, const LeaseToken &proof,
+                         const NodeSecret &secret) {
+  LeaseToken expected = registration_proof(claim, secret);
+  return sodium_memcmp(expected.data(), proof.data(), kLeaseTokenSize) == 0;
+}
+
+NodeSecret read_secret_file(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error("cannot read the node secret file " + path + ": " +
+                             std::strerror(errno));
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+    line.pop_back();
+  NodeSecret secret;
+  if (!from_hex(line, secret))
+    throw std::runtime_error("the node secret file " + path +
+                             " must hold 64 hex digits on its "
+                             "first line (create it with: openssl rand -hex 32 > " +
+                             path + ")");
+  return secret;
 }
 
 std::string to_hex(const uint8_t *data, size_t size) {

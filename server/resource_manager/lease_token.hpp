@@ -50,6 +50,30 @@ uint64_t generate_lease_id();
 /// The token of `claim` under `secret`.
 LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret);
 
+/// What a node signs when it registers (NodeRegister on the wire).
+struct RegistrationClaim {
+  std::string node;
+  std::string address;
+  uint32_t cores = 0;
+  uint64_t memory_mib = 0;
+  /// Wall clock of the node when it signed (milliseconds since the epoch).
+  uint64_t timestamp_ms = 0;
+};
+
+/// The proof a node presents instead of its secret: a keyed BLAKE2b of the
+/// registration's fields under the node secret (another domain tag than lease
+/// tokens, so neither can stand in for the other). Whoever sees it on the wire
+/// learns nothing of the secret and cannot sign other fields or a later time.
+LeaseToken registration_proof(const RegistrationClaim &claim, const NodeSecret &secret);
+/// Constant-time check of a registration proof.
+bool verify_registration(const RegistrationClaim &claim, const LeaseToken &proof,
+                         const NodeSecret &secret);
+
+/// Reads a node secret file: its first line holds 64 hex digits (create one
+/// with `openssl rand -hex 32 > node.secret` or `head -c 32 /dev/urandom | xxd -p -c 32`).
+/// Throws std::runtime_error naming the file and what is wrong.
+NodeSecret read_secret_file(const std::string &path);
+
 /// Lower-case hex of a token or secret, and back. from_hex returns false on a
 /// wrong length or a non-hex character.
 std::string to_hex(const uint8_t *data, size_t size);

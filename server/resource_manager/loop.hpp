@@ -1,6 +1,8 @@
-// The loop thread that owns the Registry. Other threads (the HTTP server's,
-// and the fabric side once it exists) never touch the registry: they hand a
-// task to the loop through a readerwriterqueue and wait for its answer.
+// The loop thread that owns the Registry. Other threads (the HTTP server's)
+// never touch the registry: they hand a task to the loop through a
+// readerwriterqueue and wait for its answer. The fabric side (a LoopDriver)
+// runs on the loop thread itself: the loop alternates a non-blocking pass
+// over the fabric with draining its task queue, so neither needs a lock.
 //
 // readerwriterqueue is single-producer: producers take a small mutex around
 // the enqueue alone (a few nanoseconds), never around the loop or its state;
@@ -16,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include <readerwriterqueue/readerwriterqueue.h>
 
@@ -29,6 +32,23 @@ public:
   LoopStopped() : std::runtime_error("the resource manager is shutting down") {}
 };
 
+/// Work the loop thread does between tasks (the fabric side). Every call
+/// must return promptly: it runs between the HTTP threads' tasks.
+class LoopDriver {
+public:
+  virtual ~LoopDriver() = default;
+  /// One non-blocking pass; true if it found work (the loop then does not
+  /// sleep before the next pass).
+  virtual bool poll(Registry &registry) = 0;
+  /// Lease-ended notices taken from the registry, to be delivered.
+  virtual void deliver(const std::vector<LeaseEnded> &events, Registry &registry) = 0;
+  /// True while connections are open: the loop then waits at most 1 ms for a
+  /// task between passes (connections have no fd to wake it), else 10 ms.
+  virtual bool busy() const = 0;
+  /// The loop is ending: close every connection (bounded in time).
+  virtual void stop(Registry &registry) = 0;
+};
+
 class Loop {
 public:
   /// `tick_every`: how often Registry::tick runs (expiry, heartbeats).
@@ -37,6 +57,8 @@ public:
   Loop(const Loop &) = delete;
   Loop &operator=(const Loop &) = delete;
 
+  /// Drive `driver` from the loop thread (call before start()). Not owned.
+  void attach(LoopDriver *driver) { driver_ = driver; }
   void start();
   /// Runs the queued tasks still waiting, then ends the thread.
   void stop();
@@ -59,7 +81,12 @@ private:
   void submit(std::function<void()> task);
   void run();
 
+  void deliver_events();
+  /// Runs one task; false for the stop marker.
+  bool run_task(std::function<void()> &task);
+
   Registry &registry_;
+  LoopDriver *driver_ = nullptr;
   std::chrono::milliseconds tick_every_;
   moodycamel::BlockingReaderWriterQueue<std::function<void()>> queue_{256};
   std::mutex producers_; // serialises enqueue only (single-producer queue)

@@ -2,7 +2,9 @@
 //
 //   resource_manager --config config/resource_manager.json
 //
-// Opens the SQLite store, starts the loop thread and the REST API, prints
+// Opens the SQLite store, opens the fabric and listens for nodes and clients
+// (the "fabric" block), starts the loop thread and the REST API, prints
+// "resource_manager: fabric on HOST:PORT (provider P)" and then
 // "resource_manager: ready, REST on http://HOST:PORT" on stderr once it
 // answers requests (tests wait for that line), and ends cleanly on SIGINT or
 // SIGTERM. Exit status: 0 ok, 1 failure, 2 usage error.
@@ -11,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include <cxxopts.hpp>
@@ -20,6 +23,7 @@
 
 #include "cli.hpp"
 #include "resource_manager/config.hpp"
+#include "resource_manager/fabric_server.hpp"
 #include "resource_manager/loop.hpp"
 #include "resource_manager/registry.hpp"
 #include "resource_manager/rest.hpp"
@@ -66,9 +70,22 @@ int main(int argc, char **argv) {
                      store.schema_version(), store.journal_mode(), registry.nodes().size(),
                      registry.active_count());
         rfaas::rm::Loop loop(registry, std::chrono::milliseconds(cfg.tick_ms));
+        std::unique_ptr<rfaas::rm::FabricServer> fabric;
+        if (cfg.fabric.enabled) {
+          auto db = rdmalib::DeviceDatabase::load(cfg.fabric.device_database);
+          fabric =
+              std::make_unique<rfaas::rm::FabricServer>(db.find(cfg.fabric.device), cfg.fabric);
+          loop.attach(fabric.get());
+        } else {
+          logger->warn("no \"fabric\" block in the configuration: REST only, no node can "
+                       "register and no client can lease");
+        }
         loop.start();
         rfaas::rm::RestServer rest(loop, cfg.admin_token);
         rest.start(cfg.http_host, cfg.http_port, cfg.http_threads);
+        if (fabric)
+          std::fprintf(stderr, "resource_manager: fabric on %s (provider %s)\n",
+                       fabric->address().to_string().c_str(), fabric->provider().c_str());
         std::fprintf(stderr, "resource_manager: ready, REST on http://%s:%u\n",
                      cfg.http_host.c_str(), rest.port());
         std::fflush(stderr);
@@ -81,7 +98,8 @@ int main(int argc, char **argv) {
         sigwait(&stop_signals, &sig);
         logger->info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
         rest.stop(); // no new requests; those in flight are answered by the loop
-        loop.stop();
+        loop.stop(); // closes the fabric connections on the loop thread
+        fabric.reset();
         logger->info("stopped");
         return rfaas::cli::kSuccess;
       });

@@ -81,6 +81,30 @@ void allocation_request(const uint8_t *data, size_t size, const proto::Header &p
   FUZZ_CHECK(first == second);
 }
 
+void lease_grant(const uint8_t *data, size_t size, const proto::Header &peeked, bool peek_ok) {
+  proto::LeaseGrant m;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::WireResult r = proto::decode(data, size, m, parts);
+  if (!r) {
+    FUZZ_CHECK(parts.empty());
+    (void)proto::describe(r);
+    return;
+  }
+  FUZZ_CHECK(peek_ok && peeked.type == proto::MessageType::LeaseGrant);
+  FUZZ_CHECK(r.size == proto::lease_grant_size(m.parts) && r.size <= size);
+  FUZZ_CHECK(parts.size() == m.parts && m.parts <= proto::kMaxLeaseNodes);
+  std::vector<uint8_t> first(r.size);
+  proto::WireResult w = proto::encode(m, parts, first.data(), first.size());
+  FUZZ_CHECK(w.ok() && w.size == r.size);
+  FUZZ_CHECK(!proto::encode(m, parts, first.data(), first.size() - 1));
+  proto::LeaseGrant again;
+  std::vector<proto::LeaseGrantPart> parts_again;
+  FUZZ_CHECK(proto::decode(first.data(), first.size(), again, parts_again).ok());
+  std::vector<uint8_t> second(r.size);
+  FUZZ_CHECK(proto::encode(again, parts_again, second.data(), second.size()).ok());
+  FUZZ_CHECK(first == second);
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -99,6 +123,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   one<proto::ResultHeader>(data, size, h, peek_ok);
   one<proto::Accounting>(data, size, h, peek_ok);
   one<proto::Shutdown>(data, size, h, peek_ok);
+  one<proto::NodeRegister>(data, size, h, peek_ok);
+  one<proto::NodeRegistered>(data, size, h, peek_ok);
+  one<proto::Heartbeat>(data, size, h, peek_ok);
+  one<proto::LeaseRequest>(data, size, h, peek_ok);
+  one<proto::LeaseRenew>(data, size, h, peek_ok);
+  one<proto::LeaseRelease>(data, size, h, peek_ok);
+  lease_grant(data, size, h, peek_ok);
+  one<proto::LeaseEnded>(data, size, h, peek_ok);
+  one<proto::AccountingReport>(data, size, h, peek_ok);
+  one<proto::LeaseProof>(data, size, h, peek_ok);
   if (peek_ok) {
     FUZZ_CHECK(proto::is_known(h.type));
     (void)proto::to_string(h.type);

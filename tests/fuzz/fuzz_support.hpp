@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "protocol/protocol.hpp"
+#include "protocol/rm_messages.hpp"
 
 namespace proto = rfaas::protocol;
 

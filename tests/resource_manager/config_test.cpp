@@ -67,3 +67,27 @@ TEST(ResourceManagerConfig, BadValuesAreNamed) {
       error_of(std::string("{") + kToken + R"(, "log": {"level": "loud"}})").find("log.level"),
       std::string::npos);
 }
+
+TEST(ResourceManagerConfig, FabricBlock) {
+  auto c = ResourceManagerConfig::parse(std::string("{") + kToken + R"(,
+      "fabric": {"device_database": "devices.json", "device": "lo-tcp", "port": 0,
+                 "heartbeat_ms": 500}})",
+                                        "t", "/etc/rfaas");
+  EXPECT_TRUE(c.fabric.enabled);
+  EXPECT_EQ(c.fabric.device_database, "/etc/rfaas/devices.json");
+  EXPECT_EQ(c.fabric.device, "lo-tcp");
+  EXPECT_EQ(c.fabric.heartbeat_ms, 500u);
+  EXPECT_FALSE(
+      ResourceManagerConfig::parse(std::string("{") + kToken + "}", "t", "/").fabric.enabled);
+  EXPECT_NE(error_of(std::string("{") + kToken + R"(, "fabric": {"device": "lo-tcp"}})")
+                .find("fabric.device_database"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string("{") + kToken +
+                     R"(, "fabric": {"device_database": "d", "device": "x", "portt": 1}})")
+                .find("fabric.portt"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 1000},
+      "fabric": {"device_database": "d", "device": "x", "heartbeat_ms": 2000}})")
+                .find("fabric.heartbeat_ms"),
+            std::string::npos);
+}

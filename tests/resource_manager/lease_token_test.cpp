@@ -2,6 +2,8 @@
 // was issued for, until its expiry, and never after its lease ended there.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "resource_manager/lease_token.hpp"
@@ -123,4 +125,52 @@ TEST(LeaseToken, HexRoundTrip) {
   EXPECT_EQ(back, s);
   EXPECT_FALSE(from_hex(hex.substr(1), back));
   EXPECT_FALSE(from_hex(std::string(64, 'g'), back));
+}
+
+TEST(LeaseToken, RegistrationProofCoversEveryFieldAndTheSecret) {
+  NodeSecret s = generate_secret();
+  RegistrationClaim c{"node-a", "10.0.0.1:10000", 8, 4096, 1'790'000'000'000ull};
+  LeaseToken proof = registration_proof(c, s);
+  EXPECT_TRUE(verify_registration(c, proof, s));
+  EXPECT_FALSE(verify_registration(c, proof, generate_secret()));
+  for (int field = 0; field < 5; ++field) {
+    RegistrationClaim d = c;
+    switch (field) {
+    case 0:
+      d.node = "node-b";
+      break;
+    case 1:
+      d.address = "10.0.0.1:10001";
+      break;
+    case 2:
+      d.cores = 9;
+      break;
+    case 3:
+      d.memory_mib = 4097;
+      break;
+    case 4:
+      d.timestamp_ms += 1;
+      break;
+    }
+    EXPECT_FALSE(verify_registration(d, proof, s)) << "field " << field;
+  }
+  // Not interchangeable with a lease token over similar fields.
+  LeaseClaim lc{1, "node-a", 8, 4096, c.timestamp_ms, "10.0.0.1:10000"};
+  EXPECT_NE(compute_token(lc, s), proof);
+}
+
+TEST(LeaseToken, SecretFileIsReadOrRefusedWithTheFix) {
+  std::string path = ::testing::TempDir() + "/rfaas-secret-test";
+  NodeSecret s = generate_secret();
+  { std::ofstream(path) << to_hex(s) << "\n"; }
+  EXPECT_EQ(read_secret_file(path), s);
+  { std::ofstream(path) << "not hex\n"; }
+  try {
+    read_secret_file(path);
+    ADD_FAILURE() << "a bad secret file was accepted";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("openssl rand -hex 32"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+  EXPECT_THROW(read_secret_file(path), std::runtime_error);
 }

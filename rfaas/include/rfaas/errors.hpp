@@ -79,6 +79,8 @@ enum class phase : uint8_t {
   deallocation,
   /// Any use of the executor in the wrong state.
   usage,
+  /// Leasing, renewing or releasing at the resource manager.
+  lease,
 };
 
 const char *to_string(phase p) noexcept;

@@ -77,8 +77,18 @@ struct allocation_options {
   /// Input slots per worker: concurrent invocations one worker can queue.
   uint32_t slots = 1;
   /// Lease from a resource manager; 0 and a zero token in standalone mode.
+  /// Set these with rfaas::lease::options() rather than by hand.
   uint64_t lease_id = 0;
   std::array<uint8_t, 16> token{};
+  /// What the token covers, shown to the executor manager before the
+  /// request (it recomputes the token from them): the lease's expiry
+  /// (milliseconds since the Unix epoch), this node's cores and memory of
+  /// the lease, and the client it was granted to. Not sent when
+  /// lease_cores is 0.
+  uint64_t lease_expiry_ms = 0;
+  uint32_t lease_cores = 0;
+  uint64_t lease_memory_mib = 0;
+  std::string lease_client;
 };
 
 /// When each cold-start phase of the last allocate() ended, measured from the

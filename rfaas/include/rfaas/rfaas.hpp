@@ -8,4 +8,5 @@
 #include <rfaas/errors.hpp>
 #include <rfaas/executor.hpp>
 #include <rfaas/log.hpp>
+#include <rfaas/resource_manager.hpp>
 #include <rfaas/servers.hpp>

@@ -1,0 +1,109 @@
+// rfaas::resource_manager: lease cores from an rFaaS resource manager, then
+// allocate executors on the nodes it names.
+//
+//   rfaas::resource_manager rm(device, "10.0.0.5:10100");  // throws rfaas::Error
+//   rfaas::lease l = rm.lease(4, 1024, std::chrono::minutes(10));
+//   rfaas::executor ex(device);
+//   rfaas::allocation_options opts = l.options(0);         // lease id + token of part 0
+//   opts.library = "libfunctions.so";
+//   ex.allocate(l.server(0), opts);                        // the node verifies the lease
+//   ...
+//   ex.deallocate();
+//   rm.release(l);                                         // also done when the lease expires
+//
+// A lease is cores and memory on one or more nodes (parts) until an expiry;
+// each part carries a token that only that node can verify, so allocating
+// from a lease costs nothing at the resource manager. An executor manager
+// that works with a resource manager refuses a client without a valid lease
+// (status lease_invalid: forged, expired, foreign or ended). Executors of a
+// lease that ends (released, expired, revoked by an operator) are ended by
+// their node.
+//
+// Thread-safety: one thread at a time per resource_manager object.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rfaas/devices.hpp>
+#include <rfaas/errors.hpp>
+#include <rfaas/executor.hpp>
+#include <rfaas/servers.hpp>
+
+namespace rfaas {
+
+/// One node's share of a lease.
+struct lease_part {
+  /// The node's name at the resource manager.
+  std::string node;
+  /// Where its executor manager listens.
+  rfaas::server server;
+  uint32_t cores = 0;
+  uint64_t memory_mib = 0;
+  /// What the node verifies (with lease id, expiry, cores, memory, client).
+  std::array<uint8_t, 16> token{};
+};
+
+/// A granted lease. Plain data; copyable.
+struct lease {
+  uint64_t id = 0;
+  /// Milliseconds since the Unix epoch (wall clock).
+  uint64_t expiry_ms = 0;
+  /// The client name it was granted to.
+  std::string client;
+  std::vector<lease_part> parts;
+
+  /// The executor manager of part `part`, for executor::allocate().
+  /// Throws Error(phase::usage) for a part that does not exist.
+  const rfaas::server &server(size_t part) const;
+  /// Allocation options that present part `part` of this lease: `base` with
+  /// its lease fields set and, when base.cores is 0, all the part's cores.
+  /// Throws Error(phase::usage) for a part that does not exist.
+  allocation_options options(size_t part, allocation_options base = {}) const;
+  /// Cores over every part.
+  uint32_t cores() const noexcept;
+};
+
+class resource_manager {
+public:
+  /// Connect over `dev` to the resource manager at `address` ("host:port" of
+  /// its fabric listener). `client` names this client in its accounting
+  /// (empty: "user@host"). Throws Error(phase::connect) when it cannot be
+  /// reached within deadlines.connect.
+  resource_manager(const device &dev, const std::string &address, std::string client = "",
+                   const timeouts &deadlines = {});
+  ~resource_manager();
+  resource_manager(resource_manager &&) noexcept;
+  resource_manager &operator=(resource_manager &&) noexcept;
+  resource_manager(const resource_manager &) = delete;
+  resource_manager &operator=(const resource_manager &) = delete;
+
+  /// Lease `cores` cores and `memory_mib` MiB in total for `duration` (0:
+  /// the resource manager's default), on at most `max_nodes` nodes (1..16).
+  /// Throws Error(phase::lease) with resources_unavailable when not enough is
+  /// free, bad_request for an unusable request, timeout, network_error.
+  rfaas::lease lease(uint32_t cores, uint64_t memory_mib, std::chrono::milliseconds duration,
+                     uint32_t max_nodes = 1);
+  /// Extend `l` to now + `duration` (0: the default); its tokens change, so
+  /// allocate with options() of the renewed lease. Throws Error(phase::lease)
+  /// with lease_invalid when it ended or is not ours.
+  void renew(rfaas::lease &l, std::chrono::milliseconds duration);
+  /// End `l` now: its cores are free at once and its nodes end its
+  /// executors. Throws Error(phase::lease) with lease_invalid when it had
+  /// ended already.
+  void release(const rfaas::lease &l);
+
+  /// "host:port" of the resource manager.
+  const std::string &address() const noexcept;
+  const std::string &client() const noexcept;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace rfaas

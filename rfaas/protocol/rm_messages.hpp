@@ -1,0 +1,408 @@
+// The resource-manager messages of the rFaaS wire protocol (version 1): what
+// executor managers (nodes) and clients say to the resource manager, and what
+// a client shows an executor manager to prove its lease.
+//
+// Same rules as protocol.hpp (fixed little-endian layouts, validate() on
+// encode and decode, never throwing, never allocating except the LeaseGrant
+// overloads that fill a std::vector). Every message but a LeaseGrant with its
+// parts fits kControlMessageMax; a LeaseGrant with kMaxLeaseNodes parts fits
+// kMaxLeaseGrantSize, which is what a client's receive slots must hold.
+// docs/protocol.md ("Resource manager") explains the exchanges and the threat
+// model of the node secret.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "protocol/protocol.hpp"
+
+namespace rfaas::protocol {
+
+/// Most nodes one lease may span (LeaseRequest::max_nodes, LeaseGrant::parts).
+constexpr uint32_t kMaxLeaseNodes = 16;
+/// Capacity of a node's address as clients reach it ("host:port" or the
+/// provider's printable address), NUL-terminated.
+constexpr size_t kNodeAddressCapacity = 128;
+
+/// Why a lease ended (LeaseEnded::why).
+enum class LeaseEndReason : uint16_t {
+  Released = 0, ///< the client released it
+  Expired = 1,  ///< not renewed in time
+  Revoked = 2,  ///< an operator revoked it (or removed its node)
+};
+constexpr uint16_t kMaxLeaseEndReason = 2;
+const char *to_string(LeaseEndReason r) noexcept;
+
+/// Node -> resource manager, first message on the node's connection, and again
+/// after every reconnect. `proof` is registration_proof() of the fields under
+/// the node's secret (a keyed MAC; the secret itself never travels), and
+/// `timestamp_ms` (wall clock) keeps an old registration from being replayed.
+struct NodeRegister {
+  static constexpr MessageType kType = MessageType::NodeRegister;
+  static constexpr const char *kName = "NodeRegister";
+  Header header{kMagic, kVersion, kType};
+  uint32_t cores = 0;
+  Reserved<uint32_t> reserved0;
+  uint64_t memory_mib = 0;
+  /// Milliseconds since the Unix epoch when the node signed this message.
+  uint64_t timestamp_ms = 0;
+  Token proof;
+  char node[kNameCapacity] = {};
+  char address[kNodeAddressCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.cores);
+    f(s.reserved0);
+    f(s.memory_mib);
+    f(s.timestamp_ms);
+    f(s.proof);
+    f(s.node);
+    f(s.address);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Resource manager -> node, answering NodeRegister. On a non-Ok status
+/// (lease_invalid: unknown node or a wrong proof; bad_request) the resource
+/// manager closes the connection after it.
+struct NodeRegistered {
+  static constexpr MessageType kType = MessageType::NodeRegistered;
+  static constexpr const char *kName = "NodeRegistered";
+  Header header{kMagic, kVersion, kType};
+  ErrorCode status = ErrorCode::Ok;
+  Reserved<uint16_t> reserved0;
+  /// How often the node should send Heartbeat.
+  uint32_t heartbeat_ms = 0;
+  /// The resource manager's wall clock when it answered (nodes may log skew:
+  /// tokens carry wall-clock expiries).
+  uint64_t now_ms = 0;
+  char message[kMessageCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.status);
+    f(s.reserved0);
+    f(s.heartbeat_ms);
+    f(s.now_ms);
+    f(s.message);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Node -> resource manager, every NodeRegistered::heartbeat_ms. No reply.
+struct Heartbeat {
+  static constexpr MessageType kType = MessageType::Heartbeat;
+  static constexpr const char *kName = "Heartbeat";
+  Header header{kMagic, kVersion, kType};
+  uint64_t sequence = 0;
+  /// Allocations the node is serving (for the operator's view).
+  uint32_t allocations = 0;
+  Reserved<uint32_t> reserved0;
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.sequence);
+    f(s.allocations);
+    f(s.reserved0);
+  }
+  WireResult validate() const noexcept { return {}; }
+};
+
+/// Client -> resource manager: lease `cores` cores and `memory_mib` MiB (in
+/// total) for `duration_ms` (0: the default), on at most `max_nodes` nodes.
+/// Answered by a LeaseGrant.
+struct LeaseRequest {
+  static constexpr MessageType kType = MessageType::LeaseRequest;
+  static constexpr const char *kName = "LeaseRequest";
+  Header header{kMagic, kVersion, kType};
+  uint32_t cores = 0;
+  uint32_t max_nodes = 1;
+  uint64_t memory_mib = 0;
+  uint64_t duration_ms = 0;
+  /// Who asks (for accounting); not authenticated.
+  char client[kNameCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.cores);
+    f(s.max_nodes);
+    f(s.memory_mib);
+    f(s.duration_ms);
+    f(s.client);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Client -> resource manager: extend lease `lease_id` to now + duration_ms
+/// (0: the default). Answered by a LeaseGrant with new tokens.
+struct LeaseRenew {
+  static constexpr MessageType kType = MessageType::LeaseRenew;
+  static constexpr const char *kName = "LeaseRenew";
+  Header header{kMagic, kVersion, kType};
+  uint64_t lease_id = 0;
+  uint64_t duration_ms = 0;
+  /// Must name the client the lease was granted to.
+  char client[kNameCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.lease_id);
+    f(s.duration_ms);
+    f(s.client);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Client -> resource manager: end lease `lease_id` now. Answered by a
+/// LeaseGrant without parts (status ok, or why not).
+struct LeaseRelease {
+  static constexpr MessageType kType = MessageType::LeaseRelease;
+  static constexpr const char *kName = "LeaseRelease";
+  Header header{kMagic, kVersion, kType};
+  uint64_t lease_id = 0;
+  char client[kNameCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.lease_id);
+    f(s.client);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// One node's share of a granted lease, following a LeaseGrant on the wire.
+struct LeaseGrantPart {
+  uint32_t cores = 0;
+  Reserved<uint32_t> reserved0;
+  uint64_t memory_mib = 0;
+  /// What the client presents to this node (LeaseProof::token).
+  Token token;
+  char node[kNameCapacity] = {};
+  char address[kNodeAddressCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.cores);
+    f(s.reserved0);
+    f(s.memory_mib);
+    f(s.token);
+    f(s.node);
+    f(s.address);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Resource manager -> client, answering LeaseRequest, LeaseRenew and
+/// LeaseRelease. Status ok: `parts` LeaseGrantParts follow (none for a
+/// release). Otherwise parts is 0 and `message` says why
+/// (resources_unavailable, lease_invalid, bad_request, internal).
+/// Encode and decode it with the overloads that take the parts.
+struct LeaseGrant {
+  static constexpr MessageType kType = MessageType::LeaseGrant;
+  static constexpr const char *kName = "LeaseGrant";
+  Header header{kMagic, kVersion, kType};
+  ErrorCode status = ErrorCode::Ok;
+  Reserved<uint16_t> reserved0;
+  uint32_t parts = 0;
+  uint64_t lease_id = 0;
+  /// Milliseconds since the Unix epoch.
+  uint64_t expiry_ms = 0;
+  char message[kMessageCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.status);
+    f(s.reserved0);
+    f(s.parts);
+    f(s.lease_id);
+    f(s.expiry_ms);
+    f(s.message);
+  }
+  WireResult validate() const noexcept;
+  uint64_t trailing_bytes() const noexcept;
+};
+
+/// Resource manager -> node: lease `lease_id` ended; end its executors and
+/// refuse its token from now on (a replay).
+struct LeaseEnded {
+  static constexpr MessageType kType = MessageType::LeaseEnded;
+  static constexpr const char *kName = "LeaseEnded";
+  Header header{kMagic, kVersion, kType};
+  uint64_t lease_id = 0;
+  /// The lease's last expiry (milliseconds since the Unix epoch).
+  uint64_t expiry_ms = 0;
+  LeaseEndReason why = LeaseEndReason::Released;
+  Reserved<uint16_t> reserved0;
+  Reserved<uint32_t> reserved1;
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.lease_id);
+    f(s.expiry_ms);
+    f(s.why);
+    f(s.reserved0);
+    f(s.reserved1);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Node -> resource manager: what its part of lease `lease_id` used so far
+/// (totals, a later report supersedes an earlier one); `final` at the end.
+struct AccountingReport {
+  static constexpr MessageType kType = MessageType::AccountingReport;
+  static constexpr const char *kName = "AccountingReport";
+  Header header{kMagic, kVersion, kType};
+  uint64_t lease_id = 0;
+  uint64_t allocation_us = 0;
+  uint64_t hot_polling_us = 0;
+  uint64_t execution_us = 0;
+  uint64_t memory_mib = 0;
+  /// 1 for the report at the lease's end, 0 for a periodic one.
+  uint32_t final = 0;
+  Reserved<uint32_t> reserved0;
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.lease_id);
+    f(s.allocation_us);
+    f(s.hot_polling_us);
+    f(s.execution_us);
+    f(s.memory_mib);
+    f(s.final);
+    f(s.reserved0);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Client -> executor manager, the first message on a ClientHello connection
+/// when the manager works with a resource manager: the lease's fields that
+/// the token covers (ClientHello, limited to 32 bytes of private data, has
+/// room only for the id and the token). The manager recomputes the token from
+/// them and its node secret; a mismatch, another node's lease, an expired or
+/// an ended lease is refused with lease_invalid.
+struct LeaseProof {
+  static constexpr MessageType kType = MessageType::LeaseProof;
+  static constexpr const char *kName = "LeaseProof";
+  Header header{kMagic, kVersion, kType};
+  uint64_t lease_id = 0;
+  uint64_t expiry_ms = 0;
+  uint64_t memory_mib = 0;
+  uint32_t cores = 0;
+  Reserved<uint32_t> reserved0;
+  Token token;
+  char client[kNameCapacity] = {};
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.lease_id);
+    f(s.expiry_ms);
+    f(s.memory_mib);
+    f(s.cores);
+    f(s.reserved0);
+    f(s.token);
+    f(s.client);
+  }
+  WireResult validate() const noexcept;
+};
+
+#define RFAAS_WIRE_LAYOUT(T, size)                                                                 \
+  static_assert(sizeof(T) == (size), #T " has a fixed wire size");                                 \
+  static_assert(std::is_trivially_copyable<T>::value, #T " is a wire type");                       \
+  static_assert(std::is_standard_layout<T>::value, #T " is a wire type")
+#define RFAAS_WIRE_OFFSET(T, field, off)                                                           \
+  static_assert(offsetof(T, field) == (off), #T "." #field " is at byte " #off)
+
+RFAAS_WIRE_LAYOUT(NodeRegister, 240);
+RFAAS_WIRE_OFFSET(NodeRegister, cores, 8);
+RFAAS_WIRE_OFFSET(NodeRegister, memory_mib, 16);
+RFAAS_WIRE_OFFSET(NodeRegister, timestamp_ms, 24);
+RFAAS_WIRE_OFFSET(NodeRegister, proof, 32);
+RFAAS_WIRE_OFFSET(NodeRegister, node, 48);
+RFAAS_WIRE_OFFSET(NodeRegister, address, 112);
+
+RFAAS_WIRE_LAYOUT(NodeRegistered, 152);
+RFAAS_WIRE_OFFSET(NodeRegistered, status, 8);
+RFAAS_WIRE_OFFSET(NodeRegistered, heartbeat_ms, 12);
+RFAAS_WIRE_OFFSET(NodeRegistered, now_ms, 16);
+RFAAS_WIRE_OFFSET(NodeRegistered, message, 24);
+
+RFAAS_WIRE_LAYOUT(Heartbeat, 24);
+RFAAS_WIRE_OFFSET(Heartbeat, sequence, 8);
+RFAAS_WIRE_OFFSET(Heartbeat, allocations, 16);
+
+RFAAS_WIRE_LAYOUT(LeaseRequest, 96);
+RFAAS_WIRE_OFFSET(LeaseRequest, cores, 8);
+RFAAS_WIRE_OFFSET(LeaseRequest, max_nodes, 12);
+RFAAS_WIRE_OFFSET(LeaseRequest, memory_mib, 16);
+RFAAS_WIRE_OFFSET(LeaseRequest, duration_ms, 24);
+RFAAS_WIRE_OFFSET(LeaseRequest, client, 32);
+
+RFAAS_WIRE_LAYOUT(LeaseRenew, 88);
+RFAAS_WIRE_OFFSET(LeaseRenew, lease_id, 8);
+RFAAS_WIRE_OFFSET(LeaseRenew, duration_ms, 16);
+RFAAS_WIRE_OFFSET(LeaseRenew, client, 24);
+
+RFAAS_WIRE_LAYOUT(LeaseRelease, 80);
+RFAAS_WIRE_OFFSET(LeaseRelease, lease_id, 8);
+RFAAS_WIRE_OFFSET(LeaseRelease, client, 16);
+
+RFAAS_WIRE_LAYOUT(LeaseGrantPart, 224);
+RFAAS_WIRE_OFFSET(LeaseGrantPart, cores, 0);
+RFAAS_WIRE_OFFSET(LeaseGrantPart, memory_mib, 8);
+RFAAS_WIRE_OFFSET(LeaseGrantPart, token, 16);
+RFAAS_WIRE_OFFSET(LeaseGrantPart, node, 32);
+RFAAS_WIRE_OFFSET(LeaseGrantPart, address, 96);
+
+RFAAS_WIRE_LAYOUT(LeaseGrant, 160);
+RFAAS_WIRE_OFFSET(LeaseGrant, status, 8);
+RFAAS_WIRE_OFFSET(LeaseGrant, parts, 12);
+RFAAS_WIRE_OFFSET(LeaseGrant, lease_id, 16);
+RFAAS_WIRE_OFFSET(LeaseGrant, expiry_ms, 24);
+RFAAS_WIRE_OFFSET(LeaseGrant, message, 32);
+
+RFAAS_WIRE_LAYOUT(LeaseEnded, 32);
+RFAAS_WIRE_OFFSET(LeaseEnded, lease_id, 8);
+RFAAS_WIRE_OFFSET(LeaseEnded, expiry_ms, 16);
+RFAAS_WIRE_OFFSET(LeaseEnded, why, 24);
+
+RFAAS_WIRE_LAYOUT(AccountingReport, 56);
+RFAAS_WIRE_OFFSET(AccountingReport, lease_id, 8);
+RFAAS_WIRE_OFFSET(AccountingReport, allocation_us, 16);
+RFAAS_WIRE_OFFSET(AccountingReport, hot_polling_us, 24);
+RFAAS_WIRE_OFFSET(AccountingReport, execution_us, 32);
+RFAAS_WIRE_OFFSET(AccountingReport, memory_mib, 40);
+RFAAS_WIRE_OFFSET(AccountingReport, final, 48);
+
+RFAAS_WIRE_LAYOUT(LeaseProof, 120);
+RFAAS_WIRE_OFFSET(LeaseProof, lease_id, 8);
+RFAAS_WIRE_OFFSET(LeaseProof, expiry_ms, 16);
+RFAAS_WIRE_OFFSET(LeaseProof, memory_mib, 24);
+RFAAS_WIRE_OFFSET(LeaseProof, cores, 32);
+RFAAS_WIRE_OFFSET(LeaseProof, token, 40);
+RFAAS_WIRE_OFFSET(LeaseProof, client, 56);
+
+#undef RFAAS_WIRE_LAYOUT
+#undef RFAAS_WIRE_OFFSET
+
+static_assert(sizeof(NodeRegister) <= kControlMessageMax &&
+                  sizeof(NodeRegistered) <= kControlMessageMax &&
+                  sizeof(LeaseGrant) <= kControlMessageMax &&
+                  sizeof(LeaseProof) <= kControlMessageMax,
+              "resource-manager messages fit kControlMessageMax");
+
+/// Bytes a LeaseGrant with `parts` parts occupies.
+constexpr size_t lease_grant_size(uint32_t parts) noexcept {
+  return sizeof(LeaseGrant) + static_cast<size_t>(parts) * sizeof(LeaseGrantPart);
+}
+/// The largest LeaseGrant: a client's receive slots for the resource manager
+/// need this many bytes.
+constexpr size_t kMaxLeaseGrantSize = lease_grant_size(kMaxLeaseNodes);
+
+/// Encode a LeaseGrant followed by its parts (parts.size() == m.parts).
+WireResult encode(const LeaseGrant &m, const std::vector<LeaseGrantPart> &parts, void *out,
+                  size_t capacity) noexcept;
+/// Decode a LeaseGrant and its parts (replacing `parts`, left empty on failure).
+WireResult decode(const void *in, size_t len, LeaseGrant &out, std::vector<LeaseGrantPart> &parts);
+
+} // namespace rfaas::protocol

@@ -1,0 +1,248 @@
+// rfaas::resource_manager: leases over one control connection to the
+// resource manager (rfaas/protocol/rm_messages.hpp, docs/protocol.md).
+#include <rfaas/resource_manager.hpp>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <rdmalib/rdmalib.hpp>
+
+#include "logging.hpp"
+#include "protocol/control_channel.hpp"
+#include "protocol/rm_messages.hpp"
+
+namespace rfaas {
+
+namespace proto = rfaas::protocol;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+status channel_status(proto::ChannelStatus s) {
+  switch (s) {
+  case proto::ChannelStatus::Ok:
+    return status::ok;
+  case proto::ChannelStatus::Timeout:
+    return status::timeout;
+  case proto::ChannelStatus::Closed:
+  case proto::ChannelStatus::Shutdown:
+    return status::closed;
+  case proto::ChannelStatus::BadMessage:
+  case proto::ChannelStatus::Unexpected:
+    return status::bad_request;
+  case proto::ChannelStatus::SendFailed:
+    break;
+  }
+  return status::network_error;
+}
+
+std::string default_client() {
+  const char *user = std::getenv("USER");
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string name = std::string(user && *user ? user : "rfaas") + "@" + host;
+  return name.substr(0, proto::kNameCapacity - 1);
+}
+
+} // namespace
+
+const server &lease::server(size_t part) const {
+  if (part >= parts.size())
+    throw Error(phase::usage, "", status::invalid_argument,
+                "lease " + std::to_string(id) + " has no part " + std::to_string(part));
+  return parts[part].server;
+}
+
+allocation_options lease::options(size_t part, allocation_options base) const {
+  server(part); // throws for a part that does not exist
+  const lease_part &p = parts[part];
+  base.lease_id = id;
+  base.token = p.token;
+  base.lease_expiry_ms = expiry_ms;
+  base.lease_cores = p.cores;
+  base.lease_memory_mib = p.memory_mib;
+  base.lease_client = client;
+  if (base.cores == 0)
+    base.cores = p.cores;
+  return base;
+}
+
+uint32_t lease::cores() const noexcept {
+  uint32_t n = 0;
+  for (const lease_part &p : parts)
+    n += p.cores;
+  return n;
+}
+
+struct resource_manager::impl {
+  impl(const device &dev, const std::string &addr, std::string name, const timeouts &t)
+      : address(addr), client(name.empty() ? default_client() : std::move(name)), deadlines(t),
+        fabric(open(dev)) {
+    if (client.size() >= proto::kNameCapacity)
+      throw Error(phase::usage, address, status::invalid_argument,
+                  "client name longer than 63 bytes");
+    rdmalib::Address where;
+    try {
+      where = rdmalib::Address::parse(address);
+    } catch (const rdmalib::Error &e) {
+      throw Error(phase::configuration, address, status::invalid_argument, e.what());
+    }
+    proto::ClientHello hello;
+    uint8_t pd[sizeof hello];
+    proto::encode(hello, pd, sizeof pd);
+    rdmalib::ConnectionOptions o;
+    o.recv_depth = 6;
+    o.send_depth = 4;
+    o.refused_retries = 3;
+    try {
+      conn = rdmalib::Connection::connect(fabric, where, pd, sizeof pd, deadlines.connect, o);
+      proto::ConnectReply reply;
+      const std::vector<uint8_t> &rpd = conn.peer_private_data();
+      if (!proto::decode(rpd.data(), rpd.size(), reply) || reply.status != proto::ErrorCode::Ok)
+        throw Error(phase::connect, address,
+                    reply.status == proto::ErrorCode::Ok ? status::bad_request
+                                                         : static_cast<status>(reply.status),
+                    "the resource manager refused the connection");
+      proto::ControlOptions copts;
+      copts.receives = 4;
+      copts.receive_size = proto::kMaxLeaseGrantSize;
+      channel = proto::ControlChannel(fabric, conn, copts);
+    } catch (const rdmalib::Error &e) {
+      throw Error(phase::connect, address,
+                  e.kind() == rdmalib::ErrorKind::Timeout ? status::timeout : status::closed,
+                  std::string("cannot reach the resource manager: ") + e.what());
+    }
+  }
+  ~impl() {
+    if (conn.is_open()) {
+      proto::Shutdown bye;
+      channel.send(bye, Clock::now() + deadlines.shutdown);
+    }
+    conn.close();
+  }
+
+  static rdmalib::Fabric open(const device &dev) {
+    try {
+      return rdmalib::Fabric(dev);
+    } catch (const rdmalib::Error &e) {
+      throw Error(phase::configuration, "", status::network_error,
+                  "cannot open device \"" + dev.name + "\": " + e.what());
+    }
+  }
+
+  /// Sends `m` and decodes the LeaseGrant that answers it; throws on any
+  /// failure or a status other than ok.
+  template <class M>
+  proto::LeaseGrant exchange(const M &m, std::vector<proto::LeaseGrantPart> &parts) {
+    auto deadline = Clock::now() + deadlines.allocation;
+    proto::ChannelStatus s = channel.send(m, deadline);
+    proto::ControlMessage reply;
+    if (s == proto::ChannelStatus::Ok)
+      reply = channel.next(deadline);
+    if (s != proto::ChannelStatus::Ok || reply.status != proto::ChannelStatus::Ok)
+      throw Error(phase::lease, address,
+                  channel_status(s != proto::ChannelStatus::Ok ? s : reply.status),
+                  std::string("no answer to ") + M::kName + " (" +
+                      proto::to_string(s != proto::ChannelStatus::Ok ? s : reply.status) + ")");
+    proto::LeaseGrant grant;
+    proto::WireResult r = proto::decode(reply.data, reply.size, grant, parts);
+    if (!r)
+      throw Error(phase::lease, address, status::bad_request,
+                  "unreadable LeaseGrant: " + proto::describe(r));
+    if (grant.status != proto::ErrorCode::Ok)
+      throw Error(phase::lease, address, static_cast<status>(grant.status),
+                  std::string(proto::get_text(grant.message)));
+    return grant;
+  }
+
+  void fill(rfaas::lease &l, const proto::LeaseGrant &g,
+            const std::vector<proto::LeaseGrantPart> &parts) {
+    l.id = g.lease_id;
+    l.expiry_ms = g.expiry_ms;
+    l.client = client;
+    l.parts.clear();
+    for (const proto::LeaseGrantPart &p : parts) {
+      lease_part out;
+      out.node = std::string(proto::get_text(p.node));
+      rdmalib::Address a;
+      try {
+        a = rdmalib::Address::parse(std::string(proto::get_text(p.address)));
+      } catch (const rdmalib::Error &e) {
+        throw Error(phase::lease, address, status::bad_request,
+                    "the resource manager named an unusable address: " + std::string(e.what()));
+      }
+      out.server.name = out.node;
+      out.server.address = a.host;
+      out.server.port = a.port;
+      out.cores = p.cores;
+      out.memory_mib = p.memory_mib;
+      std::memcpy(out.token.data(), p.token.bytes, out.token.size());
+      l.parts.push_back(std::move(out));
+    }
+  }
+
+  std::string address;
+  std::string client;
+  timeouts deadlines;
+  rdmalib::Fabric fabric;
+  // The channel before the connection: its buffers outlive the close.
+  proto::ControlChannel channel;
+  rdmalib::Connection conn;
+};
+
+resource_manager::resource_manager(const device &dev, const std::string &address,
+                                   std::string client, const timeouts &deadlines)
+    : impl_(std::make_unique<impl>(dev, address, std::move(client), deadlines)) {}
+resource_manager::~resource_manager() = default;
+resource_manager::resource_manager(resource_manager &&) noexcept = default;
+resource_manager &resource_manager::operator=(resource_manager &&) noexcept = default;
+
+rfaas::lease resource_manager::lease(uint32_t cores, uint64_t memory_mib,
+                                     std::chrono::milliseconds duration, uint32_t max_nodes) {
+  proto::LeaseRequest req;
+  req.cores = cores;
+  req.memory_mib = memory_mib;
+  req.duration_ms = static_cast<uint64_t>(duration.count() > 0 ? duration.count() : 0);
+  req.max_nodes = max_nodes;
+  proto::set_text(req.client, impl_->client);
+  if (!req.validate())
+    throw Error(phase::lease, impl_->address, status::invalid_argument,
+                proto::describe(req.validate()));
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant g = impl_->exchange(req, parts);
+  rfaas::lease l;
+  impl_->fill(l, g, parts);
+  rfaas::logger().info("lease {}: {} core(s) on {} node(s) until {} (epoch ms)", l.id, l.cores(),
+                       l.parts.size(), l.expiry_ms);
+  return l;
+}
+
+void resource_manager::renew(rfaas::lease &l, std::chrono::milliseconds duration) {
+  proto::LeaseRenew req;
+  req.lease_id = l.id;
+  req.duration_ms = static_cast<uint64_t>(duration.count() > 0 ? duration.count() : 0);
+  if (!proto::set_text(req.client, l.client.empty() ? impl_->client : l.client) || !req.validate())
+    throw Error(phase::usage, impl_->address, status::invalid_argument, "not a granted lease");
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant g = impl_->exchange(req, parts);
+  std::string client = l.client;
+  impl_->fill(l, g, parts);
+  if (!client.empty())
+    l.client = client;
+}
+
+void resource_manager::release(const rfaas::lease &l) {
+  proto::LeaseRelease req;
+  req.lease_id = l.id;
+  if (!proto::set_text(req.client, l.client.empty() ? impl_->client : l.client) || !req.validate())
+    throw Error(phase::usage, impl_->address, status::invalid_argument, "not a granted lease");
+  std::vector<proto::LeaseGrantPart> parts;
+  impl_->exchange(req, parts);
+}
+
+const std::string &resource_manager::address() const noexcept { return impl_->address; }
+const std::string &resource_manager::client() const noexcept { return impl_->client; }
+
+} // namespace rfaas

@@ -1,0 +1,527 @@
+#include "resource_manager/fabric_server.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace rfaas::rm {
+
+namespace proto = rfaas::protocol;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// Receives kept posted per connection: requests are answered one by one,
+/// heartbeats and accounting are small and drained every pass.
+constexpr uint32_t kReceives = 8;
+/// Queued answers per connection before it is dropped as not reading.
+constexpr size_t kMaxQueued = 256;
+/// Messages handled per connection per pass, so one chatty peer cannot
+/// starve the others or the REST tasks.
+constexpr int kMessagesPerPass = 16;
+
+std::shared_ptr<spdlog::logger> log() {
+  auto l = spdlog::get("resource_manager");
+  return l ? l : spdlog::default_logger();
+}
+
+proto::ErrorCode wire_code(Outcome o) {
+  switch (o) {
+  case Outcome::Ok:
+    return proto::ErrorCode::Ok;
+  case Outcome::Invalid:
+    return proto::ErrorCode::BadRequest;
+  case Outcome::NotFound:
+  case Outcome::Forbidden:
+  case Outcome::Conflict:
+    return proto::ErrorCode::LeaseInvalid;
+  case Outcome::Unavailable:
+    return proto::ErrorCode::ResourcesUnavailable;
+  case Outcome::StoreFailed:
+    return proto::ErrorCode::Internal;
+  }
+  return proto::ErrorCode::Internal;
+}
+
+proto::LeaseEndReason end_reason(LeaseState s) {
+  switch (s) {
+  case LeaseState::Expired:
+    return proto::LeaseEndReason::Expired;
+  case LeaseState::Revoked:
+    return proto::LeaseEndReason::Revoked;
+  default:
+    return proto::LeaseEndReason::Released;
+  }
+}
+
+template <class M> bool decode_message(const proto::ControlMessage &m, M &out, std::string &why) {
+  proto::WireResult r = proto::decode(m.data, m.size, out);
+  if (!r)
+    why = proto::describe(r);
+  return r.ok();
+}
+
+} // namespace
+
+struct FabricServer::Peer {
+  enum class Kind { Unknown, Node, Client };
+  // The channel before the connection: its buffers outlive the close.
+  proto::ControlChannel channel;
+  rdmalib::Connection conn;
+  Kind kind = Kind::Unknown;
+  std::string node; // a registered node's name
+  std::string remote;
+  std::deque<std::vector<uint8_t>> outbox;
+  Clock::time_point since = Clock::now();
+  /// Set when the connection must go at the end of this pass.
+  bool closing = false;
+  std::string closing_why;
+};
+
+FabricServer::FabricServer(const rdmalib::DeviceConfig &device, const FabricConfig &config)
+    : cfg_(config), device_(device), fabric_(device_),
+      listener_(fabric_,
+                rdmalib::Address{cfg_.host.empty() ? device_.ip_address : cfg_.host, cfg_.port}) {}
+
+FabricServer::~FabricServer() {
+  nodes_.clear();
+  peers_.clear();
+}
+
+bool FabricServer::poll(Registry &registry) {
+  bool worked = accept_pending();
+  const auto now = Clock::now();
+  for (auto &p : peers_) {
+    if (p->closing)
+      continue;
+    worked |= serve(*p, registry);
+    if (!p->closing && p->kind == Peer::Kind::Unknown &&
+        now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
+      p->closing = true;
+      p->closing_why = "said nothing within fabric.idle_timeout_ms";
+    }
+    if (!p->closing)
+      worked |= flush(*p);
+  }
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    if ((*it)->closing) {
+      drop(**it, registry, (*it)->closing_why);
+      it = peers_.erase(it);
+      worked = true;
+    } else {
+      ++it;
+    }
+  }
+  return worked;
+}
+
+bool FabricServer::accept_pending() {
+  bool any = false;
+  // A readable fd (or a fabric without one) means a request may be pending.
+  // Each accept waits at most accept_timeout_ms for the peer to complete it.
+  // Connected endpoints announce a request on the listener's fd; a
+  // reliable-datagram listener's handshake arrives as a message, which only
+  // a poll of its queue progresses, so it is polled every pass.
+  const bool connected = fabric_.capabilities().endpoint == rdmalib::EndpointType::Connected;
+  for (int i = 0; i < 8; ++i) {
+    if (connected && listener_.fd() >= 0) {
+      pollfd pfd{listener_.fd(), POLLIN, 0};
+      if (::poll(&pfd, 1, 0) <= 0)
+        return any;
+    }
+    rdmalib::ConnectionRequest req;
+    try {
+      // Connected: a zero timeout still reads what the fd announced. A
+      // datagram listener reads its queue only before its deadline: give it
+      // 2 ms (whole milliseconds are what the backend counts).
+      req = listener_.next_request(milliseconds(connected ? 0 : 2));
+    } catch (const rdmalib::Error &e) {
+      if (e.kind() != rdmalib::ErrorKind::Timeout)
+        log()->warn("fabric listener: {}", e.what());
+      return any;
+    }
+    any = true;
+    try {
+      accept_one(req);
+    } catch (const std::exception &e) {
+      log()->warn("fabric: connection setup failed: {}", e.what());
+    }
+  }
+  return any;
+}
+
+void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
+  const std::vector<uint8_t> &pd = req.private_data();
+  proto::ClientHello hello;
+  proto::WireResult r = proto::decode(pd.data(), pd.size(), hello);
+  proto::ConnectReply reply;
+  if (!r) {
+    if (r.error != proto::WireError::VersionMismatch) {
+      log()->warn("fabric: rejecting a connection request: {}", proto::describe(r));
+      req.reject();
+      return;
+    }
+    reply.status = proto::ErrorCode::VersionMismatch;
+  } else if (peers_.size() >= cfg_.max_connections) {
+    reply.status = proto::ErrorCode::ResourcesUnavailable;
+  }
+  uint8_t reply_bytes[sizeof reply];
+  proto::encode(reply, reply_bytes, sizeof reply_bytes);
+  rdmalib::ConnectionOptions opts;
+  opts.recv_depth = kReceives + 2;
+  auto p = std::make_unique<Peer>();
+  p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.accept_timeout_ms), opts);
+  if (reply.status != proto::ErrorCode::Ok) {
+    log()->warn("fabric: refused a connection: {}", proto::to_string(reply.status));
+    p->conn.close();
+    return;
+  }
+  proto::ControlOptions copts;
+  copts.receives = kReceives;
+  copts.receive_size = proto::kControlMessageMax;
+  copts.send_size = proto::kMaxLeaseGrantSize;
+  p->channel = proto::ControlChannel(fabric_, p->conn, copts);
+  try {
+    p->remote = p->conn.remote_address().to_string();
+  } catch (const std::exception &) {
+    p->remote = "?";
+  }
+  log()->debug("fabric: {} connected", p->remote);
+  peers_.push_back(std::move(p));
+}
+
+bool FabricServer::serve(Peer &p, Registry &registry) {
+  bool worked = false;
+  for (int i = 0; i < kMessagesPerPass && !p.closing; ++i) {
+    proto::ControlMessage m = p.channel.poll();
+    switch (m.status) {
+    case proto::ChannelStatus::Timeout:
+      return worked;
+    case proto::ChannelStatus::Ok:
+      worked = true;
+      handle(p, m, registry);
+      break;
+    case proto::ChannelStatus::Shutdown:
+      p.closing = true;
+      p.closing_why = "said goodbye";
+      return true;
+    case proto::ChannelStatus::Closed:
+      p.closing = true;
+      p.closing_why = p.channel.failed() ? std::string("receive failed: ") + p.channel.last_error()
+                                         : "closed the connection";
+      return true;
+    case proto::ChannelStatus::SendFailed:
+      p.closing = true;
+      p.closing_why = std::string("a send failed: ") + p.channel.last_error();
+      return true;
+    default:
+      p.closing = true;
+      p.closing_why = "sent a malformed message: " + proto::describe(m.wire);
+      return true;
+    }
+  }
+  return worked;
+}
+
+void FabricServer::handle(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  using T = proto::MessageType;
+  switch (m.header.type) {
+  case T::NodeRegister:
+    return on_register(p, m, registry);
+  case T::Heartbeat:
+    if (p.kind != Peer::Kind::Node) {
+      p.closing = true;
+      p.closing_why = "sent a heartbeat before registering";
+      return;
+    }
+    if (Status s = registry.heartbeat(p.node); !s.ok())
+      log()->warn("fabric: heartbeat of node {}: {}", p.node, s.message);
+    return;
+  case T::AccountingReport:
+    return on_accounting(p, m, registry);
+  case T::LeaseRequest:
+    return on_lease_request(p, m, registry);
+  case T::LeaseRenew:
+    return on_renew(p, m, registry);
+  case T::LeaseRelease:
+    return on_release(p, m, registry);
+  default:
+    p.closing = true;
+    p.closing_why = std::string("sent a ") + proto::to_string(m.header.type) +
+                    ", which the resource manager does not take";
+  }
+}
+
+void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  proto::NodeRegister reg;
+  std::string why;
+  proto::NodeRegistered answer;
+  answer.now_ms = registry.now();
+  auto refuse = [&](proto::ErrorCode code, const std::string &text) {
+    log()->warn("fabric: refused the registration from {}: {}", p.remote, text);
+    answer.status = code;
+    proto::set_text_truncated(answer.message, text);
+    queue(p, answer);
+    // Closed once the answer left (or at the next pass if it cannot).
+    p.kind = Peer::Kind::Unknown;
+    p.closing_why = "registration refused";
+  };
+  if (p.kind == Peer::Kind::Client) {
+    p.closing = true;
+    p.closing_why = "a client connection sent NodeRegister";
+    return;
+  }
+  if (!decode_message(m, reg, why))
+    return refuse(proto::ErrorCode::BadRequest, "bad NodeRegister: " + why);
+  RegistrationClaim claim{std::string(proto::get_text(reg.node)),
+                          std::string(proto::get_text(reg.address)), reg.cores, reg.memory_mib,
+                          reg.timestamp_ms};
+  std::optional<NodeView> known = registry.node(claim.node);
+  if (!known)
+    return refuse(proto::ErrorCode::LeaseInvalid,
+                  "unknown node " + claim.node +
+                      ": an operator adds it first (POST /nodes with its secret)");
+  LeaseToken proof;
+  std::memcpy(proof.data(), reg.proof.bytes, proof.size());
+  if (!verify_registration(claim, proof, known->node.secret))
+    return refuse(proto::ErrorCode::LeaseInvalid,
+                  "node " + claim.node + ": wrong registration proof (check its secret file)");
+  const uint64_t now = registry.now();
+  const uint64_t skew =
+      now > claim.timestamp_ms ? now - claim.timestamp_ms : claim.timestamp_ms - now;
+  if (skew > cfg_.registration_window_ms)
+    return refuse(proto::ErrorCode::LeaseInvalid,
+                  "node " + claim.node + ": registration timestamp is " + std::to_string(skew) +
+                      " ms away from this clock (synchronise the clocks)");
+  auto last = last_registration_.find(claim.node);
+  if (last != last_registration_.end() && claim.timestamp_ms <= last->second)
+    return refuse(proto::ErrorCode::LeaseInvalid,
+                  "node " + claim.node + ": registration replayed (timestamp not newer)");
+  Result<Node> r = registry.register_node(claim.node, claim.address, claim.cores, claim.memory_mib,
+                                          known->node.secret);
+  if (!r.ok())
+    return refuse(wire_code(r.outcome), r.message);
+  last_registration_[claim.node] = claim.timestamp_ms;
+  // A node that reconnects replaces its old connection, whose close must
+  // not mark it down again.
+  if (auto old = nodes_.find(claim.node); old != nodes_.end() && old->second != &p) {
+    old->second->kind = Peer::Kind::Unknown;
+    old->second->closing = true;
+    old->second->closing_why = "replaced by a new registration of node " + claim.node;
+  }
+  p.kind = Peer::Kind::Node;
+  p.node = claim.node;
+  nodes_[claim.node] = &p;
+  answer.heartbeat_ms = cfg_.heartbeat_ms;
+  queue(p, answer);
+  if (auto it = pending_.find(claim.node); it != pending_.end()) {
+    for (const proto::LeaseEnded &e : it->second)
+      queue(p, e);
+    pending_.erase(it);
+  }
+}
+
+void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant,
+                               uint64_t lease_id) {
+  proto::LeaseGrant g;
+  g.status = wire_code(status.outcome);
+  g.lease_id = lease_id;
+  std::vector<proto::LeaseGrantPart> parts;
+  if (!status.ok()) {
+    proto::set_text_truncated(g.message, status.message);
+  } else if (grant) {
+    g.lease_id = grant->lease.id;
+    g.expiry_ms = grant->lease.expiry_ms;
+    for (size_t i = 0; i < grant->lease.parts.size(); ++i) {
+      const LeasePart &lp = grant->lease.parts[i];
+      proto::LeaseGrantPart part;
+      part.cores = static_cast<uint32_t>(lp.cores.size());
+      part.memory_mib = lp.memory_mib;
+      std::memcpy(part.token.bytes, grant->tokens[i].data(), proto::kTokenSize);
+      if (!proto::set_text(part.node, lp.node) ||
+          !proto::set_text(part.address, grant->addresses[i])) {
+        g = proto::LeaseGrant{};
+        g.status = proto::ErrorCode::Internal;
+        proto::set_text_truncated(g.message, "node name or address too long for the wire");
+        parts.clear();
+        break;
+      }
+      parts.push_back(part);
+    }
+    g.parts = static_cast<uint32_t>(parts.size());
+  }
+  std::vector<uint8_t> bytes(proto::lease_grant_size(g.parts));
+  proto::WireResult w = proto::encode(g, parts, bytes.data(), bytes.size());
+  if (!w) {
+    log()->error("fabric: cannot encode a LeaseGrant: {}", proto::describe(w));
+    p.closing = true;
+    p.closing_why = "internal error";
+    return;
+  }
+  queue_bytes(p, std::move(bytes));
+}
+
+void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  proto::LeaseRequest req;
+  std::string why;
+  if (p.kind == Peer::Kind::Node) {
+    p.closing = true;
+    p.closing_why = "a node connection asked for a lease";
+    return;
+  }
+  p.kind = Peer::Kind::Client;
+  if (!decode_message(m, req, why))
+    return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRequest: " + why}, nullptr, 0);
+  LeaseRequest lr;
+  lr.client = std::string(proto::get_text(req.client));
+  lr.cores = req.cores;
+  lr.memory_mib = req.memory_mib;
+  lr.duration_ms = req.duration_ms;
+  lr.max_nodes = req.max_nodes;
+  Result<Grant> r = registry.grant(lr);
+  if (!r.ok())
+    log()->info("fabric: lease for {} ({} cores) refused: {}", lr.client, lr.cores, r.message);
+  grant_reply(p, r, r.ok() ? &r.value : nullptr, 0);
+}
+
+void FabricServer::on_renew(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  proto::LeaseRenew req;
+  std::string why;
+  if (p.kind == Peer::Kind::Node) {
+    p.closing = true;
+    p.closing_why = "a node connection sent LeaseRenew";
+    return;
+  }
+  p.kind = Peer::Kind::Client;
+  if (!decode_message(m, req, why))
+    return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRenew: " + why}, nullptr, 0);
+  Result<Grant> r =
+      registry.renew(req.lease_id, std::string(proto::get_text(req.client)), req.duration_ms);
+  grant_reply(p, r, r.ok() ? &r.value : nullptr, req.lease_id);
+}
+
+void FabricServer::on_release(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  proto::LeaseRelease req;
+  std::string why;
+  if (p.kind == Peer::Kind::Node) {
+    p.closing = true;
+    p.closing_why = "a node connection sent LeaseRelease";
+    return;
+  }
+  p.kind = Peer::Kind::Client;
+  if (!decode_message(m, req, why))
+    return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRelease: " + why}, nullptr, 0);
+  Status s = registry.release(req.lease_id, std::string(proto::get_text(req.client)));
+  grant_reply(p, s, nullptr, req.lease_id);
+}
+
+void FabricServer::on_accounting(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  if (p.kind != Peer::Kind::Node) {
+    p.closing = true;
+    p.closing_why = "sent accounting before registering";
+    return;
+  }
+  proto::AccountingReport rep;
+  std::string why;
+  if (!decode_message(m, rep, why)) {
+    log()->warn("fabric: node {} sent a bad AccountingReport: {}", p.node, why);
+    return;
+  }
+  AccountingRecord rec;
+  rec.lease_id = rep.lease_id;
+  rec.node = p.node;
+  rec.allocation_us = rep.allocation_us;
+  rec.hot_polling_us = rep.hot_polling_us;
+  rec.execution_us = rep.execution_us;
+  rec.memory_mib = rep.memory_mib;
+  rec.final = rep.final != 0;
+  if (Status s = registry.record_accounting(rec); !s.ok())
+    log()->warn("fabric: accounting from node {} refused: {}", p.node, s.message);
+}
+
+void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &) {
+  for (const LeaseEnded &e : events) {
+    proto::LeaseEnded notice;
+    notice.lease_id = e.lease_id;
+    notice.expiry_ms = e.expiry_ms;
+    notice.why = end_reason(e.why);
+    auto it = nodes_.find(e.node);
+    if (it != nodes_.end() && !it->second->closing) {
+      queue(*it->second, notice);
+      continue;
+    }
+    auto &waiting = pending_[e.node];
+    if (waiting.size() < 4096)
+      waiting.push_back(notice);
+  }
+}
+
+template <class M> void FabricServer::queue(Peer &p, const M &m) {
+  proto::WireResult r;
+  std::vector<uint8_t> bytes = proto::to_bytes(m, &r);
+  if (!r) {
+    log()->error("fabric: cannot encode a {}: {}", M::kName, proto::describe(r));
+    return;
+  }
+  queue_bytes(p, std::move(bytes));
+}
+
+void FabricServer::queue_bytes(Peer &p, std::vector<uint8_t> bytes) {
+  if (p.outbox.size() >= kMaxQueued) {
+    p.closing = true;
+    p.closing_why = "does not take its messages (send queue full)";
+    return;
+  }
+  p.outbox.push_back(std::move(bytes));
+  flush(p);
+}
+
+bool FabricServer::flush(Peer &p) {
+  bool worked = false;
+  while (!p.outbox.empty() && p.channel.send_idle()) {
+    const std::vector<uint8_t> &next = p.outbox.front();
+    std::memcpy(p.channel.send_area(), next.data(), next.size());
+    proto::ChannelStatus s = p.channel.post_encoded(next.size());
+    p.outbox.pop_front();
+    worked = true;
+    if (s != proto::ChannelStatus::Ok) {
+      p.closing = true;
+      p.closing_why = std::string("a send failed: ") + proto::to_string(s);
+      return worked;
+    }
+  }
+  // A refused registration closes once its answer has left.
+  if (p.outbox.empty() && p.kind == Peer::Kind::Unknown && !p.closing_why.empty() &&
+      p.channel.send_idle())
+    p.closing = true;
+  return worked;
+}
+
+void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
+  if (p.kind == Peer::Kind::Node) {
+    auto it = nodes_.find(p.node);
+    if (it != nodes_.end() && it->second == &p) {
+      nodes_.erase(it);
+      log()->warn("fabric: node {} {}; marking it down", p.node, why);
+      if (Status s = registry.mark_down(p.node); !s.ok())
+        log()->warn("fabric: marking node {} down: {}", p.node, s.message);
+    }
+  } else {
+    log()->debug("fabric: {} {}", p.remote, why);
+  }
+  p.conn.close();
+}
+
+void FabricServer::stop(Registry &) {
+  // The nodes stay up in the registry: a restarted resource manager gives
+  // them a full heartbeat timeout to register again.
+  for (auto &p : peers_)
+    p->conn.close();
+  nodes_.clear();
+  peers_.clear();
+}
+
+} // namespace rfaas::rm

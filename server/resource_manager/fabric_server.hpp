@@ -1,0 +1,92 @@
+// The resource manager's fabric side: executor managers register, send
+// heartbeats and accounting; clients lease, renew and release; lease-ended
+// notices go out to the nodes. Written against rdmalib only, so it serves on
+// every backend and provider.
+//
+// It runs on the Loop's thread as its LoopDriver: poll() makes one
+// non-blocking pass (accept what is pending, read what every connection
+// sent, answer, flush queued sends), and the loop alternates it with the
+// HTTP threads' tasks, so the Registry is touched by one thread only. No call
+// waits for a peer, except the completion of one connection's setup (at most
+// fabric.accept_timeout_ms): a silent or malicious peer cannot stall the loop.
+// Answers are queued per connection and posted one at a time as the previous
+// send completes; a connection whose queue overflows is dropped.
+//
+// A node's connection closing marks the node down (on reliable-datagram
+// providers, which report no disconnect, the heartbeat timeout does).
+// Lease-ended notices for a node that is not connected wait until it
+// registers again.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmalib/rdmalib.hpp>
+
+#include "protocol/control_channel.hpp"
+#include "protocol/rm_messages.hpp"
+#include "resource_manager/config.hpp"
+#include "resource_manager/loop.hpp"
+
+namespace rfaas::rm {
+
+class FabricServer final : public LoopDriver {
+public:
+  /// Opens the fabric on `device` and listens on the configured address.
+  /// Throws rdmalib::Error with the cause (bad device, address in use).
+  FabricServer(const rdmalib::DeviceConfig &device, const FabricConfig &config);
+  ~FabricServer() override;
+
+  /// Where nodes and clients connect (real port).
+  const rdmalib::Address &address() const { return listener_.address(); }
+  const std::string &provider() const { return fabric_.provider(); }
+
+  bool poll(Registry &registry) override;
+  void deliver(const std::vector<LeaseEnded> &events, Registry &registry) override;
+  bool busy() const override { return !peers_.empty(); }
+  void stop(Registry &registry) override;
+
+  /// Open connections (for tests and metrics).
+  size_t connections() const { return peers_.size(); }
+
+private:
+  using Clock = std::chrono::steady_clock;
+  struct Peer;
+
+  bool accept_pending();
+  void accept_one(rdmalib::ConnectionRequest &req);
+  /// Reads and handles what `p` sent; false when the connection ended.
+  bool serve(Peer &p, Registry &registry);
+  void handle(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void on_register(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void on_lease_request(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void on_renew(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void on_release(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void on_accounting(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
+  template <class M> void queue(Peer &p, const M &m);
+  void queue_bytes(Peer &p, std::vector<uint8_t> bytes);
+  /// Posts the next queued message if the send area is free.
+  bool flush(Peer &p);
+  /// Ends a connection; a registered node's own connection marks it down.
+  void drop(Peer &p, Registry &registry, const std::string &why);
+
+  FabricConfig cfg_;
+  rdmalib::DeviceConfig device_;
+  rdmalib::Fabric fabric_;
+  rdmalib::Listener listener_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  /// Node name -> its registered connection.
+  std::map<std::string, Peer *> nodes_;
+  /// Node name -> timestamp of its last accepted registration (replays).
+  std::map<std::string, uint64_t> last_registration_;
+  /// Notices for nodes that were not connected, sent when they register.
+  std::map<std::string, std::vector<protocol::LeaseEnded>> pending_;
+};
+
+} // namespace rfaas::rm

@@ -1,0 +1,433 @@
+// The resource manager's fabric side with real processes: one resource_manager
+// binary per run (on the device given with --device), nodes and clients
+// played by this test over rdmalib and the ControlChannel, exactly as an
+// executor manager and librfaas speak to it. Covers registration (and its
+// refusals), heartbeats, lease / renew / release, expiry and revocation
+// notices to the node, a node's connection closing (node down), and garbage
+// on the wire.
+//
+//   rfaas_rm_fabric_tests --device lo-tcp
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <rdmalib/rdmalib.hpp>
+
+#include "../e2e/process.hpp"
+#include "http_client.hpp"
+#include "protocol/control_channel.hpp"
+#include "protocol/rm_messages.hpp"
+#include "resource_manager/lease_token.hpp"
+
+namespace proto = rfaas::protocol;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using rfaas::rm::test::http;
+
+namespace {
+
+struct Globals {
+  std::string devices = RFAAS_RM_DEVICES;
+  std::string device = "lo-tcp";
+  std::string binary = RFAAS_RM_BINARY;
+} g;
+
+constexpr const char *kToken = "fabric-test-admin-token-0123456789";
+
+std::string secret_hex(char c) { return std::string(64, c); }
+rfaas::rm::NodeSecret secret_of(char c) {
+  rfaas::rm::NodeSecret s;
+  rfaas::rm::from_hex(secret_hex(c), s);
+  return s;
+}
+
+uint64_t wall_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+proto::ControlClock::time_point in(std::chrono::milliseconds d) {
+  return proto::ControlClock::now() + d;
+}
+
+/// One resource manager for the whole run.
+class ResourceManager {
+public:
+  void start() {
+    char tmpl[] = "/tmp/rfaas-rm-fabric-XXXXXX";
+    if (!mkdtemp(tmpl))
+      throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+    json cfg = {{"database", dir_ + "/rm.sqlite"},
+                {"http", {{"host", "127.0.0.1"}, {"port", 0}, {"token", kToken}}},
+                {"fabric",
+                 {{"device_database", g.devices},
+                  {"device", g.device},
+                  {"port", 0},
+                  {"heartbeat_ms", 200},
+                  // tcp;ofi_rxm connects lazily, slowly on a loaded machine.
+                  {"accept_timeout_ms", 5000},
+                  {"idle_timeout_ms", 2000}}},
+                {"leases", {{"default_duration_ms", 60000}}},
+                {"nodes", {{"heartbeat_timeout_ms", 60000}}},
+                {"tick_ms", 50},
+                {"log", {{"level", "warn"}}}};
+    std::ofstream(dir_ + "/rm.json") << cfg.dump(2);
+    // The readiness lines go to stderr: merge it into the pipe the test reads.
+    proc_ = rfaas::e2e::Process(
+        {"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", g.binary, dir_ + "/rm.json"}, "");
+    std::string fabric = proc_.wait_for_line("resource_manager: fabric on ", 30s);
+    if (fabric.empty())
+      throw std::runtime_error("resource_manager did not open its fabric (see its output)");
+    size_t at = fabric.find(" on ") + 4;
+    address_ = rdmalib::Address::parse(fabric.substr(at, fabric.find(' ', at) - at));
+    std::string ready = proc_.wait_for_line("resource_manager: ready, REST on ", 30s);
+    if (ready.empty())
+      throw std::runtime_error("resource_manager did not become ready");
+    rest_port_ = static_cast<uint16_t>(std::stoi(ready.substr(ready.rfind(':') + 1)));
+  }
+  void stop() {
+    if (proc_.running())
+      proc_.stop(5000ms);
+    if (!dir_.empty())
+      std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+  const rdmalib::Address &address() const { return address_; }
+  uint16_t rest() const { return rest_port_; }
+  rfaas::e2e::Process &process() { return proc_; }
+
+private:
+  std::string dir_;
+  rfaas::e2e::Process proc_;
+  rdmalib::Address address_;
+  uint16_t rest_port_ = 0;
+};
+
+ResourceManager *rm = nullptr;
+rdmalib::Fabric *fabric = nullptr;
+
+/// A connection to the resource manager, as a node or a client.
+struct Peer {
+  proto::ControlChannel channel;
+  rdmalib::Connection conn;
+
+  Peer() {
+    proto::ClientHello hello;
+    uint8_t pd[sizeof hello];
+    proto::encode(hello, pd, sizeof pd);
+    rdmalib::ConnectionOptions opts;
+    opts.recv_depth = 10;
+    opts.refused_retries = 3;
+    conn = rdmalib::Connection::connect(*fabric, rm->address(), pd, sizeof pd, 5000ms, opts);
+    proto::ControlOptions copts;
+    copts.receives = 8;
+    copts.receive_size = proto::kMaxLeaseGrantSize;
+    channel = proto::ControlChannel(*fabric, conn, copts);
+  }
+  ~Peer() { conn.close(); }
+
+  proto::NodeRegistered register_node(const std::string &name, char secret, uint32_t cores = 4,
+                                      uint64_t timestamp = 0) {
+    proto::NodeRegister reg;
+    reg.cores = cores;
+    reg.memory_mib = 4096;
+    reg.timestamp_ms = timestamp ? timestamp : wall_ms();
+    proto::set_text(reg.node, name);
+    proto::set_text(reg.address, "127.0.0.1:" + std::to_string(20000 + name.size()));
+    rfaas::rm::RegistrationClaim claim{name, proto::get_text(reg.address).data(), reg.cores,
+                                       reg.memory_mib, reg.timestamp_ms};
+    auto proof = rfaas::rm::registration_proof(claim, secret_of(secret));
+    std::memcpy(reg.proof.bytes, proof.data(), proof.size());
+    proto::NodeRegistered answer;
+    proto::ChannelStatus s = channel.send_and_await(reg, answer, in(10s));
+    EXPECT_EQ(s, proto::ChannelStatus::Ok) << proto::to_string(s);
+    return answer;
+  }
+
+  proto::LeaseGrant request(uint32_t cores, uint64_t duration_ms,
+                            std::vector<proto::LeaseGrantPart> &parts,
+                            const std::string &client = "alice") {
+    proto::LeaseRequest req;
+    req.cores = cores;
+    req.memory_mib = 256;
+    req.duration_ms = duration_ms;
+    proto::set_text(req.client, client);
+    EXPECT_EQ(channel.send(req, in(5s)), proto::ChannelStatus::Ok);
+    return await_grant(parts);
+  }
+
+  proto::LeaseGrant await_grant(std::vector<proto::LeaseGrantPart> &parts) {
+    proto::LeaseGrant grant;
+    proto::ControlMessage m = channel.next(in(10s));
+    EXPECT_EQ(m.status, proto::ChannelStatus::Ok) << proto::to_string(m.status);
+    if (m.status != proto::ChannelStatus::Ok)
+      return grant;
+    proto::WireResult r = proto::decode(m.data, m.size, grant, parts);
+    EXPECT_TRUE(r.ok()) << proto::describe(r);
+    return grant;
+  }
+
+  template <class M> proto::LeaseGrant ask(const M &m, std::vector<proto::LeaseGrantPart> &parts) {
+    EXPECT_EQ(channel.send(m, in(5s)), proto::ChannelStatus::Ok);
+    return await_grant(parts);
+  }
+
+  /// The next LeaseEnded notice (skipping nothing else: a node receives only these).
+  proto::LeaseEnded await_ended() {
+    proto::LeaseEnded e;
+    proto::ChannelStatus s = channel.await(e, in(10s));
+    EXPECT_EQ(s, proto::ChannelStatus::Ok) << proto::to_string(s);
+    return e;
+  }
+};
+
+void add_node(const std::string &name, char secret, uint32_t cores = 4) {
+  json body = {{"name", name},
+               {"address", "127.0.0.1:" + std::to_string(20000 + name.size())},
+               {"cores", cores},
+               {"memory_mib", 4096},
+               {"secret", secret_hex(secret)}};
+  auto r = http(rm->rest(), "POST", "/nodes", body.dump(), kToken);
+  ASSERT_EQ(r.status, 201) << r.body;
+}
+
+json node_view(const std::string &name) {
+  for (const json &n : json::parse(http(rm->rest(), "GET", "/nodes").body))
+    if (n["name"] == name)
+      return n;
+  return json();
+}
+
+/// Waits (bounded) until the node's state is `state`, polling the REST API.
+bool wait_state(const std::string &name, const std::string &state) {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (node_view(name).value("state", "") == state)
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+} // namespace
+
+TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
+  add_node("alpha", 'a');
+  Peer node;
+  proto::NodeRegistered reg = node.register_node("alpha", 'a');
+  ASSERT_EQ(reg.status, proto::ErrorCode::Ok) << proto::get_text(reg.message);
+  EXPECT_EQ(reg.heartbeat_ms, 200u);
+  proto::Heartbeat hb;
+  hb.sequence = 1;
+  EXPECT_EQ(node.channel.post(hb), proto::ChannelStatus::Ok);
+  EXPECT_TRUE(wait_state("alpha", "up"));
+
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant grant = client.request(2, 30000, parts);
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(proto::get_text(parts[0].node), "alpha");
+  EXPECT_EQ(proto::get_text(parts[0].address), "127.0.0.1:20005");
+  EXPECT_EQ(parts[0].cores, 2u);
+  EXPECT_GT(grant.expiry_ms, wall_ms());
+
+  // The node verifies the token on its own, with its secret.
+  rfaas::rm::TokenVerifier verifier("alpha", secret_of('a'));
+  rfaas::rm::LeaseClaim claim{grant.lease_id,      "alpha",         parts[0].cores,
+                              parts[0].memory_mib, grant.expiry_ms, "alice"};
+  rfaas::rm::LeaseToken token;
+  std::memcpy(token.data(), parts[0].token.bytes, token.size());
+  EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Ok);
+  claim.cores = 3; // a client that claims more than it was granted
+  EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
+
+  proto::LeaseRenew renew;
+  renew.lease_id = grant.lease_id;
+  renew.duration_ms = 50000;
+  proto::set_text(renew.client, "alice");
+  std::vector<proto::LeaseGrantPart> renewed_parts;
+  proto::LeaseGrant renewed = client.ask(renew, renewed_parts);
+  ASSERT_EQ(renewed.status, proto::ErrorCode::Ok) << proto::get_text(renewed.message);
+  EXPECT_EQ(renewed.lease_id, grant.lease_id);
+  EXPECT_GT(renewed.expiry_ms, grant.expiry_ms);
+  ASSERT_EQ(renewed_parts.size(), 1u);
+  EXPECT_FALSE(proto::equal(renewed_parts[0].token, parts[0].token));
+
+  // Another client cannot release it.
+  proto::LeaseRelease release;
+  release.lease_id = grant.lease_id;
+  proto::set_text(release.client, "mallory");
+  std::vector<proto::LeaseGrantPart> none;
+  EXPECT_EQ(client.ask(release, none).status, proto::ErrorCode::LeaseInvalid);
+  proto::set_text(release.client, "alice");
+  proto::LeaseGrant released = client.ask(release, none);
+  EXPECT_EQ(released.status, proto::ErrorCode::Ok) << proto::get_text(released.message);
+  EXPECT_TRUE(none.empty());
+
+  proto::LeaseEnded ended = node.await_ended();
+  EXPECT_EQ(ended.lease_id, grant.lease_id);
+  EXPECT_EQ(ended.why, proto::LeaseEndReason::Released);
+  // Released twice: the lease is unknown now.
+  EXPECT_EQ(client.ask(release, none).status, proto::ErrorCode::LeaseInvalid);
+}
+
+TEST(RmFabric, RegistrationIsRefusedWithoutTheRightProof) {
+  add_node("bravo", 'b');
+  {
+    Peer stranger;
+    proto::NodeRegistered r = stranger.register_node("nobody", 'b');
+    EXPECT_EQ(r.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(r.message)).find("unknown node"), std::string::npos)
+        << proto::get_text(r.message);
+  }
+  {
+    Peer forger; // knows the name, not the secret
+    proto::NodeRegistered r = forger.register_node("bravo", 'c');
+    EXPECT_EQ(r.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(r.message)).find("proof"), std::string::npos);
+  }
+  {
+    Peer stale; // a registration signed an hour ago
+    proto::NodeRegistered r = stale.register_node("bravo", 'b', 4, wall_ms() - 3600'000);
+    EXPECT_EQ(r.status, proto::ErrorCode::LeaseInvalid);
+  }
+  uint64_t ts = wall_ms();
+  {
+    Peer good;
+    EXPECT_EQ(good.register_node("bravo", 'b', 4, ts).status, proto::ErrorCode::Ok);
+  }
+  {
+    Peer replay; // the same signed message again
+    proto::NodeRegistered r = replay.register_node("bravo", 'b', 4, ts);
+    EXPECT_EQ(r.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(r.message)).find("replayed"), std::string::npos);
+  }
+}
+
+TEST(RmFabric, ExpiryAndRevocationReachTheNodeAndFreeTheCores) {
+  add_node("charlie", 'c', 2);
+  Peer node;
+  ASSERT_EQ(node.register_node("charlie", 'c', 2).status, proto::ErrorCode::Ok);
+  // Drain the other nodes' capacity out of the way: ask for this node's two cores.
+  auto r = http(rm->rest(), "POST", "/nodes/alpha/drain", "", kToken);
+  http(rm->rest(), "POST", "/nodes/bravo/drain", "", kToken);
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant short_lease = client.request(2, 1000, parts, "bob");
+  ASSERT_EQ(short_lease.status, proto::ErrorCode::Ok) << proto::get_text(short_lease.message);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(proto::get_text(parts[0].node), "charlie");
+  // Every core is taken now.
+  EXPECT_EQ(client.request(1, 1000, parts, "bob").status, proto::ErrorCode::ResourcesUnavailable);
+
+  proto::LeaseEnded expired = node.await_ended();
+  EXPECT_EQ(expired.lease_id, short_lease.lease_id);
+  EXPECT_EQ(expired.why, proto::LeaseEndReason::Expired);
+
+  // Expiry freed both cores.
+  proto::LeaseGrant second = client.request(2, 60000, parts, "bob");
+  ASSERT_EQ(second.status, proto::ErrorCode::Ok) << proto::get_text(second.message);
+  auto revoke =
+      http(rm->rest(), "DELETE", "/leases/" + std::to_string(second.lease_id), "", kToken);
+  EXPECT_LT(revoke.status, 300) << revoke.body;
+  proto::LeaseEnded revoked = node.await_ended();
+  EXPECT_EQ(revoked.lease_id, second.lease_id);
+  EXPECT_EQ(revoked.why, proto::LeaseEndReason::Revoked);
+}
+
+TEST(RmFabric, ANodeWhoseConnectionClosesIsMarkedDownAndComesBack) {
+  add_node("delta", 'd');
+  {
+    Peer node;
+    ASSERT_EQ(node.register_node("delta", 'd').status, proto::ErrorCode::Ok);
+    EXPECT_TRUE(wait_state("delta", "up"));
+    proto::Shutdown bye; // what a stopping executor manager says
+    EXPECT_EQ(node.channel.send(bye, in(5s)), proto::ChannelStatus::Ok);
+  }
+  EXPECT_TRUE(wait_state("delta", "down"));
+  Peer again;
+  EXPECT_EQ(again.register_node("delta", 'd').status, proto::ErrorCode::Ok);
+  EXPECT_TRUE(wait_state("delta", "up"));
+}
+
+TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
+  {
+    Peer bad;
+    // A message the resource manager does not take, then nothing more.
+    proto::WorkerHello hello;
+    hello.workers = 1;
+    EXPECT_EQ(bad.channel.send(hello, in(5s)), proto::ChannelStatus::Ok);
+    proto::ControlMessage m = bad.channel.next(in(10s));
+    EXPECT_TRUE(m.status == proto::ChannelStatus::Closed ||
+                m.status == proto::ChannelStatus::Shutdown ||
+                m.status == proto::ChannelStatus::Timeout)
+        << proto::to_string(m.status);
+  }
+  {
+    Peer heartbeat_first; // a heartbeat without a registration
+    proto::Heartbeat hb;
+    EXPECT_EQ(heartbeat_first.channel.send(hb, in(5s)), proto::ChannelStatus::Ok);
+  }
+  // The resource manager still answers.
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseRequest req;
+  req.cores = 1000;
+  proto::set_text(req.client, "carol");
+  EXPECT_EQ(client.ask(req, parts).status, proto::ErrorCode::ResourcesUnavailable);
+  EXPECT_EQ(http(rm->rest(), "GET", "/health").status, 200);
+}
+
+int main(int argc, char **argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc)
+      g.device = argv[++i];
+    else if (a == "--devices" && i + 1 < argc)
+      g.devices = argv[++i];
+    else if (a == "--binary" && i + 1 < argc)
+      g.binary = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [gtest options] --device NAME [--devices FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  ResourceManager manager;
+  int rc = 1;
+  try {
+    auto db = rdmalib::DeviceDatabase::load(g.devices);
+    rdmalib::Fabric f(db.find(g.device));
+    fabric = &f;
+    manager.start();
+    rm = &manager;
+    rc = RUN_ALL_TESTS();
+    rm = nullptr;
+    // SIGTERM ends it promptly and cleanly.
+    int status = manager.process().stop(5000ms);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "resource_manager did not exit cleanly on SIGTERM (status %d)\n",
+                   status);
+      rc = 1;
+    }
+    manager.stop();
+    fabric = nullptr;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "rm fabric tests: %s\n", e.what());
+    manager.stop();
+    return 1;
+  }
+  return rc;
+}

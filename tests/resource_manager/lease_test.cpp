@@ -1,0 +1,414 @@
+// Leases end to end with real processes on one device per run: a
+// resource_manager, an executor_manager registered with it, and librfaas
+// (rfaas::resource_manager + rfaas::executor) in this process. Covers lease ->
+// allocate -> invoke -> release; forged, expired and replayed tokens refused
+// with lease_invalid; a lease's end ending its executor; the resource manager
+// restarted mid-lease (the allocation keeps serving, the lease is still
+// known, the node registers again); the executor manager killed (node down).
+//
+//   rfaas_rm_lease_tests --device lo-tcp
+#include <rfaas/rfaas.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../e2e/process.hpp"
+#include "http_client.hpp"
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using rfaas::e2e::Process;
+using rfaas::rm::test::http;
+
+namespace {
+
+constexpr const char *kToken = "lease-test-admin-token-0123456789";
+constexpr const char *kSecret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+struct Globals {
+  std::string devices = RFAAS_RM_DEVICES;
+  std::string device = "lo-tcp";
+  std::string rm_bin = RFAAS_RM_BINARY;
+  std::string manager_bin = RFAAS_RM_MANAGER;
+  std::string library = RFAAS_RM_LIBRARY;
+  std::string dir;
+  Process rm;
+  Process manager;
+  std::string fabric; // the resource manager's fabric host:port
+  uint16_t rest = 0;
+} g;
+
+uint64_t wall_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+rfaas::device device() { return rfaas::device_database::load(g.devices).find(g.device); }
+
+/// Deadlines for reaching the resource manager: tcp;ofi_rxm connects lazily,
+/// and a restarted resource manager may be busy accepting its node first.
+rfaas::timeouts patient() {
+  rfaas::timeouts t;
+  t.connect = std::chrono::seconds(30);
+  return t;
+}
+
+/// Starts the resource manager on `port` (0: any) and waits for its lines.
+bool start_rm(uint16_t port) {
+  json cfg = {{"database", g.dir + "/rm.sqlite"},
+              {"http", {{"host", "127.0.0.1"}, {"port", 0}, {"token", kToken}}},
+              {"fabric",
+               {{"device_database", g.devices},
+                {"device", g.device},
+                {"port", port},
+                {"heartbeat_ms", 200},
+                {"accept_timeout_ms", 5000}}},
+              {"nodes", {{"heartbeat_timeout_ms", 5000}}},
+              {"tick_ms", 50},
+              {"log", {{"level", "warn"}}}};
+  std::ofstream(g.dir + "/rm.json") << cfg.dump(2);
+  // The readiness lines go to stderr: merge it into the pipe the test reads.
+  g.rm = Process(
+      {"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", g.rm_bin, g.dir + "/rm.json"}, "");
+  std::string line = g.rm.wait_for_line("resource_manager: fabric on ", 30s);
+  if (line.empty())
+    return false;
+  size_t at = line.find(" on ") + 4;
+  g.fabric = line.substr(at, line.find(' ', at) - at);
+  line = g.rm.wait_for_line("resource_manager: ready, REST on ", 30s);
+  if (line.empty())
+    return false;
+  g.rest = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  return true;
+}
+
+json node_view() {
+  for (const json &n : json::parse(http(g.rest, "GET", "/nodes").body))
+    if (n["name"] == "n1")
+      return n;
+  return json();
+}
+
+bool wait_node(const std::string &state) {
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (node_view().value("state", "") == state)
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+/// The first CPU this process may use (the manager checks its affinity).
+int first_cpu() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        return c;
+  return 0;
+}
+
+bool start_manager() {
+  json cfg = {{"device_database", g.devices},
+              {"device", g.device},
+              {"listen", {{"host", "127.0.0.1"}, {"port", 0}}},
+              {"resource_manager",
+               {{"enabled", true},
+                {"address", g.fabric},
+                {"secret_file", g.dir + "/node.secret"},
+                {"node", "n1"}}},
+              {"resources", {{"cores", json::array({first_cpu()})}, {"memory_mib", 1024}}},
+              {"log", {{"level", "info"}}}};
+  std::ofstream(g.dir + "/manager.json") << cfg.dump(2);
+  g.manager = Process({g.manager_bin, "--config", g.dir + "/manager.json"}, g.dir + "/manager.log");
+  return !g.manager.wait_for_line("listening on", 60s).empty() && wait_node("up");
+}
+
+/// The end of the executor manager's log (all of it with tail = 0).
+std::string manager_log(size_t tail = 3000) {
+  std::ifstream f(g.dir + "/manager.log");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return tail && text.size() > tail ? text.substr(text.size() - tail) : text;
+}
+
+/// Waits (bounded) until the node's final accounting report for lease `id`
+/// reached the resource manager: the node has handled the lease's end.
+bool wait_final_accounting(uint64_t id) {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
+    if (r.status == 200 && r.body.find("\"final\":true") != std::string::npos)
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+rfaas::allocation_options options_of(const rfaas::lease &l) {
+  rfaas::allocation_options o = l.options(0);
+  o.library = g.library;
+  o.hot_timeout_ms = 0;
+  return o;
+}
+
+/// Allocates, waiting out resources_unavailable while the node frees the
+/// core of a previous test's executor.
+void allocate(rfaas::executor &ex, const rfaas::lease &l, const rfaas::allocation_options &o) {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    try {
+      ex.allocate(l.server(0), o);
+      return;
+    } catch (const rfaas::Error &e) {
+      if (e.code() != rfaas::status::resources_unavailable ||
+          std::chrono::steady_clock::now() > deadline)
+        throw;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+/// A lease, waiting out resources_unavailable while a previous test's lease
+/// is still being released.
+rfaas::lease lease(rfaas::resource_manager &rm, std::chrono::milliseconds duration = 60s) {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    try {
+      return rm.lease(1, 256, duration);
+    } catch (const rfaas::Error &e) {
+      if (e.code() != rfaas::status::resources_unavailable ||
+          std::chrono::steady_clock::now() > deadline)
+        throw;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+bool echo(rfaas::executor &ex) {
+  std::vector<uint8_t> in(64), out(64);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = static_cast<uint8_t>(i * 7);
+  rfaas::result r = ex.execute("echo", in, out);
+  return r.ok() && r.output_size == in.size() && in == out;
+}
+
+/// allocate() must fail with lease_invalid.
+void expect_refused(const rfaas::lease &l, const rfaas::allocation_options &o, const char *what) {
+  rfaas::executor ex(device());
+  try {
+    ex.allocate(l.server(0), o);
+    ADD_FAILURE() << what << ": allocated";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << what << ": " << e.what();
+  }
+}
+
+} // namespace
+
+TEST(RmLease, LeaseAllocateInvokeRelease) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  ASSERT_EQ(l.parts.size(), 1u);
+  EXPECT_EQ(l.parts[0].node, "n1");
+  EXPECT_EQ(l.client, "tester");
+  {
+    rfaas::executor ex(device());
+    allocate(ex, l, options_of(l));
+    EXPECT_TRUE(echo(ex)) << manager_log();
+    ex.deallocate();
+  }
+  rfaas::lease renewed = l;
+  rm.renew(renewed, 30s);
+  EXPECT_EQ(renewed.id, l.id);
+  EXPECT_NE(renewed.parts[0].token, l.parts[0].token);
+  {
+    rfaas::executor ex(device());
+    allocate(ex, renewed, options_of(renewed));
+    EXPECT_TRUE(echo(ex));
+  }
+  rm.release(renewed);
+  // The node reports the lease's accounting at its end.
+  ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
+  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  EXPECT_NE(acc.dump().find("\"node\":\"n1\""), std::string::npos) << acc.dump();
+  EXPECT_NE(acc.dump().find("\"client\":\"tester\""), std::string::npos) << acc.dump();
+  try {
+    rm.release(renewed);
+    ADD_FAILURE() << "released twice";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.where(), rfaas::phase::lease);
+    EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what();
+  }
+}
+
+TEST(RmLease, ForgedExpiredForeignAndReplayedTokensAreRefused) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::allocation_options forged = options_of(l);
+  forged.token[3] ^= 0x40;
+  expect_refused(l, forged, "forged token");
+  rfaas::allocation_options more = options_of(l);
+  more.lease_cores = 4; // claims more than it was granted
+  expect_refused(l, more, "altered claim");
+  rfaas::allocation_options none = options_of(l);
+  none.lease_id = 0;
+  none.lease_cores = 0;
+  expect_refused(l, none, "no lease");
+
+  // Released: once the node heard of it (its final accounting report for
+  // the lease shows that), the token is a replay.
+  rm.release(l);
+  ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
+  expect_refused(l, options_of(l), "replayed token");
+
+  // Expired: wait out a one-second lease on the wall clock. The node refuses
+  // it as expired, or as ended if the resource manager's notice came first.
+  rfaas::lease short_lease = lease(rm, 1000ms);
+  while (wall_ms() <= short_lease.expiry_ms + 10)
+    std::this_thread::sleep_for(20ms);
+  expect_refused(short_lease, options_of(short_lease), "expired lease");
+  const std::string log = manager_log(0);
+  EXPECT_TRUE(log.find("lease expired") != std::string::npos ||
+              log.find("ended (expired)") != std::string::npos ||
+              log.find("already ended on this node") != std::string::npos)
+      << manager_log();
+  EXPECT_NE(log.find("does not match the lease"), std::string::npos);
+  EXPECT_NE(log.find("already ended on this node (replayed token)"), std::string::npos);
+}
+
+TEST(RmLease, RevokedLeaseEndsItsExecutor) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, l, options_of(l));
+  ASSERT_TRUE(echo(ex));
+  auto r = http(g.rest, "DELETE", "/leases/" + std::to_string(l.id), "", kToken);
+  EXPECT_LT(r.status, 300) << r.body;
+  // The node ends the executor: invocations stop being answered.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() < deadline) {
+    std::vector<uint8_t> in(8), out(8);
+    rfaas::result res = ex.execute("echo", in, out, 2000ms);
+    ended = !res.ok();
+  }
+  EXPECT_TRUE(ended) << manager_log();
+}
+
+TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
+  rfaas::lease l;
+  rfaas::executor ex(device());
+  {
+    rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+    l = lease(rm);
+    allocate(ex, l, options_of(l));
+    ASSERT_TRUE(echo(ex));
+  }
+  const std::string fabric = g.fabric;
+  uint16_t port = static_cast<uint16_t>(std::stoul(fabric.substr(fabric.rfind(':') + 1)));
+  int status = g.rm.stop(5000ms);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The allocation keeps serving without the resource manager.
+  EXPECT_TRUE(echo(ex));
+  ASSERT_TRUE(start_rm(port)) << "the resource manager did not restart on port " << port;
+  EXPECT_EQ(g.fabric, fabric);
+  EXPECT_TRUE(echo(ex));
+  // The lease came back from SQLite, and the node registers again.
+  auto leases = json::parse(http(g.rest, "GET", "/leases").body);
+  bool known = false;
+  for (const json &x : leases)
+    known |= x.value("id", uint64_t(0)) == l.id;
+  EXPECT_TRUE(known) << leases.dump();
+  EXPECT_TRUE(wait_node("up")) << manager_log();
+  EXPECT_TRUE(echo(ex));
+  // No invocation after this: on manual-progress datagram providers a client
+  // thread blocked for seconds in connect() does not answer the workers'
+  // liveness reads, and they end (docs/protocol.md, liveness).
+  ex.deallocate();
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rm.renew(l, 30s);
+  rm.release(l);
+}
+
+TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
+  ASSERT_TRUE(wait_node("up"));
+  g.manager.kill_now();
+  // Connected providers report the close at once; datagram providers let
+  // the heartbeat timeout (5 s here) find it.
+  EXPECT_TRUE(wait_node("down"));
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  try {
+    rm.lease(1, 256, 10s);
+    ADD_FAILURE() << "leased from a node that is down";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.code(), rfaas::status::resources_unavailable) << e.what();
+  }
+}
+
+int main(int argc, char **argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc)
+      g.device = argv[++i];
+    else if (a == "--devices" && i + 1 < argc)
+      g.devices = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [gtest options] --device NAME [--devices FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  char tmpl[] = "/tmp/rfaas-rm-lease-XXXXXX";
+  if (!mkdtemp(tmpl))
+    return 1;
+  g.dir = tmpl;
+  std::ofstream(g.dir + "/node.secret") << kSecret << "\n";
+  int rc = 1;
+  if (!start_rm(0)) {
+    std::fprintf(stderr, "the resource manager did not start\n");
+  } else {
+    // The address is a placeholder: the executor manager registers its own.
+    json node = {{"name", "n1"},
+                 {"address", "127.0.0.1:1"},
+                 {"cores", 1},
+                 {"memory_mib", 1024},
+                 {"secret", kSecret}};
+    auto r = http(g.rest, "POST", "/nodes", node.dump(), kToken);
+    if (r.status != 201) {
+      std::fprintf(stderr, "adding the node failed: %d %s\n", r.status, r.body.c_str());
+    } else if (!start_manager()) {
+      std::fprintf(stderr, "the executor manager did not register:\n%s\n", manager_log().c_str());
+    } else {
+      rc = RUN_ALL_TESTS();
+    }
+  }
+  if (g.manager.running())
+    g.manager.stop(5000ms);
+  if (g.rm.running()) {
+    int status = g.rm.stop(5000ms);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "the resource manager did not stop cleanly (status %d)\n", status);
+      rc = 1;
+    }
+  }
+  if (rc == 0)
+    std::system(("rm -rf '" + g.dir + "'").c_str());
+  else
+    std::fprintf(stderr, "logs kept in %s\n", g.dir.c_str());
+  return rc;
+}

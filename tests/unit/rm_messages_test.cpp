@@ -1,0 +1,229 @@
+// Resource-manager messages: layout, round trips, and rejection of what a
+// peer could get wrong (empty names, limits, inconsistent grants, truncation).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "protocol/rm_messages.hpp"
+
+namespace p = rfaas::protocol;
+
+namespace {
+
+struct FieldCounter {
+  size_t bytes = 0;
+  template <class T> void operator()(const T &v) {
+    if constexpr (std::is_integral<T>::value || std::is_enum<T>::value || std::is_array<T>::value ||
+                  p::detail::is_reserved<T>::value || std::is_same<T, p::Token>::value)
+      bytes += sizeof(T);
+    else
+      T::fields(v, *this);
+  }
+};
+
+p::Token token_with(uint8_t seed) {
+  p::Token t;
+  for (size_t i = 0; i < p::kTokenSize; ++i)
+    t.bytes[i] = static_cast<uint8_t>(seed + 31 * i);
+  return t;
+}
+
+template <class M> M sample();
+template <> p::NodeRegister sample() {
+  p::NodeRegister m;
+  m.cores = 8;
+  m.memory_mib = 65536;
+  m.timestamp_ms = 1'790'000'000'000ull;
+  m.proof = token_with(3);
+  p::set_text(m.node, "node-a");
+  p::set_text(m.address, "10.0.0.1:10000");
+  return m;
+}
+template <> p::NodeRegistered sample() {
+  p::NodeRegistered m;
+  m.heartbeat_ms = 1000;
+  m.now_ms = 42;
+  p::set_text(m.message, "welcome back");
+  return m;
+}
+template <> p::Heartbeat sample() {
+  p::Heartbeat m;
+  m.sequence = 7;
+  m.allocations = 2;
+  return m;
+}
+template <> p::LeaseRequest sample() {
+  p::LeaseRequest m;
+  m.cores = 4;
+  m.max_nodes = 2;
+  m.memory_mib = 1024;
+  m.duration_ms = 30'000;
+  p::set_text(m.client, "alice");
+  return m;
+}
+template <> p::LeaseRenew sample() {
+  p::LeaseRenew m;
+  m.lease_id = 0x1234567890ull;
+  m.duration_ms = 5000;
+  p::set_text(m.client, "alice");
+  return m;
+}
+template <> p::LeaseRelease sample() {
+  p::LeaseRelease m;
+  m.lease_id = 99;
+  p::set_text(m.client, "alice");
+  return m;
+}
+template <> p::LeaseGrant sample() {
+  p::LeaseGrant m;
+  m.lease_id = 77;
+  m.expiry_ms = 1'790'000'060'000ull;
+  return m;
+}
+template <> p::LeaseEnded sample() {
+  p::LeaseEnded m;
+  m.lease_id = 77;
+  m.expiry_ms = 5;
+  m.why = p::LeaseEndReason::Revoked;
+  return m;
+}
+template <> p::AccountingReport sample() {
+  p::AccountingReport m;
+  m.lease_id = 77;
+  m.allocation_us = 1;
+  m.hot_polling_us = 2;
+  m.execution_us = 3;
+  m.memory_mib = 4;
+  m.final = 1;
+  return m;
+}
+template <> p::LeaseProof sample() {
+  p::LeaseProof m;
+  m.lease_id = 77;
+  m.expiry_ms = 123;
+  m.memory_mib = 512;
+  m.cores = 2;
+  m.token = token_with(9);
+  p::set_text(m.client, "alice");
+  return m;
+}
+
+p::LeaseGrantPart part(const char *node, uint32_t cores) {
+  p::LeaseGrantPart g;
+  g.cores = cores;
+  g.memory_mib = 256;
+  g.token = token_with(static_cast<uint8_t>(cores));
+  p::set_text(g.node, node);
+  p::set_text(g.address, "127.0.0.1:10000");
+  return g;
+}
+
+} // namespace
+
+template <class M> class RmMessage : public ::testing::Test {};
+using RmMessages = ::testing::Types<p::NodeRegister, p::NodeRegistered, p::Heartbeat,
+                                    p::LeaseRequest, p::LeaseRenew, p::LeaseRelease, p::LeaseGrant,
+                                    p::LeaseEnded, p::AccountingReport, p::LeaseProof>;
+TYPED_TEST_SUITE(RmMessage, RmMessages);
+
+TYPED_TEST(RmMessage, FieldsCoverTheWholeStruct) {
+  TypeParam m{};
+  FieldCounter c;
+  TypeParam::fields(static_cast<const TypeParam &>(m), c);
+  EXPECT_EQ(c.bytes, sizeof(TypeParam));
+  EXPECT_LE(sizeof(TypeParam), p::kControlMessageMax);
+}
+
+TYPED_TEST(RmMessage, RoundTripIsByteExact) {
+  TypeParam m = sample<TypeParam>();
+  p::WireResult r;
+  std::vector<uint8_t> first = p::to_bytes(m, &r);
+  ASSERT_TRUE(r.ok()) << p::describe(r);
+  EXPECT_EQ(first[0], 'R');
+  EXPECT_EQ(first[6] | first[7] << 8, static_cast<int>(TypeParam::kType));
+  TypeParam back{};
+  r = p::decode(first.data(), first.size(), back);
+  ASSERT_TRUE(r.ok()) << p::describe(r);
+  EXPECT_EQ(r.size, sizeof(TypeParam));
+  EXPECT_EQ(p::to_bytes(back), first);
+  EXPECT_STRNE(p::to_string(TypeParam::kType), "unknown_message_type");
+}
+
+TYPED_TEST(RmMessage, TruncatedInputIsRefused) {
+  std::vector<uint8_t> b = p::to_bytes(sample<TypeParam>());
+  TypeParam back{};
+  p::WireResult r = p::decode(b.data(), b.size() - 1, back);
+  EXPECT_EQ(r.error, p::WireError::Truncated) << p::describe(r);
+}
+
+TEST(RmMessages, NamesAndTextFieldsAreChecked) {
+  p::NodeRegister reg = sample<p::NodeRegister>();
+  std::memset(reg.node, 0, sizeof reg.node);
+  EXPECT_EQ(p::to_bytes(reg).size(), 0u) << "an empty node name must not be sent";
+  reg = sample<p::NodeRegister>();
+  std::vector<uint8_t> b = p::to_bytes(reg);
+  std::memset(&b[offsetof(p::NodeRegister, address)], 'x', p::kNodeAddressCapacity);
+  p::NodeRegister back;
+  p::WireResult r = p::decode(b.data(), b.size(), back);
+  EXPECT_EQ(r.error, p::WireError::InvalidField);
+  EXPECT_NE(p::describe(r).find("NodeRegister.address"), std::string::npos) << p::describe(r);
+
+  p::LeaseRequest req = sample<p::LeaseRequest>();
+  req.max_nodes = p::kMaxLeaseNodes + 1;
+  EXPECT_EQ(req.validate().error, p::WireError::TooLarge);
+  req.max_nodes = 1;
+  req.cores = 0;
+  EXPECT_EQ(req.validate().error, p::WireError::InvalidField);
+
+  p::LeaseEnded ended = sample<p::LeaseEnded>();
+  b = p::to_bytes(ended);
+  b[24] = 9; // why
+  p::LeaseEnded eback;
+  EXPECT_EQ(p::decode(b.data(), b.size(), eback).error, p::WireError::InvalidField);
+
+  p::AccountingReport acc = sample<p::AccountingReport>();
+  acc.final = 2;
+  EXPECT_FALSE(acc.validate().ok());
+}
+
+TEST(RmMessages, LeaseGrantCarriesItsParts) {
+  p::LeaseGrant g = sample<p::LeaseGrant>();
+  g.parts = 2;
+  std::vector<p::LeaseGrantPart> parts{part("node-a", 3), part("node-b", 1)};
+  std::vector<uint8_t> b(p::lease_grant_size(2));
+  p::WireResult r = p::encode(g, parts, b.data(), b.size());
+  ASSERT_TRUE(r.ok()) << p::describe(r);
+  EXPECT_EQ(r.size, b.size());
+  EXPECT_FALSE(p::encode(g, parts, b.data(), b.size() - 1).ok());
+
+  p::LeaseGrant back;
+  std::vector<p::LeaseGrantPart> back_parts;
+  r = p::decode(b.data(), b.size(), back, back_parts);
+  ASSERT_TRUE(r.ok()) << p::describe(r);
+  ASSERT_EQ(back_parts.size(), 2u);
+  EXPECT_EQ(p::get_text(back_parts[1].node), "node-b");
+  EXPECT_EQ(back_parts[0].cores, 3u);
+  EXPECT_TRUE(p::equal(back_parts[0].token, parts[0].token));
+  EXPECT_EQ(back.lease_id, 77u);
+
+  // A grant whose parts are cut off is refused and leaves no parts.
+  r = p::decode(b.data(), b.size() - 10, back, back_parts);
+  EXPECT_EQ(r.error, p::WireError::Truncated);
+  EXPECT_TRUE(back_parts.empty());
+  // A part with an empty address is refused.
+  std::memset(&b[sizeof(p::LeaseGrant) + offsetof(p::LeaseGrantPart, address)], 0, 4);
+  EXPECT_EQ(p::decode(b.data(), b.size(), back, back_parts).error, p::WireError::InvalidField);
+  // Parts count must match.
+  EXPECT_EQ(p::encode(g, {parts[0]}, b.data(), b.size()).error, p::WireError::Inconsistent);
+  // An error carries no parts, a success needs a lease id.
+  g.status = p::ErrorCode::ResourcesUnavailable;
+  EXPECT_EQ(g.validate().error, p::WireError::Inconsistent);
+  g.parts = 0;
+  EXPECT_TRUE(g.validate().ok());
+  g.status = p::ErrorCode::Ok;
+  g.lease_id = 0;
+  EXPECT_FALSE(g.validate().ok());
+  EXPECT_LE(p::kMaxLeaseGrantSize, 4096u);
+}
