@@ -212,6 +212,8 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const lf::Dea
   fid_cq *other = q == Queue::Send ? rxcq.get() : txcq.get();
   err = 0;
   while (!dl.passed()) {
+    if (connreq_guard)
+      connreq_guard->sweep();
     fi_cq_data_entry e;
     // The other queue only holds rdmalib's own completions during setup;
     // reading it drives progress and releases their slots.

@@ -23,6 +23,7 @@
 #include <rdmalib/operations.hpp>
 
 #include "provider_table.hpp"
+#include "shm_connreq_guard.hpp"
 
 namespace rdmalib::lf {
 
@@ -331,6 +332,9 @@ struct ConnectionImpl {
   bool peer_process_gone() noexcept;
   uint32_t peer_pid = 0;
   std::chrono::steady_clock::time_point next_liveness_check{};
+  /// quirk_connreq_names_vanished_peer: swept before each progress call of a
+  /// listener's handshake endpoint (owned by the listener).
+  lf::ShmConnreqGuard *connreq_guard = nullptr;
   ~ConnectionImpl();
 };
 
