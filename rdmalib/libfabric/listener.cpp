@@ -23,10 +23,6 @@ struct ListenerImpl {
   lf::InfoPtr pep_info;
   lf::Fid<fid_eq> eq;
   lf::Fid<fid_pep> pep;
-  // quirk_connreq_names_vanished_peer: a live endpoint that the guard
-  // points vanished peers' commands at, and the guard. Both outlive hs.
-  std::unique_ptr<ConnectionImpl> sink;
-  std::unique_ptr<lf::ShmConnreqGuard> guard;
   // Reliable datagrams: an endpoint that receives HELLO messages.
   std::unique_ptr<ConnectionImpl> hs;
   int wait_fd = -1;
@@ -93,44 +89,6 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage 
   int err = 0;
   if (!c.wait_internal(Queue::Send, e, dl, err))
     lf::throw_fi("completing the " + what, -err);
-}
-
-/// quirk_connreq_names_vanished_peer: open the sink endpoint and watch the
-/// handshake endpoint's region. Without the guard the listener still works,
-/// exposed to the provider bug, and says so.
-void guard_handshake_endpoint(ListenerImpl &l) {
-  try {
-    uint8_t name[lf::kMaxRawAddress];
-    size_t len = sizeof name;
-    if (fi_getname(&l.hs->ep->fid, name, &len) != 0 || len > sizeof name)
-      throw Error(ErrorKind::Backend, "no name for the handshake endpoint");
-    std::string region(reinterpret_cast<const char *>(name),
-                       strnlen(reinterpret_cast<const char *>(name), len));
-    if (auto p = region.find("://"); p != std::string::npos)
-      region.erase(0, p + 3);
-    auto sink = std::make_unique<ConnectionImpl>();
-    sink->fab = l.fab;
-    sink->fabric_handle = l.fabric_handle;
-    sink->options.recv_depth = 1;
-    sink->options.send_depth = 1;
-    sink->open_queues(false);
-    lf::InfoPtr info = l.fab->endpoint_info(nullptr);
-    sink->create_endpoint(info.get());
-    len = sizeof name;
-    if (fi_getname(&sink->ep->fid, name, &len) != 0 || len > sizeof name)
-      throw Error(ErrorKind::Backend, "no name for the sink endpoint");
-    auto guard = std::make_unique<lf::ShmConnreqGuard>(
-        region, std::string(reinterpret_cast<const char *>(name), len));
-    if (!guard->active())
-      throw Error(ErrorKind::Backend, guard->why_inactive());
-    l.sink = std::move(sink);
-    l.guard = std::move(guard);
-    l.hs->connreq_guard = l.guard.get();
-  } catch (const std::exception &e) {
-    rdmalib::logger().warn("rdmalib: listener {}: cannot guard against peers that vanish "
-                           "mid-handshake ({}); such a peer can crash this process",
-                           l.address.to_string(), e.what());
-  }
 }
 
 } // namespace
@@ -360,8 +318,7 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
     l.hs = std::move(hs);
     break;
   }
-  if (lf::quirk_connreq_names_vanished_peer(f.provider))
-    detail::guard_handshake_endpoint(l);
+  l.hs->guard_connreqs();
   for (size_t i = 0; i < detail::kHandshakeReceives; ++i)
     detail::post_handshake_recv(*l.hs, i);
 }

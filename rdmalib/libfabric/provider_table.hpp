@@ -132,8 +132,10 @@ bool quirk_truncation_hangs_receiver(const std::string &provider);
 /// with ENOENT, which the provider treats as success and then reads the null
 /// mapping: SIGSEGV in fi_cq_read (smr_progress_connreq). A listener cannot
 /// vet peers it does not know yet, so for these providers rdmalib watches its
-/// handshake endpoint's region and, before each progress call, points such a
-/// command at a live endpoint of its own (ShmConnreqGuard).
+/// handshake endpoint's region (and a connecting endpoint's, until the answer
+/// arrives: the server's link endpoint announces itself there) and, before
+/// each progress call, points such a command at a live endpoint of its own
+/// (ShmConnreqGuard).
 bool quirk_connreq_names_vanished_peer(const std::string &provider);
 
 /// Whether shm will use cross-memory attach between processes of this user:

@@ -140,6 +140,8 @@ size_t ShmConnreqGuard::sweep() noexcept {
     return 0;
   auto *r = reinterpret_cast<Region *>(base_);
   auto *q = reinterpret_cast<CmdQueue *>(base_ + r->cmd_queue_offset);
+  if (__atomic_load_n(&q->wcnt, __ATOMIC_ACQUIRE) == __atomic_load_n(&q->rcnt, __ATOMIC_ACQUIRE))
+    return 0;
   // Peers append commands under the region's lock; a peer that died holding
   // it already stalls the provider (quirk_dead_peer_can_hang_progress), so do
   // not wait for it here.

@@ -9,7 +9,7 @@
 namespace rdmalib::lf {
 
 /// Watches the shared-memory region of one shm endpoint (a listener's
-/// handshake endpoint) for queued "map my region" commands whose sender's
+/// handshake endpoint, or a connecting one) for queued "map my region" commands whose sender's
 /// region no longer exists, and points them at a live endpoint of this
 /// process (the sink) instead, so that the provider's next progress call does
 /// not dereference the mapping it failed to make. Knows the region layout of
