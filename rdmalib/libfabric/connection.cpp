@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/logging.hpp"
 #include <spdlog/spdlog.h>
 
 #include <rdmalib/connection.hpp>
@@ -84,6 +85,48 @@ void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
   // A pid from another pid namespace names some other process here.
   if (ns != 0 && ns == pid_namespace && pid != self)
     peer_pid = pid;
+}
+
+void ConnectionImpl::guard_connreqs() noexcept {
+  if (!fab->rdm || !lf::quirk_connreq_names_vanished_peer(fab->provider))
+    return;
+  static std::atomic<bool> warned{false};
+  try {
+    FabricImpl &f = *fab;
+    if (!f.shm_sink) {
+      auto sink = std::make_shared<ConnectionImpl>();
+      sink->fab = &f;
+      sink->fabric_handle = fabric_handle;
+      sink->options.recv_depth = 1;
+      sink->options.send_depth = 1;
+      sink->open_queues(false);
+      lf::InfoPtr info = f.endpoint_info(nullptr);
+      sink->create_endpoint(info.get());
+      uint8_t name[lf::kMaxRawAddress];
+      size_t len = sizeof name;
+      if (fi_getname(&sink->ep->fid, name, &len) != 0 || len > sizeof name)
+        throw Error(ErrorKind::Backend, "no name for the sink endpoint");
+      f.shm_sink_name.assign(reinterpret_cast<const char *>(name), len);
+      f.shm_sink = std::move(sink);
+    }
+    uint8_t name[lf::kMaxRawAddress];
+    size_t len = sizeof name;
+    if (fi_getname(&ep->fid, name, &len) != 0 || len > sizeof name)
+      throw Error(ErrorKind::Backend, "no name for the endpoint");
+    std::string region(reinterpret_cast<const char *>(name),
+                       strnlen(reinterpret_cast<const char *>(name), len));
+    if (auto p = region.find("://"); p != std::string::npos)
+      region.erase(0, p + 3);
+    auto guard = std::make_unique<lf::ShmConnreqGuard>(region, f.shm_sink_name);
+    if (!guard->active())
+      throw Error(ErrorKind::Backend, guard->why_inactive());
+    connreq_guard = std::move(guard);
+  } catch (const std::exception &e) {
+    if (!warned.exchange(true))
+      rdmalib::logger().warn("rdmalib: shm: cannot guard endpoints against peers that vanish "
+                             "while connecting ({}); such a peer can crash this process",
+                             e.what());
+  }
 }
 
 bool ConnectionImpl::peer_process_gone() noexcept {
@@ -212,6 +255,7 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const lf::Dea
   fid_cq *other = q == Queue::Send ? rxcq.get() : txcq.get();
   err = 0;
   while (!dl.passed()) {
+    sweep_connreqs();
     fi_cq_data_entry e;
     // The other queue only holds rdmalib's own completions during setup;
     // reading it drives progress and releases their slots.
@@ -284,12 +328,14 @@ void ConnectionImpl::close() noexcept {
         ssize_t r = fi_send(ep.get(), buf, sizeof m, ctl_desc(), peer, s);
         lf::Deadline dl(std::chrono::milliseconds(200));
         while (r == -FI_EAGAIN && !dl.passed()) {
+          sweep_connreqs();
           fi_cq_read(txcq.get(), nullptr, 0);
           r = fi_send(ep.get(), buf, sizeof m, ctl_desc(), peer, s);
         }
         if (r == 0) {
           // Drain until our goodbye completes (or the short deadline passes).
           while (!dl.passed()) {
+            sweep_connreqs();
             fi_cq_data_entry e;
             ssize_t n = fi_cq_read(txcq.get(), &e, 1);
             if (n == 1 && e.op_context == s)
@@ -475,6 +521,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
   } else {
     lf::InfoPtr info = f.endpoint_info(nullptr);
     c->create_endpoint(info.get());
+    c->guard_connreqs();
     fi_addr_t listener = FI_ADDR_UNSPEC;
     int ret = fi_av_insert(c->av.get(), raw.data(), 1, &listener, 0, nullptr);
     if (ret != 1)
@@ -558,6 +605,9 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
       break;
     }
     fi_av_remove(c->av.get(), &listener, 1, 0);
+    // The server's link endpoint sent its command before the answer could
+    // arrive, and no other peer writes to this endpoint.
+    c->connreq_guard.reset();
   }
   c->open = true;
   return Connection(c.release());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include <rdmalib/operations.hpp>
 
 #include "provider_table.hpp"
+#include "shm_connreq_guard.hpp"
 
 namespace rdmalib::lf {
 
@@ -197,6 +199,8 @@ struct RecvOverflow {
 
 namespace rdmalib::detail {
 
+struct ConnectionImpl;
+
 struct FabricImpl {
   lf::InfoPtr info; // the chosen fi_info (one entry)
   lf::Fid<fid_fabric> fabric;
@@ -233,6 +237,11 @@ struct FabricImpl {
 
   std::atomic<uint64_t> key_counter{0};
   uint64_t key_secret = 0;
+  /// quirk_connreq_names_vanished_peer: a live endpoint that guards point
+  /// vanished peers' commands at (opened on first use). Declared last: it
+  /// closes before the domain.
+  std::shared_ptr<ConnectionImpl> shm_sink;
+  std::string shm_sink_name;
 };
 
 struct MemoryRegionImpl {
@@ -331,6 +340,21 @@ struct ConnectionImpl {
   bool peer_process_gone() noexcept;
   uint32_t peer_pid = 0;
   std::chrono::steady_clock::time_point next_liveness_check{};
+  /// quirk_connreq_names_vanished_peer: swept before each progress call. Set
+  /// on a listener's handshake endpoint (every new client announces itself
+  /// there) and on a connecting endpoint until the answer arrived (the
+  /// server's link endpoint announces itself before it answers). An accepted
+  /// endpoint needs none: it announces itself to its one peer first, which
+  /// answers nothing of the kind.
+  std::unique_ptr<lf::ShmConnreqGuard> connreq_guard;
+  /// Start guarding this endpoint (quirk_connreq_names_vanished_peer); a
+  /// no-op for other providers. Never throws: without a guard the endpoint
+  /// works, exposed to the provider bug (warned once per process).
+  void guard_connreqs() noexcept;
+  void sweep_connreqs() noexcept {
+    if (connreq_guard)
+      connreq_guard->sweep();
+  }
   ~ConnectionImpl();
 };
 

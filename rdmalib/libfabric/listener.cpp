@@ -318,6 +318,7 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
     l.hs = std::move(hs);
     break;
   }
+  l.hs->guard_connreqs();
   for (size_t i = 0; i < detail::kHandshakeReceives; ++i)
     detail::post_handshake_recv(*l.hs, i);
 }

@@ -135,6 +135,7 @@ lf::OpSlot *ConnectionImpl::take_slot(uint64_t user, OpKind kind, bool internal)
 void ConnectionImpl::progress() noexcept {
   // Reading a CQ is what moves data on manual-progress providers. Whatever is
   // read here is kept for the next poll(), so nothing is lost.
+  sweep_connreqs();
   size_t txlen = tx_stash_len, rxlen = rx_stash_len;
   stash_push(tx_stash, tx_stash_head, tx_stash_len, txcq.get());
   stash_push(rx_stash, rx_stash_head, rx_stash_len, rxcq.get());

@@ -139,6 +139,8 @@ bool quirk_dead_peer_can_hang_progress(const std::string &provider) { return pro
 
 bool quirk_truncation_hangs_receiver(const std::string &provider) { return provider == "shm"; }
 
+bool quirk_connreq_names_vanished_peer(const std::string &provider) { return provider == "shm"; }
+
 bool shm_cross_memory_attach_likely() {
   const char *off = std::getenv("FI_SHM_DISABLE_CMA");
   if (off && *off && std::strchr("1yYtT", *off))

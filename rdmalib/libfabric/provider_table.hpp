@@ -122,6 +122,22 @@ bool quirk_dead_peer_can_hang_progress(const std::string &provider);
 /// RecvOverflow) so that no receive is ever truncated inside the provider.
 bool quirk_truncation_hangs_receiver(const std::string &provider);
 
+/// shm (1.17; the code is unchanged through 1.20) sends a "map my region"
+/// command (connreq, carrying the sender's region name) into the receiver's
+/// region before a sender's first message, and the sender's send stays in
+/// EAGAIN until the receiver has processed it. The receiver maps the named
+/// region when it next progresses; when that region is gone by then (the
+/// sender gave up and closed its endpoint, exited, or was SIGTERMed, which
+/// runs shm's own handler that unlinks the process's regions), shm_open fails
+/// with ENOENT, which the provider treats as success and then reads the null
+/// mapping: SIGSEGV in fi_cq_read (smr_progress_connreq). A listener cannot
+/// vet peers it does not know yet, so for these providers rdmalib watches its
+/// handshake endpoint's region (and a connecting endpoint's, until the answer
+/// arrives: the server's link endpoint announces itself there) and, before
+/// each progress call, points such a command at a live endpoint of its own
+/// (ShmConnreqGuard).
+bool quirk_connreq_names_vanished_peer(const std::string &provider);
+
 /// Whether shm will use cross-memory attach between processes of this user:
 /// off when FI_SHM_DISABLE_CMA is set, or when the Yama LSM restricts ptrace
 /// (kernel.yama.ptrace_scope >= 1), in which case shm falls back to copying
