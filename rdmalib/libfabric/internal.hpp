@@ -268,6 +268,14 @@ struct ConnectionImpl {
   bool open = false;
   bool peer_closed = false;
   bool ended_here = false; // peer_closed set by this side (a truncated receive)
+  // ConnectionOptions::accept_in_background: the handshake answer (in a
+  // control send slot) waits for the provider to take it until this time.
+  bool answer_pending = false;
+  bool answer_failed = false; // reported once as PeerClosed on the receive queue
+  const uint8_t *answer_buf = nullptr;
+  std::chrono::steady_clock::time_point answer_deadline;
+  /// Post the pending answer again; false when it cannot be sent any more.
+  bool retry_answer() noexcept;
 
   // Completions read while driving progress for a retried post; poll()
   // returns them first so nothing is lost.
