@@ -23,6 +23,7 @@
 #include <rdmalib/rdmalib.hpp>
 
 #include "executor_manager/accounting.hpp"
+#include "executor_manager/admission.hpp"
 #include "executor_manager/config.hpp"
 #include "protocol/protocol.hpp"
 
@@ -60,6 +61,9 @@ private:
   void reply(Client &c, protocol::ErrorCode status, uint64_t id, uint32_t workers,
              const std::string &message);
   void client_left(Client &c, bool graceful);
+  // Admission hooks (admission.hpp): close a pending client, log counters.
+  void close_pending(Admission::Ticket t);
+  void admission_tick(Clock::time_point now);
   void tick();
   void finish(Allocation &a);
   void signal_executor(Allocation &a, int sig);
@@ -83,6 +87,8 @@ private:
   std::vector<bool> core_used_;
   uint32_t memory_used_ = 0;
   std::vector<std::unique_ptr<Client>> clients_;
+  Admission admission_;
+  size_t pending_peak_since_trim_ = 0; // most pending connections since the last malloc_trim
   std::map<uint64_t, std::unique_ptr<Allocation>> allocations_;
 };
 
