@@ -275,6 +275,7 @@ bool ConnectionImpl::retry_answer() noexcept {
   ssize_t r = fi_send(ep.get(), answer_buf, sizeof(lf::HandshakeMessage), ctl_desc(), peer, s);
   if (r == 0) {
     answer_pending = false;
+    answer_slot = s;
     return true;
   }
   put_slot(s);
