@@ -98,7 +98,7 @@ fi
 timeout 120 "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
   --library "$LIBRARY" --scenario attack "${VANISH[@]}" >"$WORK/attack.out" 2>&1 ||
   fail "attack scenario: $(grep -v '^PASS' "$WORK/attack.out")"
-grep -E '^(PASS|random)' "$WORK/attack.out" | sed 's/^/hostile: attack: /'
+grep -E '^(PASS|random|vanishing)' "$WORK/attack.out" | sed 's/^/hostile: attack: /'
 alive
 
 # Half-open: raw TCP connections that never say anything (IP providers).
@@ -133,7 +133,7 @@ echo "hostile: a legitimate client was served during the flood"
 
 # A second flooding process vanishes (SIGKILL) while it holds its connections.
 "$PROBE" --devices "$DEVICES" --device "$FLOOD_DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
-  --scenario flood --flood 16 <"$WORK/hold2" >"$WORK/flood2.out" 2>&1 &
+  --scenario flood --flood $((FLOOD / 2 < 16 ? FLOOD / 2 : 16)) <"$WORK/hold2" >"$WORK/flood2.out" 2>&1 &
 KPID=$!
 exec {HOLD2}>"$WORK/hold2"
 for _ in $(seq 300); do
@@ -173,7 +173,7 @@ grep -q 'admission: refusing a connection from\|admission: .*closing the oldest'
 # SIGTERM under a new flood: the manager stops, and nothing stays behind.
 mkfifo "$WORK/hold3"
 "$PROBE" --devices "$DEVICES" --device "$FLOOD_DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
-  --scenario flood --flood "$FLOOD" <"$WORK/hold3" >"$WORK/flood3.out" 2>&1 &
+  --scenario flood --flood $((FLOOD / 2 < 32 ? FLOOD / 2 : 32)) <"$WORK/hold3" >"$WORK/flood3.out" 2>&1 &
 FPID=$!
 exec {HOLD3}>"$WORK/hold3"
 for _ in $(seq 600); do

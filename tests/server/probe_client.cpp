@@ -231,13 +231,30 @@ public:
     }
     if (!o_.vanish)
       return;
-    // Vanish right after the connection is established.
-    for (int i = 0; i < 10; ++i)
-      rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000)).close();
+    // Vanish right after the connection is established. The manager may
+    // refuse some: the closed ones still count against this peer's limit
+    // until it has seen them close.
+    size_t refused = 0;
+    for (int i = 0; i < 10; ++i) {
+      try {
+        rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000)).close();
+      } catch (const rdmalib::Error &e) {
+        if (e.kind() != rdmalib::ErrorKind::Refused)
+          throw;
+        ++refused;
+      }
+    }
+    std::printf("vanishing peers: %zu of 10 refused (per-peer limit)\n", refused);
     // Vanish right after sending a request (a lease nobody will serve).
     for (int i = 0; i < 3; ++i) {
       Link l;
-      l.conn = rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000));
+      try {
+        l.conn = rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000));
+      } catch (const rdmalib::Error &e) {
+        if (e.kind() != rdmalib::ErrorKind::Refused)
+          throw;
+        continue;
+      }
       l.setup(fabric_, 4);
       proto::AllocationRequest req;
       std::vector<proto::BufferDescriptor> results = unserved_request(1, req);
