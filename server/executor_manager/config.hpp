@@ -25,9 +25,9 @@ public:
 struct AdmissionConfig {
   /// Pending connections in total; at the limit the oldest of the peer holding
   /// the most is closed to make room.
-  uint32_t max_pending = 128;
+  uint32_t max_pending = 32;
   /// Pending connections per peer address; beyond it the peer is refused.
-  uint32_t max_pending_per_peer = 16;
+  uint32_t max_pending_per_peer = 8;
   /// Deadline from established to allocation granted, milliseconds (the
   /// steps before and after it wait at most deadlines_ms.connect).
   uint32_t request_ms = 2000;
