@@ -30,7 +30,7 @@ struct AdmissionConfig {
   uint32_t max_pending_per_peer = 8;
   /// Deadline from established to allocation granted, milliseconds (the
   /// steps before and after it wait at most deadlines_ms.connect).
-  uint32_t request_ms = 2000;
+  uint32_t request_ms = 5000;
   /// Log the admission counters every this many seconds when they changed
   /// (0: only at shutdown).
   uint32_t stats_interval_s = 60;

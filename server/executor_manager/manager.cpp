@@ -396,8 +396,13 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     admission_.bad_input("refusing a connection: " + why, Clock::now());
     reply.status = status;
     proto::encode(reply, reply_bytes, sizeof reply_bytes);
+    // The answer must have left before the close. Reliable-datagram fabrics
+    // may need up to a second to reach the client (tcp;ofi_rxm connects back
+    // first): waited for here, within the request deadline.
+    bool rdm = fabric_.capabilities().endpoint != rdmalib::EndpointType::Connected;
     rdmalib::Connection c =
-        req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms));
+        req.accept(reply_bytes, sizeof reply_bytes,
+                   milliseconds(rdm ? cfg_.admission.request_ms : cfg_.connect_ms));
     c.close();
   };
   if (!r) {
@@ -435,9 +440,15 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     // idle connection cheap (queues are sized by these depths).
     opts.send_depth = kClientSends;
     // Nothing is sent before the client's request: the answer may leave
-    // later (tcp;ofi_rxm connects back first), polled with the channel.
+    // later (tcp;ofi_rxm connects back first, about a second), posted again
+    // by the channel's polls without holding the loop, until the request
+    // deadline. Connected fabrics complete accept in the provider's
+    // connection manager, which the loop waits for: connect_ms.
     opts.accept_in_background = true;
-    c->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
+    const bool background = fabric_.capabilities().endpoint != rdmalib::EndpointType::Connected;
+    c->conn =
+        req.accept(reply_bytes, sizeof reply_bytes,
+                   milliseconds(background ? cfg_.admission.request_ms : cfg_.connect_ms), opts);
     proto::ControlOptions copts;
     copts.receives = kClientRecvs;
     copts.receive_size = kClientRecv;

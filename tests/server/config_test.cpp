@@ -106,7 +106,7 @@ TEST(ManagerConfig, AdmissionDefaultsAndLimits) {
   ManagerConfig c = ManagerConfig::parse(kMinimal, "em.json", "");
   EXPECT_EQ(c.admission.max_pending, 32u);
   EXPECT_EQ(c.admission.max_pending_per_peer, 8u);
-  EXPECT_EQ(c.admission.request_ms, 2000u);
+  EXPECT_EQ(c.admission.request_ms, 5000u);
   EXPECT_EQ(c.admission.stats_interval_s, 60u);
   EXPECT_EQ(c.connect_ms, 500u);
   c = ManagerConfig::parse(with(R"("admission": {"max_pending": 8, "request_ms": 300,
