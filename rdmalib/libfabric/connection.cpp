@@ -309,6 +309,22 @@ void ConnectionImpl::close() noexcept {
     // A link this side ended (the peer overran a receive) still has a live
     // peer, which must learn that the link is gone.
     bool goodbye = !peer_closed || ended_here;
+    // A handshake answer still in flight (accept_in_background) completes
+    // before the endpoint goes, whether or not a goodbye follows it.
+    for (lf::Deadline dl(std::chrono::milliseconds(200)); answer_slot && !dl.passed();) {
+      fi_cq_data_entry e;
+      ssize_t n = fi_cq_read(txcq.get(), &e, 1);
+      if (n == -FI_EAVAIL) {
+        fi_cq_err_entry ee{};
+        fi_cq_readerr(txcq.get(), &ee, 0);
+        e.op_context = ee.op_context;
+        n = 1;
+      }
+      if (n == 1 && e.op_context)
+        put_slot(static_cast<lf::OpSlot *>(e.op_context));
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
     if (!local_name.empty()) {
       LocalEndpoints &r = local_endpoints();
       tracked = std::unique_lock<std::mutex>(r.m);

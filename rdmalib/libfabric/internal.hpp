@@ -277,6 +277,18 @@ struct ConnectionImpl {
   bool open = false;
   bool peer_closed = false;
   bool ended_here = false; // peer_closed set by this side (a truncated receive)
+  // ConnectionOptions::accept_in_background: the handshake answer (in a
+  // control send slot) waits for the provider to take it until this time.
+  bool answer_pending = false;
+  bool answer_failed = false; // reported once as PeerClosed on the receive queue
+  const uint8_t *answer_buf = nullptr;
+  // The answer's send once posted, until its completion is read: close()
+  // waits for it (shm crashed in a later completion read when an endpoint
+  // went away with it outstanding).
+  lf::OpSlot *answer_slot = nullptr;
+  std::chrono::steady_clock::time_point answer_deadline;
+  /// Post the pending answer again; false when it cannot be sent any more.
+  bool retry_answer() noexcept;
 
   // Completions read while driving progress for a retried post; poll()
   // returns them first so nothing is lost.
@@ -319,6 +331,8 @@ struct ConnectionImpl {
   ssize_t post_receive(void *buf, size_t len, void *desc, lf::OpSlot *s, uint64_t flags) noexcept;
   lf::OpSlot *take_slot(uint64_t user, OpKind kind, bool internal);
   void put_slot(lf::OpSlot *s) {
+    if (s == answer_slot)
+      answer_slot = nullptr;
     s->next_free = free_head;
     free_head = static_cast<uint32_t>(s - slots.data());
   }

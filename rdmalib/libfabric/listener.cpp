@@ -118,6 +118,20 @@ const std::vector<uint8_t> &ConnectionRequest::private_data() const noexcept {
   return impl_ ? impl_->private_data : empty;
 }
 
+Address ConnectionRequest::remote_address() const noexcept {
+  if (!impl_)
+    return Address{};
+  try {
+    detail::FabricImpl &f = *impl_->listener->fab;
+    if (!f.rdm)
+      return impl_->info.p ? f.decode_address(impl_->info->dest_addr, impl_->info->dest_addrlen)
+                           : Address{};
+    return f.decode_address(impl_->hello.address, impl_->hello.address_len);
+  } catch (const std::exception &) {
+    return Address{};
+  }
+}
+
 void ConnectionRequest::reject() noexcept {
   if (!impl_ || impl_->done)
     return;
@@ -223,7 +237,19 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
     m.private_len = static_cast<uint32_t>(private_len);
     if (private_len)
       std::memcpy(m.private_data, private_data, private_len);
-    detail::send_handshake(*c, c->peer, m, dl, "handshake answer to " + c->remote.to_string());
+    if (options.accept_in_background) {
+      // One try now; if the provider cannot take it yet, later polls retry.
+      uint8_t *buf = c->ctl_send(c->ctl_send_next++ % detail::ConnectionImpl::kCtlSendSlots);
+      std::memcpy(buf, &m, sizeof m);
+      c->answer_buf = buf;
+      c->answer_deadline = std::chrono::steady_clock::now() + timeout;
+      c->answer_pending = true;
+      c->progress();
+      if (!c->retry_answer())
+        throw Error(ErrorKind::Backend, std::string("rdmalib: ") + c->last_error);
+    } else {
+      detail::send_handshake(*c, c->peer, m, dl, "handshake answer to " + c->remote.to_string());
+    }
   }
   c->peer_private = impl_->private_data;
   c->open = true;

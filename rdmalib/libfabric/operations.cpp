@@ -269,7 +269,39 @@ size_t ConnectionImpl::convert(Queue q, const fi_cq_data_entry *e, size_t n,
   return k;
 }
 
+bool ConnectionImpl::retry_answer() noexcept {
+  lf::OpSlot *s = take_slot(0, OpKind::Send, true);
+  if (!s)
+    return true; // every slot busy: try again later
+  ssize_t r = fi_send(ep.get(), answer_buf, sizeof(lf::HandshakeMessage), ctl_desc(), peer, s);
+  if (r == 0) {
+    answer_pending = false;
+    answer_slot = s;
+    return true;
+  }
+  put_slot(s);
+  if (r == -FI_EAGAIN && !(peer_pid && peer_process_gone()) &&
+      std::chrono::steady_clock::now() < answer_deadline)
+    return true;
+  answer_pending = false;
+  set_error("the handshake answer to %s could not be sent in time: %s", remote.to_string().c_str(),
+            r == -FI_EAGAIN ? "the provider kept refusing it (EAGAIN)"
+                            : fi_strerror(static_cast<int>(-r)));
+  peer_closed = true;
+  ended_here = true;
+  answer_failed = true;
+  return false;
+}
+
 size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcept {
+  if (answer_pending)
+    retry_answer();
+  if (answer_failed && q == Queue::Recv && max > 0) {
+    // Reported once, as a failed receive carrying the reason (last_error).
+    answer_failed = false;
+    out[0] = Completion{0, 0, 0, OpKind::Recv, Status::Error};
+    return 1;
+  }
   bool tx = q == Queue::Send;
   auto &st = tx ? tx_stash : rx_stash;
   size_t &head = tx ? tx_stash_head : rx_stash_head;

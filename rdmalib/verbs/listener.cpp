@@ -42,6 +42,16 @@ const std::vector<uint8_t> &ConnectionRequest::private_data() const noexcept {
   return impl_ ? impl_->private_data : empty;
 }
 
+Address ConnectionRequest::remote_address() const noexcept {
+  if (!impl_ || !impl_->id)
+    return Address{};
+  try {
+    return vb::sockaddr_address(rdma_get_peer_addr(impl_->id.get()));
+  } catch (const std::exception &) {
+    return Address{};
+  }
+}
+
 Connection ConnectionRequest::accept(const void *private_data, size_t private_len,
                                      std::chrono::milliseconds timeout,
                                      const ConnectionOptions &options) {

@@ -85,7 +85,7 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
   using Node = rdmalib::ConfigNode;
   ManagerConfig c;
   root.expect_object({"device_database", "device", "listen", "resource_manager", "resources",
-                      "limits", "executor", "deadlines_ms", "log"});
+                      "limits", "executor", "deadlines_ms", "admission", "log"});
   c.device_database =
       resolve(base_dir, root.required("device_database", "the path of the device database, e.g. "
                                                          "\"devices.json\"")
@@ -167,11 +167,27 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
     Node d = root["deadlines_ms"];
     d.expect_object(
         {"connect", "executor_start", "workers_connected", "library_loaded", "shutdown_grace"});
-    d.optional("connect", c.connect_ms, 1, 3600000);
+    // At most 1 s: accepting and answering block the manager's loop, which
+    // must react to SIGTERM within a second.
+    d.optional("connect", c.connect_ms, 1, 1000);
     d.optional("executor_start", c.executor_start_ms, 1, 3600000);
     d.optional("workers_connected", c.workers_connected_ms, 1, 3600000);
     d.optional("library_loaded", c.library_loaded_ms, 1, 3600000);
     d.optional("shutdown_grace", c.shutdown_grace_ms, 1, 3600000);
+  }
+  if (root.has("admission")) {
+    Node a = root["admission"];
+    a.expect_object({"max_pending", "max_pending_per_peer", "request_ms", "stats_interval_s"});
+    AdmissionConfig &ad = c.admission;
+    a.optional("max_pending", ad.max_pending, 1, 65536);
+    a.optional("max_pending_per_peer", ad.max_pending_per_peer, 1, 65536);
+    a.optional("request_ms", ad.request_ms, 1, 3600000);
+    a.optional("stats_interval_s", ad.stats_interval_s, 0, 86400);
+    if (!a.has("max_pending_per_peer"))
+      ad.max_pending_per_peer = std::min(ad.max_pending_per_peer, ad.max_pending);
+    else if (ad.max_pending_per_peer > ad.max_pending)
+      a["max_pending_per_peer"].fail("larger than admission.max_pending (" +
+                                     std::to_string(ad.max_pending) + "); expected at most that");
   }
   if (root.has("log")) {
     Node l = root["log"];

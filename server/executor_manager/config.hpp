@@ -20,6 +20,22 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// Admission control of client connections (the "admission" object; see
+/// admission.hpp). A connection is pending until it obtained an allocation.
+struct AdmissionConfig {
+  /// Pending connections in total; at the limit the oldest of the peer holding
+  /// the most is closed to make room.
+  uint32_t max_pending = 32;
+  /// Pending connections per peer address; beyond it the peer is refused.
+  uint32_t max_pending_per_peer = 8;
+  /// Deadline from established to allocation granted, milliseconds (the
+  /// steps before and after it wait at most deadlines_ms.connect).
+  uint32_t request_ms = 5000;
+  /// Log the admission counters every this many seconds when they changed
+  /// (0: only at shutdown).
+  uint32_t stats_interval_s = 60;
+};
+
 struct ManagerConfig {
   /// Device database (relative paths are resolved against the config file).
   std::string device_database;
@@ -58,12 +74,16 @@ struct ManagerConfig {
   /// executor binary per allocation (false: slower cold start, for comparison).
   bool zygote = true;
 
-  /// Deadlines, milliseconds.
-  uint32_t connect_ms = 5000;
+  /// Deadlines, milliseconds. connect_ms bounds every wait for one peer
+  /// inside the manager's loop (accepting a connection, sending an answer),
+  /// so it is at most 1000: the loop must react to SIGTERM within a second.
+  uint32_t connect_ms = 500;
   uint32_t executor_start_ms = 10000;
   uint32_t workers_connected_ms = 10000;
   uint32_t library_loaded_ms = 10000;
   uint32_t shutdown_grace_ms = 2000;
+
+  AdmissionConfig admission;
 
   /// spdlog level name ("trace", "debug", "info", "warn", "error", "off").
   std::string log_level = "info";

@@ -1,8 +1,10 @@
 #include "executor_manager/manager.hpp"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +32,7 @@ namespace {
 
 constexpr size_t kClientRecv = proto::kMaxAllocationRequestSize;
 constexpr uint64_t kClientRecvs = 2;
+constexpr uint32_t kClientSends = 4;
 constexpr uint64_t kExecutorRecvs = 8;
 
 void random_bytes(void *out, size_t n) {
@@ -71,13 +74,13 @@ struct Manager::Client {
   rdmalib::Connection conn;
   std::string peer;
   uint64_t allocation = 0;
-  Clock::time_point connected_at = Clock::now();
   // The lease it presented (resource-manager mode).
   uint64_t lease_id = 0;
   proto::Token token;
   bool lease_ok = false;
   uint32_t lease_cores = 0;
   uint64_t lease_memory_mib = 0;
+  Admission::Ticket ticket = 0; // pending until granted (admission.hpp)
   bool requested = false;
   bool closed = false;
 };
@@ -131,7 +134,8 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
       signal_fd_(block_signals()), fabric_(device_),
       listener_(fabric_,
                 rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
-                                 cfg_.listen_port}) {
+                                 cfg_.listen_port}),
+      admission_(cfg_.admission) {
   core_used_.assign(cfg_.cores.size(), false);
   signal(SIGPIPE, SIG_IGN);
   if (cfg_.resource_manager_enabled) {
@@ -154,6 +158,17 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     spdlog::info("resource-manager mode: node {}, resource manager {}; clients need a lease",
                  o.node, o.resource_manager.to_string());
     rm_ = std::make_unique<RmLink>(fabric_, std::move(o));
+  }
+  // Providers allocate a few hundred KiB per endpoint. A fixed threshold keeps
+  // such blocks in mmap (glibc raises a dynamic one after the first frees,
+  // moving them onto the heap, where a flood's worth stays after it ended).
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  // Each connection costs about a dozen descriptors (queues, wait objects,
+  // socket): admission.max_pending of them must fit next to the allocations.
+  rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
   }
   start_zygote();
 }
@@ -369,6 +384,8 @@ int Manager::run() {
     poll_executors();
   }
   stop_zygote();
+  admission_.flush(Clock::now());
+  spdlog::info("{}", admission_.describe());
   for (auto &kv : allocations_) {
     if (!kv.second->exited) {
       kv.second->exited = true;
@@ -382,8 +399,11 @@ int Manager::run() {
 }
 
 void Manager::accept_requests() {
-  // Take every pending request, but never block the loop for long.
-  for (int i = 0; i < 16; ++i) {
+  // Take pending requests, but never hold the loop for long: the signalfd and
+  // the open connections wait for this round to end. Each accept waits at
+  // most connect_ms (<= 1 s) on top of this budget.
+  const auto budget = Clock::now() + milliseconds(100);
+  for (int i = 0; i < 16 && Clock::now() < budget; ++i) {
     rdmalib::ConnectionRequest req;
     try {
       // Not 0 or 1 ms: the backend truncates the remaining time to whole
@@ -397,7 +417,7 @@ void Manager::accept_requests() {
     try {
       accept_one(req);
     } catch (const std::exception &e) {
-      spdlog::warn("connection setup failed: {}", e.what());
+      admission_.setup_failed("a peer", e.what(), Clock::now());
     }
   }
 }
@@ -411,18 +431,23 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
   auto refuse = [&](proto::ErrorCode status, const std::string &why) {
     // Accept and answer with the status, then close: a bare reject would leave
     // the peer with "refused" and no reason.
-    spdlog::warn("refusing a connection: {}", why);
+    admission_.bad_input("refusing a connection: " + why, Clock::now());
     reply.status = status;
     proto::encode(reply, reply_bytes, sizeof reply_bytes);
+    // The answer must have left before the close. Reliable-datagram fabrics
+    // may need up to a second to reach the client (tcp;ofi_rxm connects back
+    // first): waited for here, within the request deadline.
+    bool rdm = fabric_.capabilities().endpoint != rdmalib::EndpointType::Connected;
     rdmalib::Connection c =
-        req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms));
+        req.accept(reply_bytes, sizeof reply_bytes,
+                   milliseconds(rdm ? cfg_.admission.request_ms : cfg_.connect_ms));
     c.close();
   };
   if (!r) {
     if (r.error == proto::WireError::VersionMismatch)
       return refuse(proto::ErrorCode::VersionMismatch,
                     "peer speaks protocol version " + std::to_string(h.version));
-    spdlog::warn("rejecting a connection request: {}", proto::describe(r));
+    admission_.bad_input("rejecting a connection request: " + proto::describe(r), Clock::now());
     req.reject();
     return;
   }
@@ -432,6 +457,19 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     r = proto::decode(pd.data(), pd.size(), hello);
     if (!r)
       return refuse(proto::reply_code(r.error), "bad ClientHello: " + proto::describe(r));
+    // Admission (admission.hpp): a peer over its limit is rejected before
+    // any endpoint is spent on it (a bare reject: a flood must stay cheap);
+    // at the total limit the oldest pending connection makes room.
+    auto now = Clock::now();
+    std::string from = req.remote_address().host;
+    if (from.empty())
+      from = "?";
+    if (!admission_.may_admit(from, now)) {
+      req.reject();
+      return;
+    }
+    if (Admission::Ticket victim = admission_.victim(now))
+      close_pending(victim);
     // Standalone mode: every lease is accepted (lease id 0 and any token).
     // With a resource manager the lease is checked when the client sends
     // its LeaseProof, before any allocation.
@@ -445,7 +483,19 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     c->token = hello.token;
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = kClientRecvs + 2;
-    c->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
+    // The manager sends one answer per request: a small send queue keeps an
+    // idle connection cheap (queues are sized by these depths).
+    opts.send_depth = kClientSends;
+    // Nothing is sent before the client's request: the answer may leave
+    // later (tcp;ofi_rxm connects back first, about a second), posted again
+    // by the channel's polls without holding the loop, until the request
+    // deadline. Connected fabrics complete accept in the provider's
+    // connection manager, which the loop waits for: connect_ms.
+    opts.accept_in_background = true;
+    const bool background = fabric_.capabilities().endpoint != rdmalib::EndpointType::Connected;
+    c->conn =
+        req.accept(reply_bytes, sizeof reply_bytes,
+                   milliseconds(background ? cfg_.admission.request_ms : cfg_.connect_ms), opts);
     proto::ControlOptions copts;
     copts.receives = kClientRecvs;
     copts.receive_size = kClientRecv;
@@ -455,7 +505,8 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     } catch (const std::exception &) {
       c->peer = "?";
     }
-    spdlog::info("client {} connected (lease {})", c->peer, hello.lease_id);
+    spdlog::debug("client {} connected (lease {})", c->peer, hello.lease_id);
+    c->ticket = admission_.admitted(from, now);
     clients_.push_back(std::move(c));
     return;
   }
@@ -472,7 +523,11 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     Allocation &a = *it->second;
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = kExecutorRecvs + 2;
-    a.exec_conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.connect_ms), opts);
+    // Our own child, which connects right after it started: its answer is
+    // waited for (the advertisement follows it at once), within the
+    // executor's own deadline (tcp;ofi_rxm takes up to a second).
+    a.exec_conn =
+        req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.workers_connected_ms), opts);
     proto::ControlOptions copts;
     copts.receives = kExecutorRecvs;
     a.exec_channel = proto::ControlChannel(fabric_, a.exec_conn, copts);
@@ -494,8 +549,9 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     spdlog::debug("allocation {:x}: executor connected", a.id);
     return;
   }
-  spdlog::warn("rejecting a connection request with a {} as private data",
-               proto::to_string(h.type));
+  admission_.bad_input(std::string("rejecting a connection request with a ") +
+                           proto::to_string(h.type) + " as private data",
+                       Clock::now());
   req.reject();
 }
 
@@ -507,12 +563,17 @@ void Manager::reply(Client &c, proto::ErrorCode status, uint64_t id, uint32_t wo
   resp.workers = workers;
   proto::set_text_truncated(resp.message, message);
   proto::ChannelStatus st = c.channel.send(resp, Clock::now() + milliseconds(cfg_.connect_ms));
+  // Refusals go through the admission's rate limit: a client may send
+  // requests (good or bad) as fast as it likes.
   if (st != proto::ChannelStatus::Ok)
-    spdlog::warn("client {}: cannot send the AllocationResponse: {} ({})", c.peer,
-                 proto::to_string(st), c.channel.last_error());
+    admission_.setup_failed(c.peer,
+                            std::string("cannot send the AllocationResponse: ") +
+                                proto::to_string(st) + " (" + c.channel.last_error() + ")",
+                            Clock::now());
   if (status != proto::ErrorCode::Ok)
-    spdlog::warn("client {}: allocation refused: {}: {}", c.peer, proto::to_string(status),
-                 message);
+    admission_.peer_event("client " + c.peer + ": allocation refused: " + proto::to_string(status) +
+                              ": " + message,
+                          Clock::now());
 }
 
 void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t len) {
@@ -655,7 +716,10 @@ void Manager::poll_clients() {
       if (m.status == proto::ChannelStatus::Timeout)
         break;
       if (m.status == proto::ChannelStatus::Closed) {
-        if (c.channel.failed())
+        if (c.channel.failed() && c.allocation == 0)
+          admission_.peer_event(
+              "client " + c.peer + ": " + c.channel.last_error() + "; dropping it", Clock::now());
+        else if (c.channel.failed())
           spdlog::warn("client {}: {}; dropping it", c.peer, c.channel.last_error());
         client_left(c, false);
         break;
@@ -676,16 +740,23 @@ void Manager::poll_clients() {
           break;
         }
         handle_allocation_request(c, m.data, m.size);
+        if (c.requested)
+          admission_.granted(c.ticket);
       } else if (m.status == proto::ChannelStatus::Ok ||
                  m.status == proto::ChannelStatus::BadMessage) {
-        spdlog::warn("client {}: ignoring a message: {}", c.peer,
-                     m.wire ? std::string("unexpected ") + proto::to_string(m.header.type)
-                            : proto::describe(m.wire));
+        admission_.bad_input("client " + c.peer + ": ignoring a message: " +
+                                 (m.wire
+                                      ? std::string("unexpected ") + proto::to_string(m.header.type)
+                                      : proto::describe(m.wire)),
+                             Clock::now());
         if (!m.wire)
           reply(c, proto::reply_code(m.wire.error), 0, 0, proto::describe(m.wire));
       }
     }
   }
+  for (auto &c : clients_)
+    if (c->closed)
+      admission_.released(c->ticket);
   clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
                                 [](const std::unique_ptr<Client> &c) { return c->closed; }),
                  clients_.end());
@@ -695,9 +766,12 @@ void Manager::client_left(Client &c, bool graceful) {
   c.closed = true;
   c.conn.close();
   auto it = allocations_.find(c.allocation);
-  spdlog::info("client {} {}", c.peer, graceful ? "deallocated" : "disconnected");
-  if (it == allocations_.end())
+  if (it == allocations_.end()) {
+    // Clients without an allocation come and go in floods: not worth a line.
+    spdlog::debug("client {} {}", c.peer, graceful ? "said goodbye" : "disconnected");
     return;
+  }
+  spdlog::info("client {} {}", c.peer, graceful ? "deallocated" : "disconnected");
   Allocation &a = *it->second;
   a.client_gone = true;
   auto now = Clock::now();
@@ -705,6 +779,31 @@ void Manager::client_left(Client &c, bool graceful) {
   // too); give it a grace period. After a disconnect, terminate it now.
   a.term_at = graceful ? now + milliseconds(cfg_.shutdown_grace_ms) : now;
   a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
+}
+
+void Manager::close_pending(Admission::Ticket t) {
+  admission_.released(t);
+  for (auto &c : clients_)
+    if (c->ticket == t && !c->closed) {
+      c->closed = true;
+      c->conn.close();
+      return;
+    }
+}
+
+void Manager::admission_tick(Clock::time_point now) {
+  // A client that connects and never obtains an allocation must not hold a
+  // connection for long.
+  for (Admission::Ticket t : admission_.expired(now))
+    close_pending(t);
+  // A flood that went away leaves free heap pages behind: hand them back.
+  if (admission_.pending() == 0 && pending_peak_since_trim_ > 0)
+    malloc_trim(0);
+  if (admission_.pending() == 0 || admission_.pending() > pending_peak_since_trim_)
+    pending_peak_since_trim_ = admission_.pending();
+  std::string line = admission_.periodic(now);
+  if (!line.empty())
+    spdlog::info("{}", line);
 }
 
 void Manager::poll_executors() {
@@ -740,16 +839,7 @@ void Manager::poll_executors() {
 
 void Manager::tick() {
   auto now = Clock::now();
-  // A client that connects and never asks for anything must not hold a
-  // connection forever.
-  for (auto &c : clients_)
-    if (!c->closed && !c->requested &&
-        now - c->connected_at > milliseconds(cfg_.executor_start_ms)) {
-      spdlog::warn("client {}: no AllocationRequest within {} ms; closing", c->peer,
-                   cfg_.executor_start_ms);
-      c->closed = true;
-      c->conn.close();
-    }
+  admission_tick(now);
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     Allocation &a = *it->second;
     if (!a.exited && a.client_gone) {

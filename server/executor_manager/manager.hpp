@@ -25,6 +25,7 @@
 #include <rdmalib/rdmalib.hpp>
 
 #include "executor_manager/accounting.hpp"
+#include "executor_manager/admission.hpp"
 #include "executor_manager/config.hpp"
 #include "executor_manager/rm_link.hpp"
 #include "protocol/protocol.hpp"
@@ -66,6 +67,9 @@ private:
   void reply(Client &c, protocol::ErrorCode status, uint64_t id, uint32_t workers,
              const std::string &message);
   void client_left(Client &c, bool graceful);
+  // Admission hooks (admission.hpp): close a pending client, log counters.
+  void close_pending(Admission::Ticket t);
+  void admission_tick(Clock::time_point now);
   void tick();
   void finish(Allocation &a);
   void check_lease(Client &c, const uint8_t *msg, size_t len);
@@ -92,6 +96,8 @@ private:
   std::vector<bool> core_used_;
   uint32_t memory_used_ = 0;
   std::vector<std::unique_ptr<Client>> clients_;
+  Admission admission_;
+  size_t pending_peak_since_trim_ = 0; // most pending connections since the last malloc_trim
   std::map<uint64_t, std::unique_ptr<Allocation>> allocations_;
 
   // With a resource manager (resource_manager.enabled) only.

@@ -99,7 +99,32 @@ TEST(ManagerConfig, OneLineErrorFormat) {
             "em.json: log.level: expected one of trace, debug, info, warn, error, critical, off, "
             "got string \"loud\"");
   EXPECT_EQ(error_of(with(R"("deadlines_ms": {"connect": 0})")),
-            "em.json: deadlines_ms.connect: expected an integer 1..3600000, got number 0");
+            "em.json: deadlines_ms.connect: expected an integer 1..1000, got number 0");
+}
+
+TEST(ManagerConfig, AdmissionDefaultsAndLimits) {
+  ManagerConfig c = ManagerConfig::parse(kMinimal, "em.json", "");
+  EXPECT_EQ(c.admission.max_pending, 32u);
+  EXPECT_EQ(c.admission.max_pending_per_peer, 8u);
+  EXPECT_EQ(c.admission.request_ms, 5000u);
+  EXPECT_EQ(c.admission.stats_interval_s, 60u);
+  EXPECT_EQ(c.connect_ms, 500u);
+  c = ManagerConfig::parse(with(R"("admission": {"max_pending": 8, "request_ms": 300,
+                                                  "stats_interval_s": 0})"),
+                           "em.json", "");
+  EXPECT_EQ(c.admission.max_pending, 8u);
+  EXPECT_EQ(c.admission.max_pending_per_peer, 8u); // the default follows a smaller total
+  EXPECT_EQ(c.admission.request_ms, 300u);
+  EXPECT_EQ(c.admission.stats_interval_s, 0u);
+  EXPECT_EQ(error_of(with(R"("admission": {"max_pending": 4, "max_pending_per_peer": 5})")),
+            "em.json: admission.max_pending_per_peer: larger than admission.max_pending (4); "
+            "expected at most that");
+  EXPECT_NE(error_of(with(R"("admission": {"max_pending": 0})")).find("admission.max_pending"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("admission": {"accept_ms": 5})")).find("admission.accept_ms: unknown"),
+            std::string::npos);
+  EXPECT_EQ(error_of(with(R"("deadlines_ms": {"connect": 5000})")),
+            "em.json: deadlines_ms.connect: expected an integer 1..1000, got number 5000");
 }
 
 TEST(ManagerConfig, CoresAsArrayOrList) {

@@ -14,8 +14,14 @@
 // client vanishes mid-lease), "busy-disconnect" (it vanishes while a
 // 20 s function runs), "hostile" (malformed hellos and requests to the
 // manager first), "oversized" (a request longer than the manager's receive,
-// then a normal lease), "all" (hostile, latency, pipeline, errors, then crash).
+// then a normal lease), "all" (hostile, latency, pipeline, errors, then crash),
+// "attack" (hostile, random messages, peers vanishing at each setup step; no
+// lease), "flood" (--flood N idle connections: a valid hello,
+// then nothing; held until stdin closes, no lease).
 // Exit code 0 when every check passed.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +29,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -109,6 +116,8 @@ struct Options {
   std::string devices, device, manager, library;
   uint32_t cores = 1, iterations = 10000, payload = 8, slots = 4, slot_size = 4096;
   int32_t hot_ms = -1;
+  uint32_t flood = 0;
+  bool vanish = true;
   std::string scenario = "all";
 };
 
@@ -178,6 +187,118 @@ public:
               resp.status == proto::ErrorCode::ResourcesUnavailable,
           "200 cores -> resources_unavailable");
     l.conn.close();
+  }
+
+  /// Random messages (random bytes, random sizes, some with a valid header)
+  /// on one connection; whatever the manager answers is drained. Then peers
+  /// that vanish at each setup step: right after connecting, right after
+  /// sending a request. No lease of its own: the leases of the vanished
+  /// requesters take cores until their executors give up.
+  void attack() {
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    const rdmalib::Address at = rdmalib::Address::parse(o_.manager);
+    std::mt19937 rng(12);
+    {
+      Link l;
+      l.conn = rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000));
+      l.setup(fabric_, 4);
+      char *area = l.ctrl.data() + l.nrecv * kCtl;
+      size_t sent = 0, answered = 0;
+      rdmalib::Completion c[8];
+      for (int i = 0; i < 300; ++i) {
+        size_t size = 1 + rng() % kCtl;
+        for (size_t b = 0; b < size; ++b)
+          area[b] = static_cast<char>(rng());
+        if (i % 3 == 0 && size >= sizeof(proto::Header)) // a valid header, garbage after it
+          std::memcpy(area, hb, sizeof(proto::Header));
+        if (l.ops.send(l.ctrl.local_bytes(l.nrecv * kCtl, size), 5) != rdmalib::Status::Ok)
+          break; // the manager may close a peer that keeps sending garbage
+        if (l.ops.wait(rdmalib::Queue::Send, c, 1, 5000).status != rdmalib::Status::Ok)
+          break;
+        ++sent;
+        size_t n = l.ops.poll(rdmalib::Queue::Recv, c, 8);
+        for (size_t k = 0; k < n; ++k)
+          if (c[k].kind == rdmalib::OpKind::Recv) {
+            ++answered;
+            l.repost(c[k].context);
+          }
+      }
+      std::printf("random messages: %zu sent, %zu answered so far\n", sent, answered);
+      check(sent > 0, "random messages sent to the manager");
+      l.conn.close();
+    }
+    if (!o_.vanish)
+      return;
+    // Vanish right after the connection is established. The manager may
+    // refuse some: the closed ones still count against this peer's limit
+    // until it has seen them close.
+    size_t refused = 0;
+    for (int i = 0; i < 10; ++i) {
+      try {
+        rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000)).close();
+      } catch (const rdmalib::Error &e) {
+        if (e.kind() != rdmalib::ErrorKind::Refused)
+          throw;
+        ++refused;
+      }
+    }
+    std::printf("vanishing peers: %zu of 10 refused (per-peer limit)\n", refused);
+    // Vanish right after sending a request (a lease nobody will serve).
+    for (int i = 0; i < 3; ++i) {
+      Link l;
+      try {
+        l.conn = rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000));
+      } catch (const rdmalib::Error &e) {
+        if (e.kind() != rdmalib::ErrorKind::Refused)
+          throw;
+        continue;
+      }
+      l.setup(fabric_, 4);
+      proto::AllocationRequest req;
+      std::vector<proto::BufferDescriptor> results = unserved_request(1, req);
+      rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(1), rdmalib::AccessLocal);
+      l.conn.attach(rb.region());
+      proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
+      rdmalib::Completion c;
+      l.ops.send(rb.local_bytes(0, r.size), 4);
+      l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+      l.conn.close();
+    }
+    check(true, "peers vanished after connecting and after requesting");
+  }
+
+  /// Open o_.flood connections that say a valid hello and then nothing, print
+  /// how many the manager took, and hold them until stdin closes (the test
+  /// measures the manager meanwhile, or kills this process).
+  void flood() {
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    const rdmalib::Address at = rdmalib::Address::parse(o_.manager);
+    std::vector<rdmalib::Connection> held;
+    held.reserve(o_.flood);
+    size_t refused = 0, failed = 0;
+    std::string last_error;
+    for (uint32_t i = 0; i < o_.flood; ++i) {
+      try {
+        held.push_back(
+            rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000)));
+      } catch (const rdmalib::Error &e) {
+        (e.kind() == rdmalib::ErrorKind::Refused ? refused : failed)++;
+        last_error = e.what();
+      }
+    }
+    std::printf("flood: %zu open, %zu refused, %zu failed%s%s\n", held.size(), refused, failed,
+                last_error.empty() ? "" : "; last error: ", last_error.c_str());
+    std::fflush(stdout);
+    char b;
+    while (::read(0, &b, 1) > 0) {
+    }
+    for (auto &c : held)
+      c.close();
+    std::printf("flood: closed\n");
   }
 
   /// A well-formed AllocationRequest for `cores` workers, one 64-byte slot
@@ -594,17 +715,37 @@ int main(int argc, char **argv) {
       "payload", "echo payload bytes", cxxopts::value(o.payload)->default_value("8"))(
       "slots", "input slots per worker", cxxopts::value(o.slots)->default_value("4"))(
       "hot-ms", "hot polling timeout", cxxopts::value(o.hot_ms)->default_value("-1"))(
-      "scenario", "latency, errors, crash, disconnect, all",
+      "flood", "idle connections of the flood scenario",
+      cxxopts::value(o.flood)->default_value("100"))(
+      "no-vanish", "attack scenario without the peers that vanish at each step")(
+      "scenario",
+      "latency, errors, crash, pipeline, disconnect, busy-disconnect, hostile, "
+      "oversized, attack, flood, all",
       cxxopts::value(o.scenario)->default_value("all"))("h,help", "help");
   try {
     auto args = options.parse(argc, argv);
+    o.vanish = args.count("no-vanish") == 0;
     if (args.count("help") || o.manager.empty() || o.library.empty() || o.devices.empty()) {
       std::puts(options.help().c_str());
       return 2;
     }
+    // A flood holds many connections, each with descriptors of its own.
+    rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     Probe p(o);
-    if (o.scenario == "hostile" || o.scenario == "all")
+    if (o.scenario == "flood") {
+      p.flood();
+      return 0;
+    }
+    if (o.scenario == "hostile" || o.scenario == "all" || o.scenario == "attack")
       p.hostile();
+    if (o.scenario == "attack") {
+      p.attack();
+      return g_failures ? 1 : 0;
+    }
     if (o.scenario == "oversized")
       p.oversized();
     p.allocate();

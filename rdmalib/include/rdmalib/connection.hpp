@@ -37,6 +37,17 @@ struct ConnectionOptions {
   /// always final: libfabric's sockets provider intermittently refuses requests
   /// its listener then accepts. 0: the first refusal is the answer.
   uint32_t refused_retries = 0;
+  /// Server side, for single-threaded servers that must not wait for one
+  /// peer: on reliable-datagram fabrics, ConnectionRequest::accept() returns
+  /// as soon as its answer to the client is posted, and when the provider
+  /// cannot take the answer yet (tcp;ofi_rxm first connects to the client,
+  /// which takes up to a second) it is posted again by every later poll or
+  /// wait on the connection until accept's timeout; past it the connection
+  /// reports PeerClosed with the reason. Do not send on such a connection
+  /// before the peer has spoken: the answer may not have left yet. Connected
+  /// fabrics (whose accept completes in the provider's connection manager)
+  /// ignore it.
+  bool accept_in_background = false;
 };
 
 class Connection {

@@ -36,6 +36,12 @@ public:
   /// What the client sent with its request.
   const std::vector<uint8_t> &private_data() const noexcept;
 
+  /// Where the request comes from (best effort, as Connection::remote_address()
+  /// after accept), so a server can apply per-peer limits before it spends an
+  /// endpoint on the request. Never throws: an address it cannot decode is
+  /// returned empty.
+  Address remote_address() const noexcept;
+
   /// Complete the connection, replying with `private_data` (at most
   /// Capabilities::max_private_data bytes). Blocks until the connection is
   /// established on both sides or `timeout` passes. Throws Error.

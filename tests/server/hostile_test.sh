@@ -1,0 +1,205 @@
+#!/bin/bash
+# Hostile clients against a real executor_manager: malformed hellos, absurd
+# and random requests, peers vanishing at each setup step (and a flooding
+# process killed with SIGKILL), half-open raw TCP connections (tcp devices),
+# and a flood of idle connections (a valid hello, then nothing). Checks that
+# the manager lives, serves a legitimate client during and after the flood,
+# returns near its memory and descriptor baseline once the flood is gone,
+# stops on SIGTERM and leaves no process behind.
+#
+#   hostile_test.sh MANAGER PROBE DEVICES LIBRARY DEVICE FLOOD_DEVICE FLOOD_SIZE [NO_VANISH_REASON]
+#
+# FLOOD_DEVICE is the device entry the flood connects from (a second loopback
+# address for IP providers, so that the flood is one peer and the legitimate
+# client another). NO_VANISH_REASON, when given, leaves out the peers that
+# vanish right after connecting and right after requesting (printed as the
+# reason; the flood killed with SIGKILL still runs).
+set -u
+MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 FLOOD_DEVICE=$6 FLOOD=$7 NO_VANISH=${8:-}
+DEVICES=$(realpath "$DEVICES")
+WORK=$(mktemp -d /tmp/rfaas-hostile.XXXXXX)
+MPID= FPID= KPID=
+cleanup() {
+  for pid in $FPID $KPID $MPID; do
+    kill -KILL "$pid" 2>/dev/null
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+fail() {
+  echo "hostile: FAIL: $*"
+  echo "---- executor_manager log (last 60 lines)"
+  tail -n 60 "$WORK/manager.err"
+  exit 1
+}
+rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$MPID/status"; }
+fds() { ls "/proc/$MPID/fd" | wc -l; }
+alive() { kill -0 "$MPID" 2>/dev/null || fail "executor_manager died"; }
+# Waits until `grep -c PATTERN log` exceeds $2 (at most $3 tenths of a second).
+wait_log() {
+  for _ in $(seq "$3"); do
+    [ "$(grep -c -- "$1" "$WORK/manager.err")" -gt "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+legit() { # a normal lease with a few invocations; its output goes to $1
+  timeout 60 "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
+    --library "$LIBRARY" --scenario latency --iterations 200 >"$WORK/$1" 2>&1
+}
+allocations_ended() {
+  for _ in $(seq 100); do
+    STARTED=$(grep -c '\] allocation [0-9a-f]*: ' "$WORK/manager.err")
+    ENDED=$(grep -c '\] allocation [0-9a-f]* ended: ' "$WORK/manager.err")
+    [ "$STARTED" -eq "$ENDED" ] && return 0
+    sleep 0.1
+  done
+  fail "$STARTED allocation(s) started, $ENDED ended"
+}
+
+CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+cat >"$WORK/manager.json" <<JSON
+{
+  "device_database": "$DEVICES",
+  "device": "$DEVICE",
+  "listen": { "port": 0 },
+  "resources": { "cores": "$CORES", "memory_mib": 1024, "max_allocations": 4 },
+  "deadlines_ms": { "shutdown_grace": 1000 },
+  "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500,
+                 "stats_interval_s": 1 }
+}
+JSON
+"$MANAGER" --config "$WORK/manager.json" --skip-resource-manager >"$WORK/manager.out" \
+  2>"$WORK/manager.err" &
+MPID=$!
+for _ in $(seq 200); do
+  grep -q '^executor_manager: listening on ' "$WORK/manager.out" && break
+  alive
+  sleep 0.1
+done
+LINE=$(grep '^executor_manager: listening on ' "$WORK/manager.out") ||
+  fail "no readiness line within 20 s"
+ADDRESS=${LINE##* }
+echo "hostile: $LINE"
+
+# Baseline: after one lease, so that what the first lease allocates for good
+# (zygote pipes, provider pools) is part of it.
+legit warmup.out || fail "the warm-up lease failed: $(cat "$WORK/warmup.out")"
+allocations_ended
+BASE_RSS=$(rss_kb) BASE_FDS=$(fds)
+echo "hostile: baseline RSS $BASE_RSS KiB, $BASE_FDS descriptors"
+
+# Malformed hellos, absurd and random requests, vanishing peers.
+VANISH=()
+if [ -n "$NO_VANISH" ]; then
+  echo "hostile: peers vanishing right after connecting or requesting: skipped: $NO_VANISH"
+  VANISH=(--no-vanish)
+fi
+timeout 120 "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
+  --library "$LIBRARY" --scenario attack "${VANISH[@]}" >"$WORK/attack.out" 2>&1 ||
+  fail "attack scenario: $(grep -v '^PASS' "$WORK/attack.out")"
+grep -E '^(PASS|random|vanishing)' "$WORK/attack.out" | sed 's/^/hostile: attack: /'
+alive
+
+# Half-open: raw TCP connections that never say anything (IP providers).
+RAW=()
+HOST=${ADDRESS%:*} PORT=${ADDRESS##*:}
+PROVIDER=$(echo "$LINE" | awk '{print $4}')
+if [ "$PROVIDER" != shm ] && [[ "$HOST" =~ ^[0-9.]+$ ]]; then
+  for _ in $(seq 50); do
+    exec {fd}<>"/dev/tcp/$HOST/$PORT" && RAW+=("$fd")
+  done
+  echo "hostile: ${#RAW[@]} half-open raw TCP connections"
+fi
+
+# The flood: idle connections held open while a legitimate client leases.
+mkfifo "$WORK/hold" "$WORK/hold2"
+"$PROBE" --devices "$DEVICES" --device "$FLOOD_DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
+  --scenario flood --flood "$FLOOD" <"$WORK/hold" >"$WORK/flood.out" 2>&1 &
+FPID=$!
+exec {HOLD}>"$WORK/hold"
+for _ in $(seq 600); do
+  grep -q '^flood: .* open' "$WORK/flood.out" && break
+  kill -0 "$FPID" 2>/dev/null || fail "the flood client died: $(cat "$WORK/flood.out")"
+  sleep 0.1
+done
+grep -q '^flood: .* open' "$WORK/flood.out" || fail "the flood did not finish within 60 s"
+echo "hostile: $(grep '^flood: .* open' "$WORK/flood.out")"
+alive
+FLOOD_RSS=$(rss_kb) FLOOD_FDS=$(fds)
+echo "hostile: during the flood RSS $FLOOD_RSS KiB, $FLOOD_FDS descriptors"
+legit during.out || fail "a legitimate client failed during the flood: $(cat "$WORK/during.out")"
+echo "hostile: a legitimate client was served during the flood"
+
+# A second flooding process vanishes (SIGKILL) while it holds its connections.
+"$PROBE" --devices "$DEVICES" --device "$FLOOD_DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
+  --scenario flood --flood $((FLOOD / 2 < 16 ? FLOOD / 2 : 16)) <"$WORK/hold2" >"$WORK/flood2.out" 2>&1 &
+KPID=$!
+exec {HOLD2}>"$WORK/hold2"
+for _ in $(seq 300); do
+  grep -q '^flood: .* open' "$WORK/flood2.out" && break
+  sleep 0.1
+done
+kill -KILL "$KPID"
+wait "$KPID" 2>/dev/null
+KPID=
+exec {HOLD2}>&-
+
+# End the flood; the half-open sockets go too.
+exec {HOLD}>&-
+wait "$FPID" || fail "the flood client failed: $(cat "$WORK/flood.out")"
+FPID=
+for fd in "${RAW[@]}"; do
+  exec {fd}>&-
+done
+alive
+# Every pending connection must be gone (deadline, eviction or close).
+MARK=$(grep -c 'admission: 0 pending now' "$WORK/manager.err")
+wait_log 'admission: 0 pending now' "$MARK" 200 ||
+  fail "pending connections remained after the flood ended"
+
+legit after.out || fail "a legitimate client failed after the flood: $(cat "$WORK/after.out")"
+allocations_ended
+AFTER_RSS=$(rss_kb) AFTER_FDS=$(fds)
+echo "hostile: after the flood RSS $AFTER_RSS KiB, $AFTER_FDS descriptors"
+# Generous bounds: the allocator keeps some freed memory, providers keep pools.
+[ "$AFTER_FDS" -le $((BASE_FDS + 8)) ] ||
+  fail "$AFTER_FDS descriptors after the flood, $BASE_FDS before"
+[ "$AFTER_RSS" -le $((BASE_RSS * 2 + 16384)) ] ||
+  fail "RSS $AFTER_RSS KiB after the flood, $BASE_RSS KiB before"
+grep -q 'admission: refusing a connection from\|admission: .*closing the oldest' \
+  "$WORK/manager.err" || fail "no admission limit was logged during the flood"
+
+# SIGTERM under a new flood: the manager stops, and nothing stays behind.
+mkfifo "$WORK/hold3"
+"$PROBE" --devices "$DEVICES" --device "$FLOOD_DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
+  --scenario flood --flood $((FLOOD / 2 < 32 ? FLOOD / 2 : 32)) <"$WORK/hold3" >"$WORK/flood3.out" 2>&1 &
+FPID=$!
+exec {HOLD3}>"$WORK/hold3"
+for _ in $(seq 600); do
+  grep -q '^flood: .* open' "$WORK/flood3.out" && break
+  sleep 0.1
+done
+CHILDREN=$(pgrep -P "$MPID" | tr '\n' ' ')
+T0=$(date +%s%N)
+kill -TERM "$MPID"
+for _ in $(seq 500); do
+  kill -0 "$MPID" 2>/dev/null || break
+  sleep 0.01
+done
+kill -0 "$MPID" 2>/dev/null && fail "executor_manager did not stop within 5 s of SIGTERM"
+echo "hostile: executor_manager stopped $((($(date +%s%N) - T0) / 1000000)) ms after SIGTERM" \
+  "under a flood"
+wait "$MPID"
+RC=$?
+MPID=
+[ "$RC" -eq 0 ] || fail "executor_manager exited with $RC"
+exec {HOLD3}>&-
+wait "$FPID"
+FPID=
+for pid in $CHILDREN; do
+  [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" &&
+    fail "process $pid outlived the manager"
+done
+grep 'admission: .* pending now' "$WORK/manager.err" | tail -n 1 | sed 's/^/hostile: /'
+echo "hostile: PASS"
