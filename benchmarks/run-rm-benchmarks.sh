@@ -10,9 +10,9 @@
 #   rm_lease_benchmark --mode latency (lease: request -> grant; release);
 #   rm_lease_benchmark --mode throughput for each client count;
 #   rm_rest_benchmark on GET /health and GET /nodes for each thread count;
-# and stops everything it started (also on failure or Ctrl-C). The resource
-# manager and the baseline's server run on the first CPU, the clients on the
-# last. A summary table closes the run.
+# and stops everything it started (also on failure or Ctrl-C). The baseline
+# runs pinned (server on the first CPU, client on the last); the resource
+# manager and its clients only with --pin. A summary table closes the run.
 #
 #   benchmarks/run-rm-benchmarks.sh --build-dir build
 #   benchmarks/run-rm-benchmarks.sh --devices-list "lo-tcp lo-shm" --csv rm.csv --json rm.json
@@ -38,6 +38,7 @@ managers=2
 csv=""
 json=""
 smoke=0
+pin=0
 
 usage() {
   sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -52,6 +53,8 @@ usage() {
   echo "  --managers 1|2        registered executor managers (default: $managers)"
   echo "  --csv FILE            append every row (baseline, latency, throughput, rest) as CSV"
   echo "  --json FILE           write the summary and the run's metadata as JSON"
+  echo "  --pin                 pin the resource manager to the first CPU, the latency and"
+  echo "                        REST clients to the last (default: only the baseline is pinned)"
   echo "  --smoke               tiny run (one device unless given, short measurements)"
 }
 
@@ -69,6 +72,7 @@ while [[ $# -gt 0 ]]; do
   --csv) csv=$2; shift 2 ;;
   --json) json=$2; shift 2 ;;
   --smoke) smoke=1; shift ;;
+  --pin) pin=1; shift ;;
   -h | --help) usage; exit 0 ;;
   *) echo "run-rm-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -100,7 +104,7 @@ first=${cpus[0]}
 last=${cpus[${#cpus[@]} - 1]}
 all_cpus=$(IFS=,; echo "${cpus[*]}")
 pin_rm=() pin_client=()
-if command -v taskset >/dev/null; then
+if ((pin)) && command -v taskset >/dev/null; then
   pin_rm=(taskset -c "$first")
   pin_client=(taskset -c "$last")
 fi
@@ -230,7 +234,8 @@ rows=$work/rows.csv
 : >"$rows"
 for dev in $devices_list; do
   provider=$(provider_of "$dev")
-  echo "==> $dev (provider ${provider:-auto}): resource manager on CPU $first, clients on CPU $last, $managers node(s)"
+  if ((pin)); then where="resource manager on CPU $first, clients on CPU $last"; else where="not pinned"; fi
+  echo "==> $dev (provider ${provider:-auto}): $managers node(s), $where"
   start_rm "$dev" "$work/rm-$dev.log"
   echo "resource manager: fabric $rm_fabric, REST port $rm_rest"
   for ((i = 1; i <= managers; i++)); do start_node "n$i" "$dev"; done
