@@ -337,7 +337,7 @@ for d in devices:
         print("%-8s %8d %12.0f %14.0f %10d %16.1f" % (d, t["clients"], t["leases_per_s"],
               t["requests_per_s"], t["refused"], t["lease_median_us"]))
 print()
-print("REST requests per second (GET, one kept-alive connection per thread)")
+print("REST requests per second (GET, one request at a time per thread; a new connection per request when the server closes it)")
 print("%-8s %-8s %8s %14s %10s %10s" % ("device", "path", "threads", "requests_per_s", "median_us",
       "p99_us"))
 for d in devices:
