@@ -254,7 +254,10 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const lf::Dea
   fid_cq *want = q == Queue::Send ? txcq.get() : rxcq.get();
   fid_cq *other = q == Queue::Send ? rxcq.get() : txcq.get();
   err = 0;
-  while (!dl.passed()) {
+  // One pass even when the deadline has passed: a caller polling with a zero
+  // timeout (a server loop that must not wait for one peer) still reads what
+  // is there.
+  for (bool first = true; first || !dl.passed(); first = false) {
     sweep_connreqs();
     fi_cq_data_entry e;
     // The other queue only holds rdmalib's own completions during setup;

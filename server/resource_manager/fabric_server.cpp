@@ -134,10 +134,10 @@ bool FabricServer::accept_pending() {
     }
     rdmalib::ConnectionRequest req;
     try {
-      // Connected: a zero timeout still reads what the fd announced. A
-      // datagram listener reads its queue only before its deadline: give it
-      // 2 ms (whole milliseconds are what the backend counts).
-      req = listener_.next_request(milliseconds(connected ? 0 : 2));
+      // A zero timeout still reads what is there (the fd's announcement on a
+      // connected listener, one pass over a datagram listener's queue) and
+      // never holds the loop for a peer.
+      req = listener_.next_request(milliseconds(0));
     } catch (const rdmalib::Error &e) {
       if (e.kind() != rdmalib::ErrorKind::Timeout)
         log()->warn("fabric listener: {}", e.what());
