@@ -55,6 +55,11 @@ struct ManagerConfig {
   std::string resource_manager_secret_file;
   /// This node's name at the resource manager; empty: the host name.
   std::string resource_manager_node;
+  /// How long one attempt to reach the resource manager may take. Apart from
+  /// connect_ms: the attempt holds the manager's loop (rdmalib has no
+  /// asynchronous connect), but it is rare (start and after a loss) and
+  /// tcp;ofi_rxm needs over a second to connect on a loaded host.
+  uint32_t resource_manager_connect_ms = 3000;
 
   /// CPU ids handed to worker threads, one per leased core; distinct.
   std::vector<int> cores;

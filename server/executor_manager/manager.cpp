@@ -153,7 +153,7 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     o.secret = rm::read_secret_file(cfg_.resource_manager_secret_file);
     // A connection attempt holds the loop (rdmalib has no asynchronous
     // connect); tcp;ofi_rxm needed over a second on a loaded machine.
-    o.connect_timeout = milliseconds(cfg_.connect_ms);
+    o.connect_timeout = milliseconds(cfg_.resource_manager_connect_ms);
     verifier_ = std::make_unique<rm::TokenVerifier>(o.node, o.secret);
     spdlog::info("resource-manager mode: node {}, resource manager {}; clients need a lease",
                  o.node, o.resource_manager.to_string());
