@@ -579,7 +579,29 @@ TEST(RmLease, RenewalKeepsCoresAndAnUnrenewedLeaseExpires) {
 
 TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
   ASSERT_TRUE(wait_node("up"));
+  rfaas::resource_manager holder(device(), g.fabric, "tester", patient());
+  rfaas::lease held = lease(holder);
+  rfaas::executor ex(device());
+  allocate(ex, held, options_of(held));
+  ASSERT_TRUE(echo(ex));
   g.manager.kill_now();
+  // The node's executors end with it: the client's invocations fail.
+  // Connected endpoints report the close (`closed`); reliable-datagram
+  // endpoints do not report a vanished peer, there the invocation's deadline
+  // ends it (`timeout`).
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  rfaas::result res;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::vector<uint8_t> in(8), out(8);
+    res = ex.execute("echo", in, out, 2000ms);
+    if (!res.ok())
+      break;
+  }
+  if (device().endpoint == rdmalib::EndpointPreference::Connected)
+    EXPECT_EQ(res.status, rfaas::status::closed) << rfaas::to_string(res.status);
+  else
+    EXPECT_TRUE(res.status == rfaas::status::closed || res.status == rfaas::status::timeout)
+        << rfaas::to_string(res.status);
   // Connected providers report the close at once; datagram providers let
   // the heartbeat timeout (5 s here) find it.
   EXPECT_TRUE(wait_node("down"));
