@@ -39,6 +39,10 @@ struct ManagerConfig {
   std::string resource_manager_secret_file;
   /// This node's name at the resource manager; empty: the host name.
   std::string resource_manager_node;
+  /// How often live allocations' accounting is reported to the resource
+  /// manager (so that a long lease shows its use before it ends); 0 = only
+  /// when allocations end.
+  uint32_t accounting_interval_ms = 60000;
 
   /// CPU ids handed to worker threads, one per leased core; distinct.
   std::vector<int> cores;

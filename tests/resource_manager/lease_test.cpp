@@ -144,7 +144,8 @@ bool start_manager() {
                {{"enabled", true},
                 {"address", g.fabric},
                 {"secret_file", g.dir + "/node.secret"},
-                {"node", "n1"}}},
+                {"node", "n1"},
+                {"accounting_interval_ms", 300}}},
               {"resources", {{"cores", usable_cpus()}, {"memory_mib", 1024}}},
               {"log", {{"level", "info"}}}};
   std::ofstream(g.dir + "/manager.json") << cfg.dump(2);
@@ -575,6 +576,23 @@ TEST(RmLease, RenewalKeepsCoresAndAnUnrenewedLeaseExpires) {
   } catch (const rfaas::Error &e) {
     EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what();
   }
+}
+
+TEST(RmLease, LiveAllocationsAreReportedPeriodically) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, l, options_of(l));
+  ASSERT_TRUE(echo(ex));
+  // resource_manager.accounting_interval_ms is 300 here: a report for the
+  // live allocation arrives before the lease ends, not final.
+  EXPECT_TRUE(wait_accounting(l.id)) << manager_log();
+  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  EXPECT_NE(acc.dump().find("\"final\":false"), std::string::npos) << acc.dump();
+  EXPECT_TRUE(echo(ex));
+  ex.deallocate();
+  rm.release(l);
+  EXPECT_TRUE(wait_final_accounting(l.id)) << manager_log();
 }
 
 TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
