@@ -100,11 +100,13 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
   }
   if (root.has("resource_manager")) {
     Node r = root["resource_manager"];
-    r.expect_object({"enabled", "address", "secret_file", "node", "connect_ms"});
+    r.expect_object(
+        {"enabled", "address", "secret_file", "node", "connect_ms", "accounting_interval_ms"});
     r.optional("enabled", c.resource_manager_enabled);
     r.optional("address", c.resource_manager_address);
     r.optional("node", c.resource_manager_node);
     r.optional("connect_ms", c.resource_manager_connect_ms, 1, 30000);
+    r.optional("accounting_interval_ms", c.accounting_interval_ms, 0, 86400000);
     if (r.has("secret_file"))
       c.resource_manager_secret_file = resolve(base_dir, r["secret_file"].string());
     if (c.resource_manager_enabled && c.resource_manager_address.empty())

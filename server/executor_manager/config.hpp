@@ -60,6 +60,10 @@ struct ManagerConfig {
   /// asynchronous connect), but it is rare (start and after a loss) and
   /// tcp;ofi_rxm needs over a second to connect on a loaded host.
   uint32_t resource_manager_connect_ms = 3000;
+  /// How often live allocations' accounting is reported to the resource
+  /// manager (so that a long lease shows its use before it ends); 0 = only
+  /// when allocations end.
+  uint32_t accounting_interval_ms = 60000;
 
   /// CPU ids handed to worker threads, one per leased core; distinct.
   std::vector<int> cores;

@@ -364,6 +364,11 @@ int Manager::run() {
     poll_clients();
     poll_executors();
     tick();
+    if (rm_ && cfg_.accounting_interval_ms &&
+        Clock::now() - last_periodic_report_ > milliseconds(cfg_.accounting_interval_ms)) {
+      last_periodic_report_ = Clock::now();
+      report_live_leases();
+    }
     if (rm_) {
       std::vector<proto::LeaseEnded> ended;
       rm_->poll(ended, static_cast<uint32_t>(allocations_.size()));
@@ -971,6 +976,42 @@ void Manager::report_lease(uint64_t lease_id, bool final) {
   rm_->report(r);
   if (final)
     lease_use_.erase(it);
+}
+
+// The resource manager keeps the latest report per lease and node: each one
+// is cumulative, the ended allocations' totals plus the live ones' so far.
+void Manager::report_live_leases() {
+  std::map<uint64_t, LeaseUse> live;
+  for (const auto &kv : allocations_) {
+    const Allocation &a = *kv.second;
+    if (!a.lease_id || a.exited)
+      continue;
+    proto::AccountingCounters t = a.accounting.totals(a.has_record ? a.record.data() : nullptr);
+    LeaseUse &u = live[a.lease_id];
+    u.totals.allocation_ns += t.allocation_ns;
+    u.totals.hot_polling_ns += t.hot_polling_ns;
+    u.totals.execution_ns += t.execution_ns;
+    u.memory_mib = std::max<uint64_t>(u.memory_mib, a.memory_mib);
+  }
+  for (const auto &kv : live) {
+    auto done = lease_use_.find(kv.first);
+    proto::AccountingReport r;
+    r.lease_id = kv.first;
+    uint64_t alloc = kv.second.totals.allocation_ns, hot = kv.second.totals.hot_polling_ns,
+             exec = kv.second.totals.execution_ns, mem = kv.second.memory_mib;
+    if (done != lease_use_.end()) {
+      alloc += done->second.totals.allocation_ns;
+      hot += done->second.totals.hot_polling_ns;
+      exec += done->second.totals.execution_ns;
+      mem = std::max(mem, done->second.memory_mib);
+    }
+    r.allocation_us = alloc / 1000;
+    r.hot_polling_us = hot / 1000;
+    r.execution_us = exec / 1000;
+    r.memory_mib = mem;
+    r.final = 0;
+    rm_->report(r);
+  }
 }
 
 } // namespace rfaas::manager

@@ -110,6 +110,9 @@ private:
     bool ended = false;
   };
   std::map<uint64_t, LeaseUse> lease_use_;
+  /// When live allocations' accounting was last reported.
+  Clock::time_point last_periodic_report_{};
+  void report_live_leases();
 };
 
 } // namespace rfaas::manager

@@ -4,7 +4,11 @@
 // allocate -> invoke -> release; forged, expired and replayed tokens refused
 // with lease_invalid; a lease's end ending its executor; the resource manager
 // restarted mid-lease (the allocation keeps serving, the lease is still
-// known, the node registers again); the executor manager killed (node down).
+// known, the node registers again); 16 clients racing for the last cores (as
+// many grants as free cores, no core twice); a client killed mid-lease (its
+// executor ends, its cores come back at the lease's expiry); renewal keeping
+// the cores past the first expiry, and expiry freeing them; the executor
+// manager killed (node down).
 //
 //   rfaas_rm_lease_tests --device lo-tcp
 #include <rfaas/rfaas.hpp>
@@ -17,10 +21,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +52,7 @@ struct Globals {
   std::string rm_bin = RFAAS_RM_BINARY;
   std::string manager_bin = RFAAS_RM_MANAGER;
   std::string library = RFAAS_RM_LIBRARY;
+  std::string self; // this binary, for helper processes
   std::string dir;
   Process rm;
   Process manager;
@@ -113,14 +122,18 @@ bool wait_node(const std::string &state) {
   return false;
 }
 
-/// The first CPU this process may use (the manager checks its affinity).
-int first_cpu() {
+/// Up to four CPUs this process may use (the manager checks its affinity):
+/// the node's cores, so that racing clients compete for more than one.
+json usable_cpus() {
+  json cpus = json::array();
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 4; ++c)
       if (CPU_ISSET(c, &set))
-        return c;
-  return 0;
+        cpus.push_back(c);
+  if (cpus.empty())
+    cpus.push_back(0);
+  return cpus;
 }
 
 bool start_manager() {
@@ -131,8 +144,9 @@ bool start_manager() {
                {{"enabled", true},
                 {"address", g.fabric},
                 {"secret_file", g.dir + "/node.secret"},
-                {"node", "n1"}}},
-              {"resources", {{"cores", json::array({first_cpu()})}, {"memory_mib", 1024}}},
+                {"node", "n1"},
+                {"accounting_interval_ms", 300}}},
+              {"resources", {{"cores", usable_cpus()}, {"memory_mib", 1024}}},
               {"log", {{"level", "info"}}}};
   std::ofstream(g.dir + "/manager.json") << cfg.dump(2);
   g.manager = Process({g.manager_bin, "--config", g.dir + "/manager.json"}, g.dir + "/manager.log");
@@ -153,6 +167,50 @@ bool wait_final_accounting(uint64_t id) {
   while (std::chrono::steady_clock::now() < deadline) {
     auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
     if (r.status == 200 && r.body.find("\"final\":true") != std::string::npos)
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+/// Core indices of node n1 held by active leases, from GET /leases.
+std::vector<int> leased_cores() {
+  std::vector<int> cores;
+  for (const json &l : json::parse(http(g.rest, "GET", "/leases").body))
+    for (const json &p : l["parts"])
+      if (p["node"] == "n1")
+        for (const json &c : p["cores"])
+          cores.push_back(c.get<int>());
+  return cores;
+}
+
+/// Whether lease `id` is still active at the resource manager.
+bool lease_active(uint64_t id) {
+  for (const json &l : json::parse(http(g.rest, "GET", "/leases").body))
+    if (l.value("id", uint64_t(0)) == id)
+      return true;
+  return false;
+}
+
+/// Waits (bounded) until lease `id` is no longer active and its state is `state`.
+bool wait_lease_state(uint64_t id, const std::string &state) {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const json &l : json::parse(http(g.rest, "GET", "/leases?state=all&limit=1000").body))
+      if (l.value("id", uint64_t(0)) == id && l.value("state", "") == state)
+        return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+/// Waits (bounded) until some accounting report for lease `id` arrived: the
+/// node ended an allocation of the lease.
+bool wait_accounting(uint64_t id) {
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
+    if (r.status == 200 && r.body.find("\"node\":\"n1\"") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
   }
@@ -215,6 +273,31 @@ void expect_refused(const rfaas::lease &l, const rfaas::allocation_options &o, c
     ADD_FAILURE() << what << ": allocated";
   } catch (const rfaas::Error &e) {
     EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << what << ": " << e.what();
+  }
+}
+
+/// --hold-lease FABRIC: the helper process of ClientKilledMidLease. Leases
+/// one core for 4 s, allocates, prints "holding lease ID" and keeps invoking
+/// (so that its endpoints keep making progress) until it is killed.
+int hold_lease(const std::string &fabric) {
+  try {
+    rfaas::resource_manager rm(device(), fabric, "victim", patient());
+    rfaas::lease l = lease(rm, 4000ms);
+    rfaas::executor ex(device());
+    allocate(ex, l, options_of(l));
+    if (!echo(ex)) {
+      std::fprintf(stderr, "hold-lease: the first invocation failed\n");
+      return 1;
+    }
+    std::printf("holding lease %llu\n", static_cast<unsigned long long>(l.id));
+    std::fflush(stdout);
+    for (;;) {
+      echo(ex);
+      std::this_thread::sleep_for(50ms);
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "hold-lease: %s\n", e.what());
+    return 1;
   }
 }
 
@@ -345,9 +428,198 @@ TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
   rm.release(l);
 }
 
+TEST(RmLease, SixteenClientsRaceForTheLastCores) {
+  json n = node_view();
+  ASSERT_TRUE(n.is_object());
+  const uint32_t free_cores = n["cores"].get<uint32_t>() - n["cores_used"].get<uint32_t>();
+  ASSERT_GT(free_cores, 0u) << n.dump();
+  constexpr int kClients = 16;
+  ASSERT_LT(free_cores, static_cast<uint32_t>(kClients));
+
+  // Every client connects first; then all ask at once.
+  std::mutex mutex;
+  std::condition_variable cv;
+  int connected = 0;
+  bool go = false;
+  std::vector<rfaas::lease> granted(kClients);
+  std::vector<int> refused(kClients, -1); // status code, -1 while none
+  std::vector<std::string> errors(kClients);
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<rfaas::resource_manager>> clients(kClients);
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        clients[i] = std::make_unique<rfaas::resource_manager>(
+            device(), g.fabric, "racer" + std::to_string(i), patient());
+        // One round trip first (releasing a lease that does not exist):
+        // reliable-datagram providers connect at the first message, and the
+        // race is about leasing, not connecting.
+        rfaas::lease none;
+        none.id = 1;
+        none.client = "racer" + std::to_string(i);
+        try {
+          clients[i]->release(none);
+        } catch (const rfaas::Error &e) {
+          if (e.code() != rfaas::status::lease_invalid)
+            throw;
+        }
+      } catch (const std::exception &e) {
+        errors[i] = std::string("connect: ") + e.what();
+        clients[i].reset();
+      }
+      std::unique_lock<std::mutex> lock(mutex);
+      ++connected;
+      cv.notify_all();
+      cv.wait(lock, [&] { return go; });
+      lock.unlock();
+      if (!clients[i])
+        return;
+      try {
+        granted[i] = clients[i]->lease(1, 64, 30s);
+      } catch (const rfaas::Error &e) {
+        refused[i] = static_cast<int>(e.code());
+        errors[i] = e.what();
+      }
+    });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return connected == kClients; });
+    go = true;
+    cv.notify_all();
+  }
+  for (auto &t : threads)
+    t.join();
+
+  uint32_t grants = 0;
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(clients[i]) << errors[i];
+    if (granted[i].id) {
+      ++grants;
+      EXPECT_EQ(granted[i].parts.size(), 1u);
+    } else {
+      EXPECT_EQ(refused[i], static_cast<int>(rfaas::status::resources_unavailable))
+          << "client " << i << ": " << errors[i];
+    }
+  }
+  EXPECT_EQ(grants, free_cores);
+  // No core is in two leases: the resource manager's own view.
+  std::vector<int> cores = leased_cores();
+  EXPECT_EQ(cores.size(), grants);
+  std::sort(cores.begin(), cores.end());
+  EXPECT_TRUE(std::adjacent_find(cores.begin(), cores.end()) == cores.end())
+      << "a core is leased twice: " << json(cores).dump();
+  EXPECT_EQ(node_view()["cores_used"].get<uint32_t>(), grants);
+  for (int i = 0; i < kClients; ++i)
+    if (granted[i].id)
+      clients[i]->release(granted[i]);
+  EXPECT_TRUE(leased_cores().empty());
+}
+
+TEST(RmLease, ClientKilledMidLeaseFreesItsCoresAtExpiry) {
+  // A helper process (this binary) leases for 4 s, allocates and keeps
+  // invoking until it is killed.
+  Process victim({g.self, "--device", g.device, "--devices", g.devices, "--hold-lease", g.fabric},
+                 g.dir + "/victim.log");
+  std::string line = victim.wait_for_line("holding lease ", 60s);
+  ASSERT_FALSE(line.empty()) << "the helper did not allocate";
+  const uint64_t id = std::stoull(line.substr(line.rfind(' ') + 1));
+  ASSERT_TRUE(lease_active(id));
+  victim.kill_now();
+
+  // Its executor ends (the node reports the allocation's accounting), and the
+  // lease expires on its own: its core is free again.
+  EXPECT_TRUE(wait_accounting(id)) << manager_log();
+  EXPECT_TRUE(wait_lease_state(id, "expired"));
+  EXPECT_TRUE(leased_cores().empty());
+  EXPECT_TRUE(wait_final_accounting(id)) << manager_log();
+
+  // Others keep working.
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, l, options_of(l));
+  EXPECT_TRUE(echo(ex)) << manager_log();
+  ex.deallocate();
+  rm.release(l);
+}
+
+TEST(RmLease, RenewalKeepsCoresAndAnUnrenewedLeaseExpires) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, l, options_of(l));
+  ASSERT_TRUE(echo(ex));
+  // Shortened to 2 s once allocated (a cold start may take longer than that
+  // on a loaded machine).
+  rm.renew(l, 2000ms);
+  const uint64_t first_expiry = l.expiry_ms;
+  // Renewed every 200 ms, the lease outlives its first expiry by a second.
+  // Invoking meanwhile keeps the client's endpoints progressing (manual
+  // progress providers) and shows the allocation serving.
+  while (wall_ms() <= first_expiry + 1000) {
+    rm.renew(l, 2000ms);
+    EXPECT_TRUE(echo(ex)) << manager_log();
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(lease_active(l.id));
+  EXPECT_EQ(leased_cores().size(), 1u);
+  EXPECT_GT(l.expiry_ms, first_expiry + 1000);
+  EXPECT_TRUE(echo(ex)) << "the allocation ended while its lease was renewed: " << manager_log();
+  // Not renewed any more: it expires and frees its core, and the node ends
+  // its executor.
+  EXPECT_TRUE(wait_lease_state(l.id, "expired"));
+  EXPECT_TRUE(leased_cores().empty());
+  EXPECT_TRUE(wait_final_accounting(l.id)) << manager_log();
+  try {
+    rm.renew(l, 2000ms);
+    ADD_FAILURE() << "renewed an expired lease";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what();
+  }
+}
+
+TEST(RmLease, LiveAllocationsAreReportedPeriodically) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, l, options_of(l));
+  ASSERT_TRUE(echo(ex));
+  // resource_manager.accounting_interval_ms is 300 here: a report for the
+  // live allocation arrives before the lease ends, not final.
+  EXPECT_TRUE(wait_accounting(l.id)) << manager_log();
+  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  EXPECT_NE(acc.dump().find("\"final\":false"), std::string::npos) << acc.dump();
+  EXPECT_TRUE(echo(ex));
+  ex.deallocate();
+  rm.release(l);
+  EXPECT_TRUE(wait_final_accounting(l.id)) << manager_log();
+}
+
 TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
   ASSERT_TRUE(wait_node("up"));
+  rfaas::resource_manager holder(device(), g.fabric, "tester", patient());
+  rfaas::lease held = lease(holder);
+  rfaas::executor ex(device());
+  allocate(ex, held, options_of(held));
+  ASSERT_TRUE(echo(ex));
   g.manager.kill_now();
+  // The node's executors end with it: the client's invocations fail.
+  // Connected endpoints report the close (`closed`); reliable-datagram
+  // endpoints do not report a vanished peer, there the invocation's deadline
+  // ends it (`timeout`).
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  rfaas::result res;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::vector<uint8_t> in(8), out(8);
+    res = ex.execute("echo", in, out, 2000ms);
+    if (!res.ok())
+      break;
+  }
+  if (device().endpoint == rdmalib::EndpointPreference::Connected)
+    EXPECT_EQ(res.status, rfaas::status::closed) << rfaas::to_string(res.status);
+  else
+    EXPECT_TRUE(res.status == rfaas::status::closed || res.status == rfaas::status::timeout)
+        << rfaas::to_string(res.status);
   // Connected providers report the close at once; datagram providers let
   // the heartbeat timeout (5 s here) find it.
   EXPECT_TRUE(wait_node("down"));
@@ -362,17 +634,25 @@ TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
 
 int main(int argc, char **argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  g.self = len > 0 ? std::string(self, static_cast<size_t>(len)) : argv[0];
+  std::string hold;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
       g.device = argv[++i];
     else if (a == "--devices" && i + 1 < argc)
       g.devices = argv[++i];
+    else if (a == "--hold-lease" && i + 1 < argc)
+      hold = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [gtest options] --device NAME [--devices FILE]\n", argv[0]);
       return 2;
     }
   }
+  if (!hold.empty())
+    return hold_lease(hold);
   char tmpl[] = "/tmp/rfaas-rm-lease-XXXXXX";
   if (!mkdtemp(tmpl))
     return 1;
