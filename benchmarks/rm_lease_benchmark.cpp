@@ -38,6 +38,7 @@
 #include <cxxopts.hpp>
 
 #include "cli.hpp"
+#include "count_list.hpp"
 
 namespace {
 
@@ -314,34 +315,6 @@ int run_throughput(const Setup &s, int clients, double seconds) {
   return errors == 0 && granted > 0 ? 0 : 1;
 }
 
-std::vector<int> parse_counts(const std::string &list) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    std::string tok =
-        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!tok.empty()) {
-      size_t used = 0;
-      int n = 0;
-      try {
-        n = std::stoi(tok, &used);
-      } catch (const std::exception &) {
-        used = 0;
-      }
-      if (used != tok.size() || n < 1 || n > 256)
-        throw rfaas::cli::UsageError("--clients: \"" + tok + "\" is not a count in 1..256");
-      out.push_back(n);
-    }
-    if (comma == std::string::npos)
-      break;
-    pos = comma + 1;
-  }
-  if (out.empty())
-    throw rfaas::cli::UsageError("--clients needs at least one count");
-  return out;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -375,7 +348,7 @@ int main(int argc, char **argv) {
                                        "\"");
         std::vector<int> counts;
         if (mode == "throughput")
-          counts = parse_counts(args["clients"].as<std::string>());
+          counts = rfaas::bench::parse_count_list("--clients", args["clients"].as<std::string>());
         const double seconds = args["seconds"].as<double>();
         if (!(seconds > 0 && seconds <= 3600))
           throw rfaas::cli::UsageError("--seconds must be in (0, 3600]");

@@ -32,6 +32,7 @@
 #include <cxxopts.hpp>
 
 #include "cli.hpp"
+#include "count_list.hpp"
 
 namespace {
 
@@ -203,34 +204,6 @@ void run_thread(const Target &t, Clock::time_point start, Clock::time_point end,
   r.connections = c.opened();
 }
 
-std::vector<int> parse_counts(const std::string &list) {
-  std::vector<int> out;
-  size_t pos = 0;
-  for (;;) {
-    size_t comma = list.find(',', pos);
-    std::string tok =
-        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!tok.empty()) {
-      size_t used = 0;
-      int n = 0;
-      try {
-        n = std::stoi(tok, &used);
-      } catch (const std::exception &) {
-        used = 0;
-      }
-      if (used != tok.size() || n < 1 || n > 256)
-        throw rfaas::cli::UsageError("--threads: \"" + tok + "\" is not a count in 1..256");
-      out.push_back(n);
-    }
-    if (comma == std::string::npos)
-      break;
-    pos = comma + 1;
-  }
-  if (out.empty())
-    throw rfaas::cli::UsageError("--threads needs at least one count");
-  return out;
-}
-
 void append_csv(const std::string &path, const std::string &line) {
   if (path.empty())
     return;
@@ -338,7 +311,7 @@ int main(int argc, char **argv) {
         t.addr.sin_port = htons(t.port);
         freeaddrinfo(res);
         int rc = 0;
-        for (int n : parse_counts(args["threads"].as<std::string>()))
+        for (int n : rfaas::bench::parse_count_list("--threads", args["threads"].as<std::string>()))
           rc |= run(t, n, seconds, args["csv"].as<std::string>());
         return rc;
       });
