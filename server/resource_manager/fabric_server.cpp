@@ -172,6 +172,14 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   proto::encode(reply, reply_bytes, sizeof reply_bytes);
   rdmalib::ConnectionOptions opts;
   opts.recv_depth = kReceives + 2;
+  // Every peer speaks first (NodeRegister, LeaseRequest, ...), so on
+  // reliable-datagram fabrics the answer to its hello may leave in the
+  // background, posted again by the channel's polls until
+  // accept_timeout_ms. Waiting for it here held the loop for a second per
+  // connection on tcp;ofi_rxm (it first connects back to the peer), and for
+  // the whole timeout when the peer had given up: 16 clients connecting at
+  // once kept a node from registering and every lease unanswered.
+  opts.accept_in_background = true;
   auto p = std::make_unique<Peer>();
   p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.accept_timeout_ms), opts);
   if (reply.status != proto::ErrorCode::Ok) {

@@ -7,8 +7,11 @@
 // non-blocking pass (accept what is pending, read what every connection
 // sent, answer, flush queued sends), and the loop alternates it with the
 // HTTP threads' tasks, so the Registry is touched by one thread only. No call
-// waits for a peer, except the completion of one connection's setup (at most
-// fabric.accept_timeout_ms): a silent or malicious peer cannot stall the loop.
+// waits for a peer, except, on connected fabrics, the completion of one
+// connection's setup in the provider's connection manager (at most
+// fabric.accept_timeout_ms; on reliable-datagram fabrics the answer to a
+// hello leaves in the background): a silent or malicious peer cannot stall
+// the loop.
 // Answers are queued per connection and posted one at a time as the previous
 // send completes; a connection whose queue overflows is dropped.
 //
