@@ -36,7 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 #include "bench_json.hpp"
 
@@ -142,43 +142,43 @@ std::string version_text(const char *program);
 /// A program's own options beyond the shared ones: `add` declares them,
 /// `read` takes their values (throwing std::invalid_argument on a bad one).
 struct ExtraOptions {
-  std::function<void(cxxopts::Options &)> add;
-  std::function<void(const cxxopts::ParseResult &)> read;
+  std::function<void(rfaas::cli::Options &)> add;
+  std::function<void(const rfaas::cli::ParseResult &)> read;
 };
 
 /// Parse the command line shared by the raw and rdmalib programs. Prints help
 /// and exits on --help; throws std::invalid_argument on a bad value.
 inline Options parse_options(int argc, char **argv, const char *program, const char *what,
                              const ExtraOptions &extra = {}) {
-  cxxopts::Options spec(program, what);
+  rfaas::cli::Options spec(program, what);
   // clang-format off
   spec.add_options()
     ("p,provider", "libfabric provider or alias: tcp, shm, sockets, \"tcp;ofi_rxm\", ...",
-     cxxopts::value<std::string>()->default_value("tcp"))
+     rfaas::cli::value<std::string>()->default_value("tcp"))
     ("e,endpoint", "endpoint type: auto (provider's natural one), connected (or msg) or rdm",
-     cxxopts::value<std::string>()->default_value("auto"))
-    ("host", "loopback address both sides use", cxxopts::value<std::string>()->default_value("127.0.0.1"))
+     rfaas::cli::value<std::string>()->default_value("auto"))
+    ("host", "loopback address both sides use", rfaas::cli::value<std::string>()->default_value("127.0.0.1"))
     ("m,modes", "comma-separated: send, writeimm (alias write)",
-     cxxopts::value<std::string>()->default_value("send,writeimm"))
+     rfaas::cli::value<std::string>()->default_value("send,writeimm"))
     ("s,sizes", "comma-separated payload sizes (suffix K, M)",
-     cxxopts::value<std::string>()->default_value("8,1K,64K,1M"))
+     rfaas::cli::value<std::string>()->default_value("8,1K,64K,1M"))
     ("n,iters", "measured round trips per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)",
-     cxxopts::value<size_t>()->default_value("0"))
+     rfaas::cli::value<size_t>()->default_value("0"))
     ("w,warmup", "unmeasured round trips before each size (0 = about a tenth of iters)",
-     cxxopts::value<size_t>()->default_value("0"))
+     rfaas::cli::value<size_t>()->default_value("0"))
     ("wait", "completion wait: busy (spin on the CQ), block (sleep in the provider), auto",
-     cxxopts::value<std::string>()->default_value("auto"))
-    ("server-core", "CPU the server process is pinned to", cxxopts::value<int>()->default_value("0"))
-    ("client-core", "CPU the client process is pinned to", cxxopts::value<int>()->default_value("1"))
+     rfaas::cli::value<std::string>()->default_value("auto"))
+    ("server-core", "CPU the server process is pinned to", rfaas::cli::value<int>()->default_value("0"))
+    ("client-core", "CPU the client process is pinned to", rfaas::cli::value<int>()->default_value("1"))
     ("no-pin", "do not pin the processes")
     ("t,timeout", "overall deadline in seconds; both processes exit with an error after it",
-     cxxopts::value<int>()->default_value("60"))
+     rfaas::cli::value<int>()->default_value("60"))
     ("b,budget", "seconds per (mode,size) after which measuring stops early, once at least "
      "min(iters,500) round trips are in (0 = never; the table shows the count measured)",
-     cxxopts::value<double>()->default_value("1"))
-    ("csv", "append one CSV row per (mode,size) to this file", cxxopts::value<std::string>())
+     rfaas::cli::value<double>()->default_value("1"))
+    ("csv", "append one CSV row per (mode,size) to this file", rfaas::cli::value<std::string>())
     ("json", "write the run (metadata, rows, latency CDFs) as JSON to this file",
-     cxxopts::value<std::string>())
+     rfaas::cli::value<std::string>())
     ("no-csv-header", "do not write the CSV header even if the file is new/empty")
     ("q,quiet", "print only the result table")
     ("h,help", "this help")
@@ -186,7 +186,7 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
   // clang-format on
   if (extra.add)
     extra.add(spec);
-  cxxopts::ParseResult r;
+  rfaas::cli::ParseResult r;
   try {
     r = spec.parse(argc, argv);
   } catch (const std::exception &e) {

@@ -265,15 +265,15 @@ std::string pingpong::version_text(const char *program) {
 int main(int argc, char **argv) {
   RateOptions ro;
   ExtraOptions extra;
-  extra.add = [](cxxopts::Options &spec) {
+  extra.add = [](rfaas::cli::Options &spec) {
     // clang-format off
     spec.add_options()
       ("pattern", "echo (request and reply, the analogue of an invocation) or oneway",
-       cxxopts::value<std::string>()->default_value("echo"))
-      ("window", "operations outstanding (1..64)", cxxopts::value<int>()->default_value("16"));
+       rfaas::cli::value<std::string>()->default_value("echo"))
+      ("window", "operations outstanding (1..64)", rfaas::cli::value<int>()->default_value("16"));
     // clang-format on
   };
-  extra.read = [&](const cxxopts::ParseResult &r) {
+  extra.read = [&](const rfaas::cli::ParseResult &r) {
     ro.pattern = r["pattern"].as<std::string>();
     if (ro.pattern != "echo" && ro.pattern != "oneway")
       throw std::invalid_argument("--pattern must be echo or oneway, not '" + ro.pattern + "'");

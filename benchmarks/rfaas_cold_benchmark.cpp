@@ -9,18 +9,18 @@
 #include <chrono>
 #include <thread>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rfaas_cold_benchmark",
-                       "Cold start through librfaas: allocate() to the first result, by phase.");
+  rfaas::cli::Options cli("rfaas_cold_benchmark",
+                          "Cold start through librfaas: allocate() to the first result, by phase.");
   rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("cores", "cores per allocation", cxxopts::value<uint32_t>()->default_value("1"))
-    ("r,repetitions", "allocations measured", cxxopts::value<size_t>()->default_value("20"));
+    ("cores", "cores per allocation", rfaas::cli::value<uint32_t>()->default_value("1"))
+    ("r,repetitions", "allocations measured", rfaas::cli::value<size_t>()->default_value("20"));
   // clang-format on
-  cxxopts::ParseResult args;
+  rfaas::cli::ParseResult args;
   int status = 0;
   if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
     return status;

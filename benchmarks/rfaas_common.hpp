@@ -6,7 +6,7 @@
 
 #include <rdmalib/fabric.hpp>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 #include "bench_json.hpp"
 #include "cli.hpp"
@@ -21,16 +21,16 @@ namespace rfaas::bench {
 
 /// The options every librfaas benchmark takes: where the manager is and what
 /// to ship. The caller adds its own and then calls parse_or_usage().
-inline void add_common_options(cxxopts::Options &cli) {
+inline void add_common_options(rfaas::cli::Options &cli) {
   // clang-format off
   cli.add_options()
-    ("devices", "device database", cxxopts::value<std::string>()->default_value("config/devices.json"))
-    ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
-    ("manager", "executor manager host:port", cxxopts::value<std::string>())
-    ("library", "function library (libfunctions.so)", cxxopts::value<std::string>())
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""))
+    ("devices", "device database", rfaas::cli::value<std::string>()->default_value("config/devices.json"))
+    ("device", "device entry", rfaas::cli::value<std::string>()->default_value("lo-tcp"))
+    ("manager", "executor manager host:port", rfaas::cli::value<std::string>())
+    ("library", "function library (libfunctions.so)", rfaas::cli::value<std::string>())
+    ("csv", "append CSV rows to this file", rfaas::cli::value<std::string>()->default_value(""))
     ("json", "write the run (metadata, parameters, results) as JSON to this file",
-     cxxopts::value<std::string>()->default_value(""));
+     rfaas::cli::value<std::string>()->default_value(""));
   // clang-format on
   rfaas::cli::add_standard_options(cli);
 }
@@ -38,8 +38,8 @@ inline void add_common_options(cxxopts::Options &cli) {
 /// Parses the command line and applies --log-level; answers --help and
 /// --version. Returns false (setting `status`: 0 after --help or --version, 2
 /// for a usage error, reported on stderr) when the benchmark should not run.
-inline bool parse_or_usage(cxxopts::Options &cli, int argc, char **argv, cxxopts::ParseResult &args,
-                           int &status) {
+inline bool parse_or_usage(rfaas::cli::Options &cli, int argc, char **argv,
+                           rfaas::cli::ParseResult &args, int &status) {
   const std::string program = argc > 0 ? argv[0] : "benchmark";
   try {
     args = cli.parse(argc, argv);
@@ -137,7 +137,7 @@ inline std::string network_field(const std::string &described, const std::string
 /// entry, and the common options; the caller adds its parameters and results.
 inline bench_json::Value document(const std::string &program, int argc, char **argv,
                                   const rfaas::device &dev, const std::string &described,
-                                  const cxxopts::ParseResult &args) {
+                                  const rfaas::cli::ParseResult &args) {
   std::string provider = network_field(described, "provider");
   if (provider.empty())
     provider = dev.provider;
@@ -175,7 +175,7 @@ inline bench_json::Value latency_result(const std::string &mode, size_t size, co
 }
 
 /// Write `doc` when --json was given.
-inline void write_json(const cxxopts::ParseResult &args, const bench_json::Value &doc) {
+inline void write_json(const rfaas::cli::ParseResult &args, const bench_json::Value &doc) {
   const std::string path = args["json"].as<std::string>();
   if (!path.empty())
     bench_json::write(path, doc);

@@ -12,20 +12,20 @@
 #include <chrono>
 #include <cstring>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rfaas_invocation_benchmark",
-                       "Hot/warm invocation latency through librfaas (echo), per payload size.");
+  rfaas::cli::Options cli("rfaas_invocation_benchmark",
+                          "Hot/warm invocation latency through librfaas (echo), per payload size.");
   rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("s,sizes", "payload sizes (suffix K, M)", cxxopts::value<std::string>()->default_value("8,1K,64K,1M"))
-    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", cxxopts::value<int32_t>()->default_value("-1"))
-    ("n,iters", "measured calls per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)", cxxopts::value<size_t>()->default_value("0"))
-    ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", cxxopts::value<double>()->default_value("1"));
+    ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8,1K,64K,1M"))
+    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", rfaas::cli::value<int32_t>()->default_value("-1"))
+    ("n,iters", "measured calls per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)", rfaas::cli::value<size_t>()->default_value("0"))
+    ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", rfaas::cli::value<double>()->default_value("1"));
   // clang-format on
-  cxxopts::ParseResult args;
+  rfaas::cli::ParseResult args;
   int status = 0;
   if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
     return status;

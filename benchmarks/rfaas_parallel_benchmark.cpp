@@ -11,21 +11,21 @@
 #include <chrono>
 #include <cstring>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rfaas_parallel_benchmark",
-                       "execute_parallel on every leased core against one execute(), echo.");
+  rfaas::cli::Options cli("rfaas_parallel_benchmark",
+                          "execute_parallel on every leased core against one execute(), echo.");
   rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("s,sizes", "payload sizes (suffix K, M)", cxxopts::value<std::string>()->default_value("8,1K,64K"))
-    ("cores", "cores to lease (one invocation each per batch)", cxxopts::value<uint32_t>()->default_value("2"))
-    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", cxxopts::value<int32_t>()->default_value("-1"))
-    ("n,iters", "measured batches (and single calls) per size", cxxopts::value<size_t>()->default_value("5000"))
-    ("b,budget", "seconds per size and kind after which measuring stops (once 200 are in)", cxxopts::value<double>()->default_value("1"));
+    ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8,1K,64K"))
+    ("cores", "cores to lease (one invocation each per batch)", rfaas::cli::value<uint32_t>()->default_value("2"))
+    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", rfaas::cli::value<int32_t>()->default_value("-1"))
+    ("n,iters", "measured batches (and single calls) per size", rfaas::cli::value<size_t>()->default_value("5000"))
+    ("b,budget", "seconds per size and kind after which measuring stops (once 200 are in)", rfaas::cli::value<double>()->default_value("1"));
   // clang-format on
-  cxxopts::ParseResult args;
+  rfaas::cli::ParseResult args;
   int status = 0;
   if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
     return status;

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <iostream>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 namespace {
 
@@ -56,19 +56,19 @@ void handshake(bool on, const char *phase) {
 } // namespace
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rfaas_soak",
-                       "Many hot invocations of echo, every output verified (scripts/soak.sh).");
+  rfaas::cli::Options cli("rfaas_soak",
+                          "Many hot invocations of echo, every output verified (scripts/soak.sh).");
   rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("n,invocations", "invocations after the warm-up", cxxopts::value<uint64_t>()->default_value("1000000"))
-    ("w,warmup", "invocations before the start point", cxxopts::value<uint64_t>()->default_value("1000"))
-    ("s,sizes", "payload sizes, used in turn (suffix K, M)", cxxopts::value<std::string>()->default_value("8,512,4K"))
-    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", cxxopts::value<int32_t>()->default_value("-1"))
-    ("report-every", "print progress every this many invocations (0 = never)", cxxopts::value<uint64_t>()->default_value("100000"))
+    ("n,invocations", "invocations after the warm-up", rfaas::cli::value<uint64_t>()->default_value("1000000"))
+    ("w,warmup", "invocations before the start point", rfaas::cli::value<uint64_t>()->default_value("1000"))
+    ("s,sizes", "payload sizes, used in turn (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8,512,4K"))
+    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", rfaas::cli::value<int32_t>()->default_value("-1"))
+    ("report-every", "print progress every this many invocations (0 = never)", rfaas::cli::value<uint64_t>()->default_value("100000"))
     ("handshake", "stop at the start and end points until a line arrives on stdin");
   // clang-format on
-  cxxopts::ParseResult args;
+  rfaas::cli::ParseResult args;
   int status = 0;
   if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
     return status;

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 namespace {
 
@@ -111,7 +111,7 @@ private:
 
 /// The client: allocate, then per size warm up, meet the others, measure.
 /// Reports "net <describe_network()>" once, then "ready" / "row ..." per size.
-int client_main(const cxxopts::ParseResult &args, const Params &p, Pipe &parent) {
+int client_main(const rfaas::cli::ParseResult &args, const Params &p, Pipe &parent) {
   const auto deadline = [&] { return Clock::now() + std::chrono::seconds(p.timeout_s); };
   rfaas::device dev = rfaas::device_database::load(args["devices"].as<std::string>())
                           .find(args["device"].as<std::string>());
@@ -202,22 +202,22 @@ struct Child {
 } // namespace
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rfaas_throughput_benchmark",
-                       "Pipelined asynchronous invocations per second through librfaas (echo).");
+  rfaas::cli::Options cli("rfaas_throughput_benchmark",
+                          "Pipelined asynchronous invocations per second through librfaas (echo).");
   rfaas::bench::add_common_options(cli);
   // clang-format off
   cli.add_options()
-    ("s,sizes", "payload sizes (suffix K, M)", cxxopts::value<std::string>()->default_value("8"))
-    ("workers", "cores leased by each client", cxxopts::value<uint32_t>()->default_value("1"))
-    ("window", "input slots per worker = invocations outstanding per worker", cxxopts::value<uint32_t>()->default_value("8"))
-    ("clients", "client processes, each with its own lease", cxxopts::value<uint32_t>()->default_value("1"))
-    ("n,iters", "at most this many invocations per client and size", cxxopts::value<size_t>()->default_value("2000000"))
-    ("w,warmup", "unmeasured invocations first (0 = max(1000, 20 x outstanding))", cxxopts::value<size_t>()->default_value("0"))
-    ("b,budget", "seconds per size (measuring stops after it, once 1000 are in; 0 = never)", cxxopts::value<double>()->default_value("1"))
-    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", cxxopts::value<int32_t>()->default_value("-1"))
-    ("t,timeout", "seconds any one step may take before the run fails", cxxopts::value<int>()->default_value("120"));
+    ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8"))
+    ("workers", "cores leased by each client", rfaas::cli::value<uint32_t>()->default_value("1"))
+    ("window", "input slots per worker = invocations outstanding per worker", rfaas::cli::value<uint32_t>()->default_value("8"))
+    ("clients", "client processes, each with its own lease", rfaas::cli::value<uint32_t>()->default_value("1"))
+    ("n,iters", "at most this many invocations per client and size", rfaas::cli::value<size_t>()->default_value("2000000"))
+    ("w,warmup", "unmeasured invocations first (0 = max(1000, 20 x outstanding))", rfaas::cli::value<size_t>()->default_value("0"))
+    ("b,budget", "seconds per size (measuring stops after it, once 1000 are in; 0 = never)", rfaas::cli::value<double>()->default_value("1"))
+    ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", rfaas::cli::value<int32_t>()->default_value("-1"))
+    ("t,timeout", "seconds any one step may take before the run fails", rfaas::cli::value<int>()->default_value("120"));
   // clang-format on
-  cxxopts::ParseResult args;
+  rfaas::cli::ParseResult args;
   int status = 0;
   if (!rfaas::bench::parse_or_usage(cli, argc, argv, args, status))
     return status;

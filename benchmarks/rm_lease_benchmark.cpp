@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 #include "cli.hpp"
 #include "count_list.hpp"
@@ -318,27 +318,27 @@ int run_throughput(const Setup &s, int clients, double seconds) {
 } // namespace
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rm_lease_benchmark",
-                       "Lease latency (request -> grant) and leases per second from concurrent "
-                       "clients, through librfaas against a running resource manager.");
+  rfaas::cli::Options cli("rm_lease_benchmark",
+                          "Lease latency (request -> grant) and leases per second from concurrent "
+                          "clients, through librfaas against a running resource manager.");
   // clang-format off
   cli.add_options()
-    ("devices", "device database", cxxopts::value<std::string>()->default_value("config/devices.json"))
-    ("device", "device entry", cxxopts::value<std::string>()->default_value("lo-tcp"))
-    ("resource-manager", "the resource manager's fabric host:port", cxxopts::value<std::string>())
-    ("mode", "latency or throughput", cxxopts::value<std::string>()->default_value("latency"))
-    ("cores", "cores per lease", cxxopts::value<uint32_t>()->default_value("1"))
-    ("memory", "MiB per lease", cxxopts::value<uint64_t>()->default_value("64"))
-    ("iterations", "latency: leases measured (at most)", cxxopts::value<size_t>()->default_value("2000"))
-    ("warmup", "latency: unmeasured leases first", cxxopts::value<size_t>()->default_value("50"))
-    ("budget", "latency: stop after this many seconds once 200 leases are in (0: never)", cxxopts::value<double>()->default_value("2"))
-    ("clients", "throughput: comma-separated client process counts", cxxopts::value<std::string>()->default_value("1,4,16"))
-    ("seconds", "throughput: seconds each count runs", cxxopts::value<double>()->default_value("2"))
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""));
+    ("devices", "device database", rfaas::cli::value<std::string>()->default_value("config/devices.json"))
+    ("device", "device entry", rfaas::cli::value<std::string>()->default_value("lo-tcp"))
+    ("resource-manager", "the resource manager's fabric host:port", rfaas::cli::value<std::string>())
+    ("mode", "latency or throughput", rfaas::cli::value<std::string>()->default_value("latency"))
+    ("cores", "cores per lease", rfaas::cli::value<uint32_t>()->default_value("1"))
+    ("memory", "MiB per lease", rfaas::cli::value<uint64_t>()->default_value("64"))
+    ("iterations", "latency: leases measured (at most)", rfaas::cli::value<size_t>()->default_value("2000"))
+    ("warmup", "latency: unmeasured leases first", rfaas::cli::value<size_t>()->default_value("50"))
+    ("budget", "latency: stop after this many seconds once 200 leases are in (0: never)", rfaas::cli::value<double>()->default_value("2"))
+    ("clients", "throughput: comma-separated client process counts", rfaas::cli::value<std::string>()->default_value("1,4,16"))
+    ("seconds", "throughput: seconds each count runs", rfaas::cli::value<double>()->default_value("2"))
+    ("csv", "append CSV rows to this file", rfaas::cli::value<std::string>()->default_value(""));
   // clang-format on
   rfaas::cli::add_standard_options(cli);
   return rfaas::cli::run(
-      "rm_lease_benchmark", cli, argc, argv, [](const cxxopts::ParseResult &args) {
+      "rm_lease_benchmark", cli, argc, argv, [](const rfaas::cli::ParseResult &args) {
         rfaas::cli::apply_log_level(args);
         if (!args.count("resource-manager"))
           throw rfaas::cli::UsageError("--resource-manager HOST:PORT is required");

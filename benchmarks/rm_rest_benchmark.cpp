@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 #include "cli.hpp"
 #include "count_list.hpp"
@@ -273,21 +273,21 @@ int run(const Target &t, int threads, double seconds, const std::string &csv) {
 } // namespace
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rm_rest_benchmark",
-                       "GET requests per second against a running resource manager's REST API, "
-                       "from several threads with one kept-alive connection each.");
+  rfaas::cli::Options cli("rm_rest_benchmark",
+                          "GET requests per second against a running resource manager's REST API, "
+                          "from several threads with one kept-alive connection each.");
   // clang-format off
   cli.add_options()
-    ("host", "REST host (IPv4 address or name)", cxxopts::value<std::string>()->default_value("127.0.0.1"))
-    ("port", "REST port", cxxopts::value<int>())
-    ("path", "path to GET (/health, /nodes, /leases, /metrics ...)", cxxopts::value<std::string>()->default_value("/nodes"))
-    ("threads", "comma-separated client thread counts", cxxopts::value<std::string>()->default_value("1,4"))
-    ("seconds", "seconds each count runs", cxxopts::value<double>()->default_value("2"))
-    ("csv", "append CSV rows to this file", cxxopts::value<std::string>()->default_value(""));
+    ("host", "REST host (IPv4 address or name)", rfaas::cli::value<std::string>()->default_value("127.0.0.1"))
+    ("port", "REST port", rfaas::cli::value<int>())
+    ("path", "path to GET (/health, /nodes, /leases, /metrics ...)", rfaas::cli::value<std::string>()->default_value("/nodes"))
+    ("threads", "comma-separated client thread counts", rfaas::cli::value<std::string>()->default_value("1,4"))
+    ("seconds", "seconds each count runs", rfaas::cli::value<double>()->default_value("2"))
+    ("csv", "append CSV rows to this file", rfaas::cli::value<std::string>()->default_value(""));
   // clang-format on
   rfaas::cli::add_standard_options(cli, false);
   return rfaas::cli::run(
-      "rm_rest_benchmark", cli, argc, argv, [](const cxxopts::ParseResult &args) {
+      "rm_rest_benchmark", cli, argc, argv, [](const rfaas::cli::ParseResult &args) {
         if (!args.count("port"))
           throw rfaas::cli::UsageError("--port is required (the resource manager's http.port)");
         int port = args["port"].as<int>();

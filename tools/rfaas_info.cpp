@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -533,9 +533,10 @@ void print_text(std::ostream &os, const json &doc) {
 
 // ---- command line -----------------------------------------------------------------
 
-cxxopts::Options make_parser() {
-  cxxopts::Options o("rfaas-info", "Show the network backend, the providers and devices found and "
-                                   "the capabilities rdmalib negotiates; write a device database.");
+rfaas::cli::Options make_parser() {
+  rfaas::cli::Options o("rfaas-info",
+                        "Show the network backend, the providers and devices found and "
+                        "the capabilities rdmalib negotiates; write a device database.");
   o.custom_help("[OPTIONS]");
   o.set_width(92);
   // clang-format off
@@ -545,23 +546,23 @@ cxxopts::Options make_parser() {
     ("json", "Print JSON instead of text")
     ("d,device", "Open this device: an entry name or IP address from --devices; without "
                  "--devices an IP address or a domain/device name (lo, eth0, rxe0)",
-     cxxopts::value<std::string>(), "NAME|IP")
+     rfaas::cli::value<std::string>(), "NAME|IP")
     ("devices", "Device database (JSON) to look --device up in; without --device, "
-                "open every entry", cxxopts::value<std::string>(), "FILE")
+                "open every entry", rfaas::cli::value<std::string>(), "FILE")
     ("p,provider", "Provider to open, overriding the database entry (auto = automatic "
                    "choice); also lists and writes only its entries",
-     cxxopts::value<std::string>(), "P")
-    ("e,endpoint", "Endpoint type: connected, rdm or auto", cxxopts::value<std::string>(),
+     rfaas::cli::value<std::string>(), "P")
+    ("e,endpoint", "Endpoint type: connected, rdm or auto", rfaas::cli::value<std::string>(),
      "TYPE")
     ("disable-caps", "Also switch these capabilities off (comma-separated, added to "
-                     "RDMALIB_DISABLE_CAPS)", cxxopts::value<std::string>(), "LIST")
+                     "RDMALIB_DISABLE_CAPS)", rfaas::cli::value<std::string>(), "LIST")
     ("write-devices", "Write a device database for this machine to FILE",
-     cxxopts::value<std::string>(), "FILE")
+     rfaas::cli::value<std::string>(), "FILE")
     ("no-verify", "With --write-devices: keep entries without opening each one first")
     ("reclaim-stale", "Remove the shared-memory regions that processes killed on this node "
      "left behind (unmapped for 30 s or more), print them, then exit")
     ("log-level", std::string("Log level on stderr: ") + rdmalib::log::valid_levels() +
-                  " (default: $RFAAS_LOG_LEVEL, then warn)", cxxopts::value<std::string>(), "LEVEL")
+                  " (default: $RFAAS_LOG_LEVEL, then warn)", rfaas::cli::value<std::string>(), "LEVEL")
     ("v,verbose", "Same as --log-level debug");
   // clang-format on
   return o;
@@ -587,7 +588,7 @@ const char *help_footer =
     "\n"
     "Exit status: 0 success, 1 failure, 2 bad usage.\n";
 
-std::string required_value(const cxxopts::ParseResult &r, const char *name) {
+std::string required_value(const rfaas::cli::ParseResult &r, const char *name) {
   std::string v = r[name].as<std::string>();
   if (v.empty())
     throw UsageError(std::string("--") + name + " needs a non-empty value");
@@ -598,10 +599,10 @@ std::string required_value(const cxxopts::ParseResult &r, const char *name) {
 /// (--help, --version), having printed what was asked.
 bool parse_command_line(int argc, char **argv, Options &opt) {
   auto parser = make_parser();
-  cxxopts::ParseResult r;
+  rfaas::cli::ParseResult r;
   try {
     r = parser.parse(argc, argv);
-  } catch (const cxxopts::exceptions::exception &e) {
+  } catch (const rfaas::cli::OptionError &e) {
     throw UsageError(e.what());
   }
   if (!r.unmatched().empty())

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 
 #include "cli.hpp"
 
@@ -66,28 +66,29 @@ uint64_t sum_squares(const std::vector<uint64_t> &v) {
 } // namespace
 
 int main(int argc, char **argv) {
-  cxxopts::Options cli("rfaas-example-client",
-                       "Lease cores from an rFaaS executor manager and call the example functions "
-                       "(echo, sum_squares, expand) synchronously, asynchronously and in parallel, "
-                       "verifying every output; then print the median hot latency.");
+  rfaas::cli::Options cli(
+      "rfaas-example-client",
+      "Lease cores from an rFaaS executor manager and call the example functions "
+      "(echo, sum_squares, expand) synchronously, asynchronously and in parallel, "
+      "verifying every output; then print the median hot latency.");
   // clang-format off
   cli.add_options()
-    ("devices", "device database (JSON)", cxxopts::value<std::string>()->default_value("config/devices.json"))
-    ("device", "device entry to use (name or IP)", cxxopts::value<std::string>()->default_value("lo-tcp"))
-    ("servers", "server database (JSON) listing executor managers", cxxopts::value<std::string>()->default_value("config/servers.json"))
-    ("manager", "executor manager host:port (overrides --servers)", cxxopts::value<std::string>())
-    ("resource-manager", "lease the cores from the resource manager at host:port (its fabric address) instead of using --manager/--servers", cxxopts::value<std::string>())
-    ("memory", "MiB to lease with --resource-manager", cxxopts::value<uint64_t>()->default_value("256"))
-    ("library", "function library to ship", cxxopts::value<std::string>())
-    ("cores", "cores to lease (the shipped config/executor_manager.json offers 1)", cxxopts::value<uint32_t>()->default_value("1"))
-    ("slots", "input slots per worker", cxxopts::value<uint32_t>()->default_value("2"))
-    ("hot-timeout", "worker hot-polling time in ms (-1 always hot, 0 never)", cxxopts::value<int32_t>()->default_value("-1"))
-    ("size", "payload of the latency measurement, bytes", cxxopts::value<uint32_t>()->default_value("8"))
-    ("repetitions", "hot invocations measured", cxxopts::value<uint32_t>()->default_value("1000"));
+    ("devices", "device database (JSON)", rfaas::cli::value<std::string>()->default_value("config/devices.json"))
+    ("device", "device entry to use (name or IP)", rfaas::cli::value<std::string>()->default_value("lo-tcp"))
+    ("servers", "server database (JSON) listing executor managers", rfaas::cli::value<std::string>()->default_value("config/servers.json"))
+    ("manager", "executor manager host:port (overrides --servers)", rfaas::cli::value<std::string>())
+    ("resource-manager", "lease the cores from the resource manager at host:port (its fabric address) instead of using --manager/--servers", rfaas::cli::value<std::string>())
+    ("memory", "MiB to lease with --resource-manager", rfaas::cli::value<uint64_t>()->default_value("256"))
+    ("library", "function library to ship", rfaas::cli::value<std::string>())
+    ("cores", "cores to lease (the shipped config/executor_manager.json offers 1)", rfaas::cli::value<uint32_t>()->default_value("1"))
+    ("slots", "input slots per worker", rfaas::cli::value<uint32_t>()->default_value("2"))
+    ("hot-timeout", "worker hot-polling time in ms (-1 always hot, 0 never)", rfaas::cli::value<int32_t>()->default_value("-1"))
+    ("size", "payload of the latency measurement, bytes", rfaas::cli::value<uint32_t>()->default_value("8"))
+    ("repetitions", "hot invocations measured", rfaas::cli::value<uint32_t>()->default_value("1000"));
   // clang-format on
   rfaas::cli::add_standard_options(cli);
   return rfaas::cli::run(
-      "rfaas-example-client", cli, argc, argv, [&](const cxxopts::ParseResult &args) {
+      "rfaas-example-client", cli, argc, argv, [&](const rfaas::cli::ParseResult &args) {
         if (!args.count("library"))
           throw rfaas::cli::UsageError(
               "--library FILE is required (build/examples/functions/libfunctions.so)");

@@ -8,7 +8,7 @@
 #include <limits.h>
 #include <unistd.h>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 #include <rdmalib/logger.hpp>
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
@@ -22,14 +22,15 @@ int main(int argc, char **argv) {
   // --log-level or RFAAS_LOG_LEVEL, which the executor manager exports.
   spdlog::set_default_logger(rdmalib::log::get("executor"));
   spdlog::set_pattern("[%H:%M:%S.%e] [zygote %P] [%l] %v");
-  cxxopts::Options options("executor",
-                           "rFaaS executor: started by executor_manager, never by hand.");
+  rfaas::cli::Options options("executor",
+                              "rFaaS executor: started by executor_manager, never by hand.");
   options.add_options()("zygote", "run as the manager's pre-initialised parent")(
       "device", "device database JSON (hex) of the device to warm up",
-      cxxopts::value<std::string>())("exec-each", "zygote: exec a fresh executor per allocation")(
-      "spec-fd", "run one allocation from the launch spec on this fd", cxxopts::value<int>());
+      rfaas::cli::value<std::string>())("exec-each",
+                                        "zygote: exec a fresh executor per allocation")(
+      "spec-fd", "run one allocation from the launch spec on this fd", rfaas::cli::value<int>());
   rfaas::cli::add_standard_options(options);
-  return rfaas::cli::run("executor", options, argc, argv, [&](const cxxopts::ParseResult &args) {
+  return rfaas::cli::run("executor", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
     rfaas::cli::apply_log_level(args);
     if (args.count("spec-fd")) {
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 #include <rdmalib/logger.hpp>
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
@@ -54,23 +54,24 @@ std::string executor_path() {
 int main(int argc, char **argv) {
   // Every spdlog call of the manager goes to the "manager" logger (stderr).
   spdlog::set_default_logger(rdmalib::log::get("manager"));
-  cxxopts::Options options("executor_manager",
-                           "rFaaS executor manager: leases this node's cores to clients.");
+  rfaas::cli::Options options("executor_manager",
+                              "rFaaS executor manager: leases this node's cores to clients.");
   options.add_options()("c,config", "configuration file (JSON, see config/README.md)",
-                        cxxopts::value<std::string>())(
+                        rfaas::cli::value<std::string>())(
       "device", "device entry to use (overrides the config's \"device\")",
-      cxxopts::value<std::string>())("devices", "device database (overrides \"device_database\")",
-                                     cxxopts::value<std::string>())(
+      rfaas::cli::value<std::string>())("devices",
+                                        "device database (overrides \"device_database\")",
+                                        rfaas::cli::value<std::string>())(
       "provider", "provider for the device (overrides the device entry)",
-      cxxopts::value<std::string>())("host", "address to listen on (overrides listen.host)",
-                                     cxxopts::value<std::string>())(
-      "port", "port to listen on, 0 = any (overrides listen.port)", cxxopts::value<int>())(
+      rfaas::cli::value<std::string>())("host", "address to listen on (overrides listen.host)",
+                                        rfaas::cli::value<std::string>())(
+      "port", "port to listen on, 0 = any (overrides listen.port)", rfaas::cli::value<int>())(
       "cores", "CPU list for workers, e.g. 1-3 (overrides resources.cores)",
-      cxxopts::value<std::string>())("skip-resource-manager",
-                                     "standalone: accept clients without a resource manager");
+      rfaas::cli::value<std::string>())("skip-resource-manager",
+                                        "standalone: accept clients without a resource manager");
   rfaas::cli::add_standard_options(options);
   return rfaas::cli::run(
-      "executor_manager", options, argc, argv, [&](const cxxopts::ParseResult &args) {
+      "executor_manager", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
         if (!args.count("config"))
           throw rfaas::cli::UsageError(
               "--config FILE is required (example: config/executor_manager.json)");

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 #include <rdmalib/log.hpp>
 #include <rdmalib/logger.hpp>
 #include <spdlog/spdlog.h>
@@ -34,14 +34,14 @@ int main(int argc, char **argv) {
   auto logger = rdmalib::log::get("resource_manager");
   spdlog::set_default_logger(logger);
 
-  cxxopts::Options options("resource_manager",
-                           "rFaaS resource manager: registers executor-manager nodes, grants "
-                           "leases, keeps accounting, serves the operators' REST API.");
+  rfaas::cli::Options options("resource_manager",
+                              "rFaaS resource manager: registers executor-manager nodes, grants "
+                              "leases, keeps accounting, serves the operators' REST API.");
   options.add_options()("c,config", "configuration file (JSON, see config/README.md)",
-                        cxxopts::value<std::string>());
+                        rfaas::cli::value<std::string>());
   rfaas::cli::add_standard_options(options);
   return rfaas::cli::run(
-      "resource_manager", options, argc, argv, [&](const cxxopts::ParseResult &args) {
+      "resource_manager", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
         if (!args.count("config"))
           throw rfaas::cli::UsageError(
               "--config FILE is required (example: config/resource_manager.json)");

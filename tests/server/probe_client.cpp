@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include <cxxopts.hpp>
+#include "options.hpp"
 #include <rdmalib/rdmalib.hpp>
 
 #include "protocol/protocol.hpp"
@@ -704,24 +704,24 @@ private:
 } // namespace
 
 int main(int argc, char **argv) {
-  cxxopts::Options options("rfaas_server_probe", "protocol v1 test client for executor_manager");
+  rfaas::cli::Options options("rfaas_server_probe", "protocol v1 test client for executor_manager");
   Options o;
-  options.add_options()("devices", "device database", cxxopts::value(o.devices))(
-      "device", "device entry", cxxopts::value(o.device))("manager", "host:port",
-                                                          cxxopts::value(o.manager))(
-      "library", "function library",
-      cxxopts::value(o.library))("cores", "workers", cxxopts::value(o.cores)->default_value("1"))(
-      "iterations", "echo round trips", cxxopts::value(o.iterations)->default_value("10000"))(
-      "payload", "echo payload bytes", cxxopts::value(o.payload)->default_value("8"))(
-      "slots", "input slots per worker", cxxopts::value(o.slots)->default_value("4"))(
-      "hot-ms", "hot polling timeout", cxxopts::value(o.hot_ms)->default_value("-1"))(
+  options.add_options()("devices", "device database", rfaas::cli::value(o.devices))(
+      "device", "device entry", rfaas::cli::value(o.device))(
+      "manager", "host:port", rfaas::cli::value(o.manager))("library", "function library",
+                                                            rfaas::cli::value(o.library))(
+      "cores", "workers", rfaas::cli::value(o.cores)->default_value("1"))(
+      "iterations", "echo round trips", rfaas::cli::value(o.iterations)->default_value("10000"))(
+      "payload", "echo payload bytes", rfaas::cli::value(o.payload)->default_value("8"))(
+      "slots", "input slots per worker", rfaas::cli::value(o.slots)->default_value("4"))(
+      "hot-ms", "hot polling timeout", rfaas::cli::value(o.hot_ms)->default_value("-1"))(
       "flood", "idle connections of the flood scenario",
-      cxxopts::value(o.flood)->default_value("100"))(
+      rfaas::cli::value(o.flood)->default_value("100"))(
       "no-vanish", "attack scenario without the peers that vanish at each step")(
       "scenario",
       "latency, errors, crash, pipeline, disconnect, busy-disconnect, hostile, "
       "oversized, attack, flood, all",
-      cxxopts::value(o.scenario)->default_value("all"))("h,help", "help");
+      rfaas::cli::value(o.scenario)->default_value("all"))("h,help", "help");
   try {
     auto args = options.parse(argc, argv);
     o.vanish = args.count("no-vanish") == 0;

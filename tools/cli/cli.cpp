@@ -9,7 +9,7 @@
 
 namespace rfaas::cli {
 
-void add_standard_options(cxxopts::Options &options, bool log_level) {
+void add_standard_options(Options &options, bool log_level) {
   options.add_options("Common")("h,help", "print this help and exit")(
       "version", "print the rFaaS version, the network backend and its library version");
   if (log_level)
@@ -17,7 +17,7 @@ void add_standard_options(cxxopts::Options &options, bool log_level) {
         "log-level",
         std::string("log level: ") + rdmalib::log::valid_levels() +
             " (default: $RFAAS_LOG_LEVEL, then the configuration, then warn)",
-        cxxopts::value<std::string>());
+        value<std::string>());
 }
 
 std::string version_text(std::string_view program) {
@@ -31,7 +31,7 @@ std::string version_text(std::string_view program) {
          rdmalib::Fabric::backend_name() + " " + backend_version;
 }
 
-rdmalib::log::Level apply_log_level(const cxxopts::ParseResult &args, std::string_view fallback) {
+rdmalib::log::Level apply_log_level(const ParseResult &args, std::string_view fallback) {
   std::string origin, value;
   if (args.count("log-level")) {
     origin = "--log-level";
@@ -52,11 +52,11 @@ rdmalib::log::Level apply_log_level(const cxxopts::ParseResult &args, std::strin
   return *level;
 }
 
-int run(std::string_view program, cxxopts::Options &options, int argc, char **argv,
-        const std::function<int(const cxxopts::ParseResult &)> &body) {
+int run(std::string_view program, Options &options, int argc, char **argv,
+        const std::function<int(const ParseResult &)> &body) {
   std::string prog(program);
   try {
-    cxxopts::ParseResult args = options.parse(argc, argv);
+    ParseResult args = options.parse(argc, argv);
     if (args.count("help")) {
       std::fputs(options.help().c_str(), stdout);
       return kSuccess;
@@ -68,7 +68,7 @@ int run(std::string_view program, cxxopts::Options &options, int argc, char **ar
     if (args.count("log-level") && !rdmalib::log::parse_level(args["log-level"].as<std::string>()))
       apply_log_level(args); // throws the usage error
     return body(args);
-  } catch (const cxxopts::exceptions::exception &e) {
+  } catch (const OptionError &e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", prog.c_str(), e.what());
     return kUsage;
   } catch (const UsageError &e) {

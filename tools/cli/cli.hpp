@@ -8,8 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include <cxxopts.hpp>
 #include <rdmalib/log.hpp>
+
+#include "options.hpp"
 
 namespace rfaas::cli {
 
@@ -23,7 +24,7 @@ struct UsageError : std::runtime_error {
 };
 
 /// Adds -h/--help, --version and (unless `log_level` is false) --log-level.
-void add_standard_options(cxxopts::Options &options, bool log_level = true);
+void add_standard_options(Options &options, bool log_level = true);
 
 /// "<program> (rFaaS 0.1.0), network backend libfabric 1.17.0".
 std::string version_text(std::string_view program);
@@ -33,14 +34,13 @@ std::string version_text(std::string_view program);
 /// binary's default). Applies it to every rFaaS logger and exports it in
 /// RFAAS_LOG_LEVEL so that child processes (zygote, executors) inherit it.
 /// Throws UsageError naming the valid levels for an unknown level.
-rdmalib::log::Level apply_log_level(const cxxopts::ParseResult &args,
-                                    std::string_view fallback = "warn");
+rdmalib::log::Level apply_log_level(const ParseResult &args, std::string_view fallback = "warn");
 
 /// Parses the command line, answers --help and --version, then runs `body`,
-/// mapping what escapes it to an exit status: cxxopts errors and UsageError
+/// mapping what escapes it to an exit status: OptionError and UsageError
 /// to 2 with "<program>: <message> (see --help)", other exceptions to 1 with
 /// "<program>: <message>".
-int run(std::string_view program, cxxopts::Options &options, int argc, char **argv,
-        const std::function<int(const cxxopts::ParseResult &)> &body);
+int run(std::string_view program, Options &options, int argc, char **argv,
+        const std::function<int(const ParseResult &)> &body);
 
 } // namespace rfaas::cli
