@@ -232,7 +232,7 @@ else
     scripts/fuzz.sh --smoke --build-dir "$build_root/fuzz"
 fi
 
-# ---- verbs backend in a soft-RoCE VM (owned by scripts/run-verbs-tests.sh)
+# ---- verbs backend in a soft-RoCE VM (scripts/run-verbs-tests.sh does the work)
 run_verbs() {
   # Keep its builds under this run's build root, next to the others.
   RFAAS_VERBS_BUILD_DIR=${RFAAS_VERBS_BUILD_DIR:-$build_root/verbs} \
