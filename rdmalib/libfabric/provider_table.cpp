@@ -42,7 +42,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        EndpointType::ReliableDatagram,
        11,
        false,
-       "tcp under RxM; connects lazily; no atomics"},
+       "tcp under RxM; connects lazily; atomics emulated by RxM"},
       {"shm",
        {"shared-memory"},
        EndpointType::ReliableDatagram,

@@ -24,7 +24,7 @@ struct ProviderPolicy {
   /// True when only processes on one node can talk (shm): never chosen
   /// automatically for an address that is not loopback.
   bool node_local;
-  /// Why the provider sits where it does, for rfaas-info.
+  /// Why the provider sits where it does (a note for readers of this table).
   const char *note;
 };
 

@@ -411,8 +411,9 @@ void Manager::accept_requests() {
   for (int i = 0; i < 16 && Clock::now() < budget; ++i) {
     rdmalib::ConnectionRequest req;
     try {
-      // Not 0 or 1 ms: the backend truncates the remaining time to whole
-      // milliseconds and gives up before reading its event queue (BACKEND-BUGS).
+      // poll() said a request is pending (or the listener has no fd and this
+      // is where the loop looks for requests): a short wait takes it, and a
+      // wake-up with nothing pending costs at most 5 ms.
       req = listener_.next_request(milliseconds(5));
     } catch (const rdmalib::Error &e) {
       if (e.kind() != rdmalib::ErrorKind::Timeout)
