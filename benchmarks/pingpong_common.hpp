@@ -11,6 +11,11 @@
 // a deadline; the client dies with its parent (PR_SET_PDEATHSIG) and the
 // parent notices a dead client from its spin loops, so a failure on either side
 // ends both processes promptly.
+//
+// Across two hosts (--role server on one, --role client on the other, the same
+// options on both) the out-of-band channel is a TCP connection to --oob
+// HOST:PORT instead; the two sides compare their options over it first, and a
+// side whose peer closes that connection during a measurement stops.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +34,9 @@
 #include <string>
 #include <vector>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -50,6 +58,10 @@ inline const char *mode_name(Mode m) { return m == Mode::Send ? "send" : "writei
 
 /// How a side waits for a completion.
 enum class WaitPolicy { Auto, Busy, Block };
+
+/// Which processes this invocation runs: both (fork, one host) or one side of
+/// a two-host run.
+enum class Role { Both, Server, Client };
 
 inline const char *wait_name(WaitPolicy w) {
   switch (w) {
@@ -75,6 +87,8 @@ struct Options {
   int server_core = 0;
   int client_core = 1;
   bool pin = true;
+  Role role = Role::Both;
+  std::string oob; // HOST:PORT of the server's out-of-band listener (two-host runs)
   int timeout_s = 60;
   double budget_s = 1.0; // per measurement; 0 = always run all iterations
   std::string csv;
@@ -157,7 +171,15 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
      rfaas::cli::value<std::string>()->default_value("tcp"))
     ("e,endpoint", "endpoint type: auto (provider's natural one), connected (or msg) or rdm",
      rfaas::cli::value<std::string>()->default_value("auto"))
-    ("host", "loopback address both sides use", rfaas::cli::value<std::string>()->default_value("127.0.0.1"))
+    ("host", "this host's address on the fabric (both sides on one host: the loopback address)",
+     rfaas::cli::value<std::string>()->default_value("127.0.0.1"))
+    ("role", "both (fork a server and a client on this host), or server / client for a run "
+     "across two hosts (start both with the same options and --oob)",
+     rfaas::cli::value<std::string>()->default_value("both"))
+    ("oob", "two-host runs: HOST:PORT where the server listens for the out-of-band TCP "
+     "connection (the server binds PORT on HOST, 0 = any free port, printed; the client "
+     "connects to it)",
+     rfaas::cli::value<std::string>())
     ("m,modes", "comma-separated: send, writeimm (alias write)",
      rfaas::cli::value<std::string>()->default_value("send,writeimm"))
     ("s,sizes", "comma-separated payload sizes (suffix K, M)",
@@ -243,6 +265,21 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
   o.server_core = r["server-core"].as<int>();
   o.client_core = r["client-core"].as<int>();
   o.pin = r.count("no-pin") == 0;
+  std::string role = r["role"].as<std::string>();
+  if (role == "both")
+    o.role = Role::Both;
+  else if (role == "server")
+    o.role = Role::Server;
+  else if (role == "client")
+    o.role = Role::Client;
+  else
+    throw std::invalid_argument("--role must be both, server or client, not '" + role + "'");
+  if (r.count("oob"))
+    o.oob = r["oob"].as<std::string>();
+  if (o.role != Role::Both && o.oob.empty())
+    throw std::invalid_argument("--role " + role + " needs --oob HOST:PORT");
+  if (o.role == Role::Both && !o.oob.empty())
+    throw std::invalid_argument("--oob is for two-host runs (--role server or client)");
   o.timeout_s = r["timeout"].as<int>();
   if (o.timeout_s <= 0)
     throw std::invalid_argument("--timeout must be positive");
@@ -333,6 +370,7 @@ struct Watchdog {
   Clock::time_point deadline;
   pid_t child = -1;      // server: the client process
   pid_t parent = -1;     // client: the server process
+  int peer_fd = -1;      // two-host runs: the out-of-band connection to the peer
   const char *what = ""; // what we are waiting for, for the timeout message
 
   void check() {
@@ -350,6 +388,15 @@ struct Watchdog {
     }
     if (parent > 0 && ::getppid() != parent)
       die("the server process went away while the client waited for %s", what);
+    if (peer_fd >= 0) {
+      // Nothing is sent out of band inside a measurement, so a readable
+      // connection with nothing to read means the peer has gone.
+      pollfd pfd{peer_fd, POLLIN, 0};
+      char byte;
+      if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR) ||
+                                     ::recv(peer_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0))
+        die("the peer closed the out-of-band connection while we waited for %s", what);
+    }
   }
   /// Remaining milliseconds until the deadline (at least 1).
   int remaining_ms() const {
@@ -586,11 +633,136 @@ inline void pin_to(int core) {
         std::strerror(errno));
 }
 
+/// What both sides of a two-host run must agree on: the schedule and the
+/// transport. Compared once over the out-of-band connection.
+inline std::string run_fingerprint(const Options &o) {
+  std::string f = o.program + " provider=" + o.provider + " endpoint=" + o.endpoint + " modes=";
+  for (Mode m : o.modes)
+    f += std::string(mode_name(m)) + ",";
+  f += " sizes=";
+  for (size_t z : o.sizes)
+    f += std::to_string(z) + ",";
+  f += " iters=" + std::to_string(o.iters) + " warmup=" + std::to_string(o.warmup) +
+       " wait=" + wait_name(o.wait) + " budget=" + std::to_string(o.budget_s);
+  return f;
+}
+
+/// HOST:PORT (HOST may be a bracketed IPv6 address) into its two parts.
+inline void split_host_port(const std::string &hp, std::string &host, std::string &port) {
+  size_t colon = hp.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == hp.size())
+    die("--oob expects HOST:PORT, got '%s'", hp.c_str());
+  host = hp.substr(0, colon);
+  port = hp.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+}
+
+/// The out-of-band TCP connection of a two-host run: the server binds and
+/// accepts one peer, the client connects, retrying until the deadline because
+/// the two sides are started independently (srun, ssh) in any order.
+inline int oob_connect(const Options &o, Clock::time_point deadline) {
+  std::string host, port;
+  split_host_port(o.oob, host, port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (o.role == Role::Server)
+    hints.ai_flags = AI_PASSIVE;
+  addrinfo *res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0)
+    die("--oob %s: %s", o.oob.c_str(), ::gai_strerror(rc));
+  int fd = -1;
+  if (o.role == Role::Server) {
+    int lfd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (lfd < 0 || ::bind(lfd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(lfd, 1) != 0)
+      die("--oob %s: cannot listen: %s", o.oob.c_str(), std::strerror(errno));
+    ::freeaddrinfo(res);
+    // With port 0 the system chooses one: print the real one for the client.
+    sockaddr_storage bound{};
+    socklen_t blen = sizeof bound;
+    char bhost[NI_MAXHOST] = "?", bport[NI_MAXSERV] = "?";
+    if (::getsockname(lfd, reinterpret_cast<sockaddr *>(&bound), &blen) == 0)
+      ::getnameinfo(reinterpret_cast<sockaddr *>(&bound), blen, bhost, sizeof bhost, bport,
+                    sizeof bport, NI_NUMERICHOST | NI_NUMERICSERV);
+    std::fprintf(stderr, "[server] waiting for the client on %s port %s\n", bhost, bport);
+    watchdog().what = "the client's out-of-band connection";
+    for (;;) {
+      pollfd pfd{lfd, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) > 0) {
+        fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0)
+          break;
+      }
+      watchdog().check();
+    }
+    ::close(lfd);
+  } else {
+    watchdog().what = "the server's out-of-band listener (is --role server running?)";
+    for (;;) {
+      for (addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+      if (fd >= 0)
+        break;
+      if (Clock::now() > deadline)
+        break;
+      ::usleep(100 * 1000);
+      watchdog().check();
+    }
+    ::freeaddrinfo(res);
+    if (fd < 0)
+      die("could not reach the server's out-of-band listener at %s by the deadline", o.oob.c_str());
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+/// One side of a two-host run. Returns the process exit code.
+inline int run_one_side(const Options &o, const std::function<void(Oob &)> &server,
+                        const std::function<void(Oob &)> &client) {
+  const bool is_server = o.role == Role::Server;
+  side_name() = is_server ? "server" : "client";
+  auto deadline = Clock::now() + std::chrono::seconds(o.timeout_s);
+  watchdog().deadline = deadline;
+  if (o.pin)
+    pin_to(is_server ? o.server_core : o.client_core);
+  int fd = oob_connect(o, deadline);
+  Oob oob(fd);
+  std::string mine = run_fingerprint(o);
+  oob.send_blob(std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<uint8_t> theirs_b = oob.recv_blob("the peer's options");
+  std::string theirs(theirs_b.begin(), theirs_b.end());
+  if (theirs != mine)
+    die("the two sides were started with different options:\n  this side: %s\n  the peer:  %s",
+        mine.c_str(), theirs.c_str());
+  watchdog().peer_fd = fd;
+  if (is_server)
+    server(oob);
+  else
+    client(oob);
+  watchdog().peer_fd = -1;
+  std::fflush(stdout);
+  ::close(fd);
+  return 0;
+}
+
 /// Fork into server (parent) and client (child) and run the two functions with
-/// the out-of-band channel. Returns the process exit code: 0 when both sides
-/// succeeded. The client prints the results.
+/// the out-of-band channel; or, with --role server/client, run one of them
+/// against a peer on another host. Returns the process exit code: 0 when both
+/// sides succeeded. The client prints the results.
 inline int run_pair(const Options &o, const std::function<void(Oob &)> &server,
                     const std::function<void(Oob &)> &client) {
+  if (o.role != Role::Both)
+    return run_one_side(o, server, client);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     die("socketpair: %s", std::strerror(errno));

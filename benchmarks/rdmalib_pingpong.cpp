@@ -81,7 +81,11 @@ public:
 
   void establish_server(Oob &oob) {
     rdmalib::Listener listener(fabric_, rdmalib::Address{o_.host, 0});
-    oob.send_value<uint16_t>(listener.address().port);
+    // The listener's own host, not --host: on two hosts the client's --host is
+    // its own address.
+    const rdmalib::Address at = listener.address();
+    oob.send_blob(std::vector<uint8_t>(at.host.begin(), at.host.end()));
+    oob.send_value<uint16_t>(at.port);
     watchdog().what = "the client's connection request";
     auto req = listener.next_request(std::chrono::milliseconds(watchdog().remaining_ms()));
     const auto &pd = req.private_data();
@@ -94,12 +98,13 @@ public:
   }
 
   void establish_client(Oob &oob) {
+    std::vector<uint8_t> host = oob.recv_blob("the server's listening address");
     uint16_t port = oob.recv_value<uint16_t>("the server's listening port");
     const rdmalib::RemoteBuffer &mine = buf_.remote();
     watchdog().what = "the connection to the server";
-    conn_ =
-        rdmalib::Connection::connect(fabric_, rdmalib::Address{o_.host, port}, &mine, sizeof mine,
-                                     std::chrono::milliseconds(watchdog().remaining_ms()));
+    conn_ = rdmalib::Connection::connect(
+        fabric_, rdmalib::Address{std::string(host.begin(), host.end()), port}, &mine, sizeof mine,
+        std::chrono::milliseconds(watchdog().remaining_ms()));
     const auto &pd = conn_.peer_private_data();
     if (pd.size() < sizeof(rdmalib::RemoteBuffer))
       die("the server's private data has %zu bytes, expected a RemoteBuffer", pd.size());
