@@ -44,6 +44,10 @@ struct Setup {
   std::string device = "lo-tcp";
   std::string manager_device; // empty: the client's
   std::string host = "127.0.0.1";
+  // Capabilities the run switches off (RDMALIB_DISABLE_CAPS, canonical order):
+  // checked on the client's negotiated network, so that a run meant to take
+  // the fallback paths cannot silently take the native ones.
+  std::string expect_masked;
   std::string devices = RFAAS_E2E_DEVICES;
   std::string manager_bin = RFAAS_E2E_MANAGER;
   std::string manager_config = RFAAS_E2E_MANAGER_CONFIG;
@@ -143,6 +147,19 @@ TEST_F(E2E, Allocation) {
   EXPECT_LE(c.allocated, c.workers_connected);
   EXPECT_LE(c.workers_connected, c.code_shipped);
   EXPECT_LE(c.code_shipped, c.ready);
+  if (!g.expect_masked.empty()) {
+    const std::string net = ex.describe_network();
+    EXPECT_NE(net.find(" masked=" + g.expect_masked + " "), std::string::npos) << net;
+    size_t at = 0;
+    while (at <= g.expect_masked.size()) {
+      size_t end = g.expect_masked.find(',', at);
+      if (end == std::string::npos)
+        end = g.expect_masked.size();
+      const std::string cap = g.expect_masked.substr(at, end - at);
+      EXPECT_NE(net.find(" " + cap + "=no"), std::string::npos) << cap << " is not off: " << net;
+      at = end + 1;
+    }
+  }
   ex.deallocate();
   EXPECT_FALSE(ex.allocated());
   // The same executor can lease again.
@@ -540,10 +557,12 @@ int main(int argc, char **argv) {
       g.manager_device = argv[++i];
     else if (a == "--host" && i + 1 < argc)
       g.host = argv[++i];
+    else if (a == "--expect-masked" && i + 1 < argc)
+      g.expect_masked = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--device NAME] [--devices FILE] [--manager-device NAME] "
-                   "[--host IP] [gtest flags]\n",
+                   "[--host IP] [--expect-masked CAP,...] [gtest flags]\n",
                    argv[0]);
       return 2;
     }
