@@ -5,7 +5,9 @@
 # --scenario flood: a valid hello each, then idle), and measures both
 # processes while the links are held: file descriptors, RSS and, on shm, the
 # shared-memory bytes in /dev/shm; then the same per link against the
-# baseline before the links, and the time to open them. Prints one row per
+# baseline before the links (taken after one warm-up lease), the time to open
+# them, and what the manager holds above its baseline once they have closed
+# (mgr_after: descriptors, KiB; both should be near 0). Prints one row per
 # (device, N); --csv appends them.
 #
 #   benchmarks/run-links.sh --build-dir build
@@ -84,15 +86,26 @@ fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 shm_kib() { du -sk /dev/shm 2>/dev/null | awk '{print $1}'; }
 ms_now() { date +%s%3N; }
+# Wait until a process's descriptor count and RSS stop changing (two equal
+# samples 100 ms apart, at most 5 s).
+settle() {
+  local last="" now
+  for _ in $(seq 50); do
+    now="$(fds "$1") $(rss_kib "$1")"
+    [[ $now == "$last" ]] && return 0
+    last=$now
+    sleep 0.1
+  done
+}
 
 # open_ms includes starting the client process (loading libfabric: ~0.3-0.5 s);
 # ms/link is the marginal cost, (open_ms - open_ms of the 1-link run) / (N - 1),
 # when the device ran with 1 link first.
-printf '%-8s %6s %9s %9s %11s %11s %11s %11s %12s\n' device links open_ms ms/link \
-  mgr_fd/link mgr_KiB/link cli_fd/link cli_KiB/link shm_KiB/link
+printf '%-8s %6s %9s %9s %11s %11s %11s %11s %12s %15s\n' device links open_ms ms/link \
+  mgr_fd/link mgr_KiB/link cli_fd/link cli_KiB/link shm_KiB/link "mgr_after(fd,KiB)"
 incomplete=0
 [[ -n $csv && ! -s $csv ]] &&
-  echo "device,links,opened,open_ms,manager_fds_per_link,manager_rss_kib_per_link,client_fds_per_link,client_rss_kib_per_link,shm_kib_per_link" >"$csv"
+  echo "device,links,opened,open_ms,manager_fds_per_link,manager_rss_kib_per_link,client_fds_per_link,client_rss_kib_per_link,shm_kib_per_link,manager_fds_after,manager_rss_kib_after" >"$csv"
 
 for dev in $devices_list; do
   one_ms= link_kib=
@@ -120,6 +133,12 @@ for dev in $devices_list; do
       cat "$work/manager.log" >&2
       exit 1
     fi
+    # One lease first, so that the baseline holds what the first allocation
+    # loads once (the executor's library, the zygote), not what a link costs.
+    "$probe" --devices "$repo/config/devices.json" --device "$dev" --manager "$manager_address" \
+      --library "$library" --scenario latency --iterations 20 >"$work/warm.out" 2>&1 ||
+      echo "run-links.sh: $dev: the warm-up lease failed: $(tail -n 2 "$work/warm.out")" >&2
+    settle "$manager_pid"
     base_mgr_fd=$(fds "$manager_pid") base_mgr_rss=$(rss_kib "$manager_pid")
     base_shm=$(shm_kib)
     rm -f "$work/hold" "$work/flood.out"
@@ -140,12 +159,21 @@ for dev in $devices_list; do
     line=$(grep '^flood: .* open' "$work/flood.out") ||
       { echo "run-links.sh: $n links on $dev did not open within 300 s" >&2; exit 1; }
     opened=$(echo "$line" | awk '{print $2}')
+    # The manager answers hellos in the background: measure once it has.
+    settle "$manager_pid"
     mgr_fd=$(fds "$manager_pid") mgr_rss=$(rss_kib "$manager_pid")
     cli_fd=$(fds "$flood_pid") cli_rss=$(rss_kib "$flood_pid")
     shm=$(shm_kib)
     exec {hold}>&-
     wait "$flood_pid" 2>/dev/null || true
     flood_pid=
+    # Everything a link took must come back when it closes.
+    for _ in $(seq 100); do
+      (($(fds "$manager_pid") <= base_mgr_fd)) && break
+      sleep 0.1
+    done
+    settle "$manager_pid"
+    after_fd=$(fds "$manager_pid") after_rss=$(rss_kib "$manager_pid")
     stop_manager
     if [[ $opened -ne $n ]]; then
       echo "run-links.sh: $dev: only $opened of $n links opened ($line)" >&2
@@ -157,7 +185,7 @@ for dev in $devices_list; do
     # which a large N amortises).
     row=("$dev" "$n" "$opened" "$((t1 - t0))" "$(per "$mgr_fd" "$base_mgr_fd")"
       "$(per "$mgr_rss" "$base_mgr_rss")" "$(per "$cli_fd" 0)" "$(per "$cli_rss" 0)"
-      "$(per "$shm" "$base_shm")")
+      "$(per "$shm" "$base_shm")" "$((after_fd - base_mgr_fd))" "$((after_rss - base_mgr_rss))")
     [[ $n -eq 1 ]] && one_ms=${row[3]}
     # Per link, both sides (the client's figure includes its process, so this
     # overestimates at small counts, which errs on the safe side).
@@ -165,8 +193,9 @@ for dev in $devices_list; do
     marginal=-
     [[ -n $one_ms && $n -gt 1 ]] &&
       marginal=$(awk -v t="${row[3]}" -v o="$one_ms" -v n="$opened" 'BEGIN { printf "%.1f", (t - o) / (n - 1) }')
-    printf '%-8s %6s %9s %9s %11s %11s %11s %11s %12s\n' "$dev" "$n" "${row[3]}" "$marginal" \
-      "${row[4]}" "${row[5]}" "${row[6]}" "${row[7]}" "${row[8]}"
+    printf '%-8s %6s %9s %9s %11s %11s %11s %11s %12s %15s\n' "$dev" "$n" "${row[3]}" "$marginal" \
+      "${row[4]}" "${row[5]}" "${row[6]}" "${row[7]}" "${row[8]}" \
+      "$((after_fd - base_mgr_fd)),$((after_rss - base_mgr_rss))"
     if [[ -n $csv ]]; then
       (IFS=,; echo "${row[*]}") >>"$csv"
     fi
