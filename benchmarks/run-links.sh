@@ -74,7 +74,9 @@ source "$repo/scripts/lib/manager.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-links.XXXXXX")
 flood_pid=
 cleanup() {
-  [[ -n $flood_pid ]] && kill -KILL "$flood_pid" 2>/dev/null
+  # Under set -e a failing test here would end the handler before the
+  # manager is stopped.
+  if [[ -n $flood_pid ]]; then kill -KILL "$flood_pid" 2>/dev/null || true; fi
   stop_manager
   rm -rf "$work"
 }
