@@ -56,6 +56,9 @@ set -e
 # ---- start, wait for the readiness line ------------------------------------------
 start() {
   local log=$1
+  # Created here: the background child opens it later, and a sed on a file
+  # that does not exist yet would end the script (set -e).
+  : >"$log"
   "$rm_bin" --config "$work/rm.json" 2>"$log" &
   pid=$!
   port=
