@@ -4,13 +4,16 @@
 //
 // One call is: header + payload written with one write_imm from registered
 // memory (rfaas::allocator, zero copy), the worker runs echo and writes header
-// + output back with one write_imm, the client busy-polls for it and copies
-// the output out. --hot-timeout sets how long the worker spins between calls
-// (-1 always, 0 never: every call then wakes a sleeping worker).
+// + output back with one write_imm straight into the registered output (no
+// copy on the client; --output plain: into a result slot, then copied into a
+// plain vector), the client busy-polls for it. --hot-timeout sets how long the
+// worker spins between calls (-1 always, 0 never: every call then wakes a
+// sleeping worker).
 #include "rfaas_common.hpp"
 
 #include <chrono>
 #include <cstring>
+#include <stdexcept>
 
 #include "options.hpp"
 
@@ -23,7 +26,8 @@ int main(int argc, char **argv) {
     ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8,1K,64K,1M"))
     ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", rfaas::cli::value<int32_t>()->default_value("-1"))
     ("n,iters", "measured calls per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)", rfaas::cli::value<size_t>()->default_value("0"))
-    ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", rfaas::cli::value<double>()->default_value("1"));
+    ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", rfaas::cli::value<double>()->default_value("1"))
+    ("output", "output memory: registered (rfaas::allocator, result written in place) or plain (copied out of a result slot)", rfaas::cli::value<std::string>()->default_value("registered"));
   // clang-format on
   rfaas::cli::ParseResult args;
   int status = 0;
@@ -34,6 +38,10 @@ int main(int argc, char **argv) {
     const size_t largest = *std::max_element(sizes.begin(), sizes.end());
     rfaas::device dev = rfaas::device_database::load(args["devices"].as<std::string>())
                             .find(args["device"].as<std::string>());
+    const std::string output_memory = args["output"].as<std::string>();
+    if (output_memory != "registered" && output_memory != "plain")
+      throw std::invalid_argument("--output must be registered or plain, not \"" + output_memory +
+                                  "\"");
     rfaas::executor ex(dev);
     rfaas::allocation_options o;
     o.cores = 1;
@@ -46,18 +54,25 @@ int main(int argc, char **argv) {
     const std::string provider = dev.provider.empty() ? dev.name : dev.provider;
     const std::string wait = "hot" + std::to_string(o.hot_timeout_ms);
     rfaas::bench::Csv csv(args["csv"].as<std::string>());
-    std::printf("# rfaas_invocation_benchmark device=%s provider=%s hot_timeout_ms=%d\n",
-                dev.name.c_str(), provider.c_str(), o.hot_timeout_ms);
+    std::printf("# rfaas_invocation_benchmark device=%s provider=%s hot_timeout_ms=%d output=%s\n",
+                dev.name.c_str(), provider.c_str(), o.hot_timeout_ms, output_memory.c_str());
     std::printf("%-10s %8s %7s %11s %11s %11s %11s\n", "mode", "size", "iters", "median_us",
                 "p99_us", "min_us", "mean_us");
     std::vector<uint8_t, rfaas::allocator<uint8_t>> in(largest, 1, rfaas::allocator<uint8_t>(ex));
-    std::vector<uint8_t> out(largest);
+    std::vector<uint8_t, rfaas::allocator<uint8_t>> registered_out(
+        output_memory == "registered" ? largest : 0, 0, rfaas::allocator<uint8_t>(ex));
+    std::vector<uint8_t> plain_out(output_memory == "plain" ? largest : 0);
+    const rfaas::mutable_buffer out = output_memory == "registered"
+                                          ? rfaas::mutable_buffer(registered_out.data(), largest)
+                                          : rfaas::mutable_buffer(plain_out.data(), largest);
+    const uint8_t *out_bytes = static_cast<const uint8_t *>(out.data);
     const double budget_s = args["budget"].as<double>();
     bench_json::Value doc = rfaas::bench::document("rfaas_invocation_benchmark", argc, argv, dev,
                                                    ex.describe_network(), args);
     doc["parameters"]["hot_timeout_ms"] = o.hot_timeout_ms;
     doc["parameters"]["iters"] = args["iters"].as<size_t>();
     doc["parameters"]["budget_s"] = budget_s;
+    doc["parameters"]["output"] = output_memory;
     for (size_t size : sizes) {
       size_t iters = args["iters"].as<size_t>();
       if (iters == 0)
@@ -73,7 +88,7 @@ int main(int argc, char **argv) {
         auto t0 = std::chrono::steady_clock::now();
         rfaas::result r = ex.execute("echo", input, out);
         auto t1 = std::chrono::steady_clock::now();
-        if (!r.ok() || r.output_size != size || out[0] != static_cast<uint8_t>(i)) {
+        if (!r.ok() || r.output_size != size || out_bytes[0] != static_cast<uint8_t>(i)) {
           std::fprintf(stderr, "call %zu of %zu B failed: %s\n", i, size,
                        rfaas::to_string(r.status));
           return 1;

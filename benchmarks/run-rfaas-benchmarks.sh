@@ -29,6 +29,7 @@ devices_db="$repo/config/devices.json"
 devices_list="lo-tcp"
 sizes="8,1K,64K,1M"
 hot=-1
+output=registered
 cold_reps=20
 repeat=3
 csv=""
@@ -42,6 +43,7 @@ usage() {
   echo "  --devices-list LIST   space-separated device entries (default: \"$devices_list\")"
   echo "  --sizes LIST          payload sizes (default: $sizes)"
   echo "  --hot-timeout MS      worker hot polling: -1 always, 0 never (default: $hot)"
+  echo "  --output MEM          registered (result written in place) or plain (copied; default: $output)"
   echo "  --cold-reps N         allocations in the cold benchmark (default: $cold_reps)"
   echo "  --repeat N            invocation + raw runs, paired (default: $repeat)"
   echo "  --csv FILE            append every row (rfaas, raw, cold) as CSV"
@@ -55,6 +57,7 @@ while [[ $# -gt 0 ]]; do
   --devices-list) devices_list=$2; shift 2 ;;
   --sizes) sizes=$2; shift 2 ;;
   --hot-timeout) hot=$2; shift 2 ;;
+  --output) output=$2; shift 2 ;;
   --cold-reps) cold_reps=$2; shift 2 ;;
   --repeat) repeat=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
@@ -128,7 +131,7 @@ for dev in $devices_list; do
       if [[ $which == rfaas ]]; then
         "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
           --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" \
-          --csv "$work/one.csv" "${jarg[@]}" >"$work/inv.out"
+          --output "$output" --csv "$work/one.csv" "${jarg[@]}" >"$work/inv.out"
         # The first run's own table is shown; the others only feed the summary.
         ((r > 0)) || cat "$work/inv.out"
         tail -n +2 "$work/one.csv" | sed "s/^/rfaas-csv,$r,/" >>"$rows"

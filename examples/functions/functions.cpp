@@ -115,6 +115,26 @@ RFAAS_FUNCTION(sleep_ms) {
   return 0;
 }
 
+/// Input: uint32 milliseconds, then any bytes. Sleeps that long (capped at
+/// 60 s), then echoes the bytes after the first four: a result that arrives
+/// late, for tests of abandoned invocations.
+RFAAS_FUNCTION(sleep_echo) {
+  uint32_t ms = 0;
+  if (in_size < sizeof ms)
+    return 0;
+  std::memcpy(&ms, in, sizeof ms);
+  if (ms > 60000)
+    ms = 60000;
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  const uint32_t n = in_size - static_cast<uint32_t>(sizeof ms);
+  if (n > out_capacity)
+    return 0;
+  std::memcpy(out, static_cast<const char *>(in) + sizeof ms, n);
+  return n;
+}
+
 /// Claims a 4 GiB - 1 output without writing anything: the executor must
 /// answer OutputTooLarge. For fault tests.
 RFAAS_FUNCTION(bad_output_size) { return UINT32_MAX; }

@@ -1,4 +1,4 @@
-// The rFaaS wire protocol, version 1: every message exchanged by clients,
+// The rFaaS wire protocol, version 2: every message exchanged by clients,
 // executor managers and executors, defined once.
 //
 // Rules (docs/protocol.md explains the flow and the reasons):
@@ -35,7 +35,7 @@ namespace rfaas::protocol {
 constexpr uint32_t kMagic = 0x53414652u;
 /// The version this code speaks. A peer speaking another version is answered
 /// with ErrorCode::VersionMismatch and closed; the Header layout never changes.
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 
 /// Most worker threads (leased cores) per allocation.
 constexpr uint32_t kMaxWorkers = 256;
@@ -155,7 +155,7 @@ struct WireResult {
 const char *to_string(MessageType t) noexcept;
 const char *to_string(ErrorCode c) noexcept;
 const char *to_string(WireError e) noexcept;
-/// "protocol: version mismatch: Header.version is not 1" style sentence.
+/// "protocol: version mismatch: Header.version is not 2" style sentence.
 std::string describe(const WireResult &r);
 /// The status to answer a malformed message with: VersionMismatch for a
 /// version mismatch, BadRequest otherwise (Ok for Ok).
@@ -486,6 +486,14 @@ struct Ready {
 
 /// Client -> worker: written at the start of an input slot, immediately
 /// followed by `payload_size` bytes, with one write_imm (see make_immediate).
+///
+/// Result target (version 2): when target_capacity is not 0, the client asks
+/// for the result to be written in place, into its own registered memory,
+/// instead of into its result slot: a successful result of n output bytes
+/// with n + 32 <= target_capacity is written as ResultHeader + output at
+/// (target, target_offset) with one write_imm whose status bits say "in
+/// place" (kImmInPlace). Every other outcome (an error, an output larger than
+/// the target) goes to the result slot as without a target.
 struct InvocationHeader {
   static constexpr MessageType kType = MessageType::Invocation;
   static constexpr const char *kName = "InvocationHeader";
@@ -500,7 +508,13 @@ struct InvocationHeader {
   /// The input slot this header is in (must match the immediate).
   uint16_t slot = 0;
   Reserved<uint16_t> reserved0;
-  Reserved<uint32_t> reserved1;
+  /// Bytes the target holds for ResultHeader + output; 0 = no target.
+  uint32_t target_capacity = 0;
+  /// The client's registered region the result may be written into
+  /// (remote-writable), addressed like every RemoteBuffer: (target, offset).
+  rdmalib::RemoteBuffer target;
+  /// Where in `target` the ResultHeader goes; the output follows it.
+  uint64_t target_offset = 0;
 
   template <class S, class F> static void fields(S &s, F &f) {
     f(s.header);
@@ -509,15 +523,27 @@ struct InvocationHeader {
     f(s.payload_size);
     f(s.slot);
     f(s.reserved0);
-    f(s.reserved1);
+    f(s.target_capacity);
+    f(s.target);
+    f(s.target_offset);
   }
   WireResult validate() const noexcept {
     if (slot >= kMaxSlots)
       return {WireError::TooLarge, 0, "InvocationHeader.slot must be below 256"};
-    if (payload_size > kMaxSlotSize - 32)
+    if (payload_size > kMaxSlotSize - 64)
       return {WireError::TooLarge, 0, "InvocationHeader.payload_size exceeds the largest slot"};
+    if (target_capacity != 0) {
+      if (target_capacity < 32 || target_capacity > kMaxSlotSize)
+        return {WireError::InvalidField, 0,
+                "InvocationHeader.target_capacity must be 0 or 32..2^30"};
+      if (target_offset > target.size || target.size - target_offset < target_capacity)
+        return {WireError::Inconsistent, 0,
+                "InvocationHeader.target_offset + target_capacity exceed the target"};
+    }
     return {};
   }
+  /// Whether the client named a result target.
+  bool has_target() const noexcept { return target_capacity != 0; }
   uint64_t trailing_bytes() const noexcept { return payload_size; }
 };
 
@@ -699,11 +725,14 @@ RFAAS_WIRE_OFFSET(Ready, worker, 12);
 RFAAS_WIRE_OFFSET(Ready, function_count, 16);
 RFAAS_WIRE_OFFSET(Ready, message, 24);
 
-RFAAS_WIRE_LAYOUT(InvocationHeader, 32);
+RFAAS_WIRE_LAYOUT(InvocationHeader, 64);
 RFAAS_WIRE_OFFSET(InvocationHeader, invocation_id, 8);
 RFAAS_WIRE_OFFSET(InvocationHeader, function, 16);
 RFAAS_WIRE_OFFSET(InvocationHeader, payload_size, 20);
 RFAAS_WIRE_OFFSET(InvocationHeader, slot, 24);
+RFAAS_WIRE_OFFSET(InvocationHeader, target_capacity, 28);
+RFAAS_WIRE_OFFSET(InvocationHeader, target, 32);
+RFAAS_WIRE_OFFSET(InvocationHeader, target_offset, 56);
 
 RFAAS_WIRE_LAYOUT(ResultHeader, 32);
 RFAAS_WIRE_OFFSET(ResultHeader, invocation_id, 8);
@@ -763,8 +792,9 @@ constexpr size_t kMaxAllocationRequestSize =
 //   bit 31 ............ 12 | 11 .... 8 | 7 ..... 0
 //   sequence (20 bits)     | status    | slot
 //
-// sequence = invocation_id & 0xFFFFF, status = ErrorCode (0 for invocations),
-// slot = the slot index. The header in the slot is authoritative; the
+// sequence = invocation_id & 0xFFFFF, status = ErrorCode (0 for invocations;
+// kImmInPlace for a result written at the invocation's target), slot = the
+// slot index. The header in the slot is authoritative; the
 // immediate lets the receiver find the slot without scanning and check that the
 // header it reads belongs to this notification. The completion's length is
 // never used (tcp reports 0).
@@ -776,10 +806,18 @@ constexpr uint32_t kImmSequenceMask = (1u << kImmSequenceBits) - 1;
 static_assert(kImmSlotBits + kImmStatusBits + kImmSequenceBits == 32, "immediate is 32 bits");
 static_assert(kMaxSlots == (1u << kImmSlotBits), "a slot index fits the immediate");
 
+/// Status bits of a result written in place, into the InvocationHeader's
+/// target rather than the result slot (the result's status is then Ok). Not
+/// an ErrorCode.
+constexpr uint32_t kImmInPlace = 0xFu;
+static_assert(kMaxErrorCode < kImmInPlace, "the in-place marker is not an ErrorCode");
+
 struct Immediate {
   uint32_t slot = 0;
   ErrorCode status = ErrorCode::Ok;
   uint32_t sequence = 0;
+  /// The result is at the invocation's target, not in the result slot.
+  bool in_place = false;
 };
 
 /// Immediate for a write into `slot` for invocation `invocation_id`. `slot`
@@ -790,8 +828,17 @@ constexpr uint32_t make_immediate(uint32_t slot, uint64_t invocation_id,
          ((static_cast<uint32_t>(status) & 0xFu) << 8) | (slot & 0xFFu);
 }
 
+/// Immediate for a successful result written at the invocation's target.
+constexpr uint32_t make_in_place_immediate(uint32_t slot, uint64_t invocation_id) noexcept {
+  return (static_cast<uint32_t>(invocation_id & kImmSequenceMask) << 12) | (kImmInPlace << 8) |
+         (slot & 0xFFu);
+}
+
 constexpr Immediate parse_immediate(uint32_t imm) noexcept {
-  return Immediate{imm & 0xFFu, static_cast<ErrorCode>((imm >> 8) & 0xFu), imm >> 12};
+  const uint32_t bits = (imm >> 8) & 0xFu;
+  return bits == kImmInPlace
+             ? Immediate{imm & 0xFFu, ErrorCode::Ok, imm >> 12, true}
+             : Immediate{imm & 0xFFu, static_cast<ErrorCode>(bits), imm >> 12, false};
 }
 
 /// True when `imm` was made for `invocation_id` (its low 20 bits).
@@ -930,9 +977,9 @@ inline WireResult check_header(const void *in, size_t len, Header &h) noexcept {
   if (h.magic != kMagic)
     return {WireError::BadMagic, 0, "Header.magic is not \"RFAS\""};
   if (h.version != kVersion)
-    return {WireError::VersionMismatch, 0, "Header.version is not 1"};
+    return {WireError::VersionMismatch, 0, "Header.version is not 2"};
   if (!is_known(h.type))
-    return {WireError::UnknownType, 0, "Header.type is not a version 1 message type"};
+    return {WireError::UnknownType, 0, "Header.type is not a version 2 message type"};
   return {WireError::Ok, sizeof(Header), ""};
 }
 

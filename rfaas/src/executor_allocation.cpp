@@ -367,8 +367,12 @@ void executor::impl::teardown(bool polite) noexcept {
                              proto::to_string(cs));
     }
     for (Slot &s : w.slots)
-      if (s.state == SlotState::InFlight && s.source)
-        --s.source->in_flight;
+      if (s.state == SlotState::InFlight) {
+        if (s.source)
+          --s.source->in_flight;
+        if (s.target)
+          --s.target->in_flight;
+      }
     w.conn.close();
   }
   if (polite && manager.is_open()) {

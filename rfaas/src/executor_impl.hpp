@@ -4,8 +4,10 @@
 // blocks of rfaas::allocator), written against rdmalib's public API only.
 //
 // Per worker the client keeps three registered buffers:
-//   results  slots x (32 + max_output)  remote-writable: the worker's results
-//   staging  slots x (32 + max_input)   header + copied payload for inputs that
+//   results  slots x (32 + max_output)  remote-writable: the worker's results,
+//                                       unless written in place (a result
+//                                       target in rfaas::allocator memory)
+//   staging  slots x (64 + max_input)   header + copied payload for inputs that
 //                                       are not rfaas::allocator memory
 //   control  (recvs + 1) x 256          a ControlChannel: receives for control
 //                                       messages and write_imm notifications,
@@ -110,6 +112,9 @@ struct Slot {
   result res;
   /// Zero-copy source whose prefix holds this invocation's header.
   detail::Registration *source = nullptr;
+  /// Registered block the result may be written into in place (its prefix
+  /// receives the ResultHeader); nullptr when results come to the slot.
+  detail::Registration *target = nullptr;
 };
 
 struct Worker {
@@ -165,6 +170,7 @@ struct executor::impl {
   uint32_t rr = 0;
   rdmalib::Completion comp_buf[16]; // progress()'s, see there
   cold_start cold;
+  copy_counters counters;
 
   // ---- setup helpers ----------------------------------------------------------
 
@@ -196,6 +202,15 @@ struct executor::impl {
   void worker_lost(Worker &w, status why) noexcept;
 
   void finish(Slot &s) noexcept;
+
+  /// The caller gave up on the invocation in `s` (timeout): its result is
+  /// dropped when it comes, and a result target's key is revoked so that a
+  /// late result cannot land in memory the caller already uses again.
+  void abandon(Slot &s) noexcept;
+
+  /// Replace the block's registration by a new one (new key): writes naming
+  /// the old key fail in the network instead of landing (executor_memory.cpp).
+  void revoke_target(detail::Registration &r) noexcept;
 
   void on_write_done(Worker &w, const rdmalib::Completion &c) noexcept;
 

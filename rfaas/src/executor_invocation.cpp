@@ -32,8 +32,27 @@ void executor::impl::finish(Slot &s) noexcept {
     --s.source->in_flight;
     s.source = nullptr;
   }
+  if (s.target) {
+    --s.target->in_flight;
+    s.target = nullptr;
+  }
   s.state = s.abandoned ? SlotState::Free : SlotState::Done;
   s.abandoned = false;
+}
+
+void executor::impl::abandon(Slot &s) noexcept {
+  // The slot stays busy until the late result (or the link's end): the
+  // worker may still read the input slot. Nobody reads the result.
+  s.abandoned = true;
+  s.out = mutable_buffer{};
+  if (s.target) {
+    // The worker may still write the result in place, after the caller got
+    // its timeout and reused the block: with a new key the write fails in
+    // the network (the worker then answers into the result slot instead).
+    revoke_target(*s.target);
+    --s.target->in_flight;
+    s.target = nullptr;
+  }
 }
 
 void executor::impl::on_write_done(Worker &w, const rdmalib::Completion &c) noexcept {
@@ -58,9 +77,22 @@ void executor::impl::on_result(Worker &w, uint32_t imm) noexcept {
   Slot &sl = w.slots[im.slot];
   if (sl.state != SlotState::InFlight || sl.result_in || !proto::immediate_matches(imm, sl.id))
     return; // stale or foreign: nothing waits for it
-  const char *at = w.results.data() + size_t(im.slot) * result_slot;
+  // In place: the header sits in the target block's prefix, right before the
+  // output, which is the caller's buffer itself.
+  const char *at;
+  size_t avail;
+  if (im.in_place && sl.target) {
+    at = static_cast<const char *>(sl.target->base) + Registration::kPrefix -
+         proto::kResultHeaderSize;
+    avail = proto::kResultHeaderSize + std::min(sl.out.size, sl.target->user_bytes);
+  } else {
+    at = w.results.data() + size_t(im.slot) * result_slot;
+    avail = result_slot;
+  }
   proto::ResultHeader h;
-  proto::WireResult r = proto::decode(at, result_slot, h);
+  proto::WireResult r = im.in_place && !sl.target
+                            ? proto::WireResult{proto::WireError::Inconsistent}
+                            : proto::decode(at, avail, h);
   result res;
   if (!r) {
     // The header is unusable; the immediate still says what happened.
@@ -73,6 +105,10 @@ void executor::impl::on_result(Worker &w, uint32_t imm) noexcept {
     if (h.status == proto::ErrorCode::Ok) {
       if (sl.abandoned) {
         // Nobody reads the output any more.
+      } else if (im.in_place) {
+        // Already where the caller wants it (decode checked it fits).
+        res.output_size = h.output_size;
+        ++counters.results_in_place;
       } else if (h.output_size > sl.out.size) {
         res.status = status::output_too_large;
         res.detail = h.output_size;
@@ -80,6 +116,7 @@ void executor::impl::on_result(Worker &w, uint32_t imm) noexcept {
         if (h.output_size)
           std::memcpy(sl.out.data, at + proto::kResultHeaderSize, h.output_size);
         res.output_size = h.output_size;
+        ++counters.results_copied;
       }
     }
   }
@@ -145,15 +182,22 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
   // Zero copy when the input is the start of one of our registered blocks
   // and its header room is not in use by another invocation.
   detail::Registration *reg = registry.find(input.data);
+  if (reg && !(reg->in_flight == 0 && input.size <= reg->user_bytes && reg->region.valid()))
+    reg = nullptr;
+  // The result is written in place when the output is the start of one of
+  // our blocks whose prefix is free (or holds this invocation's own input
+  // header: the result can only come after the worker received the input).
+  detail::Registration *target = registry.find(output.data);
+  if (target && !(!caps.endpoint_bound_memory && target->region.valid() &&
+                  (target->in_flight == 0 || target == reg)))
+    target = nullptr;
   rdmalib::LocalRef src;
   char *header_at;
-  if (reg && reg->in_flight == 0 && input.size <= reg->user_bytes) {
+  if (reg) {
     header_at = static_cast<char *>(const_cast<void *>(input.data)) - proto::kInvocationHeaderSize;
     src = reg->region.local(detail::Registration::kPrefix - proto::kInvocationHeaderSize,
                             proto::kInvocationHeaderSize + input.size);
-    ++reg->in_flight;
   } else {
-    reg = nullptr;
     header_at = w.staging.data() + size_t(s) * input_slot;
     if (input.size)
       std::memcpy(header_at + proto::kInvocationHeaderSize, input.data, input.size);
@@ -164,13 +208,18 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
   h.function = function;
   h.payload_size = static_cast<uint32_t>(input.size);
   h.slot = static_cast<uint16_t>(s);
+  if (target) {
+    const size_t room = std::min<size_t>(std::min(output.size, target->user_bytes),
+                                         proto::kMaxSlotSize - proto::kResultHeaderSize);
+    h.target_capacity = static_cast<uint32_t>(proto::kResultHeaderSize + room);
+    h.target = target->region.remote();
+    h.target_offset = Registration::kPrefix - proto::kResultHeaderSize;
+  }
   proto::encode(h, header_at, input_slot);
 
   rdmalib::Status st = w.ops.write_imm(src, w.input.buffer, uint64_t(s) * w.input.slot_size,
                                        proto::make_immediate(s, id), kWriteCtx | s);
   if (st != rdmalib::Status::Ok) {
-    if (reg)
-      --reg->in_flight;
     if (st == rdmalib::Status::Closed) {
       worker_lost(w, status::closed);
       return result{status::closed, 0, 0};
@@ -178,6 +227,11 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
     return result{st == rdmalib::Status::Timeout ? status::timeout : status::network_error, 0, 0};
   }
   ++w.writes_pending;
+  if (reg)
+    ++reg->in_flight;
+  if (target)
+    ++target->in_flight;
+  ++(reg ? counters.inputs_in_place : counters.inputs_copied);
   sl.state = SlotState::InFlight;
   sl.result_in = false;
   sl.write_done = false;
@@ -185,6 +239,7 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
   sl.id = id;
   sl.out = output;
   sl.source = reg;
+  sl.target = target;
   sl.res = result{};
   return sl.res;
 }
@@ -208,8 +263,7 @@ result executor::impl::complete(uint32_t wi, uint32_t s, Clock::time_point deadl
       if (Clock::now() > deadline && sl.state == SlotState::InFlight) {
         // The slot stays busy until the late result arrives, but nobody
         // reads it: the caller's output buffer may be gone by then.
-        sl.abandoned = true;
-        sl.out = mutable_buffer{};
+        abandon(sl);
         return result{status::timeout, 0, 0};
       }
     }
@@ -313,9 +367,7 @@ std::vector<result> executor::impl::execute_parallel(std::string_view fn,
             size_t &o = owner[size_t(k) * nworkers + w];
             if (o == SIZE_MAX)
               continue;
-            Slot &sl = workers[w].slots[k];
-            sl.abandoned = true;
-            sl.out = mutable_buffer{};
+            abandon(workers[w].slots[k]);
             results[o] = result{status::timeout, 0, 0};
             o = SIZE_MAX;
             --outstanding;
@@ -372,6 +424,11 @@ std::future<result> executor::async(std::string_view function, const_buffer inpu
       return result{status::closed, 0, 0};
     return p->complete(wi, s, Clock::now() + timeout);
   });
+}
+
+const copy_counters &executor::copies() const noexcept {
+  static const copy_counters none{};
+  return impl_ ? impl_->counters : none;
 }
 
 std::vector<result> executor::execute_parallel(std::string_view function,

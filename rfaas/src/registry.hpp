@@ -15,17 +15,28 @@
 
 namespace rfaas::detail {
 
-/// One block: [base, base + kPrefix) holds the invocation header when the
-/// block is sent zero-copy, the user's bytes follow.
+/// One block: [base, base + kPrefix) is the prefix room, the user's bytes
+/// follow. The prefix holds the InvocationHeader when the block is sent as
+/// input without a copy, and the ResultHeader (its last 32 bytes, right before
+/// the user's bytes) when a result is written into the block in place: the
+/// header and the output then arrive with one write.
 struct Registration {
-  /// Room before the user's bytes: 32 for the InvocationHeader, rounded up so
-  /// the user's data stays 64-byte aligned.
+  /// Room before the user's bytes: the 64-byte InvocationHeader, which also
+  /// keeps the user's data 64-byte aligned.
   static constexpr size_t kPrefix = 64;
   void *base = nullptr;
   size_t user_bytes = 0;
+  /// Bytes registered from base (prefix, user bytes, rounding).
+  size_t total = 0;
+  /// Registered for local access and remote write (the executor's workers
+  /// write results into it). Replaced by a fresh registration, with a new
+  /// key, when an invocation whose result target it is gets abandoned; invalid
+  /// when that re-registration failed (the block is then used like plain
+  /// memory).
   rdmalib::MemoryRegion region;
-  /// Invocations in flight whose header sits in this prefix: a second one must
-  /// not overwrite it (the executor's owner thread only).
+  /// Invocations in flight that use the prefix (as input header room or as
+  /// result target): another one must not overwrite it (the executor's owner
+  /// thread only).
   uint32_t in_flight = 0;
 };
 

@@ -143,10 +143,19 @@ private:
   /// longer be trusted).
   void end_after_crash(int sig);
 
+  /// A result written in place failed (the client's provider refused the
+  /// target: a revoked or malformed key, an address outside the region):
+  /// answer invocation `slot` in its result slot with BadRequest instead.
+  /// False when that cannot be posted either (the client is gone).
+  bool target_refused(uint32_t slot) noexcept;
+
   static constexpr uint64_t kSendCtx = 1ull << 40;
   static constexpr uint64_t kReadCtx = 2ull << 40;
   static constexpr uint64_t kResultCtx = 3ull << 40;
   static constexpr uint64_t kProbeCtx = 4ull << 40;
+  /// A result written at the client's result target; the low bits hold the slot.
+  static constexpr uint64_t kTargetCtx = 5ull << 40;
+  static constexpr uint64_t kCtxKindMask = 0xFFull << 40;
   static constexpr size_t kProbeBytes = 8;
   static constexpr std::chrono::milliseconds kProbeInterval{1000};
   static constexpr std::chrono::milliseconds kProbeDeadline{3000};
@@ -158,6 +167,8 @@ private:
   uint64_t nrecv_ = 0;
   uint32_t outstanding_ = 0;
   proto::BufferDescriptor rdesc_;
+  /// Invocation id of the result last written in place from each slot.
+  std::vector<uint64_t> target_ids_;
   // Buffers before the connection: members die in reverse order, and closing
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).

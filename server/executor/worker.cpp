@@ -52,6 +52,7 @@ void Worker::setup_and_serve() {
   rdesc_ = s_.results[index_];
   rslot_ = rdesc_.slot_size;
   nrecv_ = slots_ + 8;
+  target_ids_.assign(slots_, 0);
 
   proto::WorkerHello hello;
   hello.allocation_id = s_.spec.allocation_id;
@@ -235,9 +236,11 @@ void Worker::serve() {
     if (outstanding_ > 0) {
       size_t m = ops_.poll(rdmalib::Queue::Send, scomps, 16);
       for (size_t i = 0; i < m; ++i) {
-        if (scomps[i].status != rdmalib::Status::Ok)
-          ending = true; // the client is gone
-        else if (scomps[i].context == kProbeCtx)
+        if (scomps[i].status != rdmalib::Status::Ok) {
+          if ((scomps[i].context & kCtxKindMask) != kTargetCtx ||
+              !target_refused(static_cast<uint32_t>(scomps[i].context & 0xFFFFu)))
+            ending = true; // the client is gone
+        } else if (scomps[i].context == kProbeCtx)
           probing_ = false;
       }
       outstanding_ -= static_cast<uint32_t>(m);
@@ -403,11 +406,28 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
     }
   }
   res.invocation_id = id;
+  // The client's result target (validated by decode(); its key and address
+  // only the client's provider can check: a refusal comes back as a failed
+  // completion, see target_refused). The output was written into the guarded
+  // slot and goes out from there either way.
+  const bool in_place = r && h.has_target() && res.status == proto::ErrorCode::Ok;
+  if (in_place && proto::kResultHeaderSize + uint64_t(res.output_size) > h.target_capacity) {
+    res.status = proto::ErrorCode::OutputTooLarge;
+    res.detail = res.output_size;
+    res.output_size = 0;
+  }
   proto::encode(res, out, rslot_);
-  uint32_t rimm = proto::make_immediate(s, id, res.status);
-  rdmalib::Status st = ops_.write_imm(
-      output_mr_.local(output_.offset(s), proto::kResultHeaderSize + res.output_size),
-      rdesc_.buffer, uint64_t(s) * rslot_, rimm, kResultCtx);
+  const rdmalib::LocalRef src =
+      output_mr_.local(output_.offset(s), proto::kResultHeaderSize + res.output_size);
+  rdmalib::Status st;
+  if (in_place && res.status == proto::ErrorCode::Ok) {
+    target_ids_[s] = id;
+    st = ops_.write_imm(src, h.target, h.target_offset, proto::make_in_place_immediate(s, id),
+                        kTargetCtx | s);
+  } else {
+    st = ops_.write_imm(src, rdesc_.buffer, uint64_t(s) * rslot_,
+                        proto::make_immediate(s, id, res.status), kResultCtx);
+  }
   if (ran)
     done = Clock::now();
   if (st != rdmalib::Status::Ok)
@@ -432,6 +452,26 @@ bool Worker::crashed_off_its_slot(int sig, uint32_t s, uint32_t hash) noexcept {
   spdlog::error("executor {:x}: worker {}: function `{}` crashed with signal {} ({}) at {}",
                 s_.spec.allocation_id, index_, name, sig, strsignal(sig), at);
   return false;
+}
+
+bool Worker::target_refused(uint32_t s) noexcept {
+  if (s >= slots_)
+    return false;
+  spdlog::debug("executor {:x}: worker {}: the client refused the result target of slot {}",
+                s_.spec.allocation_id, index_, s);
+  proto::ResultHeader res;
+  res.slot = static_cast<uint16_t>(s);
+  res.invocation_id = target_ids_[s];
+  res.status = proto::ErrorCode::BadRequest;
+  char *out = output_.slot(s);
+  proto::encode(res, out, rslot_);
+  rdmalib::Status st = ops_.write_imm(
+      output_mr_.local(output_.offset(s), proto::kResultHeaderSize), rdesc_.buffer,
+      uint64_t(s) * rslot_, proto::make_immediate(s, res.invocation_id, res.status), kResultCtx);
+  if (st != rdmalib::Status::Ok)
+    return false;
+  ++outstanding_;
+  return true;
 }
 
 void Worker::end_after_crash(int sig) {

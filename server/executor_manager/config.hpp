@@ -74,7 +74,7 @@ struct ManagerConfig {
 
   /// Upper bounds on allocation requests (within the protocol's own limits).
   uint32_t max_input_slots = 16;
-  uint32_t max_slot_size = 1048608;
+  uint32_t max_slot_size = 1048640;
   uint64_t max_library_size = 64ull << 20;
   /// Limit given to an executor whose request says memory_mib = 0.
   uint32_t default_memory_mib = 256;

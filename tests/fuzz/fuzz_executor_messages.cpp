@@ -86,6 +86,13 @@ void input_slot(const uint8_t *data, size_t size) {
   }
   FUZZ_CHECK(proto::kInvocationHeaderSize + uint64_t(h.payload_size) <= size);
   FUZZ_CHECK(h.slot < proto::kMaxSlots);
+  // A result target the worker accepts lies inside the region it names and
+  // holds at least the result header.
+  if (h.has_target()) {
+    FUZZ_CHECK(h.target_capacity >= proto::kResultHeaderSize);
+    FUZZ_CHECK(h.target_offset <= h.target.size);
+    FUZZ_CHECK(h.target_offset + h.target_capacity <= h.target.size);
+  }
 }
 
 } // namespace

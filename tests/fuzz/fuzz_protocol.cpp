@@ -55,6 +55,18 @@ void one(const uint8_t *data, size_t size, const proto::Header &peeked, bool pee
   FUZZ_CHECK(first == second);
 }
 
+/// The result target of an accepted InvocationHeader is inside the region it
+/// names (offset + capacity computed without overflow) and holds the header.
+void invocation_target(const uint8_t *data, size_t size) {
+  proto::InvocationHeader m;
+  if (!proto::decode(data, size, m) || !m.has_target())
+    return;
+  FUZZ_CHECK(m.target_capacity >= proto::kResultHeaderSize);
+  FUZZ_CHECK(m.target_capacity <= proto::kMaxSlotSize);
+  FUZZ_CHECK(m.target_offset <= m.target.size &&
+             m.target.size - m.target_offset >= m.target_capacity);
+}
+
 void allocation_request(const uint8_t *data, size_t size, const proto::Header &peeked,
                         bool peek_ok) {
   proto::AllocationRequest m;
@@ -120,6 +132,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   one<proto::CodeHeader>(data, size, h, peek_ok);
   one<proto::Ready>(data, size, h, peek_ok);
   one<proto::InvocationHeader>(data, size, h, peek_ok);
+  invocation_target(data, size);
   one<proto::ResultHeader>(data, size, h, peek_ok);
   one<proto::Accounting>(data, size, h, peek_ok);
   one<proto::Shutdown>(data, size, h, peek_ok);

@@ -3,6 +3,7 @@
 // when it changes (run it again and commit the result):
 //   fuzz_seed_generator tests/fuzz/corpus
 // The JSON and ELF seeds are plain files kept next to them.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -117,9 +118,20 @@ int main(int argc, char **argv) {
   invocation.function = proto::function_hash("echo");
   invocation.payload_size = 8;
   invocation.slot = 3;
-  std::vector<uint8_t> invocation_slot = bytes_of(invocation, 64);
+  std::vector<uint8_t> invocation_slot = bytes_of(invocation, proto::kInvocationHeaderSize + 8);
   for (size_t i = 0; i < 8; ++i)
     invocation_slot[proto::kInvocationHeaderSize + i] = static_cast<uint8_t>('a' + i);
+  // With a result target (version 2): the prefix of a client's block.
+  proto::InvocationHeader targeted = invocation;
+  targeted.target = {0x7f0000200000ull, 0x1234, 4096 + 64};
+  targeted.target_offset = 32;
+  targeted.target_capacity = 32 + 4096;
+  std::vector<uint8_t> invocation_target = bytes_of(targeted, proto::kInvocationHeaderSize + 8);
+  std::copy(invocation_slot.begin() + proto::kInvocationHeaderSize, invocation_slot.end(),
+            invocation_target.begin() + proto::kInvocationHeaderSize);
+  // The same target one byte past its region: refused.
+  std::vector<uint8_t> invocation_target_outside = invocation_target;
+  invocation_target_outside[56] = 33; // target_offset, little-endian
   proto::ResultHeader result;
   result.invocation_id = 5;
   result.output_size = 4;
@@ -139,7 +151,7 @@ int main(int argc, char **argv) {
   proto::detail::Writer w{bare.data()};
   proto::Header::fields(static_cast<const proto::Header &>(header), w);
   std::vector<uint8_t> v2 = bytes_of(client_hello);
-  v2[4] = 2;
+  v2[4] = 1; // a peer of version 1, before result targets
   std::vector<uint8_t> unknown = bytes_of(shutdown);
   unknown[6] = 99;
   std::vector<uint8_t> truncated = allocation_request(2, 4);
@@ -160,6 +172,8 @@ int main(int argc, char **argv) {
   write(p, "code_header", bytes_of(code));
   write(p, "ready", bytes_of(ready));
   write(p, "invocation_slot", invocation_slot);
+  write(p, "invocation_target", invocation_target);
+  write(p, "invocation_target_outside", invocation_target_outside);
   write(p, "result_slot", result_slot);
   write(p, "accounting", bytes_of(accounting));
   write(p, "shutdown", bytes_of(shutdown));
@@ -216,7 +230,7 @@ int main(int argc, char **argv) {
   write(p, "accounting_report", bytes_of(report));
   write(p, "lease_proof", bytes_of(proof));
   write(p, "header_only", bare);
-  write(p, "version_2", v2);
+  write(p, "version_1", v2);
   write(p, "unknown_type", unknown);
 
   const char *m = "manager_messages";
@@ -227,7 +241,7 @@ int main(int argc, char **argv) {
   write(m, "allocation_request_truncated", truncated);
   write(m, "accounting", bytes_of(accounting));
   write(m, "shutdown", bytes_of(shutdown));
-  write(m, "version_2", v2);
+  write(m, "version_1", v2);
   write(m, "unknown_type", unknown);
 
   const char *e = "executor_messages";
@@ -250,8 +264,10 @@ int main(int argc, char **argv) {
   write(e, "code_header", bytes_of(code));
   write(e, "buffer_advertisement", bytes_of(record));
   write(e, "invocation_slot", invocation_slot);
+  write(e, "invocation_target", invocation_target);
+  write(e, "invocation_target_outside", invocation_target_outside);
   write(e, "shutdown", bytes_of(shutdown));
-  write(e, "version_2", v2);
+  write(e, "version_1", v2);
 
   if (g_failures)
     return 1;

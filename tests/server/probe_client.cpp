@@ -8,7 +8,8 @@
 //       [--cores 1] [--iterations 10000] [--payload 8] [--hot-ms -1] [--scenario all]
 //
 // Scenarios: "latency" (echo round trips, median and percentiles), "errors"
-// (unknown function, payload too large, output too large), "crash" (a crashing
+// (unknown function, payload too large, output too large, malformed result
+// targets; alone, also a result target with a forged key), "crash" (a crashing
 // function gives FunctionCrashed and the executor ends), "pipeline" (every
 // input slot of a worker busy at once), "disconnect" (the
 // client vanishes mid-lease), "busy-disconnect" (it vanishes while a
@@ -157,7 +158,7 @@ public:
       check(refused, "garbage hello -> refused");
     }
     // A malformed request, then one asking for too much.
-    hb[4] = 1;
+    hb[4] = static_cast<uint8_t>(proto::kVersion);
     Link l;
     l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
                                           sizeof hb, milliseconds(5000));
@@ -301,14 +302,14 @@ public:
     std::printf("flood: closed\n");
   }
 
-  /// A well-formed AllocationRequest for `cores` workers, one 64-byte slot
-  /// each, that no executor will ever serve (its result buffers are not real):
-  /// fills `req` and returns its descriptors.
+  /// A well-formed AllocationRequest for `cores` workers, one 128-byte input
+  /// slot and one 64-byte result slot each, that no executor will ever serve (its result buffers
+  /// are not real): fills `req` and returns its descriptors.
   static std::vector<proto::BufferDescriptor> unserved_request(uint32_t cores,
                                                                proto::AllocationRequest &req) {
     req.cores = cores;
     req.input_slots = 1;
-    req.input_slot_size = 64;
+    req.input_slot_size = 128;
     req.client_port = 1;
     req.library_size = 1;
     proto::set_text(req.client_host, "127.0.0.1");
@@ -496,6 +497,13 @@ public:
     proto::encode(h, slot, o_.slot_size);
     if (claimed_size) // forge a header announcing more than the slot holds
       std::memcpy(slot + 20, &claimed_size, 4);
+    if (forged_target_) { // raw bytes: encode() would refuse some of these
+      std::memcpy(slot + 28, &forged_capacity_, 4);
+      std::memcpy(slot + 32, &forged_.addr, 8);
+      std::memcpy(slot + 40, &forged_.key, 8);
+      std::memcpy(slot + 48, &forged_.size, 8);
+      std::memcpy(slot + 56, &forged_offset_, 8);
+    }
     std::memcpy(slot + proto::kInvocationHeaderSize, payload, size);
     uint32_t imm = proto::make_immediate(0, h.invocation_id);
     l.ops.write_imm(inputs_[w].local_bytes(0, proto::kInvocationHeaderSize + size), l.input.buffer,
@@ -576,10 +584,10 @@ public:
       std::memcpy(slot + proto::kInvocationHeaderSize, &h.invocation_id, 8);
       slot_id[s] = h.invocation_id;
       ++issued;
-      return l.ops.write_imm(inputs_[0].local_bytes(size_t(s) * size, 40), l.input.buffer,
-                             uint64_t(s) * l.input.slot_size,
-                             proto::make_immediate(s, h.invocation_id),
-                             100 + s) == rdmalib::Status::Ok;
+      return l.ops.write_imm(
+                 inputs_[0].local_bytes(size_t(s) * size, proto::kInvocationHeaderSize + 8),
+                 l.input.buffer, uint64_t(s) * l.input.slot_size,
+                 proto::make_immediate(s, h.invocation_id), 100 + s) == rdmalib::Status::Ok;
     };
     auto t0 = Clock::now();
     for (uint32_t s = 0; s < S && issued < total; ++s)
@@ -629,8 +637,44 @@ public:
     r = invoke(0, "bad_output_size", b, 8);
     check(r.status == proto::ErrorCode::OutputTooLarge && r.detail == UINT32_MAX,
           "oversized output -> output_too_large");
+    // Result targets (protocol version 2) the executor must survive.
+    forged_target_ = true;
+    forged_ = results_[0].remote();
+    forged_offset_ = forged_.size - 16; // runs past the region
+    forged_capacity_ = 64;
+    r = invoke(0, "echo", b, 8);
+    check(r.status == proto::ErrorCode::BadRequest,
+          "result target outside its region -> bad_request");
+    forged_offset_ = 0;
+    forged_capacity_ = 8; // cannot hold the result header
+    r = invoke(0, "echo", b, 8);
+    check(r.status == proto::ErrorCode::BadRequest, "result target below 32 bytes -> bad_request");
+    forged_target_ = false;
     r = invoke(0, "echo", b, 8);
     check(r.status == proto::ErrorCode::Ok, "the worker still serves after errors");
+    if (o_.scenario != "errors")
+      return; // a forged key may cost the link, which "all" still needs
+    forged_target_ = true;
+    forged_capacity_ = 64;
+    forged_.key ^= 0x5a5a5a5a5a5aull; // a key the client never registered
+    bool closed = false;
+    r = invoke(0, "echo", b, 8, 0, 5000, &closed);
+    forged_target_ = false;
+    if (closed) {
+      // Providers that end a connection on a write with an unknown key (tcp)
+      // end the link; the executor must still be alive for the next client.
+      std::printf("forged result key: this provider ended the link (allowed)\n");
+      return;
+    }
+    // shm drops a write with an unknown key without telling the writer: no
+    // answer at all (the invocation's slot stays busy) is allowed too.
+    if (r.status == proto::ErrorCode::Timeout)
+      std::printf("forged result key: this provider dropped the write silently (allowed)\n");
+    else
+      check(r.status == proto::ErrorCode::BadRequest,
+            "result target with a forged key -> bad_request from the result slot");
+    r = invoke(0, "echo", b, 8);
+    check(r.status == proto::ErrorCode::Ok, "the worker still serves after a refused target");
   }
 
   void crash() {
@@ -695,6 +739,12 @@ private:
   rdmalib::Listener listener_;
   rdmalib::Buffer<char> library_;
   std::vector<rdmalib::Buffer<char>> results_, inputs_;
+  /// invoke() writes this result target into the header when forged_target_.
+  bool forged_target_ = false;
+  rdmalib::RemoteBuffer forged_;
+  uint64_t forged_offset_ = 0;
+  uint32_t forged_capacity_ = 0;
+
   Link manager_;
   std::vector<Link> workers_;
   uint64_t allocation_ = 0, invocation_ = 0;

@@ -195,12 +195,12 @@ TYPED_TEST(MessageLayout, HeaderCarriesMagicVersionAndType) {
     r = p::encode(m, b.data(), b.size());
   }
   ASSERT_TRUE(r.ok()) << p::describe(r);
-  // "RFAS", version 1 little-endian, type little-endian.
+  // "RFAS", version 2 little-endian, type little-endian.
   EXPECT_EQ(b[0], 'R');
   EXPECT_EQ(b[1], 'F');
   EXPECT_EQ(b[2], 'A');
   EXPECT_EQ(b[3], 'S');
-  EXPECT_EQ(b[4], 1);
+  EXPECT_EQ(b[4], 2);
   EXPECT_EQ(b[5], 0);
   EXPECT_EQ(le16(&b[6]), static_cast<uint16_t>(TypeParam::kType));
 }
@@ -415,7 +415,7 @@ TEST(ProtocolRoundTrip, Ready) {
 
 TEST(ProtocolRoundTrip, InvocationHeaderInItsSlot) {
   std::vector<uint8_t> slot(1024);
-  p::InvocationHeader h = invocation(0xffffffffffull, 1024 - 32, 5);
+  p::InvocationHeader h = invocation(0xffffffffffull, 1024 - 64, 5);
   p::WireResult w = p::encode(h, slot.data(), slot.size());
   ASSERT_TRUE(w.ok()) << p::describe(w);
   EXPECT_EQ(w.size, p::kInvocationHeaderSize);
@@ -425,8 +425,51 @@ TEST(ProtocolRoundTrip, InvocationHeaderInItsSlot) {
   EXPECT_EQ(r.size, 1024u);
   EXPECT_EQ(back.invocation_id, 0xffffffffffull);
   EXPECT_EQ(back.function, p::function_hash("echo"));
-  EXPECT_EQ(back.payload_size, 1024u - 32);
+  EXPECT_EQ(back.payload_size, 1024u - 64);
   EXPECT_EQ(back.slot, 5);
+  EXPECT_FALSE(back.has_target());
+}
+
+TEST(ProtocolRoundTrip, InvocationHeaderWithAResultTarget) {
+  std::vector<uint8_t> slot(256);
+  p::InvocationHeader h = invocation(7, 16, 1);
+  h.target = remote(0x7f0000001000ull, 0x1122334455667788ull, 64 + 4096);
+  h.target_offset = 32;
+  h.target_capacity = 32 + 4096;
+  ASSERT_TRUE(p::encode(h, slot.data(), slot.size()).ok());
+  EXPECT_EQ(le32(&slot[28]), 32u + 4096);
+  EXPECT_EQ(le64(&slot[32]), 0x7f0000001000ull);
+  EXPECT_EQ(le64(&slot[40]), 0x1122334455667788ull);
+  EXPECT_EQ(le64(&slot[48]), 64u + 4096);
+  EXPECT_EQ(le64(&slot[56]), 32u);
+  p::InvocationHeader back;
+  ASSERT_TRUE(p::decode(slot.data(), slot.size(), back).ok());
+  EXPECT_TRUE(back.has_target());
+  EXPECT_EQ(back.target.key, 0x1122334455667788ull);
+  EXPECT_EQ(back.target_offset, 32u);
+  EXPECT_EQ(back.target_capacity, 32u + 4096);
+
+  // Targets a worker must refuse: too small for the result header, past the
+  // region's end (also when offset + capacity would overflow), too large.
+  auto refused = [&](uint64_t offset, uint32_t capacity, uint64_t size) {
+    p::InvocationHeader m = h;
+    m.target.size = size;
+    m.target_offset = offset;
+    m.target_capacity = capacity;
+    std::vector<uint8_t> b(256);
+    p::encode(h, b.data(), b.size());
+    std::memcpy(&b[28], &capacity, 4); // raw: encode() validates too
+    std::memcpy(&b[48], &size, 8);
+    std::memcpy(&b[56], &offset, 8);
+    p::InvocationHeader out;
+    return !p::decode(b.data(), b.size(), out).ok() && !p::encode(m, b.data(), b.size()).ok();
+  };
+  EXPECT_TRUE(refused(0, 31, 4096));
+  EXPECT_TRUE(refused(4096 - 63, 64, 4096));
+  EXPECT_TRUE(refused(~0ull - 10, 64, 4096));
+  EXPECT_TRUE(refused(4097, 32, 4096));
+  EXPECT_TRUE(refused(0, (1u << 30) + 1, ~0ull));
+  EXPECT_FALSE(refused(4096 - 64, 64, 4096));
 }
 
 TEST(ProtocolRoundTrip, ResultHeaderInItsSlot) {
@@ -508,15 +551,18 @@ TEST(ProtocolReject, BadMagic) {
 TEST(ProtocolReject, WrongVersionReportsThePeersVersion) {
   p::ClientHello m;
   auto b = bytes_of(m);
-  put16(&b[4], 2);
+  put16(&b[4], 3);
   p::ClientHello back;
   p::WireResult r = p::decode(b.data(), b.size(), back);
   EXPECT_EQ(r.error, p::WireError::VersionMismatch);
-  EXPECT_EQ(back.header.version, 2);
+  EXPECT_EQ(back.header.version, 3);
   EXPECT_EQ(p::reply_code(r.error), p::ErrorCode::VersionMismatch);
   p::Header h;
   EXPECT_EQ(p::peek(b.data(), b.size(), h).error, p::WireError::VersionMismatch);
-  EXPECT_EQ(h.version, 2);
+  EXPECT_EQ(h.version, 3);
+  // Version 1 (before result targets) is refused too.
+  put16(&b[4], 1);
+  EXPECT_EQ(p::decode(b.data(), b.size(), back).error, p::WireError::VersionMismatch);
   put16(&b[4], 0);
   EXPECT_EQ(p::decode(b.data(), b.size(), back).error, p::WireError::VersionMismatch);
 }
@@ -592,12 +638,12 @@ TEST(ProtocolReject, OversizedLengthsAndCounts) {
   // A payload larger than its slot: the header claims more than the slot has.
   std::vector<uint8_t> slot(256);
   ASSERT_TRUE(p::encode(invocation(1, 10, 0), slot.data(), slot.size()).ok());
-  put32(&slot[20], 256 - 32 + 1);
+  put32(&slot[20], 256 - 64 + 1);
   p::InvocationHeader h;
   EXPECT_EQ(p::decode(slot.data(), slot.size(), h).error, p::WireError::TooLarge);
   put32(&slot[20], 0xffffffffu);
   EXPECT_EQ(p::decode(slot.data(), slot.size(), h).error, p::WireError::TooLarge);
-  put32(&slot[20], 256 - 32);
+  put32(&slot[20], 256 - 64);
   EXPECT_TRUE(p::decode(slot.data(), slot.size(), h).ok());
 
   // Buffer advertisement: too many slots, slots larger than the buffer.
@@ -704,8 +750,8 @@ TEST(ProtocolEncode, RefusesSmallBuffersAndPayloadsThatDoNotFit) {
             p::WireError::BufferTooSmall);
 
   std::vector<uint8_t> slot(128);
-  EXPECT_TRUE(p::encode(invocation(1, 96, 0), slot.data(), slot.size()).ok());
-  EXPECT_EQ(p::encode(invocation(1, 97, 0), slot.data(), slot.size()).error,
+  EXPECT_TRUE(p::encode(invocation(1, 64, 0), slot.data(), slot.size()).ok());
+  EXPECT_EQ(p::encode(invocation(1, 65, 0), slot.data(), slot.size()).error,
             p::WireError::TooLarge);
 
   p::AllocationRequest m = allocation_request(2);

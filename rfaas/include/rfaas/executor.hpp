@@ -109,7 +109,7 @@ struct cold_start {
 /// Outcome of one invocation.
 struct result {
   rfaas::status status = status::ok;
-  /// Bytes of output copied into the caller's output buffer (ok only).
+  /// Bytes of output in the caller's output buffer (ok only).
   uint32_t output_size = 0;
   /// Extra fact for an error: the signal (function_crashed), the size the
   /// function produced (output_too_large), the largest payload
@@ -118,6 +118,24 @@ struct result {
 
   bool ok() const noexcept { return status == status::ok; }
   explicit operator bool() const noexcept { return ok(); }
+};
+
+/// Where the bytes of this executor's invocations travelled (counted since
+/// the executor was created; docs/runtime.md "Where data is copied").
+struct copy_counters {
+  /// Inputs written to the worker straight from rfaas::allocator memory.
+  uint64_t inputs_in_place = 0;
+  /// Inputs copied into a registered staging slot first (other memory, or
+  /// a block whose header room another invocation in flight uses).
+  uint64_t inputs_copied = 0;
+  /// Successful results the worker wrote straight into the caller's output
+  /// (rfaas::allocator memory): no copy on the client.
+  uint64_t results_in_place = 0;
+  /// Successful results copied out of a result slot into the caller's output.
+  uint64_t results_copied = 0;
+  /// Blocks re-registered (new key) because an invocation whose result they
+  /// were to receive was abandoned after its deadline.
+  uint64_t targets_revoked = 0;
 };
 
 class executor {
@@ -171,6 +189,11 @@ public:
   /// Zero copy: when input.data is the start of memory from rfaas::allocator
   /// (a std::vector<T, rfaas::allocator<T>>), the payload is written straight
   /// from it; other memory is copied into a registered staging slot first.
+  /// Likewise, when output.data is the start of such memory, the worker
+  /// writes the result straight into it; otherwise the result lands in a
+  /// result slot and is copied into `output`. Either way the bytes of
+  /// `output` past result::output_size are unspecified. After a timeout the
+  /// late result never lands in `output` (docs/runtime.md).
   /// The hot path allocates nothing and takes no lock.
   result execute(std::string_view function, const_buffer input, mutable_buffer output);
   result execute(std::string_view function, const_buffer input, mutable_buffer output,
@@ -193,8 +216,13 @@ public:
                                        const std::vector<const_buffer> &inputs,
                                        const std::vector<mutable_buffer> &outputs);
 
+  /// How the data of this executor's invocations travelled so far.
+  const copy_counters &copies() const noexcept;
+
   /// Registered memory for rfaas::allocator: `bytes` usable bytes, aligned to
-  /// 64, preceded by room for the invocation header. Throws std::bad_alloc.
+  /// 64, preceded by room for the invocation or result header. Registered for
+  /// remote write: this executor's workers write results into it when it is
+  /// an invocation's output. Throws std::bad_alloc.
   /// Thread-safe. The executor must outlive the memory and must not be moved
   /// while such memory exists.
   void *allocate_registered(size_t bytes);
