@@ -37,7 +37,7 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 all_targets=(protocol manager_messages executor_messages device_database server_list
-  manager_config elf_symbols)
+  manager_config rm_config elf_symbols)
 
 # Longest input worth trying per target: the largest AllocationRequest (with 256
 # descriptors) is 10544 bytes, a launch spec carries it in hex, ELF seeds are small

@@ -6,20 +6,23 @@
 #
 #   1. configure with -DRFAAS_NETWORK_BACKEND=verbs, warnings as errors, and
 #      build what the VM runs: rfaas-info, the unit and conformance suites,
-#      verbs_smoke and the end-to-end suite with everything it starts (the
-#      executor manager, executor and function libraries, so librfaas and the
-#      server build on verbs). The other targets (resource manager, tests of
-#      in-process code, fuzz replays, benchmarks) are backend-neutral code, with
-#      no backend header or #if above rdmalib/, that the libfabric build compiles
-#      from the same sources;
+#      verbs_smoke, the end-to-end suite and the resource manager's lease
+#      suite with everything they start (the resource manager, the executor
+#      manager, executor and function libraries, so librfaas and the servers
+#      build on verbs). The other targets (tests of in-process code, fuzz
+#      replays, benchmarks) are backend-neutral code, with no backend header
+#      or #if above rdmalib/, that the libfabric build compiles from the same
+#      sources;
 #   2. configure + build the libfabric backend's conformance suite for
 #      libfabric's verbs providers ("verbs" MSG and "verbs;ofi_rxm" RDM);
 #   3. test the VM runner's fallback from a KVM that cannot run the guest to
 #      TCG (tests/softroce/runner-test.sh, ~15 s), then
 #      boot one VM with rxe0 and rxe1 and run tests/softroce/guest-suite.sh:
-#      verbs_smoke, the conformance suite and the end-to-end suite (a real
-#      executor manager, zygote and executors) on rxe0 alone (loopback) and
-#      from rxe0 to rxe1, then the libfabric verbs-provider suite.
+#      verbs_smoke, the conformance suite, the end-to-end suite (a real
+#      executor manager, zygote and executors) and the lease suite (a real
+#      resource manager with an executor manager registered with it) on rxe0
+#      alone (loopback) and from rxe0 to rxe1, then the libfabric
+#      verbs-provider suite.
 #
 # On a machine WITH an RDMA NIC, no VM is needed: build as in step 1 and run
 #   RFAAS_TEST_SERVER_IP=<ip of the NIC> build-verbs/tests/rdmalib_conformance
@@ -33,10 +36,11 @@
 #                             (default build-verbs-libfabric)
 #   RFAAS_VERBS_JOBS          build parallelism (default 2)
 #   RFAAS_VERBS_VM_TIMEOUT    seconds for the whole VM run (default 900; a normal
-#                             run takes ~3-4 min in the VM: boot ~8 s, verbs_smoke
-#                             and the conformance suite on both topologies ~45 s,
-#                             the end-to-end suite on both ~50 s, the libfabric
-#                             verbs-provider suites ~20 s + ~50-160 s.
+#                             run takes ~8 min in the VM under TCG: boot ~8 s,
+#                             verbs_smoke and the conformance suite on both
+#                             topologies ~60 s, the end-to-end suite on both
+#                             ~115 s, the lease suite ~80 s, the libfabric
+#                             verbs-provider suites ~45 s + ~50-160 s.
 #                             900 leaves room for one step
 #                             to hit its own timeout and the rest to finish)
 #   RFAAS_VERBS_SKIP_LIBFABRIC=1  do not build/run the libfabric verbs providers
@@ -80,15 +84,18 @@ cmake -S . -B "$verbs_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${g1[@]}
   -DRFAAS_BUILD_BENCHMARKS=OFF >/dev/null ||
   { note "FAILED: cmake configure of the verbs backend"; exit 1; }
 # tests/softroce/guest-suite.sh runs these (rfaas_e2e_tests depends on the
-# manager, executor, client helper and function libraries it starts).
+# manager, executor, client helper and function libraries it starts;
+# rfaas_rm_lease_tests on the resource manager, executor manager, executor
+# and function library).
 vm_targets=(rfaas-info rdmalib_unit_tests rdmalib_conformance rdmalib_conformance_peer
-  verbs_smoke rfaas_e2e_tests)
+  verbs_smoke rfaas_e2e_tests rfaas_rm_lease_tests)
 cmake --build "$verbs_dir" -j "$jobs" --target "${vm_targets[@]}" ||
   { note "FAILED: build of the verbs backend"; exit 1; }
 # The guest reports a missing test binary as skipped; here, after the build,
 # one missing is a build problem.
 for bin in tools/rfaas-info tests/rdmalib_unit_tests tests/rdmalib_conformance \
-  tests/softroce/verbs_smoke tests/e2e/rfaas_e2e_tests; do
+  tests/softroce/verbs_smoke tests/e2e/rfaas_e2e_tests tests/resource_manager/rfaas_rm_lease_tests \
+  server/resource_manager/resource_manager; do
   [[ -x $verbs_dir/$bin ]] || { note "FAILED: no $verbs_dir/$bin after the build"; exit 1; }
 done
 note "verbs build done in $(elapsed "$t") s"

@@ -93,6 +93,7 @@ bool ControlChannel::send_idle() noexcept {
 }
 
 ChannelStatus ControlChannel::post_encoded(size_t size) noexcept {
+  refused_ = false;
   if (send_pending_ || size > opt_.send_size) {
     posted_ = false;
     return ChannelStatus::SendFailed;
@@ -103,6 +104,7 @@ ChannelStatus ControlChannel::post_encoded(size_t size) noexcept {
     return ChannelStatus::Closed;
   rdmalib::Status st = ops_.send(buf_.local_bytes(size_t(opt_.receives) * opt_.receive_size, size),
                                  opt_.send_context);
+  refused_ = st != rdmalib::Status::Ok;
   if (st == rdmalib::Status::Closed)
     return ChannelStatus::Closed;
   if (st != rdmalib::Status::Ok)
@@ -143,6 +145,7 @@ ChannelStatus ControlChannel::send_encoded(size_t size,
     return s;
   if (size > opt_.send_size) {
     posted_ = false;
+    refused_ = false;
     return ChannelStatus::SendFailed;
   }
   if (ChannelStatus s = post_encoded(size); s != ChannelStatus::Ok)
@@ -177,11 +180,11 @@ ControlMessage ControlChannel::take(const rdmalib::Completion &c) noexcept {
   // take the whole slot when the length is missing.
   size_t len = c.length ? std::min<size_t>(c.length, opt_.receive_size) : opt_.receive_size;
   std::memcpy(current_.data(), buf_.data() + slot * opt_.receive_size, len);
-  if (!repost(slot)) {
+  // The repost fails when the link is gone: the peer hung up after this
+  // message (a refusal is answered, then the link closed). The message
+  // arrived whole and is handed over; the next call reports the close.
+  if (!repost(slot))
     closed_ = true;
-    m.status = ChannelStatus::Closed;
-    return m;
-  }
   m.data = current_.data();
   m.size = len;
   m.wire = peek(m.data, m.size, m.header);

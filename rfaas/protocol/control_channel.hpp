@@ -11,7 +11,9 @@
 //
 // Receiving: every control message that arrives is checked (peek), copied out
 // of its receive slot and the slot is posted again at once, so the ring never
-// runs dry while the owner looks at a message. The copy is what next(),
+// runs dry while the owner looks at a message. A message that arrived before
+// the link closed is still handed over (its slot then cannot be posted
+// again); the close is reported by the next call. The copy is what next(),
 // poll(), take() and await() hand back; it stays valid until the next call
 // that receives on this channel.
 //
@@ -178,9 +180,11 @@ public:
     ControlMessage m = next(deadline);
     return decode_as(m, out, wire);
   }
-  /// Send `m`, then await a reply of type R. A send that fails does not end
-  /// the wait: a peer that refuses may answer and hang up before this side
-  /// sees its send complete; a closed link without a reply ends in Closed.
+  /// Send `m`, then await a reply of type R. A send that fails, or that finds
+  /// the link already closed, does not end the wait: a peer that refuses may
+  /// answer and hang up before this side sees its send complete, or before
+  /// this side even sends (an unasked refusal); its answer is still in the
+  /// receive ring. A closed link without a reply ends in Closed.
   template <class M, class R>
   ChannelStatus send_and_await(const M &m, R &reply, ControlClock::time_point deadline,
                                WireResult *wire = nullptr) {
@@ -229,6 +233,7 @@ private:
     WireResult r = encode(m, area(), opt_.send_size);
     if (!r) {
       posted_ = false;
+      refused_ = false;
       return ChannelStatus::SendFailed;
     }
     size = r.size;
@@ -250,10 +255,17 @@ private:
   template <class R>
   ChannelStatus after_send(ChannelStatus s, R &reply, ControlClock::time_point deadline,
                            WireResult *wire) {
-    // Only a message that never left (not encoded, not posted) or a deadline
-    // that passed ends the wait here; a failed completion may still be answered.
-    if (s == ChannelStatus::Timeout || (s != ChannelStatus::Ok && !posted_))
+    // A deadline that passed, or a message that never reached the provider
+    // (not encoded, too large), ends the wait here. A failed completion may
+    // still be answered: the receive side decides.
+    if (s == ChannelStatus::Timeout || (s != ChannelStatus::Ok && !posted_ && !refused_))
       return s;
+    if (s != ChannelStatus::Ok && !posted_) {
+      // The provider refused the post: the link is gone. An answer the peer
+      // sent before it hung up is already here; take it, wait for nothing.
+      ControlMessage m = poll();
+      return m.status == ChannelStatus::Timeout ? s : decode_as(m, reply, wire);
+    }
     return await(reply, deadline, wire);
   }
   template <class R> ChannelStatus decode_as(const ControlMessage &m, R &out, WireResult *wire) {
@@ -283,6 +295,8 @@ private:
   bool send_pending_ = false;
   /// The last send was posted (whatever its completion said).
   bool posted_ = false;
+  /// The provider refused to post the last send (the link is closed or gone).
+  bool refused_ = false;
   bool sent_ok_ = false;
   bool send_failed_ = false;
   bool closed_ = false;

@@ -168,9 +168,24 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
     proof.memory_mib = o.lease_memory_mib;
     proof.cores = o.lease_cores;
     std::memcpy(proof.token.bytes, o.token.data(), proto::kTokenSize);
-    if (!proto::set_text(proof.client, o.lease_client) ||
-        manager_channel.send(proof, Clock::now() + deadlines.connect) != proto::ChannelStatus::Ok)
-      fail(phase::allocation, status::network_error, "cannot present the lease (LeaseProof)");
+    if (!proto::set_text(proof.client, o.lease_client))
+      fail(phase::allocation, status::invalid_argument, "the lease's client name is too long");
+    proto::ChannelStatus ps = manager_channel.send(proof, Clock::now() + deadlines.connect);
+    if (ps != proto::ChannelStatus::Ok) {
+      // The manager may have refused the lease and hung up before this side
+      // saw its send complete (it also refuses, unasked, when the resource
+      // manager tells it the lease ended while this client connects): the
+      // refusal is then waiting in the receive ring, and names the cause.
+      proto::AllocationResponse refusal;
+      if (ps != proto::ChannelStatus::Timeout &&
+          manager_channel.await(refusal, Clock::now() + deadlines.connect) ==
+              proto::ChannelStatus::Ok &&
+          refusal.status != proto::ErrorCode::Ok)
+        fail(phase::allocation, from_wire(refusal.status),
+             std::string(proto::get_text(refusal.message)));
+      fail(phase::allocation, status::network_error,
+           std::string("cannot present the lease (LeaseProof): ") + proto::to_string(ps));
+    }
   }
   proto::AllocationRequest req;
   req.cores = nworkers;

@@ -1,64 +1,34 @@
 #include "resource_manager/config.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
-#include <initializer_list>
-#include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include <rdmalib/config_node.hpp>
 
 namespace rfaas::rm {
 
 namespace {
 
-using nlohmann::json;
+using Node = rdmalib::ConfigNode;
 
-struct Reader {
-  std::string origin;
+constexpr const char *kLogLevels = "trace, debug, info, warn, error, critical, off";
+constexpr const char *kTokenHint =
+    "an administrator token of at least 16 characters for changes through the REST API "
+    "(e.g. `openssl rand -hex 32`)";
 
-  [[noreturn]] void fail(const std::string &key, const std::string &why) const {
-    throw ConfigError(origin + ": " + key + ": " + why);
-  }
-
-  void only(const json &obj, const std::string &where,
-            std::initializer_list<const char *> keys) const {
-    if (!obj.is_object())
-      fail(where.empty() ? "(top level)" : where, "expected an object");
-    for (auto it = obj.begin(); it != obj.end(); ++it) {
-      bool known = false;
-      std::string valid;
-      for (const char *k : keys) {
-        known |= it.key() == k;
-        valid += valid.empty() ? k : std::string(", ") + k;
-      }
-      if (!known)
-        fail(where.empty() ? it.key() : where + "." + it.key(),
-             "unknown key (valid keys here: " + valid + ")");
+bool parse_log_level(std::string_view text, std::string &out) {
+  for (const char *l : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (text == l) {
+      out = l;
+      return true;
     }
   }
-
-  std::string text(const json &v, const std::string &key) const {
-    if (!v.is_string())
-      fail(key, "expected a string");
-    return v.get<std::string>();
-  }
-
-  uint64_t number(const json &v, const std::string &key, uint64_t lo, uint64_t hi) const {
-    if (!v.is_number_integer())
-      fail(key, "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-    if (v.is_number_unsigned()) {
-      uint64_t n = v.get<uint64_t>();
-      if (n < lo || n > hi)
-        fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
-                      std::to_string(n));
-      return n;
-    }
-    int64_t n = v.get<int64_t>();
-    if (n < 0 || static_cast<uint64_t>(n) < lo || static_cast<uint64_t>(n) > hi)
-      fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
-                    std::to_string(n));
-    return static_cast<uint64_t>(n);
-  }
-};
+  return false;
+}
 
 std::string resolve(const std::string &path, const std::string &base_dir) {
   if (path.empty() || path[0] == '/' || base_dir.empty())
@@ -66,149 +36,149 @@ std::string resolve(const std::string &path, const std::string &base_dir) {
   return base_dir + "/" + path;
 }
 
+/// The administrator token: http.token, or the first line of http.token_file.
+std::string read_token(const Node &root, const std::string &base_dir) {
+  Node h = root.required("http",
+                         std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
+  h.expect_object({"host", "port", "threads", "token", "token_file"});
+  if (h.has("token") && h.has("token_file"))
+    h.fail("both \"token\" and \"token_file\" given; expected one of them");
+  if (h.has("token_file")) {
+    Node f = h["token_file"];
+    std::string file = resolve(f.nonempty_string(), base_dir);
+    std::ifstream in(file);
+    if (!in) {
+      int err = errno;
+      f.fail("cannot read " + file + ": " + std::strerror(err ? err : ENOENT) +
+             "; expected a file whose first line is " + kTokenHint);
+    }
+    std::string token;
+    std::getline(in, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
+      token.pop_back();
+    if (token.size() < 16)
+      f.fail("the first line of " + file + " has " + std::to_string(token.size()) +
+             " characters; expected " + kTokenHint);
+    return token;
+  }
+  Node t = h.required("token", std::string("\"token\" or \"token_file\": ") + kTokenHint);
+  std::string token = t.string();
+  if (token.size() < 16)
+    t.fail("too short (" + std::to_string(token.size()) + " characters); expected " + kTokenHint);
+  return token;
+}
+
+void read_http(const Node &root, ResourceManagerConfig &c, const std::string &base_dir) {
+  c.admin_token = read_token(root, base_dir);
+  Node h = root["http"];
+  h.optional("host", c.http_host);
+  h.optional("port", c.http_port, 0, 65535);
+  h.optional("threads", c.http_threads, 1, 64);
+}
+
+void read_leases(const Node &root, RegistryOptions &r) {
+  if (!root.has("leases"))
+    return;
+  Node l = root["leases"];
+  l.expect_object({"default_duration_ms", "max_duration_ms", "max_nodes"});
+  constexpr uint64_t kMonth = 30ull * 86400000;
+  l.optional("default_duration_ms", r.default_lease_ms, 1000, kMonth);
+  l.optional("max_duration_ms", r.max_lease_ms, 1000, kMonth);
+  l.optional("max_nodes", r.max_nodes_per_lease, 1, 1024);
+  if (r.default_lease_ms <= r.max_lease_ms)
+    return;
+  // Name the key the file gave; the other one holds its default.
+  if (l.has("default_duration_ms"))
+    l["default_duration_ms"].fail("longer than leases.max_duration_ms (" +
+                                  std::to_string(r.max_lease_ms) + "); expected at most that");
+  l["max_duration_ms"].fail("shorter than the default lease (leases.default_duration_ms, " +
+                            std::to_string(r.default_lease_ms) + "); expected at least that");
+}
+
+void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir) {
+  if (!root.has("fabric"))
+    return;
+  Node f = root["fabric"];
+  f.expect_object({"device_database", "device", "host", "port", "accept_timeout_ms", "heartbeat_ms",
+                   "registration_window_ms", "idle_timeout_ms", "max_connections"});
+  fc.enabled = true;
+  fc.device_database = resolve(
+      f.required("device_database", "the device database, e.g. \"devices.json\"").nonempty_string(),
+      base_dir);
+  fc.device =
+      f.required("device", "the device entry to listen on, e.g. \"lo-tcp\"").nonempty_string();
+  f.optional("host", fc.host);
+  f.optional("port", fc.port, 0, 65535);
+  f.optional("accept_timeout_ms", fc.accept_timeout_ms, 10, 10'000);
+  f.optional("heartbeat_ms", fc.heartbeat_ms, 10, 600'000);
+  f.optional("registration_window_ms", fc.registration_window_ms, 1000, 86'400'000);
+  f.optional("idle_timeout_ms", fc.idle_timeout_ms, 100, 600'000);
+  f.optional("max_connections", fc.max_connections, 1, 100'000);
+}
+
+ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {
+  ResourceManagerConfig c;
+  root.expect_object(
+      {"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms", "log"});
+  if (root.has("database"))
+    c.database = root["database"].nonempty_string();
+  c.database = resolve(c.database, base_dir);
+  read_http(root, c, base_dir);
+  if (root.has("placement"))
+    c.registry.policy = root["placement"].enumeration(parse_placement_policy, "spread, pack");
+  read_leases(root, c.registry);
+  if (root.has("nodes")) {
+    Node n = root["nodes"];
+    n.expect_object({"heartbeat_timeout_ms"});
+    n.optional("heartbeat_timeout_ms", c.registry.heartbeat_timeout_ms, 100, 3'600'000);
+  }
+  read_fabric(root, c.fabric, base_dir);
+  // Nodes are asked to beat faster than they are declared down; name the key
+  // the file gave (the other one holds its default).
+  if (c.fabric.enabled && c.fabric.heartbeat_ms >= c.registry.heartbeat_timeout_ms) {
+    const std::string timeout = std::to_string(c.registry.heartbeat_timeout_ms);
+    if (root["fabric"].has("heartbeat_ms"))
+      root["fabric"]["heartbeat_ms"].fail("not shorter than nodes.heartbeat_timeout_ms (" +
+                                          timeout + "); expected less than that");
+    root["nodes"]["heartbeat_timeout_ms"].fail("not longer than fabric.heartbeat_ms (" +
+                                               std::to_string(c.fabric.heartbeat_ms) +
+                                               ", the default); expected more than that");
+  }
+  root.optional("tick_ms", c.tick_ms, 10, 60'000);
+  if (root.has("log")) {
+    Node l = root["log"];
+    l.expect_object({"level"});
+    if (l.has("level"))
+      c.log_level = l["level"].enumeration(parse_log_level, kLogLevels);
+  }
+  return c;
+}
+
 } // namespace
 
 ResourceManagerConfig ResourceManagerConfig::load(const std::string &path) {
-  std::ifstream in(path);
-  if (!in)
-    throw ConfigError(path + ": cannot open (see config/resource_manager.json for an example)");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  try {
+    text = rdmalib::ConfigNode::read_file(
+        path, "the resource manager configuration (example: config/resource_manager.json)");
+  } catch (const rdmalib::Error &e) {
+    throw ConfigError(e.what());
+  }
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  return parse(ss.str(), path, dir);
+  return parse(text, path, dir);
 }
 
 ResourceManagerConfig ResourceManagerConfig::parse(const std::string &text,
                                                    const std::string &origin,
                                                    const std::string &base_dir) {
-  Reader r{origin};
-  json doc;
+  // One reader and one message format for every configuration file
+  // (rdmalib::ConfigNode); reported as the resource manager's ConfigError.
   try {
-    doc = json::parse(text);
-  } catch (const json::exception &e) {
-    // parse_error, and out_of_range for a number too large for a double
-    // (1e400: what fuzzing found escaping the other readers).
-    throw ConfigError(origin + ": not valid JSON: " + e.what());
+    nlohmann::json doc = rdmalib::ConfigNode::parse(text, origin);
+    return read_config(rdmalib::ConfigNode(doc, origin), base_dir);
+  } catch (const rdmalib::Error &e) {
+    throw ConfigError(e.what());
   }
-  ResourceManagerConfig c;
-  r.only(doc, "", {"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms", "log"});
-  if (doc.contains("database")) {
-    c.database = r.text(doc["database"], "database");
-    if (c.database.empty())
-      r.fail("database", "must name a file");
-  }
-  c.database = resolve(c.database, base_dir);
-
-  std::string token, token_file;
-  if (doc.contains("http")) {
-    const json &h = doc["http"];
-    r.only(h, "http", {"host", "port", "threads", "token", "token_file"});
-    if (h.contains("host"))
-      c.http_host = r.text(h["host"], "http.host");
-    if (h.contains("port"))
-      c.http_port = static_cast<uint16_t>(r.number(h["port"], "http.port", 0, 65535));
-    if (h.contains("threads"))
-      c.http_threads = static_cast<uint32_t>(r.number(h["threads"], "http.threads", 1, 64));
-    if (h.contains("token"))
-      token = r.text(h["token"], "http.token");
-    if (h.contains("token_file"))
-      token_file = resolve(r.text(h["token_file"], "http.token_file"), base_dir);
-  }
-  if (!token.empty() && !token_file.empty())
-    r.fail("http", "give either token or token_file, not both");
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in)
-      r.fail("http.token_file", "cannot read " + token_file);
-    std::getline(in, token);
-    while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
-      token.pop_back();
-  }
-  if (token.size() < 16)
-    r.fail(token_file.empty() ? "http.token" : "http.token_file",
-           "an administrator token of at least 16 characters is required for changes through "
-           "the REST API (e.g. `openssl rand -hex 32`)");
-  c.admin_token = token;
-
-  if (doc.contains("placement")) {
-    std::string p = r.text(doc["placement"], "placement");
-    if (!parse_placement_policy(p, c.registry.policy))
-      r.fail("placement", "expected \"spread\" or \"pack\", got \"" + p + "\"");
-  }
-  if (doc.contains("leases")) {
-    const json &l = doc["leases"];
-    r.only(l, "leases", {"default_duration_ms", "max_duration_ms", "max_nodes"});
-    if (l.contains("default_duration_ms"))
-      c.registry.default_lease_ms =
-          r.number(l["default_duration_ms"], "leases.default_duration_ms", 1000, 30ull * 86400000);
-    if (l.contains("max_duration_ms"))
-      c.registry.max_lease_ms =
-          r.number(l["max_duration_ms"], "leases.max_duration_ms", 1000, 30ull * 86400000);
-    if (l.contains("max_nodes"))
-      c.registry.max_nodes_per_lease =
-          static_cast<uint32_t>(r.number(l["max_nodes"], "leases.max_nodes", 1, 1024));
-  }
-  if (c.registry.default_lease_ms > c.registry.max_lease_ms)
-    r.fail("leases.default_duration_ms", "must not exceed leases.max_duration_ms");
-  if (doc.contains("nodes")) {
-    const json &n = doc["nodes"];
-    r.only(n, "nodes", {"heartbeat_timeout_ms"});
-    if (n.contains("heartbeat_timeout_ms"))
-      c.registry.heartbeat_timeout_ms =
-          r.number(n["heartbeat_timeout_ms"], "nodes.heartbeat_timeout_ms", 100, 3600000);
-  }
-  if (doc.contains("fabric")) {
-    const json &f = doc["fabric"];
-    r.only(f, "fabric",
-           {"device_database", "device", "host", "port", "accept_timeout_ms", "heartbeat_ms",
-            "registration_window_ms", "idle_timeout_ms", "max_connections"});
-    FabricConfig &fc = c.fabric;
-    fc.enabled = true;
-    if (!f.contains("device_database"))
-      r.fail("fabric.device_database", "required: the device database (e.g. \"devices.json\")");
-    if (!f.contains("device"))
-      r.fail("fabric.device", "required: the device entry to listen on (e.g. \"lo-tcp\")");
-    fc.device_database = resolve(r.text(f["device_database"], "fabric.device_database"), base_dir);
-    fc.device = r.text(f["device"], "fabric.device");
-    if (f.contains("host"))
-      fc.host = r.text(f["host"], "fabric.host");
-    if (f.contains("port"))
-      fc.port = static_cast<uint16_t>(r.number(f["port"], "fabric.port", 0, 65535));
-    if (f.contains("accept_timeout_ms"))
-      fc.accept_timeout_ms =
-          r.number(f["accept_timeout_ms"], "fabric.accept_timeout_ms", 10, 10'000);
-    if (f.contains("heartbeat_ms"))
-      fc.heartbeat_ms =
-          static_cast<uint32_t>(r.number(f["heartbeat_ms"], "fabric.heartbeat_ms", 10, 600'000));
-    if (f.contains("registration_window_ms"))
-      fc.registration_window_ms =
-          r.number(f["registration_window_ms"], "fabric.registration_window_ms", 1000, 86'400'000);
-    if (f.contains("idle_timeout_ms"))
-      fc.idle_timeout_ms = r.number(f["idle_timeout_ms"], "fabric.idle_timeout_ms", 100, 600'000);
-    if (f.contains("max_connections"))
-      fc.max_connections = static_cast<uint32_t>(
-          r.number(f["max_connections"], "fabric.max_connections", 1, 100'000));
-  }
-  if (c.fabric.enabled && c.fabric.heartbeat_ms >= c.registry.heartbeat_timeout_ms)
-    r.fail("fabric.heartbeat_ms", "must be shorter than nodes.heartbeat_timeout_ms (" +
-                                      std::to_string(c.registry.heartbeat_timeout_ms) + ")");
-  if (doc.contains("tick_ms"))
-    c.tick_ms = r.number(doc["tick_ms"], "tick_ms", 10, 60000);
-  if (doc.contains("log")) {
-    const json &l = doc["log"];
-    r.only(l, "log", {"level"});
-    if (l.contains("level")) {
-      c.log_level = r.text(l["level"], "log.level");
-      static const char *levels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-      bool ok = false;
-      for (const char *lv : levels)
-        ok |= c.log_level == lv;
-      if (!ok)
-        r.fail("log.level", "expected trace, debug, info, warn, error, critical or off, got \"" +
-                                c.log_level + "\"");
-    }
-  }
-  return c;
 }
 
 } // namespace rfaas::rm

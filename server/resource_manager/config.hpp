@@ -1,7 +1,8 @@
 // The resource manager's configuration (config/resource_manager.json,
-// described in config/README.md and docs/resource_manager.md). Read strictly:
-// an unknown key, a wrong type or a value out of range is an error naming the
-// file, the key and what is allowed.
+// described in config/README.md and docs/resource_manager.md). Read strictly
+// with the reader every configuration file of rFaaS goes through
+// (rdmalib::ConfigNode): an unknown key, a wrong type or a value out of range
+// is one line, "<file>: <JSON path>: <problem>; <expected>".
 #pragma once
 
 #include <cstdint>
@@ -58,7 +59,7 @@ struct ResourceManagerConfig {
   uint64_t tick_ms = 250;
   std::string log_level = "info";
 
-  /// Reads `path`. Throws ConfigError.
+  /// Reads `path`. Throws ConfigError (also when the file cannot be read).
   static ResourceManagerConfig load(const std::string &path);
   /// Parses JSON text; `origin` names it in errors and relative paths are
   /// resolved against `base_dir`.

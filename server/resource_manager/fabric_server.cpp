@@ -236,6 +236,35 @@ bool FabricServer::serve(Peer &p, Registry &registry) {
 
 void FabricServer::handle(Peer &p, const proto::ControlMessage &m, Registry &registry) {
   using T = proto::MessageType;
+  // Requests that get an answer are timed for /metrics.
+  LatencyHistogram *timed = nullptr;
+  if (latencies_) {
+    switch (m.header.type) {
+    case T::NodeRegister:
+      timed = &latencies_->fabric_register;
+      break;
+    case T::LeaseRequest:
+      timed = &latencies_->fabric_lease;
+      break;
+    case T::LeaseRenew:
+      timed = &latencies_->fabric_renew;
+      break;
+    case T::LeaseRelease:
+      timed = &latencies_->fabric_release;
+      break;
+    default:
+      break;
+    }
+  }
+  if (!timed)
+    return dispatch(p, m, registry);
+  const auto t0 = Clock::now();
+  dispatch(p, m, registry);
+  timed->observe(std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+void FabricServer::dispatch(Peer &p, const proto::ControlMessage &m, Registry &registry) {
+  using T = proto::MessageType;
   switch (m.header.type) {
   case T::NodeRegister:
     return on_register(p, m, registry);

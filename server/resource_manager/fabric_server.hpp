@@ -35,6 +35,7 @@
 #include "protocol/rm_messages.hpp"
 #include "resource_manager/config.hpp"
 #include "resource_manager/loop.hpp"
+#include "resource_manager/metrics.hpp"
 
 namespace rfaas::rm {
 
@@ -57,6 +58,10 @@ public:
   /// Open connections (for tests and metrics).
   size_t connections() const { return peers_.size(); }
 
+  /// Where the time to answer registrations and lease requests is observed
+  /// (the REST API's /metrics page). Set before the loop starts.
+  void observe_latencies(RequestLatencies *latencies) { latencies_ = latencies; }
+
 private:
   using Clock = std::chrono::steady_clock;
   struct Peer;
@@ -66,6 +71,7 @@ private:
   /// Reads and handles what `p` sent; false when the connection ended.
   bool serve(Peer &p, Registry &registry);
   void handle(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  void dispatch(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_register(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_lease_request(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_renew(Peer &p, const protocol::ControlMessage &m, Registry &registry);
@@ -90,6 +96,7 @@ private:
   std::map<std::string, uint64_t> last_registration_;
   /// Notices for nodes that were not connected, sent when they register.
   std::map<std::string, std::vector<protocol::LeaseEnded>> pending_;
+  RequestLatencies *latencies_ = nullptr;
 };
 
 } // namespace rfaas::rm

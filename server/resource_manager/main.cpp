@@ -80,8 +80,17 @@ int main(int argc, char **argv) {
           logger->warn("no \"fabric\" block in the configuration: REST only, no node can "
                        "register and no client can lease");
         }
-        loop.start();
+        // The fabric's request latencies go to the REST API's /metrics page.
         rfaas::rm::RestServer rest(loop, cfg.admin_token);
+        if (fabric)
+          fabric->observe_latencies(&rest.latencies());
+        loop.start();
+        // Whichever way this scope ends (rest.start() may throw), the loop
+        // stops before the fabric and the latencies it uses are destroyed.
+        struct StopLoop {
+          rfaas::rm::Loop &loop;
+          ~StopLoop() { loop.stop(); }
+        } stop_loop{loop};
         rest.start(cfg.http_host, cfg.http_port, cfg.http_threads);
         if (fabric)
           std::fprintf(stderr, "resource_manager: fabric on %s (provider %s)\n",

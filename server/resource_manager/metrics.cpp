@@ -81,10 +81,14 @@ std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &la
   metric(out, "rfaas_rm_cores_leased", "gauge", "Cores held by active leases.", s.cores_leased);
   const char *h = "rfaas_rm_request_duration_seconds";
   out += std::string("# HELP ") + h +
-         " Time to answer a request, by interface and kind (read or write).\n# TYPE " + h +
+         " Time to answer a request, by interface (http, fabric) and kind.\n# TYPE " + h +
          " histogram\n";
   latencies.http_read.render(out, h, "interface=\"http\",kind=\"read\"");
   latencies.http_write.render(out, h, "interface=\"http\",kind=\"write\"");
+  latencies.fabric_register.render(out, h, "interface=\"fabric\",kind=\"register\"");
+  latencies.fabric_lease.render(out, h, "interface=\"fabric\",kind=\"lease\"");
+  latencies.fabric_renew.render(out, h, "interface=\"fabric\",kind=\"renew\"");
+  latencies.fabric_release.render(out, h, "interface=\"fabric\",kind=\"release\"");
   return out;
 }
 

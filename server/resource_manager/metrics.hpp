@@ -1,7 +1,8 @@
 // Metrics in the Prometheus text exposition format (version 0.0.4).
 // Counters and gauges of the registry are read on the loop thread; request
-// latencies are observed by the threads that serve the requests, so the
-// histogram is lock-free (atomics).
+// latencies are observed by the threads that serve the requests (the HTTP
+// threads, the loop thread for fabric requests), so the histogram is
+// lock-free (atomics).
 #pragma once
 
 #include <array>
@@ -45,6 +46,13 @@ RegistrySnapshot snapshot(const Registry &registry);
 struct RequestLatencies {
   LatencyHistogram http_read;
   LatencyHistogram http_write;
+  /// Fabric requests, from the message taken off the receive ring to the
+  /// answer queued for sending: placement, the SQLite transaction and the
+  /// token MACs, without the network.
+  LatencyHistogram fabric_register;
+  LatencyHistogram fabric_lease;
+  LatencyHistogram fabric_renew;
+  LatencyHistogram fabric_release;
 };
 
 /// The whole /metrics page.

@@ -8,7 +8,7 @@ const char *to_string(PlacementPolicy p) {
   return p == PlacementPolicy::Spread ? "spread" : "pack";
 }
 
-bool parse_placement_policy(const std::string &text, PlacementPolicy &out) {
+bool parse_placement_policy(std::string_view text, PlacementPolicy &out) {
   if (text == "spread")
     out = PlacementPolicy::Spread;
   else if (text == "pack")

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rfaas::rm {
@@ -14,7 +15,7 @@ namespace rfaas::rm {
 /// that still fits (keeps whole nodes free for large leases).
 enum class PlacementPolicy { Spread, Pack };
 const char *to_string(PlacementPolicy p);
-bool parse_placement_policy(const std::string &text, PlacementPolicy &out);
+bool parse_placement_policy(std::string_view text, PlacementPolicy &out);
 
 /// A node that may take new leases (up, not drained), with what it has free.
 struct NodeCapacity {

@@ -1,8 +1,9 @@
 // rfaas::protocol::ControlChannel over every configured provider on loopback:
 // messages arrive in order, send_and_await() keeps data completions that
-// arrive meanwhile, next() honours its deadline, and a peer's goodbye or
-// close is reported. Both sides are driven by their own thread (manual
-// progress providers move data only while a side polls or waits).
+// arrive meanwhile, next() honours its deadline, a peer's goodbye or close is
+// reported, and an answer sent just before a close is still awaited. Both
+// sides are driven by their own thread (manual progress providers move data
+// only while a side polls or waits).
 #include "common.hpp"
 
 #include <cstring>
@@ -184,6 +185,50 @@ TEST_P(ControlChannelTest, PeerCloseIsDetected) {
       [&] {
         ASSERT_TRUE(ready.wait());
         link.client.close();
+      });
+}
+
+// A peer that refuses answers and hangs up before this side's next message
+// (the executor manager refuses a lease that way): send_and_await() of that
+// next message must hand back the answer: whether the provider refuses the
+// post because the link is gone (sockets) or fails the send's completion
+// (verbs), and although the answer's receive slot cannot be posted again.
+TEST_P(ControlChannelTest, AnswerBeforeACloseIsAwaitedAfterAFailedSend) {
+  if (client_fabric_->capabilities().endpoint != rdmalib::EndpointType::Connected)
+    GTEST_SKIP() << "reliable-datagram link: the peer's close is a goodbye on the receive queue, "
+                    "not a refused post, and shm crashes on a send to a link closed in this "
+                    "same process (docs/BACKEND-BUGS.md); the executor manager's refusals on "
+                    "datagram providers are covered by rm.lease.lo-rxm and rm.lease.lo-shm";
+  Link link = make_link(*server_fabric_, *client_fabric_, link_options());
+  ASSERT_TRUE(link.server.is_open() && link.client.is_open());
+  proto::ControlChannel server(*server_fabric_, link.server, channel_options());
+  proto::ControlChannel client(*client_fabric_, link.client, channel_options());
+  CloseLinkFirst close_first{link};
+  Event closed;
+  run_both(
+      [&] {
+        proto::Ready first;
+        ASSERT_EQ(server.await(first, in(kDeadline)), ChannelStatus::Ok);
+        proto::AllocationResponse refusal;
+        refusal.status = proto::ErrorCode::LeaseInvalid;
+        proto::set_text(refusal.message, "lease ended");
+        ASSERT_EQ(server.send(refusal, in(kDeadline)), ChannelStatus::Ok) << server.last_error();
+        link.server.close();
+        closed.post();
+      },
+      [&] {
+        ASSERT_EQ(client.send(proto::Ready{}, in(kDeadline)), ChannelStatus::Ok)
+            << client.last_error();
+        ASSERT_TRUE(closed.wait());
+        proto::Ready second;
+        proto::AllocationResponse answer;
+        ASSERT_EQ(client.send_and_await(second, answer, in(kDeadline)), ChannelStatus::Ok)
+            << client.last_error();
+        EXPECT_EQ(answer.status, proto::ErrorCode::LeaseInvalid);
+        EXPECT_EQ(proto::get_text(answer.message), "lease ended");
+        // The close comes after the answer, and stays.
+        EXPECT_EQ(client.next(in(kDeadline)).status, ChannelStatus::Closed);
+        EXPECT_TRUE(client.closed());
       });
 }
 

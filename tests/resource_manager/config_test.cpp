@@ -1,6 +1,12 @@
-// The configuration reader: the example parses, and every mistake names the
-// key and what is allowed.
+// The configuration reader: the example parses, and every mistake is one line
+// naming the file, the JSON path, the problem and what is expected.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "resource_manager/config.hpp"
 
@@ -40,32 +46,110 @@ TEST(ResourceManagerConfig, DefaultsAndRelativePaths) {
 }
 
 TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
-  std::string e = error_of(std::string("{") + kToken + R"(, "leases": {"max_duraton_ms": 5}})");
-  EXPECT_NE(e.find("test.json: leases.max_duraton_ms: unknown key"), std::string::npos) << e;
-  EXPECT_NE(e.find("max_duration_ms"), std::string::npos) << e;
-  e = error_of(std::string("{") + kToken + R"(, "colour": 1})");
-  EXPECT_NE(e.find("colour: unknown key"), std::string::npos) << e;
+  // The one format of every configuration reader (rdmalib::ConfigNode):
+  // "<file>: <JSON path>: <problem>; <expected>".
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "leases": {"max_duraton_ms": 5}})"),
+            "test.json: leases.max_duraton_ms: unknown key; valid keys here: "
+            "default_duration_ms, max_duration_ms, max_nodes");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "colour": 1})"),
+            "test.json: colour: unknown key; valid keys here: database, http, fabric, "
+            "placement, leases, nodes, tick_ms, log");
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
+            "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
+            "token_file");
+  EXPECT_EQ(error_of("[1]"), "test.json: (top level): expected an object, got array [1]");
 }
 
 TEST(ResourceManagerConfig, BadValuesAreNamed) {
-  EXPECT_NE(error_of("{}").find("http.token"), std::string::npos);
-  EXPECT_NE(error_of(R"({"http": {"token": "short"}})").find("at least 16"), std::string::npos);
-  EXPECT_NE(error_of(std::string("{") + kToken + R"(, "placement": "random"})")
-                .find("\"spread\" or \"pack\""),
-            std::string::npos);
-  EXPECT_NE(error_of(R"({"http": {"port": 70000, "token": "0123456789abcdef"}})")
-                .find("http.port: expected 0..65535, got 70000"),
-            std::string::npos);
-  EXPECT_NE(error_of(std::string("{") + kToken + R"(, "tick_ms": "fast"})").find("tick_ms"),
-            std::string::npos);
-  EXPECT_NE(error_of(std::string("{") + kToken +
-                     R"(, "leases": {"default_duration_ms": 5000, "max_duration_ms": 2000}})")
-                .find("must not exceed"),
-            std::string::npos);
-  EXPECT_NE(error_of("{ nope").find("not valid JSON"), std::string::npos);
-  EXPECT_NE(
-      error_of(std::string("{") + kToken + R"(, "log": {"level": "loud"}})").find("log.level"),
-      std::string::npos);
+  EXPECT_EQ(error_of("{}"), "test.json: http: missing required key; expected an object with "
+                            "\"token\" or \"token_file\": an administrator token of at least 16 "
+                            "characters for changes through the REST API (e.g. `openssl rand "
+                            "-hex 32`)");
+  EXPECT_EQ(error_of(R"({"http": {"port": 8080}})")
+                .rfind("test.json: http.token: missing "
+                       "required key; expected \"token\" or",
+                       0),
+            0u);
+  EXPECT_EQ(error_of(R"({"http": {"token": "short"}})")
+                .rfind("test.json: http.token: too short (5 characters); expected an administrator "
+                       "token of at least 16 characters",
+                       0),
+            0u);
+  EXPECT_EQ(error_of(R"({"http": {"token": 12345678901234567890}})"),
+            "test.json: http.token: expected a string, got number 12345678901234567890");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "placement": "random"})"),
+            "test.json: placement: expected one of spread, pack, got string \"random\"");
+  EXPECT_EQ(error_of(R"({"http": {"port": 70000, "token": "0123456789abcdef"}})"),
+            "test.json: http.port: expected an integer 0..65535, got number 70000");
+  EXPECT_EQ(error_of(R"({"http": {"threads": 0, "token": "0123456789abcdef"}})"),
+            "test.json: http.threads: expected an integer 1..64, got number 0");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "tick_ms": "fast"})"),
+            "test.json: tick_ms: expected an integer 10..60000, got string \"fast\"");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "tick_ms": -5})"),
+            "test.json: tick_ms: expected an integer 10..60000, got number -5");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "database": ""})"),
+            "test.json: database: expected a non-empty string, got an empty one");
+  EXPECT_EQ(error_of(std::string("{") + kToken +
+                     R"(, "leases": {"default_duration_ms": 5000, "max_duration_ms": 2000}})"),
+            "test.json: leases.default_duration_ms: longer than leases.max_duration_ms (2000); "
+            "expected at most that");
+  // Only the maximum given, below the default duration: the maximum is named.
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "leases": {"max_duration_ms": 2000}})"),
+            "test.json: leases.max_duration_ms: shorter than the default lease "
+            "(leases.default_duration_ms, 60000); expected at least that");
+  EXPECT_EQ(error_of("{ nope").rfind("test.json: malformed JSON at byte 4: ", 0), 0u)
+      << error_of("{ nope");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "log": {"level": "loud"}})"),
+            "test.json: log.level: expected one of trace, debug, info, warn, error, critical, "
+            "off, got string \"loud\"");
+}
+
+TEST(ResourceManagerConfig, TokenFile) {
+  char dir[] = "/tmp/rfaas-rm-config-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  std::ofstream(d + "/token") << "0123456789abcdef0123\r\nsecond line\n";
+  std::ofstream(d + "/short") << "abc\n";
+  auto c = ResourceManagerConfig::parse(R"({"http": {"token_file": "token"}})", "t.json", d);
+  EXPECT_EQ(c.admin_token, "0123456789abcdef0123");
+  std::string e;
+  try {
+    ResourceManagerConfig::parse(R"({"http": {"token_file": "short"}})", "t.json", d);
+  } catch (const ConfigError &x) {
+    e = x.what();
+  }
+  EXPECT_EQ(e.rfind("t.json: http.token_file: the first line of " + d +
+                        "/short has 3 characters; expected an administrator token",
+                    0),
+            0u)
+      << e;
+  e.clear();
+  try {
+    ResourceManagerConfig::parse(R"({"http": {"token_file": "absent"}})", "t.json", d);
+  } catch (const ConfigError &x) {
+    e = x.what();
+  }
+  EXPECT_EQ(e.rfind("t.json: http.token_file: cannot read " + d +
+                        "/absent: No such file or directory; expected a file whose first line",
+                    0),
+            0u)
+      << e;
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "token_file": "x"}})"),
+            "test.json: http: both \"token\" and \"token_file\" given; expected one of them");
+  std::remove((d + "/token").c_str());
+  std::remove((d + "/short").c_str());
+  rmdir(dir);
+}
+
+TEST(ResourceManagerConfig, UnreadableFileIsNamed) {
+  std::string e;
+  try {
+    ResourceManagerConfig::load("/nonexistent/rm.json");
+  } catch (const ConfigError &x) {
+    e = x.what();
+  }
+  EXPECT_EQ(e, "/nonexistent/rm.json: cannot open the resource manager configuration (example: "
+               "config/resource_manager.json): No such file or directory");
 }
 
 TEST(ResourceManagerConfig, FabricBlock) {
@@ -79,15 +163,28 @@ TEST(ResourceManagerConfig, FabricBlock) {
   EXPECT_EQ(c.fabric.heartbeat_ms, 500u);
   EXPECT_FALSE(
       ResourceManagerConfig::parse(std::string("{") + kToken + "}", "t", "/").fabric.enabled);
-  EXPECT_NE(error_of(std::string("{") + kToken + R"(, "fabric": {"device": "lo-tcp"}})")
-                .find("fabric.device_database"),
-            std::string::npos);
-  EXPECT_NE(error_of(std::string("{") + kToken +
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "fabric": {"device": "lo-tcp"}})"),
+            "test.json: fabric.device_database: missing required key; expected the device "
+            "database, e.g. \"devices.json\"");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "fabric": {"device_database": "d"}})"),
+            "test.json: fabric.device: missing required key; expected the device entry to "
+            "listen on, e.g. \"lo-tcp\"");
+  EXPECT_EQ(error_of(std::string("{") + kToken +
                      R"(, "fabric": {"device_database": "d", "device": "x", "portt": 1}})")
-                .find("fabric.portt"),
-            std::string::npos);
-  EXPECT_NE(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 1000},
-      "fabric": {"device_database": "d", "device": "x", "heartbeat_ms": 2000}})")
-                .find("fabric.heartbeat_ms"),
-            std::string::npos);
+                .rfind("test.json: fabric.portt: unknown key; valid keys here: device_database, "
+                       "device, host, port,",
+                       0),
+            0u);
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 1000},
+      "fabric": {"device_database": "d", "device": "x", "heartbeat_ms": 2000}})"),
+            "test.json: fabric.heartbeat_ms: not shorter than nodes.heartbeat_timeout_ms (1000); "
+            "expected less than that");
+  // The heartbeat left at its default (1000 ms): the timeout is named.
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 500},
+      "fabric": {"device_database": "d", "device": "x"}})"),
+            "test.json: nodes.heartbeat_timeout_ms: not longer than fabric.heartbeat_ms (1000, "
+            "the default); expected more than that");
+  // Without a fabric block the heartbeat is not used: no conflict.
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 500}})"),
+            "");
 }

@@ -281,6 +281,20 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
   EXPECT_EQ(ended.why, proto::LeaseEndReason::Released);
   // Released twice: the lease is unknown now.
   EXPECT_EQ(client.ask(release, none).status, proto::ErrorCode::LeaseInvalid);
+
+  // Every answered fabric request was timed: one registration, one lease,
+  // one renewal and three releases (at least: other cases share the process).
+  const std::string metrics = http(rm->rest(), "GET", "/metrics").body;
+  auto count = [&](const char *kind) {
+    const std::string key = std::string("rfaas_rm_request_duration_seconds_count{interface=") +
+                            "\"fabric\",kind=\"" + kind + "\"} ";
+    size_t at = metrics.find(key);
+    return at == std::string::npos ? -1 : std::atol(metrics.c_str() + at + key.size());
+  };
+  EXPECT_GE(count("register"), 1) << metrics;
+  EXPECT_GE(count("lease"), 1) << metrics;
+  EXPECT_GE(count("renew"), 1) << metrics;
+  EXPECT_GE(count("release"), 3) << metrics;
 }
 
 TEST(RmFabric, RegistrationIsRefusedWithoutTheRightProof) {

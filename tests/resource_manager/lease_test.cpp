@@ -7,10 +7,22 @@
 // known, the node registers again); 16 clients racing for the last cores (as
 // many grants as free cores, no core twice); a client killed mid-lease (its
 // executor ends, its cores come back at the lease's expiry); renewal keeping
-// the cores past the first expiry, and expiry freeing them; the executor
-// manager killed (node down).
+// the cores past the first expiry, and expiry freeing them; a lease spread
+// over two nodes (each part allocated on its node, a part's token refused by
+// the other node); an executor manager killed (node down, its clients'
+// invocations fail, the other node keeps serving and takes the new leases).
 //
 //   rfaas_rm_lease_tests --device lo-tcp
+//   rfaas_rm_lease_tests --devices /tmp/devices.json --device rxe0 --host 10.99.0.1
+//   rfaas_rm_lease_tests ... --device rxe0 --manager-device rxe1 --host 10.99.0.2
+//
+// --devices names the device database (default config/devices.json),
+// --device the client's entry, --manager-device the entry the resource
+// manager and the executor manager (and so its executors) use (default: the
+// client's), --host the address the executor manager listens on (default
+// 127.0.0.1; rdma_cm cannot use 127.0.0.1, so on verbs it is the device's
+// address). The resource manager listens on its device's ip_address; its REST
+// API stays on 127.0.0.1 (HTTP).
 #include <rfaas/rfaas.hpp>
 
 #include <gtest/gtest.h>
@@ -45,17 +57,22 @@ namespace {
 
 constexpr const char *kToken = "lease-test-admin-token-0123456789";
 constexpr const char *kSecret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+// The second node's (n2) secret.
+constexpr const char *kSecret2 = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
 
 struct Globals {
   std::string devices = RFAAS_RM_DEVICES;
   std::string device = "lo-tcp";
+  std::string manager_device;     // the servers' entry; empty: the client's
+  std::string host = "127.0.0.1"; // the executor manager's listen address
   std::string rm_bin = RFAAS_RM_BINARY;
   std::string manager_bin = RFAAS_RM_MANAGER;
   std::string library = RFAAS_RM_LIBRARY;
   std::string self; // this binary, for helper processes
   std::string dir;
   Process rm;
-  Process manager;
+  Process manager;    // node n1
+  Process manager2;   // node n2, started by the two-node cases
   int rm_starts = 0;  // names each start's log file
   std::string fabric; // the resource manager's fabric host:port
   uint16_t rest = 0;
@@ -100,7 +117,7 @@ bool start_rm(uint16_t port) {
               {"http", {{"host", "127.0.0.1"}, {"port", 0}, {"token", kToken}}},
               {"fabric",
                {{"device_database", g.devices},
-                {"device", g.device},
+                {"device", g.manager_device},
                 {"port", port},
                 {"heartbeat_ms", 200},
                 {"accept_timeout_ms", 5000}}},
@@ -125,17 +142,17 @@ bool start_rm(uint16_t port) {
   return true;
 }
 
-json node_view() {
+json node_view(const std::string &name = "n1") {
   for (const json &n : json::parse(http(g.rest, "GET", "/nodes").body))
-    if (n["name"] == "n1")
+    if (n["name"] == name)
       return n;
   return json();
 }
 
-bool wait_node(const std::string &state) {
+bool wait_node(const std::string &state, const std::string &name = "n1") {
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (node_view().value("state", "") == state)
+    if (node_view(name).value("state", "") == state)
       return true;
     std::this_thread::sleep_for(20ms);
   }
@@ -156,26 +173,55 @@ json usable_cpus() {
   return cpus;
 }
 
-bool start_manager() {
+/// Starts the executor manager of node `node` (n1: manager.json,
+/// manager.log, node.secret; others: NODE-manager.json ...) registered with
+/// the resource manager, and waits until the node is up.
+bool start_manager(Process &p, const std::string &node = "n1") {
+  const std::string prefix = g.dir + "/" + (node == "n1" ? std::string() : node + "-");
   json cfg = {{"device_database", g.devices},
-              {"device", g.device},
-              {"listen", {{"host", "127.0.0.1"}, {"port", 0}}},
+              {"device", g.manager_device},
+              {"listen", {{"host", g.host}, {"port", 0}}},
               {"resource_manager",
                {{"enabled", true},
                 {"address", g.fabric},
-                {"secret_file", g.dir + "/node.secret"},
-                {"node", "n1"},
+                {"secret_file", prefix + "node.secret"},
+                {"node", node},
                 {"accounting_interval_ms", 300}}},
               {"resources", {{"cores", usable_cpus()}, {"memory_mib", 1024}}},
               {"log", {{"level", "info"}}}};
-  std::ofstream(g.dir + "/manager.json") << cfg.dump(2);
-  g.manager = Process({g.manager_bin, "--config", g.dir + "/manager.json"}, g.dir + "/manager.log");
-  return !g.manager.wait_for_line("listening on", 60s).empty() && wait_node("up");
+  std::ofstream(prefix + "manager.json") << cfg.dump(2);
+  p = Process({g.manager_bin, "--config", prefix + "manager.json"}, prefix + "manager.log");
+  return !p.wait_for_line("listening on", 60s).empty() && wait_node("up", node);
+}
+
+/// Adds node `name` with `secret` through REST (its secret file beside it).
+bool add_node(const std::string &name, const std::string &secret) {
+  std::ofstream(g.dir + "/" + (name == "n1" ? std::string() : name + "-") + "node.secret")
+      << secret << "\n";
+  // The address is a placeholder: the executor manager registers its own.
+  json node = {{"name", name},
+               {"address", "127.0.0.1:1"},
+               {"cores", 1},
+               {"memory_mib", 1024},
+               {"secret", secret}};
+  auto r = http(g.rest, "POST", "/nodes", node.dump(), kToken);
+  if (r.status != 201)
+    std::fprintf(stderr, "adding node %s failed: %d %s\n", name.c_str(), r.status, r.body.c_str());
+  return r.status == 201;
+}
+
+/// Node n2 with its executor manager, for the two-node cases (added once).
+bool second_node() {
+  if (g.manager2.running() && node_view("n2").value("state", "") == "up")
+    return true;
+  if (!node_view("n2").is_object() && !add_node("n2", kSecret2))
+    return false;
+  return start_manager(g.manager2, "n2");
 }
 
 /// The end of the executor manager's log (all of it with tail = 0).
-std::string manager_log(size_t tail = 3000) {
-  std::ifstream f(g.dir + "/manager.log");
+std::string manager_log(size_t tail = 3000, const std::string &file = "manager.log") {
+  std::ifstream f(g.dir + "/" + file);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   return tail && text.size() > tail ? text.substr(text.size() - tail) : text;
 }
@@ -250,20 +296,21 @@ bool wait_accounting(uint64_t id) {
   return false;
 }
 
-rfaas::allocation_options options_of(const rfaas::lease &l) {
-  rfaas::allocation_options o = l.options(0);
+rfaas::allocation_options options_of(const rfaas::lease &l, size_t part = 0) {
+  rfaas::allocation_options o = l.options(part);
   o.library = g.library;
   o.hot_timeout_ms = 0;
   return o;
 }
 
-/// Allocates, waiting out resources_unavailable while the node frees the
-/// core of a previous test's executor.
-void allocate(rfaas::executor &ex, const rfaas::lease &l, const rfaas::allocation_options &o) {
+/// Allocates on part `part` of the lease, waiting out resources_unavailable
+/// while the node frees the core of a previous test's executor.
+void allocate(rfaas::executor &ex, const rfaas::lease &l, const rfaas::allocation_options &o,
+              size_t part = 0) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   for (;;) {
     try {
-      ex.allocate(l.server(0), o);
+      ex.allocate(l.server(part), o);
       return;
     } catch (const rfaas::Error &e) {
       if (e.code() != rfaas::status::resources_unavailable ||
@@ -298,11 +345,12 @@ bool echo(rfaas::executor &ex) {
   return r.ok() && r.output_size == in.size() && in == out;
 }
 
-/// allocate() must fail with lease_invalid.
-void expect_refused(const rfaas::lease &l, const rfaas::allocation_options &o, const char *what) {
+/// allocate() on part `part`'s node must fail with lease_invalid.
+void expect_refused(const rfaas::lease &l, const rfaas::allocation_options &o, const char *what,
+                    size_t part = 0) {
   rfaas::executor ex(device());
   try {
-    ex.allocate(l.server(0), o);
+    ex.allocate(l.server(part), o);
     ADD_FAILURE() << what << ": allocated";
   } catch (const rfaas::Error &e) {
     EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << what << ": " << e.what();
@@ -631,13 +679,67 @@ TEST(RmLease, LiveAllocationsAreReportedPeriodically) {
   EXPECT_TRUE(wait_final_accounting(l.id)) << manager_log();
 }
 
-TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
+TEST(RmLease, LeaseSpreadOverTwoNodesServesOnBothAndTokensStayWithTheirNode) {
+  ASSERT_TRUE(second_node()) << manager_log(3000, "n2-manager.log");
+  json n1 = node_view("n1"), n2 = node_view("n2");
+  const uint32_t free1 = n1["cores"].get<uint32_t>() - n1["cores_used"].get<uint32_t>();
+  const uint32_t free2 = n2["cores"].get<uint32_t>() - n2["cores_used"].get<uint32_t>();
+  ASSERT_GT(free1, 0u) << n1.dump();
+  ASSERT_GT(free2, 0u) << n2.dump();
+  // More cores than either node has free: the lease spans both, 256 MiB a
+  // core (what each allocation asks by default).
+  const uint32_t cores = std::max(free1, free2) + 1;
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = rm.lease(cores, 256ull * cores, 60s, 2);
+  ASSERT_EQ(l.parts.size(), 2u);
+  EXPECT_NE(l.parts[0].node, l.parts[1].node);
+  EXPECT_EQ(l.cores(), cores);
+  EXPECT_EQ(node_view("n1")["cores_used"].get<uint32_t>() +
+                node_view("n2")["cores_used"].get<uint32_t>(),
+            cores);
+  // Each part is allocated on its own node, with all its cores, and serves.
+  std::vector<std::unique_ptr<rfaas::executor>> ex;
+  for (size_t i = 0; i < l.parts.size(); ++i) {
+    ex.push_back(std::make_unique<rfaas::executor>(device()));
+    allocate(*ex[i], l, options_of(l, i), i);
+    EXPECT_TRUE(echo(*ex[i])) << l.parts[i].node << ": " << manager_log();
+  }
+  // A part's token is good at its own node only: the other part's token,
+  // presented to this node, is foreign (made with another node's name and
+  // secret).
+  expect_refused(l, options_of(l, 1), "the other node's token", 0);
+  expect_refused(l, options_of(l, 0), "the other node's token", 1);
+  for (auto &e : ex)
+    e->deallocate();
+  rm.release(l);
+  // Released: both nodes' cores are free at once.
+  EXPECT_EQ(node_view("n1")["cores_used"].get<uint32_t>(), 0u);
+  EXPECT_EQ(node_view("n2")["cores_used"].get<uint32_t>(), 0u);
+  EXPECT_TRUE(wait_final_accounting(l.id)) << manager_log();
+}
+
+TEST(RmLease, KilledExecutorManagerIsMarkedDownAndTheOtherNodeKeepsWorking) {
   ASSERT_TRUE(wait_node("up"));
+  ASSERT_TRUE(second_node()) << manager_log(3000, "n2-manager.log");
+  // One lease on each node: spread puts the second on the node the first
+  // left with more free cores; lease until both nodes hold one.
   rfaas::resource_manager holder(device(), g.fabric, "tester", patient());
-  rfaas::lease held = lease(holder);
-  rfaas::executor ex(device());
-  allocate(ex, held, options_of(held));
-  ASSERT_TRUE(echo(ex));
+  std::vector<rfaas::lease> held;
+  rfaas::lease on1, on2;
+  while (!on1.id || !on2.id) {
+    ASSERT_LT(held.size(), 8u) << "no lease went to one of the nodes";
+    held.push_back(lease(holder));
+    rfaas::lease &l = held.back();
+    if (l.parts[0].node == "n1" && !on1.id)
+      on1 = l;
+    else if (l.parts[0].node == "n2" && !on2.id)
+      on2 = l;
+  }
+  rfaas::executor ex1(device()), ex2(device());
+  allocate(ex1, on1, options_of(on1));
+  allocate(ex2, on2, options_of(on2));
+  ASSERT_TRUE(echo(ex1));
+  ASSERT_TRUE(echo(ex2));
   g.manager.kill_now();
   // The node's executors end with it: the client's invocations fail.
   // Connected endpoints report the close (`closed`); reliable-datagram
@@ -647,7 +749,7 @@ TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
   rfaas::result res;
   while (std::chrono::steady_clock::now() < deadline) {
     std::vector<uint8_t> in(8), out(8);
-    res = ex.execute("echo", in, out, 2000ms);
+    res = ex1.execute("echo", in, out, 2000ms);
     if (!res.ok())
       break;
   }
@@ -656,16 +758,51 @@ TEST(RmLease, KilledExecutorManagerIsMarkedDown) {
   else
     EXPECT_TRUE(res.status == rfaas::status::closed || res.status == rfaas::status::timeout)
         << rfaas::to_string(res.status);
-  // Connected providers report the close at once; datagram providers let
-  // the heartbeat timeout (5 s here) find it.
-  EXPECT_TRUE(wait_node("down"));
+  // The other node's allocation keeps serving, all the while the resource
+  // manager finds the node down: connected providers report the close at
+  // once, datagram providers let the heartbeat timeout (5 s here) find it.
+  // Invoking meanwhile also keeps this client alive on manual-progress
+  // datagram fabrics (tcp;ofi_rxm), where the workers' liveness read
+  // completes only while the client drives progress (docs/client.md).
+  EXPECT_TRUE(echo(ex2)) << manager_log(3000, "n2-manager.log");
+  bool down = false;
+  for (auto until = std::chrono::steady_clock::now() + 30s;
+       !down && std::chrono::steady_clock::now() < until;) {
+    ASSERT_TRUE(echo(ex2)) << manager_log(3000, "n2-manager.log");
+    down = node_view("n1").value("state", "") == "down";
+    if (!down)
+      std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(down) << node_view("n1").dump();
+  EXPECT_EQ(node_view("n2").value("state", ""), "up");
+  // New leases go to the node that is up, and serve.
   rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease fresh = lease(rm);
+  ASSERT_EQ(fresh.parts.size(), 1u);
+  EXPECT_EQ(fresh.parts[0].node, "n2");
+  {
+    rfaas::executor ex(device());
+    allocate(ex, fresh, options_of(fresh));
+    EXPECT_TRUE(echo(ex)) << manager_log(3000, "n2-manager.log");
+  }
+  EXPECT_TRUE(echo(ex2));
+  // The down node takes no new lease although it has free cores: with the
+  // other node full, nothing is left.
+  rm.release(fresh);
+  json n1 = node_view("n1"), n2 = node_view("n2");
+  ASSERT_LT(n1["cores_used"].get<uint32_t>(), n1["cores"].get<uint32_t>()) << n1.dump();
+  const uint32_t free2 = n2["cores"].get<uint32_t>() - n2["cores_used"].get<uint32_t>();
+  rfaas::lease fill;
+  if (free2)
+    fill = rm.lease(free2, 64, 30s);
   try {
-    rm.lease(1, 256, 10s);
+    rm.lease(1, 64, 10s);
     ADD_FAILURE() << "leased from a node that is down";
   } catch (const rfaas::Error &e) {
     EXPECT_EQ(e.code(), rfaas::status::resources_unavailable) << e.what();
   }
+  if (fill.id)
+    rm.release(fill);
 }
 
 int main(int argc, char **argv) {
@@ -680,41 +817,41 @@ int main(int argc, char **argv) {
       g.device = argv[++i];
     else if (a == "--devices" && i + 1 < argc)
       g.devices = argv[++i];
+    else if (a == "--manager-device" && i + 1 < argc)
+      g.manager_device = argv[++i];
+    else if (a == "--host" && i + 1 < argc)
+      g.host = argv[++i];
     else if (a == "--hold-lease" && i + 1 < argc)
       hold = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [gtest options] --device NAME [--devices FILE]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [gtest options] --device NAME [--devices FILE] "
+                   "[--manager-device NAME] [--host IP]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (g.manager_device.empty())
+    g.manager_device = g.device;
   if (!hold.empty())
     return hold_lease(hold);
   char tmpl[] = "/tmp/rfaas-rm-lease-XXXXXX";
   if (!mkdtemp(tmpl))
     return 1;
   g.dir = tmpl;
-  std::ofstream(g.dir + "/node.secret") << kSecret << "\n";
   int rc = 1;
   if (!start_rm(0)) {
     std::fprintf(stderr, "the resource manager did not start\n");
-  } else {
-    // The address is a placeholder: the executor manager registers its own.
-    json node = {{"name", "n1"},
-                 {"address", "127.0.0.1:1"},
-                 {"cores", 1},
-                 {"memory_mib", 1024},
-                 {"secret", kSecret}};
-    auto r = http(g.rest, "POST", "/nodes", node.dump(), kToken);
-    if (r.status != 201) {
-      std::fprintf(stderr, "adding the node failed: %d %s\n", r.status, r.body.c_str());
-    } else if (!start_manager()) {
+  } else if (add_node("n1", kSecret)) { // says why when it fails
+    if (!start_manager(g.manager))
       std::fprintf(stderr, "the executor manager did not register:\n%s\n", manager_log().c_str());
-    } else {
+    else
       rc = RUN_ALL_TESTS();
-    }
   }
   if (g.manager.running())
     g.manager.stop(5000ms);
+  if (g.manager2.running())
+    g.manager2.stop(5000ms);
   if (g.rm.running()) {
     int status = g.rm.stop(5000ms);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -3,9 +3,10 @@
 #
 # Runs INSIDE the soft-RoCE VM (tests/softroce/run-in-vm.sh --two; started by
 # scripts/run-verbs-tests.sh): the verbs tests (verbs_smoke, the conformance
-# suite, the end-to-end suite) on rxe0 alone (loopback, server and client both
-# on $SOFTROCE_IP) and from rxe0 to rxe1 ($SOFTROCE_IP -> $SOFTROCE_PEER_IP),
-# then the libfabric backend's verbs providers.
+# suite, the end-to-end suite, the resource manager's lease suite) on rxe0
+# alone (loopback, server and client both on $SOFTROCE_IP) and from rxe0 to
+# rxe1 ($SOFTROCE_IP -> $SOFTROCE_PEER_IP), then the libfabric backend's verbs
+# providers.
 #
 # Each step has its own timeout; a missing binary or hook is reported as
 # SKIPPED with the reason, never silently. Logs go to VERBS_BUILD/vm-logs/.
@@ -108,14 +109,11 @@ fi
 
 # The end-to-end suite: librfaas against a real executor manager, its zygote
 # and executors (the test binary starts the manager). The manager listens on
-# the device's IP (rdma_cm cannot use 127.0.0.1); the database names both
-# devices explicitly rather than relying on rfaas-info's naming.
-e2e=$verbs/tests/e2e/rfaas_e2e_tests
-if [ ! -x "$e2e" ]; then
-  skip verbs-e2e "no $e2e (server, examples or tests not built)"
-else
-  e2e_db=/tmp/e2e-devices.json
-  cat >"$e2e_db" <<EOF
+# the device's IP (rdma_cm cannot use 127.0.0.1); the database (used by the
+# lease suite below too) names both devices explicitly rather than relying on
+# rfaas-info's naming.
+e2e_db=/tmp/e2e-devices.json
+cat >"$e2e_db" <<EOF
 {
   "devices": [
     { "name": "rxe0", "provider": "verbs", "domain": "rxe0", "ip_address": "$ip0",
@@ -125,11 +123,36 @@ else
   ]
 }
 EOF
+e2e=$verbs/tests/e2e/rfaas_e2e_tests
+if [ ! -x "$e2e" ]; then
+  skip verbs-e2e "no $e2e (server, examples or tests not built)"
+else
   step verbs-e2e-rxe0 1 "$e2e" --devices "$e2e_db" --device rxe0 --host "$ip0"
   # Manager (and so its executors) on rxe1, client on rxe0: every connection
   # of the lease crosses the veth pair.
   step verbs-e2e-rxe0-rxe1 1 "$e2e" --devices "$e2e_db" --device rxe0 \
     --manager-device rxe1 --host "$ip1"
+fi
+
+# The resource manager's lease suite (tests/resource_manager/lease_test.cpp):
+# a real resource_manager, an executor_manager registered with it and
+# librfaas leasing through it. Its REST API stays on 127.0.0.1 (HTTP); the
+# fabric side listens on the device's address. On rxe0 every case runs (10,
+# ~55 s under TCG). From rxe0 to rxe1 (resource manager, executor managers and
+# executors on rxe1, the client on rxe0) four cases that between them open
+# every kind of connection the suite opens across the veth pair: lease,
+# allocate, invoke, release; the refused tokens; revocation; 16 racing
+# clients (~25 s). The rest (expiry, renewal, restart, accounting, two
+# nodes, a killed executor manager: ~30 s, mostly lease timers and the
+# resource manager's bookkeeping) is left to the rxe0 run.
+lease=$verbs/tests/resource_manager/rfaas_rm_lease_tests
+if [ ! -x "$lease" ]; then
+  skip verbs-rm-lease "no $lease (resource manager, server or tests not built)"
+else
+  step verbs-rm-lease-rxe0 1 "$lease" --devices "$e2e_db" --device rxe0 --host "$ip0"
+  step verbs-rm-lease-rxe0-rxe1 1 "$lease" --devices "$e2e_db" --device rxe0 \
+    --manager-device rxe1 --host "$ip1" \
+    "--gtest_filter=*LeaseAllocateInvokeRelease:*TokensAreRefused:*RevokedLeaseEndsItsExecutor:*SixteenClientsRace*"
 fi
 
 # ---- the libfabric backend with libfabric's verbs provider ----------------------------
