@@ -23,7 +23,7 @@
 
 #include <rdmalib/fabric.hpp>
 
-#include "internal.hpp"
+#include "backend.hpp"
 
 namespace rdmalib {
 
@@ -168,6 +168,8 @@ uint32_t mix32(uint32_t z) {
   return z ^ (z >> 16);
 }
 
+/// What the provider offers, before any mask (the front end applies it,
+/// then FabricImpl::finish derives the backend's flags from the result).
 void fill_capabilities(detail::FabricImpl &f) {
   fi_info *i = f.info.get();
   Capabilities &c = f.caps;
@@ -186,23 +188,20 @@ void fill_capabilities(detail::FabricImpl &f) {
   f.ordered_saw = i->tx_attr->msg_order & FI_ORDER_SAW;
   f.inject_size = i->tx_attr->inject_size;
   f.addr_format = i->addr_format;
-  f.native_cq_data = i->domain_attr->cq_data_size >= 4 && !m.disables(CapRemoteCqData);
 
-  c.remote_cq_data = f.native_cq_data;
+  c.remote_cq_data = i->domain_attr->cq_data_size >= 4;
   c.provider_keys = !f.app_keys;
   c.virtual_addressing = f.virt_addr;
   c.local_registration = f.mr_local;
   c.endpoint_bound_memory = f.mr_endpoint;
-  c.write_consumes_receive = !f.native_cq_data || f.rx_cq_data;
-  c.notify_message_size = f.native_cq_data ? 0 : sizeof(ControlMessage);
+  c.write_consumes_receive = f.rx_cq_data;
   c.max_message = i->ep_attr->max_msg_size;
   c.mr_key_size = i->domain_attr->mr_key_size;
-  c.max_inline =
-      m.disables(CapInline) ? 0 : std::min<size_t>(f.config.max_inline_data, f.inject_size);
+  c.max_inline = std::min<size_t>(f.config.max_inline_data, f.inject_size);
   c.max_private_data = f.rdm ? kMaxPrivateData : quirk_msg_private_data_size(f.provider);
 
   // Atomics: the provider must advertise FI_ATOMIC and really support the two
-  // 64-bit operations rdmalib offers.
+  // 64-bit operations rdmalib offers (not asked when masked off anyway).
   bool atomics = (i->caps & FI_ATOMIC) && !m.disables(CapAtomics);
   if (atomics) {
     fi_atomic_attr attr{};
@@ -228,17 +227,11 @@ void fill_capabilities(detail::FabricImpl &f) {
       break;
     }
   }
-  if (m.disables(CapWaitFd) || quirk_cq_sread_ignores_timeout(f.provider)) {
+  if (quirk_cq_sread_ignores_timeout(f.provider)) {
     f.wait_cq = false;
     f.wait_fd_cq = false;
   }
   c.wait_fd = f.wait_cq;
-
-  // A receive must never be truncated inside such a provider (the quirk's
-  // comment). The overflow descriptors are null: only for providers that do
-  // not need local registration, with room for three iovecs per receive.
-  if (quirk_truncation_hangs_receiver(f.provider) && !f.mr_local && i->rx_attr->iov_limit >= 3)
-    f.overflow.open(64 * 1024, shm_cross_memory_attach_likely());
 }
 
 } // namespace
@@ -351,8 +344,6 @@ uint64_t FabricImpl::next_key() {
 
 } // namespace detail
 
-void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
-
 namespace {
 
 /// The addresses of this node's interfaces (in this network namespace).
@@ -398,14 +389,15 @@ void check_local_address(const DeviceConfig &config) {
 
 } // namespace
 
-Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
-  const auto open_start = std::chrono::steady_clock::now();
+namespace detail {
+
+void FabricImpl::open() {
   using namespace lf;
   quirk_rxm_cm_progress_interval();
   quirk_sockets_pe_waittime();
-  detail::FabricImpl &f = *impl_;
-  f.config = config;
-  f.mask = mask;
+  FabricImpl &f = *this;
+  const DeviceConfig &config = f.config;
+  const CapabilityMask mask = f.mask;
   check_local_address(config);
 
   std::vector<const ProviderPolicy *> candidates;
@@ -480,54 +472,45 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
 
   std::random_device rd;
   f.key_secret = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  fill_capabilities(f);
-  rdmalib::logger().info("{}", describe());
-  rdmalib::logger().debug("fabric open for device '{}' in {} ms", config.name,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - open_start)
-                              .count());
+  lf::fill_capabilities(f);
 }
 
-Fabric::~Fabric() = default;
-Fabric::Fabric(Fabric &&) noexcept = default;
-Fabric &Fabric::operator=(Fabric &&) noexcept = default;
-
-const Capabilities &Fabric::capabilities() const noexcept { return impl_->caps; }
-const std::string &Fabric::provider() const noexcept { return impl_->provider; }
-const DeviceConfig &Fabric::device() const noexcept { return impl_->config; }
-CapabilityMask Fabric::mask() const noexcept { return impl_->mask; }
-
-std::string Fabric::describe() const {
-  std::ostringstream s;
-  s << "rdmalib backend=libfabric " << backend_version() << " provider=" << impl_->provider
-    << " domain=" << impl_->info->domain_attr->name << " fabric=" << impl_->info->fabric_attr->name;
-  std::string m = impl_->mask.to_string();
-  if (!m.empty())
-    s << " masked=" << m;
-  s << " " << impl_->caps.describe();
-  return s.str();
+void FabricImpl::finish() {
+  native_cq_data = caps.remote_cq_data;
+  atomic_operands_by_value = lf::quirk_atomic_operands_by_value(provider);
+  if (!caps.wait_fd) {
+    wait_cq = false;
+    wait_fd_cq = false;
+  }
+  // A receive must never be truncated inside such a provider (the quirk's
+  // comment). The overflow descriptors are null: only for providers that do
+  // not need local registration, with room for three iovecs per receive.
+  if (lf::quirk_truncation_hangs_receiver(provider) && !mr_local && info->rx_attr->iov_limit >= 3)
+    overflow.open(64 * 1024, lf::shm_cross_memory_attach_likely());
 }
 
-const char *Fabric::backend_name() noexcept { return "libfabric"; }
+std::string FabricImpl::describe_details() const {
+  return std::string("domain=") + info->domain_attr->name + " fabric=" + info->fabric_attr->name;
+}
 
-std::string Fabric::backend_version() {
+std::string FabricImpl::backend_version() {
   uint32_t v = fi_version();
   return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
 }
 
-std::vector<std::string> Fabric::known_providers() {
+std::vector<std::string> FabricImpl::known_providers() {
   std::vector<std::string> out;
   for (const auto &p : lf::provider_table())
     out.push_back(p.name);
   return out;
 }
 
-std::string Fabric::canonical_provider(const std::string &name_or_alias) {
+std::string FabricImpl::canonical_provider(const std::string &name_or_alias) {
   const lf::ProviderPolicy *p = lf::find_provider(name_or_alias);
   return p ? std::string(p->name) : std::string();
 }
 
-void Fabric::preload(const DeviceConfig &config) {
+void FabricImpl::preload(const DeviceConfig &config) {
   // libfabric's verbs providers open the devices through librdmacm, which
   // keeps the contexts for the life of the process: a forked child would use
   // the parent's and fail like the verbs backend's (see there; seen with the
@@ -541,7 +524,7 @@ void Fabric::preload(const DeviceConfig &config) {
   Fabric warm(config);
 }
 
-std::vector<ProviderInfo> Fabric::discover() {
+std::vector<ProviderInfo> FabricImpl::discover() {
   using namespace lf;
   std::vector<ProviderInfo> out;
   std::set<std::string> seen;
@@ -575,5 +558,7 @@ std::vector<ProviderInfo> Fabric::discover() {
   }
   return out;
 }
+
+} // namespace detail
 
 } // namespace rdmalib
