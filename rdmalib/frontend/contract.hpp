@@ -62,8 +62,9 @@
 //   Status post_write_notify(const LocalRef &, uint64_t addr, uint64_t key, uint32_t imm,
 //                            uint64_t ctx, bool inline_);
 //       The emulation (caps.remote_cq_data false): the write, then a Notify
-//       control message that the target must not see before the data. One
-//       completion for the caller.
+//       control message that the target must not see before the data (only
+//       called when FabricCore::write_notify_ordered). One completion for
+//       the caller.
 //   Status post_read(const LocalRef &, uint64_t addr, uint64_t key, uint64_t ctx);
 //   Status post_atomic(OpKind, const LocalRef &result, uint64_t addr, uint64_t key,
 //                      uint64_t operand, uint64_t compare, uint64_t ctx);
@@ -143,6 +144,12 @@ struct FabricCore {
   Capabilities caps;
   /// The provider really opened ("tcp", "tcp;ofi_rxm", "verbs").
   std::string provider;
+  /// post_write_notify's notification reaches the target after the data of
+  /// the write before it (send-after-write ordering, or a fence). Set by
+  /// finish(); when false, write_imm on a fabric without remote CQ data is
+  /// refused (Unsupported) rather than risk a notification that overtakes
+  /// its data.
+  bool write_notify_ordered = true;
 };
 
 /// Completions read while a post waited for room, or that belong to a link

@@ -51,6 +51,15 @@ constexpr auto kCloseGrace = std::chrono::milliseconds(50);
   return Status::InvalidArgument;
 }
 
+[[gnu::noinline, gnu::cold]] Status unordered_notify(ConnectionImpl &c) noexcept {
+  c.set_error("write_imm: this fabric has no remote CQ data (%s), and its provider %s neither "
+              "orders a send after a write nor fences one: the emulation's notification could "
+              "reach the target before the data, so write_imm is refused",
+              c.fab->mask.disables(CapRemoteCqData) ? "masked off" : "not offered",
+              c.fab->provider.c_str());
+  return Status::Unsupported;
+}
+
 inline bool in_bounds(const RemoteBuffer &rb, uint64_t offset, uint64_t len) noexcept {
   return offset <= rb.size && len <= rb.size - offset;
 }
@@ -208,6 +217,8 @@ Status Operations::write_imm(const LocalRef &src, const RemoteBuffer &dst, uint6
     return detail::retry(*c, Queue::Send, "write_imm",
                          [&] { return c->post_write_imm(src, addr, dst.key, imm, context, inl); });
   }
+  if (RDMALIB_UNLIKELY(!c->fab->write_notify_ordered))
+    return detail::unordered_notify(*c);
   st = c->post_write_notify(src, addr, dst.key, imm, context, inl);
   if (RDMALIB_LIKELY(st != Status::Again))
     return st;

@@ -118,7 +118,7 @@ struct HandshakeMessage {
   uint64_t nonce;       // client's connection attempt id, echoed back
   uint32_t address_len; // raw fi_getname bytes of the sender's endpoint
   uint32_t private_len;
-  // The sender's process and pid namespace (quirk_dead_peer_can_hang_progress).
+  // The sender's process and pid namespace (Quirks::dead_peer_can_hang_progress).
   uint32_t pid;
   uint32_t reserved;
   uint64_t pid_namespace;
@@ -169,7 +169,7 @@ struct PendingNotify {
   uint32_t length = 0;
 };
 
-/// quirk_truncation_hangs_receiver: memory posted behind every receive, so
+/// Quirks::truncation_hangs_receiver: memory posted behind every receive, so
 /// that the provider never has to truncate one. First `scratch` writable
 /// bytes: the provider copies short messages (up to 4 KiB on shm) with
 /// memcpy, which must land somewhere. Then, where the provider copies by
@@ -200,6 +200,8 @@ struct FabricImpl final : FabricCore {
   lf::Fid<fid_fabric> fabric;
   lf::Fid<fid_domain> domain;
   const lf::ProviderPolicy *policy = nullptr;
+  /// The provider's quirks on the running libfabric, resolved when it opened.
+  lf::Quirks quirks;
   bool rdm = false;          // FI_EP_RDM endpoints
   bool ordered_saw = false;  // send-after-write ordering available
   bool need_context = false; // FI_CONTEXT/FI_CONTEXT2 mode kept
@@ -213,9 +215,7 @@ struct FabricImpl final : FabricCore {
   bool wait_cq = false;    // CQs support a blocking read (fd or unspec)
   size_t inject_size = 0;
   uint32_t addr_format = 0;
-  /// quirk_atomic_operands_by_value, resolved when the fabric opened.
-  bool atomic_operands_by_value = false;
-  lf::RecvOverflow overflow; // empty unless quirk_truncation_hangs_receiver
+  lf::RecvOverflow overflow; // empty unless Quirks::truncation_hangs_receiver
 
   // ---- the front end's contract (frontend/contract.hpp)
   void open();
@@ -243,7 +243,7 @@ struct FabricImpl final : FabricCore {
 
   std::atomic<uint64_t> key_counter{0};
   uint64_t key_secret = 0;
-  /// quirk_connreq_names_vanished_peer: a live endpoint that guards point
+  /// Quirks::connreq_names_vanished_peer: a live endpoint that guards point
   /// vanished peers' commands at (opened on first use). Declared last: it
   /// closes before the domain.
   std::shared_ptr<ConnectionImpl> shm_sink;
@@ -281,7 +281,7 @@ struct ConnectionImpl final : LinkCore {
   lf::Fid<fid_ep> ep;
 
   fi_addr_t peer = FI_ADDR_UNSPEC; // RDM: the peer's AV entry
-  // quirk_in_process_peer_must_be_alive: this endpoint's and the peer's raw
+  // Quirks::in_process_peer_must_be_alive: this endpoint's and the peer's raw
   // names, when the provider needs in-process endpoints tracked.
   std::string local_name, peer_name;
   bool ended_here = false; // peer_closed set by this side (a truncated receive)
@@ -406,21 +406,21 @@ struct ConnectionImpl final : LinkCore {
   Completion convert_error(Queue q, fid_cq *cq) noexcept;
   /// Remember the peer's raw address (RDM) for the in-process liveness quirk.
   void set_peer_name(const void *raw, size_t len);
-  /// Remember the peer's process for quirk_dead_peer_can_hang_progress.
+  /// Remember the peer's process for Quirks::dead_peer_can_hang_progress.
   void set_peer_process(uint32_t pid, uint64_t pid_namespace);
-  /// quirk_dead_peer_can_hang_progress: true (and the link marked closed) when
+  /// Quirks::dead_peer_can_hang_progress: true (and the link marked closed) when
   /// the peer process is known to be gone. Rate-limited; cheap when not needed.
   bool peer_process_gone() noexcept;
   uint32_t peer_pid = 0;
   std::chrono::steady_clock::time_point next_liveness_check{};
-  /// quirk_connreq_names_vanished_peer: swept before each progress call. Set
+  /// Quirks::connreq_names_vanished_peer: swept before each progress call. Set
   /// on a listener's handshake endpoint (every new client announces itself
   /// there) and on a connecting endpoint until the answer arrived (the
   /// server's link endpoint announces itself before it answers). An accepted
   /// endpoint needs none: it announces itself to its one peer first, which
   /// answers nothing of the kind.
   std::unique_ptr<lf::ShmConnreqGuard> connreq_guard;
-  /// Start guarding this endpoint (quirk_connreq_names_vanished_peer); a
+  /// Start guarding this endpoint (Quirks::connreq_names_vanished_peer); a
   /// no-op for other providers. Never throws: without a guard the endpoint
   /// works, exposed to the provider bug (warned once per process).
   void guard_connreqs() noexcept;

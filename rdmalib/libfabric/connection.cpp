@@ -28,7 +28,7 @@ namespace detail {
 namespace {
 
 /// Endpoints of this process, by raw name, for
-/// quirk_in_process_peer_must_be_alive. Leaked on purpose: connections owned by
+/// Quirks::in_process_peer_must_be_alive. Leaked on purpose: connections owned by
 /// static objects may close after a function-local static would be destroyed.
 struct LocalEndpoints {
   std::mutex m;
@@ -72,12 +72,12 @@ void forget_local(std::string &name) {
 ConnectionImpl::~ConnectionImpl() { forget_local(local_name); }
 
 void ConnectionImpl::set_peer_name(const void *raw, size_t len) {
-  if (lf::quirk_in_process_peer_must_be_alive(fab->provider))
+  if (fab->quirks.in_process_peer_must_be_alive)
     peer_name.assign(static_cast<const char *>(raw), len);
 }
 
 void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
-  if (!lf::quirk_dead_peer_can_hang_progress(fab->provider) || pid == 0)
+  if (!fab->quirks.dead_peer_can_hang_progress || pid == 0)
     return;
   uint32_t self = 0;
   uint64_t ns = 0;
@@ -88,7 +88,7 @@ void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
 }
 
 void ConnectionImpl::guard_connreqs() noexcept {
-  if (!fab->rdm || !lf::quirk_connreq_names_vanished_peer(fab->provider))
+  if (!fab->rdm || !fab->quirks.connreq_names_vanished_peer)
     return;
   static std::atomic<bool> warned{false};
   try {
@@ -241,7 +241,7 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
     if ((ret = fi_mr_bind(ctl_mr.get(), &ep->fid, 0)) || (ret = fi_mr_enable(ctl_mr.get())))
       lf::throw_fi("binding rdmalib's control buffers to the endpoint", ret);
   }
-  if (f.rdm && lf::quirk_in_process_peer_must_be_alive(f.provider)) {
+  if (f.rdm && f.quirks.in_process_peer_must_be_alive) {
     uint8_t name[lf::kMaxRawAddress];
     size_t len = sizeof name;
     if (fi_getname(&ep->fid, name, &len) == 0 && len <= sizeof name) {
@@ -310,7 +310,7 @@ void ConnectionImpl::close() noexcept {
     return;
   if (fab->rdm) {
     // A goodbye to an endpoint this process already closed would crash shm
-    // (quirk_in_process_peer_must_be_alive); that peer needs no goodbye. The
+    // (Quirks::in_process_peer_must_be_alive); that peer needs no goodbye. The
     // check, the goodbye and our own endpoint's end happen under one lock so
     // that two threads closing both ends of a link cannot interleave them.
     std::unique_lock<std::mutex> tracked;
@@ -471,11 +471,12 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
   ConnectionImpl *c = this;
   open_queues(!f.rdm);
   int timeout_ms = dl.remaining_ms();
-  if (f.rdm && lf::quirk_shm_listener_absent(f.provider, remote.host, remote.port))
+  if (f.rdm && f.quirks.send_to_absent_name_never_completes &&
+      lf::named_endpoint_absent(remote.host, remote.port))
     throw Error(ErrorKind::Refused,
                 "rdmalib: nothing listens at " + remote.to_string() +
                     " over shm (no shared-memory endpoint /dev/shm/" +
-                    lf::quirk_shm_endpoint_name(remote.host, remote.port) +
+                    lf::named_endpoint(remote.host, remote.port) +
                     "); if the server listens with another provider (its start-up line names "
                     "it), use a device entry with that provider",
                 FI_ECONNREFUSED);

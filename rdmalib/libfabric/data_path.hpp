@@ -166,9 +166,9 @@ inline Status ConnectionImpl::post_atomic(OpKind kind, const LocalRef &result, u
   area[0] = operand;
   area[1] = compare;
   void *desc = ctl_desc();
-  // quirk_atomic_operands_by_value: the provider reads the operands from the
-  // pointer values themselves.
-  const bool by_value = fab->atomic_operands_by_value;
+  // Quirks::atomic_operands_by_value: the provider reads the operands from
+  // the pointer values themselves.
+  const bool by_value = fab->quirks.atomic_operands_by_value;
   const void *buf =
       by_value ? reinterpret_cast<const void *>(static_cast<uintptr_t>(operand)) : area;
   ssize_t ret;
