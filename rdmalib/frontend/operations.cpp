@@ -106,7 +106,7 @@ template <class Post>
 /// CPU to a provider's progress thread.
 [[gnu::noinline]] size_t idle_poll(ConnectionImpl &c, Queue q, Completion *out,
                                    size_t max) noexcept {
-  if (++c.empty_polls >= kPeerCheckInterval) {
+  if (c.empty_polls >= kPeerCheckInterval) {
     c.empty_polls = 0;
     if (!c.peer_closed && c.open)
       c.check_peer();
@@ -300,6 +300,12 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
   n += c->reap(q, out + n, max - n);
   if (RDMALIB_LIKELY(n))
     return n;
+  // A busy-polling caller comes here many times per message: only every
+  // kPeerCheckInterval-th empty poll, an ended link or a provider with a
+  // progress thread need more than the count.
+  if (RDMALIB_LIKELY(++c->empty_polls < detail::kPeerCheckInterval && !c->peer_closed &&
+                     c->fab->caps.progress != Progress::Thread))
+    return 0;
   return detail::idle_poll(*c, q, out, max);
 }
 
@@ -314,6 +320,8 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
   int backoff_us = 1;
   unsigned spins = 0;
   for (;;) {
+    // Before entering the provider: a peer known gone may hold a lock of it.
+    c->peer_gone();
     size_t n = poll(q, out, max);
     if (n)
       return WaitResult{n, Status::Ok};

@@ -337,6 +337,9 @@ struct ConnectionImpl final : LinkCore {
   size_t reap(Queue q, Completion *out, size_t max) noexcept;
   void make_room(Queue q) noexcept;
   bool check_peer() noexcept;
+  /// Quirks::dead_peer_can_hang_progress: the peer process is gone (checked
+  /// at most once per millisecond); the provider is not entered any more.
+  bool peer_gone() noexcept { return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(); }
   size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   /// The event queue (a peer's shutdown on connected endpoints) is only
   /// looked at between sleeps; completions wake a sleep at once.
@@ -352,7 +355,10 @@ struct ConnectionImpl final : LinkCore {
   bool wait_internal(Queue q, fi_cq_data_entry &out, const Deadline &dl, int &err);
   /// Drive progress without reading any completion (setup steps that wait
   /// for the provider to take a post).
-  void drive() noexcept { fi_cq_read(txcq.get(), nullptr, 0); }
+  void drive() noexcept {
+    if (!peer_dead)
+      fi_cq_read(txcq.get(), nullptr, 0);
+  }
 
   // --- data path helpers (data_path.hpp, operations.cpp)
   /// Post one receive of `len` bytes at `buf` (with the fabric's overflow
@@ -412,6 +418,9 @@ struct ConnectionImpl final : LinkCore {
   /// the peer process is known to be gone. Rate-limited; cheap when not needed.
   bool peer_process_gone() noexcept;
   uint32_t peer_pid = 0;
+  /// The peer process is gone: its lock in the provider may be held for
+  /// ever, so reap(), block() and drive() no longer call into the provider.
+  bool peer_dead = false;
   std::chrono::steady_clock::time_point next_liveness_check{};
   /// Quirks::connreq_names_vanished_peer: swept before each progress call. Set
   /// on a listener's handshake endpoint (every new client announces itself

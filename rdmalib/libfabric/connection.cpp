@@ -139,6 +139,7 @@ bool ConnectionImpl::peer_process_gone() noexcept {
     return false;
   set_error("peer process %u is gone", peer_pid);
   peer_closed = true;
+  peer_dead = true;
   return true;
 }
 

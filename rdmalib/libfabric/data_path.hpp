@@ -256,6 +256,8 @@ inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcep
     out[0] = Completion{0, 0, 0, OpKind::Recv, Status::Error};
     return 1;
   }
+  if (RDMALIB_UNLIKELY(peer_dead))
+    return 0;
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
   size_t n = 0;
   // Read again only when a batch held nothing for the caller (internal

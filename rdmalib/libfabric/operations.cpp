@@ -117,6 +117,8 @@ bool ConnectionImpl::check_peer() noexcept {
 }
 
 size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms) noexcept {
+  if (peer_dead)
+    return 0;
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
   fi_cq_data_entry buf[16];
   size_t want = max < 16 ? max : 16;

@@ -258,6 +258,8 @@ struct ConnectionImpl final : LinkCore {
   size_t reap(Queue q, Completion *out, size_t max) noexcept;
   void make_room(Queue q) noexcept;
   bool check_peer() noexcept { return check_cm_events(); }
+  /// RC: entering the device is always safe.
+  bool peer_gone() noexcept { return false; }
   size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   /// The sleep also wakes on the connection manager's events.
   int wait_slice_ms() const noexcept { return 1000; }
