@@ -19,7 +19,7 @@
 #include <rdmalib/connection.hpp>
 #include <rdmalib/fabric.hpp>
 
-#include "internal.hpp"
+#include "backend.hpp"
 #include "provider_table.hpp"
 
 namespace rdmalib {
@@ -28,7 +28,7 @@ namespace detail {
 namespace {
 
 /// Endpoints of this process, by raw name, for
-/// quirk_in_process_peer_must_be_alive. Leaked on purpose: connections owned by
+/// Quirks::in_process_peer_must_be_alive. Leaked on purpose: connections owned by
 /// static objects may close after a function-local static would be destroyed.
 struct LocalEndpoints {
   std::mutex m;
@@ -72,12 +72,12 @@ void forget_local(std::string &name) {
 ConnectionImpl::~ConnectionImpl() { forget_local(local_name); }
 
 void ConnectionImpl::set_peer_name(const void *raw, size_t len) {
-  if (lf::quirk_in_process_peer_must_be_alive(fab->provider))
+  if (fab->quirks.in_process_peer_must_be_alive)
     peer_name.assign(static_cast<const char *>(raw), len);
 }
 
 void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
-  if (!lf::quirk_dead_peer_can_hang_progress(fab->provider) || pid == 0)
+  if (!fab->quirks.dead_peer_can_hang_progress || pid == 0)
     return;
   uint32_t self = 0;
   uint64_t ns = 0;
@@ -88,14 +88,13 @@ void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
 }
 
 void ConnectionImpl::guard_connreqs() noexcept {
-  if (!fab->rdm || !lf::quirk_connreq_names_vanished_peer(fab->provider))
+  if (!fab->rdm || !fab->quirks.connreq_names_vanished_peer)
     return;
   static std::atomic<bool> warned{false};
   try {
     FabricImpl &f = *fab;
     if (!f.shm_sink) {
-      auto sink = std::make_shared<ConnectionImpl>();
-      sink->fab = &f;
+      auto sink = std::make_shared<ConnectionImpl>(f);
       sink->fabric_handle = fabric_handle;
       sink->options.recv_depth = 1;
       sink->options.send_depth = 1;
@@ -140,35 +139,42 @@ bool ConnectionImpl::peer_process_gone() noexcept {
     return false;
   set_error("peer process %u is gone", peer_pid);
   peer_closed = true;
+  peer_dead = true;
   return true;
 }
 
 void ConnectionImpl::open_queues(bool want_eq) {
   FabricImpl &f = *fab;
-  if (options.recv_depth == 0)
-    options.recv_depth =
-        f.config.default_receive_buffer_size ? f.config.default_receive_buffer_size : 32;
-  if (options.send_depth == 0)
-    options.send_depth = 64;
-
-  size_t nslots = options.send_depth + options.recv_depth + kCtlSendSlots + ctl_recv_count + 4;
+  // The send pool also carries rdmalib's own messages (goodbye, the
+  // emulation's notifications, a handshake answer); the receive pool the
+  // handshake receives.
+  tx_slots = options.send_depth + kCtlSendSlots + 4;
+  const size_t rx_slots = options.recv_depth + ctl_recv_count;
+  const size_t nslots = tx_slots + rx_slots;
   slots.assign(nslots, lf::OpSlot{});
-  for (size_t i = 0; i < nslots; ++i)
-    slots[i].next_free = i + 1 < nslots ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
-  free_head = 0;
-  tx_stash.assign(options.send_depth + kCtlSendSlots + 4, fi_cq_data_entry{});
-  rx_stash.assign(options.recv_depth + ctl_recv_count + 4, fi_cq_data_entry{});
-  prefer_yield = lf::quirk_prefers_blocking_wait(f.provider);
+  auto chain = [&](lf::SlotList &l, size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      slots[i].next_free = i + 1 < to ? static_cast<uint32_t>(i + 1) : UINT32_MAX;
+      slots[i].rx = &l == &rx_free;
+    }
+    l.head = from < to ? static_cast<uint32_t>(from) : UINT32_MAX;
+    l.used = 0;
+  };
+  chain(tx_free, 0, tx_slots);
+  chain(rx_free, tx_slots, nslots);
+  tx_free.limit = options.send_depth;
+  rx_free.limit = options.recv_depth;
+  pending.assign(tx_slots, lf::PendingNotify{});
 
   auto wait = f.wait_fd_cq ? FI_WAIT_FD : f.wait_cq ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
   fi_cq_attr attr{};
   attr.format = FI_CQ_FORMAT_DATA;
   attr.wait_obj = wait;
-  attr.size = tx_stash.size() * 2;
+  attr.size = tx_slots * 2;
   int ret = fi_cq_open(f.domain.get(), &attr, txcq.out(), nullptr);
   if (ret)
     lf::throw_fi("fi_cq_open (send queue) on " + f.provider, ret);
-  attr.size = rx_stash.size() * 2;
+  attr.size = rx_slots * 2;
   ret = fi_cq_open(f.domain.get(), &attr, rxcq.out(), nullptr);
   if (ret)
     lf::throw_fi("fi_cq_open (receive queue) on " + f.provider, ret);
@@ -190,7 +196,7 @@ void ConnectionImpl::open_queues(bool want_eq) {
       lf::throw_fi("fi_av_open on " + f.provider, ret);
   }
 
-  ctl_mem.assign((ctl_recv_count + kCtlSendSlots) * kCtlSlot + 16 * nslots, 0);
+  ctl_mem.assign((ctl_recv_count + kCtlSendSlots) * kCtlSlot + 16 * tx_slots, 0);
   iovec iov{ctl_mem.data(), ctl_mem.size()};
   fi_mr_attr ma{};
   ma.mr_iov = &iov;
@@ -236,7 +242,7 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
     if ((ret = fi_mr_bind(ctl_mr.get(), &ep->fid, 0)) || (ret = fi_mr_enable(ctl_mr.get())))
       lf::throw_fi("binding rdmalib's control buffers to the endpoint", ret);
   }
-  if (f.rdm && lf::quirk_in_process_peer_must_be_alive(f.provider)) {
+  if (f.rdm && f.quirks.in_process_peer_must_be_alive) {
     uint8_t name[lf::kMaxRawAddress];
     size_t len = sizeof name;
     if (fi_getname(&ep->fid, name, &len) == 0 && len <= sizeof name) {
@@ -249,7 +255,7 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
   }
 }
 
-bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const lf::Deadline &dl,
+bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const detail::Deadline &dl,
                                    int &err) {
   fid_cq *want = q == Queue::Send ? txcq.get() : rxcq.get();
   fid_cq *other = q == Queue::Send ? rxcq.get() : txcq.get();
@@ -305,7 +311,7 @@ void ConnectionImpl::close() noexcept {
     return;
   if (fab->rdm) {
     // A goodbye to an endpoint this process already closed would crash shm
-    // (quirk_in_process_peer_must_be_alive); that peer needs no goodbye. The
+    // (Quirks::in_process_peer_must_be_alive); that peer needs no goodbye. The
     // check, the goodbye and our own endpoint's end happen under one lock so
     // that two threads closing both ends of a link cannot interleave them.
     std::unique_lock<std::mutex> tracked;
@@ -314,7 +320,7 @@ void ConnectionImpl::close() noexcept {
     bool goodbye = !peer_closed || ended_here;
     // A handshake answer still in flight (accept_in_background) completes
     // before the endpoint goes, whether or not a goodbye follows it.
-    for (lf::Deadline dl(std::chrono::milliseconds(200)); answer_slot && !dl.passed();) {
+    for (Deadline dl(std::chrono::milliseconds(200)); answer_slot && !dl.passed();) {
       fi_cq_data_entry e;
       ssize_t n = fi_cq_read(txcq.get(), &e, 1);
       if (n == -FI_EAVAIL) {
@@ -341,11 +347,11 @@ void ConnectionImpl::close() noexcept {
       // manual-progress provider does not drop it with the endpoint.
       lf::OpSlot *s = take_slot(0, OpKind::Send, true);
       if (s) {
-        lf::ControlMessage m{lf::kControlMagic, lf::CtlGoodbye, 0, 0, 0};
+        ControlMessage m = control_message(ControlType::Goodbye);
         uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
         std::memcpy(buf, &m, sizeof m);
         ssize_t r = fi_send(ep.get(), buf, sizeof m, ctl_desc(), peer, s);
-        lf::Deadline dl(std::chrono::milliseconds(200));
+        Deadline dl(std::chrono::milliseconds(200));
         while (r == -FI_EAGAIN && !dl.passed()) {
           sweep_connreqs();
           fi_cq_read(txcq.get(), nullptr, 0);
@@ -406,16 +412,9 @@ namespace {
               err);
 }
 
-void check_private(const detail::FabricImpl &f, size_t len) {
-  if (len > f.caps.max_private_data)
-    throw Error(ErrorKind::Config, "rdmalib: " + std::to_string(len) +
-                                       " bytes of private data exceed this fabric's limit of " +
-                                       std::to_string(f.caps.max_private_data));
-}
-
 /// Wait on a connection's event queue for FI_CONNECTED, copying the peer's
 /// private data. Errors carry the step and the address.
-void wait_connected(detail::ConnectionImpl &c, const Address &remote, const lf::Deadline &dl,
+void wait_connected(detail::ConnectionImpl &c, const Address &remote, const detail::Deadline &dl,
                     int timeout_ms, const char *step) {
   alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
   for (;;) {
@@ -450,39 +449,16 @@ void wait_connected(detail::ConnectionImpl &c, const Address &remote, const lf::
 
 } // namespace
 
-// ---- public API ------------------------------------------------------------
+namespace detail {
 
-void Connection::Deleter::operator()(detail::ConnectionImpl *p) const noexcept {
-  if (p) {
-    p->close();
-    delete p;
-  }
-}
-
-Connection::Connection() noexcept = default;
-Connection::~Connection() = default;
-Connection::Connection(Connection &&) noexcept = default;
-Connection &Connection::operator=(Connection &&) noexcept = default;
-Connection::Connection(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
-
-Operations Connection::ops() const noexcept { return Operations(impl_.get()); }
-
-const std::vector<uint8_t> &Connection::peer_private_data() const noexcept {
-  static const std::vector<uint8_t> empty;
-  return impl_ ? impl_->peer_private : empty;
-}
-
-Address Connection::remote_address() const { return impl_ ? impl_->remote : Address{}; }
-
-void Connection::attach(const MemoryRegion &region) {
-  if (!impl_ || !impl_->fab->mr_endpoint || !region.impl())
+void ConnectionImpl::attach(MemoryRegionImpl &m) {
+  if (!fab->mr_endpoint)
     return;
-  detail::MemoryRegionImpl &m = *region.impl();
   if (m.enabled)
     throw Error(ErrorKind::Unsupported,
-                "rdmalib: provider " + impl_->fab->provider +
+                "rdmalib: provider " + fab->provider +
                     " binds memory to one endpoint; this region is already attached");
-  int ret = fi_mr_bind(m.mr.get(), &impl_->ep->fid, 0);
+  int ret = fi_mr_bind(m.mr.get(), &ep->fid, 0);
   if (!ret)
     ret = fi_mr_enable(m.mr.get());
   if (ret)
@@ -490,33 +466,18 @@ void Connection::attach(const MemoryRegion &region) {
   m.enabled = true;
 }
 
-void Connection::close() noexcept {
-  if (impl_)
-    impl_->close();
-}
-
-bool Connection::is_open() const noexcept { return impl_ && impl_->open && !impl_->peer_closed; }
-
-Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }
-
-Connection Connection::connect_once(Fabric &fabric, const Address &remote, const void *private_data,
-                                    size_t private_len, std::chrono::milliseconds timeout,
-                                    const ConnectionOptions &options) {
-  detail::FabricImpl &f = *fabric.impl();
-  check_private(f, private_len);
-  std::unique_ptr<detail::ConnectionImpl, Connection::Deleter> c(new detail::ConnectionImpl);
-  c->fab = &f;
-  c->fabric_handle = &fabric;
-  c->options = options;
-  c->remote = remote;
-  c->open_queues(!f.rdm);
-  lf::Deadline dl(timeout);
-  int timeout_ms = static_cast<int>(timeout.count());
-  if (f.rdm && lf::quirk_shm_listener_absent(f.provider, remote.host, remote.port))
+void ConnectionImpl::connect(const Address &remote, const void *private_data, size_t private_len,
+                             const Deadline &dl) {
+  FabricImpl &f = *fab;
+  ConnectionImpl *c = this;
+  open_queues(!f.rdm);
+  int timeout_ms = dl.remaining_ms();
+  if (f.rdm && f.quirks.send_to_absent_name_never_completes &&
+      lf::named_endpoint_absent(remote.host, remote.port))
     throw Error(ErrorKind::Refused,
                 "rdmalib: nothing listens at " + remote.to_string() +
                     " over shm (no shared-memory endpoint /dev/shm/" +
-                    lf::quirk_shm_endpoint_name(remote.host, remote.port) +
+                    lf::named_endpoint(remote.host, remote.port) +
                     "); if the server listens with another provider (its start-up line names "
                     "it), use a device entry with that provider",
                 FI_ECONNREFUSED);
@@ -554,7 +515,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
     do {
       r = c->post_receive(rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), rs, 0);
       if (r == -FI_EAGAIN)
-        c->progress();
+        c->drive();
     } while (r == -FI_EAGAIN && !dl.passed());
     if (r)
       throw_connect(f, remote, static_cast<int>(-r), "posting the handshake receive", timeout_ms);
@@ -580,7 +541,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
     do {
       r = fi_send(c->ep.get(), sbuf, sizeof hello, c->ctl_desc(), listener, ss);
       if (r == -FI_EAGAIN)
-        c->progress();
+        c->drive();
     } while (r == -FI_EAGAIN && !dl.passed());
     // Without a listener, RDM providers either fail the send at once (sockets:
     // ENOENT, RxM: ECONNREFUSED) or keep it queued (shm, RxM retrying): both
@@ -628,8 +589,8 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
     // arrive, and no other peer writes to this endpoint.
     c->connreq_guard.reset();
   }
-  c->open = true;
-  return Connection(c.release());
 }
+
+} // namespace detail
 
 } // namespace rdmalib

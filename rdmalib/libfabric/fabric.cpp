@@ -23,7 +23,7 @@
 
 #include <rdmalib/fabric.hpp>
 
-#include "internal.hpp"
+#include "backend.hpp"
 
 namespace rdmalib {
 
@@ -96,7 +96,7 @@ bool is_loopback(const std::string &ip) {
 /// what cannot work. The provider clears the mr_mode / mode bits it does not
 /// require; what it keeps is honoured by FabricImpl.
 InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool offer_virt_addr,
-                   const std::string &domain) {
+                   bool send_after_write, const std::string &domain) {
   InfoPtr h(fi_allocinfo());
   if (!h.p)
     throw Error(ErrorKind::Backend, "rdmalib: fi_allocinfo failed (out of memory)");
@@ -107,6 +107,11 @@ InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool 
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
   h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
                             (offer_virt_addr ? FI_MR_VIRT_ADDR : 0);
+  // Asked for explicitly by the probe of open(): providers report only the
+  // ordering the hints ask for (shm and tcp;ofi_rxm 1.17 report none
+  // otherwise).
+  if (send_after_write)
+    h->tx_attr->msg_order = FI_ORDER_SAW;
   h->domain_attr->threading = FI_THREAD_SAFE;
   h->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
   h->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
@@ -118,8 +123,9 @@ InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool 
 /// fi_getinfo for one provider/endpoint type; returns null (and the error)
 /// when the provider cannot serve it.
 InfoPtr try_getinfo(const ProviderPolicy &p, EndpointType ep, const DeviceConfig &cfg, bool atomics,
-                    bool offer_virt_addr, int *err, std::string *why = nullptr) {
-  InfoPtr hints = make_hints(p, ep, atomics, offer_virt_addr, cfg.domain);
+                    bool offer_virt_addr, bool send_after_write, int *err,
+                    std::string *why = nullptr) {
+  InfoPtr hints = make_hints(p, ep, atomics, offer_virt_addr, send_after_write, cfg.domain);
   fi_info *out = nullptr;
   const char *node = nullptr;
   if (!p.node_local && !cfg.ip_address.empty())
@@ -168,13 +174,15 @@ uint32_t mix32(uint32_t z) {
   return z ^ (z >> 16);
 }
 
+/// What the provider offers, before any mask (the front end applies it,
+/// then FabricImpl::finish derives the backend's flags from the result).
 void fill_capabilities(detail::FabricImpl &f) {
   fi_info *i = f.info.get();
   Capabilities &c = f.caps;
   const CapabilityMask &m = f.mask;
   c.endpoint = f.rdm ? EndpointType::ReliableDatagram : EndpointType::Connected;
   c.progress = i->domain_attr->data_progress == FI_PROGRESS_MANUAL ? Progress::Manual
-               : quirk_prefers_blocking_wait(f.provider)           ? Progress::Thread
+               : f.quirks.prefers_blocking_wait                    ? Progress::Thread
                                                                    : Progress::Auto;
   uint64_t mr = static_cast<uint64_t>(i->domain_attr->mr_mode);
   f.app_keys = !(mr & FI_MR_PROV_KEY);
@@ -186,23 +194,21 @@ void fill_capabilities(detail::FabricImpl &f) {
   f.ordered_saw = i->tx_attr->msg_order & FI_ORDER_SAW;
   f.inject_size = i->tx_attr->inject_size;
   f.addr_format = i->addr_format;
-  f.native_cq_data = i->domain_attr->cq_data_size >= 4 && !m.disables(CapRemoteCqData);
 
-  c.remote_cq_data = f.native_cq_data;
+  c.remote_cq_data = i->domain_attr->cq_data_size >= 4;
   c.provider_keys = !f.app_keys;
   c.virtual_addressing = f.virt_addr;
   c.local_registration = f.mr_local;
   c.endpoint_bound_memory = f.mr_endpoint;
-  c.write_consumes_receive = !f.native_cq_data || f.rx_cq_data;
-  c.notify_message_size = f.native_cq_data ? 0 : sizeof(ControlMessage);
+  c.write_consumes_receive = f.rx_cq_data;
   c.max_message = i->ep_attr->max_msg_size;
   c.mr_key_size = i->domain_attr->mr_key_size;
-  c.max_inline =
-      m.disables(CapInline) ? 0 : std::min<size_t>(f.config.max_inline_data, f.inject_size);
-  c.max_private_data = f.rdm ? kMaxPrivateData : quirk_msg_private_data_size(f.provider);
+  c.max_inline = std::min<size_t>(f.config.max_inline_data, f.inject_size);
+  // Quirks::cm_data_header_byte: the provider keeps one of rdma_cm's 56 bytes.
+  c.max_private_data = f.rdm ? kMaxPrivateData : f.quirks.cm_data_header_byte ? 55 : 56;
 
   // Atomics: the provider must advertise FI_ATOMIC and really support the two
-  // 64-bit operations rdmalib offers.
+  // 64-bit operations rdmalib offers (not asked when masked off anyway).
   bool atomics = (i->caps & FI_ATOMIC) && !m.disables(CapAtomics);
   if (atomics) {
     fi_atomic_attr attr{};
@@ -228,17 +234,11 @@ void fill_capabilities(detail::FabricImpl &f) {
       break;
     }
   }
-  if (m.disables(CapWaitFd) || quirk_cq_sread_ignores_timeout(f.provider)) {
+  if (f.quirks.cq_sread_ignores_timeout) {
     f.wait_cq = false;
     f.wait_fd_cq = false;
   }
   c.wait_fd = f.wait_cq;
-
-  // A receive must never be truncated inside such a provider (the quirk's
-  // comment). The overflow descriptors are null: only for providers that do
-  // not need local registration, with room for three iovecs per receive.
-  if (quirk_truncation_hangs_receiver(f.provider) && !f.mr_local && i->rx_attr->iov_limit >= 3)
-    f.overflow.open(64 * 1024, shm_cross_memory_attach_likely());
 }
 
 } // namespace
@@ -288,7 +288,7 @@ lf::InfoPtr FabricImpl::endpoint_info(const Address *src) const {
 
 std::vector<uint8_t> FabricImpl::raw_address(const Address &a) const {
   if (addr_format == FI_ADDR_STR) {
-    std::string name = lf::quirk_shm_endpoint_name(a.host, a.port);
+    std::string name = lf::named_endpoint(a.host, a.port);
     return std::vector<uint8_t>(name.c_str(), name.c_str() + name.size() + 1);
   }
   // IP providers: resolve the host; keep the family the provider asked for.
@@ -351,8 +351,6 @@ uint64_t FabricImpl::next_key() {
 
 } // namespace detail
 
-void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
-
 namespace {
 
 /// The addresses of this node's interfaces (in this network namespace).
@@ -398,14 +396,14 @@ void check_local_address(const DeviceConfig &config) {
 
 } // namespace
 
-Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
-  const auto open_start = std::chrono::steady_clock::now();
+namespace detail {
+
+void FabricImpl::open() {
   using namespace lf;
-  quirk_rxm_cm_progress_interval();
-  quirk_sockets_pe_waittime();
-  detail::FabricImpl &f = *impl_;
-  f.config = config;
-  f.mask = mask;
+  apply_env_defaults();
+  FabricImpl &f = *this;
+  const DeviceConfig &config = f.config;
+  const CapabilityMask mask = f.mask;
   check_local_address(config);
 
   std::vector<const ProviderPolicy *> candidates;
@@ -442,9 +440,10 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
     int err = 0;
     std::string why;
     // Ask for atomics first; a provider without them is still usable.
-    InfoPtr info = try_getinfo(*p, ep, config, !mask.disables(CapAtomics), offer_va, &err, &why);
+    InfoPtr info =
+        try_getinfo(*p, ep, config, !mask.disables(CapAtomics), offer_va, false, &err, &why);
     if (!info.p)
-      info = try_getinfo(*p, ep, config, false, offer_va, &err, &why);
+      info = try_getinfo(*p, ep, config, false, offer_va, false, &err, &why);
     if (!info.p) {
       attempts += std::string(attempts.empty() ? "" : "; ") + p->name + " (" + to_string(ep) +
                   "): " + (why.empty() ? fi_error_text(err) : why);
@@ -452,6 +451,7 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
     }
     f.info = std::move(info);
     f.policy = p;
+    f.quirks = resolve_quirks(*p, fi_version());
     f.provider = p->name;
     f.rdm = ep == EndpointType::ReliableDatagram;
     break;
@@ -480,60 +480,79 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
 
   std::random_device rd;
   f.key_secret = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  fill_capabilities(f);
-  rdmalib::logger().info("{}", describe());
-  rdmalib::logger().debug("fabric open for device '{}' in {} ms", config.name,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - open_start)
-                              .count());
+  lf::fill_capabilities(f);
+
+  // The emulated write-with-immediate (no remote CQ data, or masked off)
+  // needs its notification to follow the write's data: ask whether the
+  // provider orders a send after a write, with the same hints plus that
+  // ordering (the chosen fi_info only lists orderings that were asked for).
+  // Without atomics too: tcp;ofi_rxm 1.17 offers the ordering for messages
+  // and RMA but not once FI_ATOMIC is asked for (its atomics are messages of
+  // its own, outside that order), and the emulation involves no atomic.
+  // Endpoints then require the ordering (create_endpoint).
+  if (!f.ordered_saw && (!f.caps.remote_cq_data || mask.disables(CapRemoteCqData))) {
+    const EndpointType ep = f.rdm ? EndpointType::ReliableDatagram : EndpointType::Connected;
+    for (bool atomics : {(f.info->caps & FI_ATOMIC) != 0, false}) {
+      int err = 0;
+      InfoPtr probe = try_getinfo(*f.policy, ep, config, atomics, offer_va, true, &err);
+      if (probe.p && (probe->tx_attr->msg_order & FI_ORDER_SAW)) {
+        f.ordered_saw = true;
+        break;
+      }
+    }
+  }
 }
 
-Fabric::~Fabric() = default;
-Fabric::Fabric(Fabric &&) noexcept = default;
-Fabric &Fabric::operator=(Fabric &&) noexcept = default;
-
-const Capabilities &Fabric::capabilities() const noexcept { return impl_->caps; }
-const std::string &Fabric::provider() const noexcept { return impl_->provider; }
-const DeviceConfig &Fabric::device() const noexcept { return impl_->config; }
-CapabilityMask Fabric::mask() const noexcept { return impl_->mask; }
-
-std::string Fabric::describe() const {
-  std::ostringstream s;
-  s << "rdmalib backend=libfabric " << backend_version() << " provider=" << impl_->provider
-    << " domain=" << impl_->info->domain_attr->name << " fabric=" << impl_->info->fabric_attr->name;
-  std::string m = impl_->mask.to_string();
-  if (!m.empty())
-    s << " masked=" << m;
-  s << " " << impl_->caps.describe();
-  return s.str();
+void FabricImpl::finish() {
+  native_cq_data = caps.remote_cq_data;
+  if (!caps.wait_fd) {
+    wait_cq = false;
+    wait_fd_cq = false;
+  }
+  // A receive must never be truncated inside such a provider (the quirk's
+  // comment). The overflow descriptors are null: only for providers that do
+  // not need local registration, with room for three iovecs per receive.
+  if (quirks.truncation_hangs_receiver && !mr_local && info->rx_attr->iov_limit >= 3)
+    overflow.open(64 * 1024, lf::shm_cross_memory_attach_likely());
+  // The emulated write-with-immediate relies on the endpoint delivering its
+  // notification after the write's data; endpoints ask for send-after-write
+  // ordering where the provider offers it (create_endpoint).
+  write_notify_ordered = ordered_saw;
+  if (!caps.remote_cq_data && !write_notify_ordered)
+    logger().warn("{}: no remote CQ data and no send-after-write ordering (FI_ORDER_SAW): "
+                  "write_imm is refused on this fabric",
+                  provider);
 }
 
-const char *Fabric::backend_name() noexcept { return "libfabric"; }
+std::string FabricImpl::describe_details() const {
+  return std::string("domain=") + info->domain_attr->name + " fabric=" + info->fabric_attr->name;
+}
 
-std::string Fabric::backend_version() {
+std::string FabricImpl::backend_version() {
   uint32_t v = fi_version();
   return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
 }
 
-std::vector<std::string> Fabric::known_providers() {
+std::vector<std::string> FabricImpl::known_providers() {
   std::vector<std::string> out;
   for (const auto &p : lf::provider_table())
     out.push_back(p.name);
   return out;
 }
 
-std::string Fabric::canonical_provider(const std::string &name_or_alias) {
+std::string FabricImpl::canonical_provider(const std::string &name_or_alias) {
   const lf::ProviderPolicy *p = lf::find_provider(name_or_alias);
   return p ? std::string(p->name) : std::string();
 }
 
-void Fabric::preload(const DeviceConfig &config) {
-  // libfabric's verbs providers open the devices through librdmacm, which
-  // keeps the contexts for the life of the process: a forked child would use
-  // the parent's and fail like the verbs backend's (see there; seen with the
-  // e2e suite on rxe). Nothing of theirs can be loaded without that. An empty
-  // provider that libfabric resolves to verbs is not caught here.
-  if (config.provider.find("verbs") != std::string::npos)
+void FabricImpl::preload(const DeviceConfig &config) {
+  // Quirks::contexts_survive_fork (libfabric's verbs providers): a forked
+  // child would use the parent's device contexts and fail like the verbs
+  // backend's (seen with the e2e suite on rxe). Nothing of theirs can be
+  // loaded. An empty provider that libfabric resolves to verbs is not caught
+  // here.
+  const lf::ProviderPolicy *p = lf::find_provider(config.provider);
+  if (p && lf::resolve_quirks(*p, fi_version()).contexts_survive_fork)
     return;
   // fi_getinfo loads and initialises the providers once per process; a
   // throw-away Fabric gets the whole path a child will take (fabric, domain)
@@ -541,13 +560,13 @@ void Fabric::preload(const DeviceConfig &config) {
   Fabric warm(config);
 }
 
-std::vector<ProviderInfo> Fabric::discover() {
+std::vector<ProviderInfo> FabricImpl::discover() {
   using namespace lf;
   std::vector<ProviderInfo> out;
   std::set<std::string> seen;
   for (const auto &p : provider_table()) {
     for (EndpointType ep : {EndpointType::Connected, EndpointType::ReliableDatagram}) {
-      InfoPtr hints = make_hints(p, ep, false, true, "");
+      InfoPtr hints = make_hints(p, ep, false, true, false, "");
       fi_info *res = nullptr;
       if (fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), &res) != 0)
         continue;
@@ -575,5 +594,7 @@ std::vector<ProviderInfo> Fabric::discover() {
   }
   return out;
 }
+
+} // namespace detail
 
 } // namespace rdmalib

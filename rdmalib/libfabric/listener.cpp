@@ -7,36 +7,10 @@
 #include <rdmalib/fabric.hpp>
 #include <rdmalib/listener.hpp>
 
-#include "internal.hpp"
+#include "backend.hpp"
 
 namespace rdmalib {
 namespace detail {
-
-struct ListenerImpl {
-  FabricImpl *fab = nullptr;
-  Fabric *fabric_handle = nullptr;
-  Address address;
-  // Connected endpoints: a passive endpoint and its event queue. Quirk
-  // (sockets 1.17): the passive endpoint keeps pointers into the fi_info it
-  // was created from and reads them on every connection request, so that info
-  // lives as long as the pep (declared first, destroyed last).
-  lf::InfoPtr pep_info;
-  lf::Fid<fid_eq> eq;
-  lf::Fid<fid_pep> pep;
-  // Reliable datagrams: an endpoint that receives HELLO messages.
-  std::unique_ptr<ConnectionImpl> hs;
-  int wait_fd = -1;
-};
-
-struct RequestImpl {
-  ListenerImpl *listener = nullptr;
-  std::vector<uint8_t> private_data;
-  // MSG: the connection request's info (owns the handle).
-  lf::InfoPtr info;
-  // RDM: the HELLO.
-  lf::HandshakeMessage hello{};
-  bool done = false;
-};
 
 namespace {
 
@@ -51,7 +25,7 @@ void post_handshake_recv(ConnectionImpl &c, size_t i) {
   do {
     r = c.post_receive(c.ctl_recv(i), sizeof(lf::HandshakeMessage), c.ctl_desc(), s, 0);
     if (r == -FI_EAGAIN)
-      c.progress();
+      c.drive();
   } while (r == -FI_EAGAIN && !dl.passed());
   if (r) {
     c.put_slot(s);
@@ -71,7 +45,7 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage 
   do {
     r = fi_send(c.ep.get(), buf, sizeof m, c.ctl_desc(), to, s);
     if (r == -FI_EAGAIN) {
-      c.progress();
+      c.drive();
       // shm keeps a send to a dead process's endpoint in EAGAIN: do not make
       // the listening process wait out the whole deadline for it.
       if (c.peer_process_gone()) {
@@ -92,94 +66,47 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage 
 }
 
 } // namespace
-} // namespace detail
 
-// ---- ConnectionRequest -------------------------------------------------------
-
-void ConnectionRequest::Deleter::operator()(detail::RequestImpl *p) const noexcept {
-  if (!p)
-    return;
-  if (!p->done) {
-    ConnectionRequest tmp(p);
-    tmp.reject();
-    tmp.impl_.release();
-  }
-  delete p;
+Address RequestImpl::remote_address() const {
+  FabricImpl &f = *listener->fab;
+  if (!f.rdm)
+    return info.p ? f.decode_address(info->dest_addr, info->dest_addrlen) : Address{};
+  return f.decode_address(hello.address, hello.address_len);
 }
 
-ConnectionRequest::ConnectionRequest() noexcept = default;
-ConnectionRequest::~ConnectionRequest() = default;
-ConnectionRequest::ConnectionRequest(ConnectionRequest &&) noexcept = default;
-ConnectionRequest &ConnectionRequest::operator=(ConnectionRequest &&) noexcept = default;
-ConnectionRequest::ConnectionRequest(detail::RequestImpl *impl) noexcept : impl_(impl) {}
-
-const std::vector<uint8_t> &ConnectionRequest::private_data() const noexcept {
-  static const std::vector<uint8_t> empty;
-  return impl_ ? impl_->private_data : empty;
-}
-
-Address ConnectionRequest::remote_address() const noexcept {
-  if (!impl_)
-    return Address{};
-  try {
-    detail::FabricImpl &f = *impl_->listener->fab;
-    if (!f.rdm)
-      return impl_->info.p ? f.decode_address(impl_->info->dest_addr, impl_->info->dest_addrlen)
-                           : Address{};
-    return f.decode_address(impl_->hello.address, impl_->hello.address_len);
-  } catch (const std::exception &) {
-    return Address{};
-  }
-}
-
-void ConnectionRequest::reject() noexcept {
-  if (!impl_ || impl_->done)
-    return;
-  impl_->done = true;
-  detail::ListenerImpl &l = *impl_->listener;
+void RequestImpl::reject() noexcept {
+  ListenerImpl &l = *listener;
   try {
     if (!l.fab->rdm) {
-      fi_reject(l.pep.get(), impl_->info->handle, nullptr, 0);
+      fi_reject(l.pep.get(), info->handle, nullptr, 0);
       return;
     }
-    detail::ConnectionImpl &hs = *l.hs;
+    ConnectionImpl &hs = *l.hs;
     fi_addr_t to = FI_ADDR_UNSPEC;
-    if (fi_av_insert(hs.av.get(), impl_->hello.address, 1, &to, 0, nullptr) != 1)
+    if (fi_av_insert(hs.av.get(), hello.address, 1, &to, 0, nullptr) != 1)
       return;
     lf::HandshakeMessage m{};
     m.magic = lf::kHandshakeMagic;
     m.version = lf::kHandshakeVersion;
     m.type = lf::HsReject;
-    m.nonce = impl_->hello.nonce;
-    detail::send_handshake(hs, to, m, lf::Deadline(std::chrono::milliseconds(1000)), "rejection");
+    m.nonce = hello.nonce;
+    send_handshake(hs, to, m, lf::Deadline(std::chrono::milliseconds(1000)), "rejection");
     fi_av_remove(hs.av.get(), &to, 1, 0);
   } catch (const std::exception &e) {
     rdmalib::logger().warn("rdmalib: rejecting a connection request failed: {}", e.what());
   }
 }
 
-Connection ConnectionRequest::accept(const void *private_data, size_t private_len,
-                                     std::chrono::milliseconds timeout,
-                                     const ConnectionOptions &options) {
-  if (!impl_ || impl_->done)
-    throw Error(ErrorKind::Config, "rdmalib: this connection request was already answered");
-  detail::ListenerImpl &l = *impl_->listener;
-  detail::FabricImpl &f = *l.fab;
-  if (private_len > f.caps.max_private_data)
-    throw Error(ErrorKind::Config, "rdmalib: " + std::to_string(private_len) +
-                                       " bytes of private data exceed this fabric's limit of " +
-                                       std::to_string(f.caps.max_private_data));
-  impl_->done = true;
-  lf::Deadline dl(timeout);
-  std::unique_ptr<detail::ConnectionImpl, Connection::Deleter> c(new detail::ConnectionImpl);
-  c->fab = &f;
-  c->fabric_handle = l.fabric_handle;
-  c->options = options;
-  c->open_queues(!f.rdm);
+void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size_t private_len,
+                            const Deadline &dl) {
+  FabricImpl &f = *fab;
+  ConnectionImpl *c = this;
+  const std::chrono::milliseconds timeout = dl.remaining();
+  open_queues(!f.rdm);
 
   if (!f.rdm) {
-    c->create_endpoint(impl_->info.get());
-    c->remote = f.decode_address(impl_->info->dest_addr, impl_->info->dest_addrlen);
+    c->create_endpoint(request.info.get());
+    c->remote = f.decode_address(request.info->dest_addr, request.info->dest_addrlen);
     int ret = fi_accept(c->ep.get(), private_data, private_len);
     if (ret)
       lf::throw_fi("fi_accept", ret);
@@ -216,7 +143,7 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
   } else {
     lf::InfoPtr info = f.endpoint_info(nullptr);
     c->create_endpoint(info.get());
-    const lf::HandshakeMessage &h = impl_->hello;
+    const lf::HandshakeMessage &h = request.hello;
     c->remote = f.decode_address(h.address, h.address_len);
     int ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
     if (ret != 1)
@@ -239,32 +166,25 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
       std::memcpy(m.private_data, private_data, private_len);
     if (options.accept_in_background) {
       // One try now; if the provider cannot take it yet, later polls retry.
-      uint8_t *buf = c->ctl_send(c->ctl_send_next++ % detail::ConnectionImpl::kCtlSendSlots);
+      uint8_t *buf = c->ctl_send(c->ctl_send_next++ % ConnectionImpl::kCtlSendSlots);
       std::memcpy(buf, &m, sizeof m);
       c->answer_buf = buf;
       c->answer_deadline = std::chrono::steady_clock::now() + timeout;
       c->answer_pending = true;
-      c->progress();
+      c->drive();
       if (!c->retry_answer())
         throw Error(ErrorKind::Backend, std::string("rdmalib: ") + c->last_error);
     } else {
-      detail::send_handshake(*c, c->peer, m, dl, "handshake answer to " + c->remote.to_string());
+      send_handshake(*c, c->peer, m, dl, "handshake answer to " + c->remote.to_string());
     }
   }
-  c->peer_private = impl_->private_data;
-  c->open = true;
-  return Connection(c.release());
 }
 
 // ---- Listener ----------------------------------------------------------------
 
-void Listener::Deleter::operator()(detail::ListenerImpl *p) const noexcept { delete p; }
-
-Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::ListenerImpl) {
-  detail::FabricImpl &f = *fabric.impl();
-  detail::ListenerImpl &l = *impl_;
-  l.fab = &f;
-  l.fabric_handle = &fabric;
+void ListenerImpl::listen(const Address &bind) {
+  FabricImpl &f = *fab;
+  ListenerImpl &l = *this;
   Address want = bind;
   if (want.host.empty())
     want.host = f.config.ip_address.empty() ? "127.0.0.1" : f.config.ip_address;
@@ -311,10 +231,9 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
     Address a = want;
     if (pick_port)
       a.port = static_cast<uint16_t>(20000 + rng() % 40000);
-    auto hs = std::make_unique<detail::ConnectionImpl>();
-    hs->fab = &f;
-    hs->fabric_handle = &fabric;
-    hs->ctl_recv_count = detail::kHandshakeReceives;
+    auto hs = std::make_unique<ConnectionImpl>(f);
+    hs->fabric_handle = fabric_handle;
+    hs->ctl_recv_count = kHandshakeReceives;
     hs->options.recv_depth = 1;
     hs->options.send_depth = 16;
     hs->open_queues(false);
@@ -345,21 +264,12 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
     break;
   }
   l.hs->guard_connreqs();
-  for (size_t i = 0; i < detail::kHandshakeReceives; ++i)
-    detail::post_handshake_recv(*l.hs, i);
+  for (size_t i = 0; i < kHandshakeReceives; ++i)
+    post_handshake_recv(*l.hs, i);
 }
 
-Listener::~Listener() = default;
-Listener::Listener(Listener &&) noexcept = default;
-Listener &Listener::operator=(Listener &&) noexcept = default;
-
-const Address &Listener::address() const noexcept { return impl_->address; }
-
-int Listener::fd() const noexcept { return impl_->wait_fd; }
-
-ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
-  detail::ListenerImpl &l = *impl_;
-  lf::Deadline dl(timeout);
+RequestImpl *ListenerImpl::next(const Deadline &dl) {
+  ListenerImpl &l = *this;
   if (!l.fab->rdm) {
     alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + lf::kMaxPrivateData];
     // A deadline under 1 ms still gets one 1 ms read, so that a caller woken
@@ -370,9 +280,7 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
     for (;;) {
       int slice = dl.remaining_ms(100);
       if (slice == 0 && !first)
-        throw Error(ErrorKind::Timeout, "rdmalib: no connection request on " +
-                                            l.address.to_string() + " within " +
-                                            std::to_string(timeout.count()) + " ms");
+        return nullptr;
       uint32_t event = 0;
       first = false;
       ssize_t r = fi_eq_sread(l.eq.get(), &event, buf, sizeof buf, slice > 0 ? slice : 1, 0);
@@ -390,23 +298,22 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
       if (event != FI_CONNREQ)
         continue;
       auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
-      auto *req = new detail::RequestImpl;
+      auto *req = new RequestImpl;
       req->listener = &l;
+      req->fabric_handle = l.fabric_handle;
       req->info = lf::InfoPtr(entry->info);
       size_t plen = static_cast<size_t>(r) - sizeof(fi_eq_cm_entry);
       req->private_data.assign(entry->data, entry->data + plen);
-      return ConnectionRequest(req);
+      return req;
     }
   }
-  detail::ConnectionImpl &hs = *l.hs;
+  ConnectionImpl &hs = *l.hs;
   for (;;) {
     fi_cq_data_entry e{};
     int err = 0;
     if (!hs.wait_internal(Queue::Recv, e, dl, err)) {
       if (err == FI_ETIMEDOUT)
-        throw Error(ErrorKind::Timeout, "rdmalib: no connection request on " +
-                                            l.address.to_string() + " within " +
-                                            std::to_string(timeout.count()) + " ms");
+        return nullptr;
       rdmalib::logger().warn("rdmalib: listener {}: handshake receive failed: {}",
                              l.address.to_string(), lf::fi_error_text(err));
       continue;
@@ -416,7 +323,7 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
     size_t idx = slot ? static_cast<size_t>(slot->user) : 0;
     lf::HandshakeMessage h;
     std::memcpy(&h, hs.ctl_recv(idx), sizeof h);
-    detail::post_handshake_recv(hs, idx);
+    post_handshake_recv(hs, idx);
     if (h.magic != lf::kHandshakeMagic || h.type != lf::HsHello ||
         h.address_len > sizeof h.address || h.private_len > sizeof h.private_data) {
       rdmalib::logger().warn("rdmalib: listener {}: ignoring a malformed handshake",
@@ -427,21 +334,15 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
       rdmalib::logger().warn("rdmalib: listener {}: handshake version {} (expected {})",
                              l.address.to_string(), h.version, lf::kHandshakeVersion);
     }
-    auto *req = new detail::RequestImpl;
+    auto *req = new RequestImpl;
     req->listener = &l;
+    req->fabric_handle = l.fabric_handle;
     req->hello = h;
     req->private_data.assign(h.private_data, h.private_data + h.private_len);
-    return ConnectionRequest(req);
+    return req;
   }
 }
 
-Connection Listener::accept(const void *private_data, size_t private_len,
-                            std::chrono::milliseconds timeout, const ConnectionOptions &options) {
-  lf::Deadline dl(timeout);
-  ConnectionRequest req = next_request(timeout);
-  auto left = std::chrono::milliseconds(dl.remaining_ms(INT32_MAX));
-  return req.accept(private_data, private_len,
-                    left.count() > 0 ? left : std::chrono::milliseconds(1), options);
-}
+} // namespace detail
 
 } // namespace rdmalib

@@ -1,7 +1,10 @@
-// Per-provider policy of the libfabric backend, kept in one table, and every
-// provider quirk in one named function.
+// Per-provider policy of the libfabric backend, kept in one table: the
+// automatic choice, aliases, and every provider quirk as a column with the
+// libfabric releases it applies to. docs/rdmalib.md explains how to add a
+// provider or a quirk.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,114 @@
 struct fi_info;
 
 namespace rdmalib::lf {
+
+/// libfabric releases a quirk applies to, as FI_VERSION(major, minor) values,
+/// both ends included. A quirk that no release is known to fix runs to
+/// kOpenEnded; the default (first = 0) applies to none.
+struct Versions {
+  uint32_t first = 0;
+  uint32_t last = 0;
+  bool contains(uint32_t version) const noexcept {
+    return first != 0 && version >= first && version <= last;
+  }
+};
+constexpr uint32_t kOpenEnded = UINT32_MAX;
+/// FI_VERSION without <rdma/fabric.h>.
+constexpr uint32_t fi_release(uint32_t major, uint32_t minor) { return (major << 16) | minor; }
+/// From `major.minor` on, with no fixed release known.
+constexpr Versions since(uint32_t major, uint32_t minor) {
+  return Versions{fi_release(major, minor), kOpenEnded};
+}
+/// From `first` to `last`, both included.
+constexpr Versions releases(uint32_t major0, uint32_t minor0, uint32_t major1, uint32_t minor1) {
+  return Versions{fi_release(major0, minor0), fi_release(major1, minor1)};
+}
+
+/// A provider's quirks, one column each, with the releases they apply to.
+/// Each column's comment says what was observed, on which release, and what
+/// rdmalib does about it. A Fabric resolves them once when it opens
+/// (resolve_quirks) into Quirks; nothing else in rdmalib looks at a
+/// provider's name.
+struct QuirkColumns {
+  /// A progress thread per endpoint that a caller spinning on the CQ starves
+  /// on small machines (sockets 1.17: milliseconds per message on 2 cores).
+  /// Blocking reads are preferred; Capabilities::progress = Progress::Thread.
+  Versions prefers_blocking_wait;
+  /// The CQ accepts a wait object (FI_WAIT_UNSPEC) but fi_cq_sread ignores
+  /// its timeout when nothing completes (shm 1.17: a 50 ms read still blocked
+  /// after 5 s). Blocking CQ reads are not used; Operations::wait polls with
+  /// a backoff.
+  Versions cq_sread_ignores_timeout;
+  /// fi_fetch_atomic (FI_SUM) and fi_compare_atomic take the operand and
+  /// compare value from the buffer POINTERS, not from the memory they point
+  /// to (verbs MSG 1.17: `wr.wr.atomic.compare_add = (uintptr_t) buf`): the
+  /// pointers carry the values themselves.
+  Versions atomic_operands_by_value;
+  /// A 1-byte header inside rdma_cm's 56 bytes of RC private data
+  /// (VERBS_CM_DATA_SIZE = 55; verbs 1.17): fi_connect fails with EINVAL
+  /// beyond 55 bytes, so a MSG endpoint's connect/accept carries 55, not 56.
+  Versions cm_data_header_byte;
+  /// A peer endpoint of the same process is reached through that endpoint's
+  /// own memory, so a send to a peer already closed in this process crashes
+  /// inside the provider (shm 1.17: SIGSEGV in fi_send). rdmalib tracks its
+  /// in-process endpoints and sends no goodbye to a closed one.
+  Versions in_process_peer_must_be_alive;
+  /// Each endpoint's shared region is guarded by a plain spinlock that the
+  /// peer process takes while it delivers; a peer killed inside that window
+  /// leaves it held and every later progress call spins for ever (shm 1.17).
+  /// rdmalib exchanges process ids in the handshake and checks (at most once
+  /// per millisecond) that the peer still runs before calling into the
+  /// provider; a dead peer makes the link Closed.
+  Versions dead_peer_can_hang_progress;
+  /// A message longer than the receive it matches is copied by cross-memory
+  /// attach in a loop that never ends once the receive is full (shm 1.17,
+  /// unchanged in 2.x): the receiving process is wedged for good. rdmalib
+  /// posts every receive with an overflow area behind it (RecvOverflow), so
+  /// that no receive is truncated inside the provider.
+  Versions truncation_hangs_receiver;
+  /// A "map my region" command naming a sender's region that is gone by the
+  /// time the receiver progresses makes the receiver read a null mapping
+  /// (shm 1.17 through 1.20: SIGSEGV in smr_progress_connreq). rdmalib points
+  /// such commands at a live endpoint of its own (ShmConnreqGuard) before
+  /// each progress call on a handshake or connecting endpoint.
+  Versions connreq_names_vanished_peer;
+  /// A send to a name without a listener is queued and never completes
+  /// (shm 1.17). Every endpoint rdmalib names has its region at
+  /// /dev/shm/<name>: connect() answers Refused at once when the listener's
+  /// region is absent, instead of waiting out its deadline.
+  Versions send_to_absent_name_never_completes;
+  /// The provider opens devices through librdmacm, which keeps the contexts
+  /// for the life of the process: a child forked after loading it fails like
+  /// the verbs backend's (verbs, verbs;ofi_rxm 1.17). Fabric::preload does
+  /// not load such providers.
+  Versions contexts_survive_fork;
+};
+
+/// A provider variable rdmalib sets (unless the operator did) before any
+/// provider is loaded, for the releases on which its default was measured to
+/// hurt.
+struct EnvDefault {
+  const char *name;
+  const char *value;
+  Versions versions;
+  /// What was measured.
+  const char *why;
+};
+
+/// The quirks of one provider on the libfabric release this process runs,
+/// resolved once when a Fabric opens.
+struct Quirks {
+  bool prefers_blocking_wait = false;
+  bool cq_sread_ignores_timeout = false;
+  bool atomic_operands_by_value = false;
+  bool cm_data_header_byte = false;
+  bool in_process_peer_must_be_alive = false;
+  bool dead_peer_can_hang_progress = false;
+  bool truncation_hangs_receiver = false;
+  bool connreq_names_vanished_peer = false;
+  bool send_to_absent_name_never_completes = false;
+  bool contexts_survive_fork = false;
+};
 
 struct ProviderPolicy {
   /// Canonical name as libfabric reports prov_name ("tcp;ofi_rxm").
@@ -26,6 +137,10 @@ struct ProviderPolicy {
   bool node_local;
   /// Why the provider sits where it does (a note for readers of this table).
   const char *note;
+  /// The provider's quirks.
+  QuirkColumns quirks;
+  /// Provider variables set before loading (see EnvDefault).
+  std::vector<EnvDefault> env;
 };
 
 /// The table, in automatic-choice order.
@@ -37,106 +152,25 @@ const ProviderPolicy *find_provider(const std::string &name_or_alias);
 /// Names and aliases, for error messages.
 std::string provider_names();
 
-// ---- quirks: each one names the provider and version it was observed on ----
+/// The quirks of `policy` that apply to libfabric release `version`
+/// (FI_VERSION(major, minor); the running library's is fi_version()).
+Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept;
 
-/// tcp;ofi_rxm (libfabric 1.17) connects lazily and only checks for connection
-/// events every FI_OFI_RXM_CM_PROGRESS_INTERVAL µs (10000 by default), so the
-/// first message to a new peer waited ~23 ms here. rdmalib connects each
-/// connection with a handshake, so it lowers the interval (unless the user set
-/// it) before the provider is loaded. Must run before the first fi_getinfo.
-void quirk_rxm_cm_progress_interval();
+/// Set every provider variable of the table (EnvDefault) that applies to the
+/// running release, unless already set. Must run before the first
+/// fi_getinfo: providers read them when they load.
+void apply_env_defaults();
 
-/// shm (1.17) appends ":<uid>:<endpoint index>" to a name given with its
-/// "fi_shm://" prefix, so a listener's name would depend on how many endpoints
-/// its process opened before. Without the prefix the name is used verbatim;
-/// rdmalib therefore names shm endpoints "rdmalib-<host>-<port>" unprefixed. A
-/// duplicate name fails with -FI_EBUSY, which is how a port conflict shows.
-std::string quirk_shm_endpoint_name(const std::string &host, unsigned port);
+/// The name rdmalib gives an endpoint on providers that address endpoints by
+/// name (FI_ADDR_STR, shm): "rdmalib-<host>-<port>". shm 1.17 appends
+/// ":<uid>:<endpoint index>" to a name given with its "fi_shm://" prefix, so
+/// the name is given without it; a duplicate name fails with -FI_EBUSY, which
+/// is how a port conflict shows.
+std::string named_endpoint(const std::string &host, unsigned port);
 
-/// shm (1.17) queues a send to a name that has no shared-memory region and
-/// never completes it, so a client on shm facing a server that listens with
-/// another provider (tcp, say) waited its whole deadline and then blamed the
-/// handshake. Every shm endpoint rdmalib names has its region at
-/// /dev/shm/<name>: true when the region of the listener at host:port is
-/// absent, i.e. nothing listens there over shm.
-bool quirk_shm_listener_absent(const std::string &provider, const std::string &host, unsigned port);
-
-/// sockets (1.17) runs a progress thread per endpoint; a caller that spins on
-/// the CQ starves it on small machines (milliseconds per message on 2 cores).
-/// Returns true when blocking reads must be preferred over spinning; such
-/// providers report Capabilities::progress = Progress::Thread.
-bool quirk_prefers_blocking_wait(const std::string &provider);
-
-/// sockets (1.17) progress threads spin for FI_SOCKETS_PE_WAITTIME ms (10 by
-/// default) after each piece of work before sleeping: with one thread per
-/// endpoint, a client, a worker and their threads on 2 cores took 25 ms per
-/// call (10,000 calls in 265 s; 92 s with 0 under the same load). rdmalib
-/// sets 0 (unless the user set it) before the provider is loaded. Must run
-/// before the first fi_getinfo.
-void quirk_sockets_pe_waittime();
-
-/// shm (1.17) accepts a CQ wait object (FI_WAIT_UNSPEC) but fi_cq_sread then
-/// never returns when nothing completes: it ignores its timeout (measured: a
-/// 50 ms read still blocked after 5 s). Returns true when blocking CQ reads
-/// must not be used; Operations::wait then polls with a backoff.
-bool quirk_cq_sread_ignores_timeout(const std::string &provider);
-
-/// Bytes of private data a MSG endpoint's connect/accept carries. libfabric's
-/// verbs provider (1.17) puts a 1-byte header into rdma_cm's 56 bytes of RC
-/// private data (VERBS_CM_DATA_SIZE = 55) and fails fi_connect with EINVAL
-/// beyond that; the other MSG providers carry 56.
-size_t quirk_msg_private_data_size(const std::string &provider);
-
-/// libfabric's verbs provider (MSG, 1.17) takes the operand of fi_fetch_atomic
-/// (FI_SUM) and the operand and compare value of fi_compare_atomic from the
-/// buffer POINTERS, not from the memory they point to
-/// (`wr.wr.atomic.compare_add = (uintptr_t) buf`): the pointers must carry the
-/// values themselves. Returns true for such providers.
-bool quirk_atomic_operands_by_value(const std::string &provider);
-
-/// shm (1.17) reaches a peer endpoint of the same process through that
-/// endpoint's own memory, so a send to a peer that was already closed in this
-/// process crashes inside the provider (SIGSEGV in fi_send), where a peer in
-/// another process just gets the message dropped. Returns true when rdmalib
-/// must track its in-process endpoints and not send a goodbye to a closed one.
-bool quirk_in_process_peer_must_be_alive(const std::string &provider);
-
-/// shm (1.17) guards each endpoint's shared region with a plain spinlock that
-/// the peer process takes while it delivers into that region. A peer killed
-/// inside that window leaves the lock held, and every later progress call on
-/// our endpoint (fi_cq_read) spins forever. The lock cannot be recovered, so
-/// rdmalib exchanges process ids in the handshake and, for these providers,
-/// Operations::wait checks (at most once per millisecond) that the peer still
-/// runs before it calls into the provider; a dead peer makes the link Closed.
-bool quirk_dead_peer_can_hang_progress(const std::string &provider);
-
-/// shm (1.17, unchanged upstream in 2.x) copies a message longer than 4 KiB by
-/// cross-memory attach (process_vm_readv of the sender) in a loop that ends
-/// only when the whole message is copied: once the posted receive is full,
-/// process_vm_readv is called with no local space, returns 0, and the loop
-/// spins forever inside fi_cq_read while holding the receiver's region lock
-/// (the sender then spins on that lock too). A message longer than the
-/// receive it matches thus wedges the receiving process for good; nothing
-/// above the provider can interrupt it. Returns true for such providers:
-/// rdmalib then posts every receive with an overflow area behind it (see
-/// RecvOverflow) so that no receive is ever truncated inside the provider.
-bool quirk_truncation_hangs_receiver(const std::string &provider);
-
-/// shm (1.17; the code is unchanged through 1.20) sends a "map my region"
-/// command (connreq, carrying the sender's region name) into the receiver's
-/// region before a sender's first message, and the sender's send stays in
-/// EAGAIN until the receiver has processed it. The receiver maps the named
-/// region when it next progresses; when that region is gone by then (the
-/// sender gave up and closed its endpoint, exited, or was SIGTERMed, which
-/// runs shm's own handler that unlinks the process's regions), shm_open fails
-/// with ENOENT, which the provider treats as success and then reads the null
-/// mapping: SIGSEGV in fi_cq_read (smr_progress_connreq). A listener cannot
-/// vet peers it does not know yet, so for these providers rdmalib watches its
-/// handshake endpoint's region (and a connecting endpoint's, until the answer
-/// arrives: the server's link endpoint announces itself there) and, before
-/// each progress call, points such a command at a live endpoint of its own
-/// (ShmConnreqGuard).
-bool quirk_connreq_names_vanished_peer(const std::string &provider);
+/// Quirks::send_to_absent_name_never_completes: true when the region of the
+/// named endpoint at host:port is absent (nothing listens there over shm).
+bool named_endpoint_absent(const std::string &host, unsigned port);
 
 /// Whether shm will use cross-memory attach between processes of this user:
 /// off when FI_SHM_DISABLE_CMA is set, or when the Yama LSM restricts ptrace

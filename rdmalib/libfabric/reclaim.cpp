@@ -6,14 +6,13 @@
 // harness, an operator) leaves the 16 MiB file behind for good: nothing else
 // frees tmpfs memory. rdmalib's listener regions ("rdmalib-<host>-<port>")
 // are never reused either, since ports differ.
-#include <rdmalib/fabric.hpp>
-
 #include "common/reclaim.hpp"
+#include "backend.hpp"
 
-namespace rdmalib {
+namespace rdmalib::detail {
 
-Fabric::ReclaimReport Fabric::reclaim_stale(std::chrono::seconds min_age) {
-  return detail::reclaim_unmapped_regions("/dev/shm/", min_age);
+Fabric::ReclaimReport FabricImpl::reclaim_stale(std::chrono::seconds min_age) {
+  return reclaim_unmapped_regions("/dev/shm/", min_age);
 }
 
-} // namespace rdmalib
+} // namespace rdmalib::detail

@@ -1,4 +1,4 @@
-// quirk_connreq_names_vanished_peer, see shm_connreq_guard.hpp and
+// Quirks::connreq_names_vanished_peer, see shm_connreq_guard.hpp and
 // provider_table.hpp. The structures below mirror libfabric 1.17's
 // include/ofi_shm.h and ofi_rbuf.h (region version 4); the constructor checks
 // them against the live region before the guard touches anything.
@@ -143,7 +143,7 @@ size_t ShmConnreqGuard::sweep() noexcept {
   if (__atomic_load_n(&q->wcnt, __ATOMIC_ACQUIRE) == __atomic_load_n(&q->rcnt, __ATOMIC_ACQUIRE))
     return 0;
   // Peers append commands under the region's lock; a peer that died holding
-  // it already stalls the provider (quirk_dead_peer_can_hang_progress), so do
+  // it already stalls the provider (Quirks::dead_peer_can_hang_progress), so do
   // not wait for it here.
   int tries = 0;
   while (pthread_spin_trylock(&r->lock) != 0) {

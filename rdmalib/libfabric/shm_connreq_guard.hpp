@@ -1,4 +1,4 @@
-// quirk_connreq_names_vanished_peer: keeps shm's listener from mapping the
+// Quirks::connreq_names_vanished_peer: keeps shm's listener from mapping the
 // region of a peer that is already gone.
 #pragma once
 

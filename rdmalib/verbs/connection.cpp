@@ -2,7 +2,7 @@
 // event channel (so that a peer's disconnect is observable per connection),
 // one completion queue and completion channel per direction, and slot pools
 // that map work completions back to callers' contexts.
-#include "internal.hpp"
+#include "backend.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -56,7 +56,7 @@ void ConnectionImpl::create_resources() {
   rq.init(recv_depth, send_depth);
 
   if (fab->emulate_imm) {
-    ctl_mem.assign(send_depth * sizeof(vb::ControlMessage), 0);
+    ctl_mem.assign(send_depth * sizeof(ControlMessage), 0);
     ibv_mr *mr = ibv_reg_mr(fab->pd.get(), ctl_mem.data(), ctl_mem.size(), IBV_ACCESS_LOCAL_WRITE);
     if (!mr)
       vb::throw_errno(ErrorKind::Backend, "rdmalib verbs: ibv_reg_mr (notification buffers)",
@@ -107,31 +107,13 @@ void ConnectionImpl::close() noexcept {
 
 } // namespace detail
 
-void Connection::Deleter::operator()(detail::ConnectionImpl *p) const noexcept { delete p; }
+namespace detail {
 
-Connection::Connection() noexcept = default;
-Connection::~Connection() = default;
-Connection::Connection(Connection &&o) noexcept = default;
-Connection &Connection::operator=(Connection &&o) noexcept = default;
-Connection::Connection(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
-
-Connection Connection::connect_once(Fabric &fabric, const Address &remote, const void *private_data,
-                                    size_t private_len, std::chrono::milliseconds timeout,
-                                    const ConnectionOptions &options) {
-  auto *fab = fabric.impl();
+void ConnectionImpl::connect(const Address &remote, const void *private_data, size_t private_len,
+                             const Deadline &deadline) {
+  ConnectionImpl *c = this;
   const std::string where = remote.to_string();
-  if (private_len > vb::kMaxPrivateData)
-    throw Error(ErrorKind::Config, "rdmalib verbs: connect to " + where + ": " +
-                                       std::to_string(private_len) +
-                                       " bytes of private data exceed the limit of " +
-                                       std::to_string(vb::kMaxPrivateData));
-  vb::Deadline deadline(timeout);
-
-  std::unique_ptr<detail::ConnectionImpl> c(new detail::ConnectionImpl);
-  c->fab = fab;
-  c->fabric_handle = &fabric;
-  c->options = options;
-  c->remote = remote;
+  const auto timeout = deadline.remaining();
 
   rdma_event_channel *ch = rdma_create_event_channel();
   if (!ch)
@@ -176,7 +158,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
   for (int attempt_ms = 100;; attempt_ms = std::min(attempt_ms * 2, 2000)) {
     rdma_cm_id *raw = nullptr;
     c->id.reset();
-    if (rdma_create_id(ch, &raw, c.get(), RDMA_PS_TCP))
+    if (rdma_create_id(ch, &raw, c, RDMA_PS_TCP))
       vb::throw_errno(ErrorKind::Backend, "rdmalib verbs: rdma_create_id", errno);
     c->id.reset(raw);
     int ms = std::max(1, std::min(attempt_ms, deadline.remaining_ms()));
@@ -220,34 +202,8 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
   std::vector<uint8_t> reply;
   wait_for(RDMA_CM_EVENT_ESTABLISHED, "connection establishment", &reply);
   c->peer_private = vb::unframe_private(reply, "the server at " + where);
-  c->open = true;
-  return Connection(c.release());
 }
 
-Operations Connection::ops() const noexcept { return Operations(impl_.get()); }
-
-const std::vector<uint8_t> &Connection::peer_private_data() const noexcept {
-  static const std::vector<uint8_t> empty;
-  return impl_ ? impl_->peer_private : empty;
-}
-
-Address Connection::remote_address() const {
-  if (!impl_)
-    return Address{};
-  return impl_->remote;
-}
-
-void Connection::attach(const MemoryRegion &) {
-  // Verbs memory regions belong to the protection domain, not to a QP.
-}
-
-void Connection::close() noexcept {
-  if (impl_)
-    impl_->close();
-}
-
-bool Connection::is_open() const noexcept { return impl_ && impl_->open && !impl_->peer_closed; }
-
-Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }
+} // namespace detail
 
 } // namespace rdmalib

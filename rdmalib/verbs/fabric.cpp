@@ -5,7 +5,7 @@
 // The device context comes from rdma_get_devices(), not ibv_open_device():
 // rdma_cm ids resolve to librdmacm's own contexts, and a QP can only be created
 // with a protection domain of the same context.
-#include "internal.hpp"
+#include "backend.hpp"
 
 #include <chrono>
 #include <dlfcn.h>
@@ -111,17 +111,17 @@ uint32_t probe_inline(ibv_context *ctx, ibv_pd *pd, uint32_t wanted) {
 
 } // namespace
 
-void Fabric::Deleter::operator()(detail::FabricImpl *p) const noexcept { delete p; }
+namespace detail {
 
-Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new detail::FabricImpl) {
-  const auto open_start = std::chrono::steady_clock::now();
-  auto &f = *impl_;
-  f.config = config;
-  f.mask = mask;
+void FabricImpl::open() {
+  auto &f = *this;
+  const DeviceConfig &config = f.config;
+  const CapabilityMask mask = f.mask;
+  f.provider = "verbs";
 
   // One provider here. Anything else is a libfabric provider name: say so
   // rather than silently opening an RDMA device for a "tcp" configuration.
-  if (!config.provider.empty() && config.provider != "verbs")
+  if (!config.provider.empty() && canonical_provider(config.provider).empty())
     throw Error(ErrorKind::NotFound,
                 "rdmalib verbs: no provider \"" + config.provider + "\" (device config \"" +
                     config.name +
@@ -203,55 +203,26 @@ Fabric::Fabric(const DeviceConfig &config, CapabilityMask mask) : impl_(new deta
   c.max_message = port_attr.max_msg_sz ? port_attr.max_msg_sz : (1u << 31);
   c.mr_key_size = sizeof(uint32_t); // rkey
   c.max_private_data = vb::kMaxPrivateData;
-
-  // The mask switches capabilities off to force the fallbacks (DESIGN §3).
-  if (mask.disables(CapRemoteCqData)) {
-    // write_imm becomes a write plus an ordered 16-byte notification send,
-    // which consumes a receive just like the native immediate.
-    c.remote_cq_data = false;
-    c.notify_message_size = sizeof(vb::ControlMessage);
-    f.emulate_imm = true;
-  }
-  if (mask.disables(CapAtomics))
-    c.atomics = false;
-  if (mask.disables(CapVirtualAddressing)) {
-    // Zero-based registrations (ibv_reg_mr_iova with iova 0): remote
-    // addresses are offsets into the region.
-    c.virtual_addressing = false;
-    f.zero_based = true;
-  }
-  if (mask.disables(CapWaitFd))
-    c.wait_fd = false;
-
-  rdmalib::logger().info("rdmalib: {}", describe());
-  rdmalib::logger().debug("fabric open for device '{}' in {} ms", config.name,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - open_start)
-                              .count());
 }
 
-Fabric::~Fabric() = default;
-Fabric::Fabric(Fabric &&) noexcept = default;
-Fabric &Fabric::operator=(Fabric &&) noexcept = default;
+void FabricImpl::finish() {
+  // The mask switches capabilities off to force the fallbacks (DESIGN §3).
+  // Without remote CQ data, write_imm becomes a write plus an ordered
+  // 16-byte notification send (RC executes them in order), which consumes a
+  // receive just like the native immediate.
+  emulate_imm = !caps.remote_cq_data;
+  // Without virtual addressing, registrations are zero-based
+  // (ibv_reg_mr_iova with iova 0): remote addresses are offsets.
+  zero_based = !caps.virtual_addressing;
+}
 
-const Capabilities &Fabric::capabilities() const noexcept { return impl_->caps; }
-const std::string &Fabric::provider() const noexcept { return impl_->provider; }
-const DeviceConfig &Fabric::device() const noexcept { return impl_->config; }
-CapabilityMask Fabric::mask() const noexcept { return impl_->mask; }
-
-std::string Fabric::describe() const {
-  const auto &f = *impl_;
-  std::string s = "backend=verbs " + backend_version() + " provider=verbs device=" + f.device_name +
-                  " port=" + std::to_string(f.port) + " link_layer=" + f.link_layer;
-  if (!f.config.ip_address.empty())
-    s += " ip=" + f.config.ip_address;
-  s += " " + f.caps.describe();
-  if (f.mask.disabled)
-    s += " disabled=" + f.mask.to_string();
+std::string FabricImpl::describe_details() const {
+  std::string s =
+      "device=" + device_name + " port=" + std::to_string(port) + " link_layer=" + link_layer;
+  if (!config.ip_address.empty())
+    s += " ip=" + config.ip_address;
   return s;
 }
-
-const char *Fabric::backend_name() noexcept { return "verbs"; }
 
 namespace {
 
@@ -266,7 +237,7 @@ int find_library(dl_phdr_info *info, size_t, void *data) {
 
 } // namespace
 
-std::string Fabric::backend_version() {
+std::string FabricImpl::backend_version() {
   // libibverbs has no version call. rdma-core names the library file
   // libibverbs.so.1.<abi>.<rdma-core major>.<minor>: read it from the copy
   // actually loaded.
@@ -291,7 +262,7 @@ std::string Fabric::backend_version() {
   return "rdma-core (version unknown)";
 }
 
-std::vector<ProviderInfo> Fabric::discover() {
+std::vector<ProviderInfo> FabricImpl::discover() {
   std::vector<ProviderInfo> out;
   int n = 0;
   ibv_device **raw = ibv_get_device_list(&n);
@@ -369,17 +340,18 @@ std::vector<ProviderInfo> Fabric::discover() {
   return out;
 }
 
-std::vector<std::string> Fabric::known_providers() { return {"verbs"}; }
+std::vector<std::string> FabricImpl::known_providers() { return {"verbs"}; }
 
-std::string Fabric::canonical_provider(const std::string &name_or_alias) {
+// The one provider of this backend, under its one name.
+std::string FabricImpl::canonical_provider(const std::string &name_or_alias) {
   return name_or_alias == "verbs" ? name_or_alias : std::string();
 }
 
 // Nothing of a verbs process outlives it: the kernel releases its queue
 // pairs and registrations when it dies.
-Fabric::ReclaimReport Fabric::reclaim_stale(std::chrono::seconds) { return {}; }
+Fabric::ReclaimReport FabricImpl::reclaim_stale(std::chrono::seconds) { return {}; }
 
-void Fabric::preload(const DeviceConfig &) {
+void FabricImpl::preload(const DeviceConfig &) {
   // Only libibverbs and its user-space drivers. Opening the device is not an
   // option: librdmacm keeps the contexts of rdma_get_devices() open for the
   // life of the process, a forked child would inherit them instead of opening
@@ -395,5 +367,7 @@ void Fabric::preload(const DeviceConfig &) {
   }
   ibv_free_device_list(raw);
 }
+
+} // namespace detail
 
 } // namespace rdmalib

@@ -1,7 +1,7 @@
 // Listener and ConnectionRequest on rdma_cm. Each request is moved to an
 // event channel of its own right away (rdma_migrate_id), so the connection it
 // becomes sees its own ESTABLISHED / DISCONNECTED events and nobody else's.
-#include "internal.hpp"
+#include "backend.hpp"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -20,57 +20,26 @@ namespace rdmalib {
 
 namespace detail {
 
-RequestImpl::~RequestImpl() {
+RequestImpl::~RequestImpl() { reject(); }
+
+void RequestImpl::reject() noexcept {
   if (id && rdma_reject(id.get(), nullptr, 0))
     rdmalib::logger().warn("rdmalib verbs: rdma_reject failed: {}", std::strerror(errno));
+  id.reset();
+  events.reset();
 }
 
-} // namespace detail
-
-// ---------------------------------------------------------------- ConnectionRequest
-
-void ConnectionRequest::Deleter::operator()(detail::RequestImpl *p) const noexcept { delete p; }
-
-ConnectionRequest::ConnectionRequest() noexcept = default;
-ConnectionRequest::~ConnectionRequest() = default;
-ConnectionRequest::ConnectionRequest(ConnectionRequest &&o) noexcept = default;
-ConnectionRequest &ConnectionRequest::operator=(ConnectionRequest &&o) noexcept = default;
-ConnectionRequest::ConnectionRequest(detail::RequestImpl *impl) noexcept : impl_(impl) {}
-
-const std::vector<uint8_t> &ConnectionRequest::private_data() const noexcept {
-  static const std::vector<uint8_t> empty;
-  return impl_ ? impl_->private_data : empty;
-}
-
-Address ConnectionRequest::remote_address() const noexcept {
-  if (!impl_ || !impl_->id)
+Address RequestImpl::remote_address() const {
+  if (!id)
     return Address{};
-  try {
-    return vb::sockaddr_address(rdma_get_peer_addr(impl_->id.get()));
-  } catch (const std::exception &) {
-    return Address{};
-  }
+  return vb::sockaddr_address(rdma_get_peer_addr(id.get()));
 }
 
-Connection ConnectionRequest::accept(const void *private_data, size_t private_len,
-                                     std::chrono::milliseconds timeout,
-                                     const ConnectionOptions &options) {
-  if (!impl_ || !impl_->id)
-    throw Error(ErrorKind::Config, "rdmalib verbs: accept on an empty ConnectionRequest");
-  auto &r = *impl_;
-  vb::Deadline deadline(timeout);
-  // The cm reply carries 196 bytes, but keep one limit both ways.
-  if (private_len > vb::kMaxPrivateData)
-    throw Error(ErrorKind::Config, "rdmalib verbs: accept: " + std::to_string(private_len) +
-                                       " bytes of private data exceed the limit of " +
-                                       std::to_string(vb::kMaxPrivateData));
-
-  std::unique_ptr<detail::ConnectionImpl> c(new detail::ConnectionImpl);
-  c->fab = r.fab;
-  c->fabric_handle = r.fabric_handle;
-  c->options = options;
+void ConnectionImpl::accept(RequestImpl &r, const void *private_data, size_t private_len,
+                            const Deadline &deadline) {
+  ConnectionImpl *c = this;
+  const auto timeout = deadline.remaining();
   c->remote = vb::sockaddr_address(rdma_get_peer_addr(r.id.get()));
-  c->peer_private = r.private_data;
   // From here on the connection owns the id and channel; if anything below
   // throws, the id is rejected by hand and released with the connection.
   c->events = std::move(r.events);
@@ -106,21 +75,12 @@ Connection ConnectionRequest::accept(const void *private_data, size_t private_le
     throw Error(ev.event == RDMA_CM_EVENT_DISCONNECTED ? ErrorKind::Closed : ErrorKind::Backend,
                 "rdmalib verbs: " + who + " failed: " + vb::event_text(ev),
                 ev.status < 0 ? -ev.status : ev.status);
-  c->open = true;
-  impl_.reset();
-  return Connection(c.release());
 }
-
-void ConnectionRequest::reject() noexcept { impl_.reset(); }
 
 // ---------------------------------------------------------------- Listener
 
-void Listener::Deleter::operator()(detail::ListenerImpl *p) const noexcept { delete p; }
-
-Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::ListenerImpl) {
-  auto &l = *impl_;
-  l.fab = fabric.impl();
-  l.fabric_handle = &fabric;
+void ListenerImpl::listen(const Address &bind) {
+  auto &l = *this;
   rdma_event_channel *ch = rdma_create_event_channel();
   if (!ch)
     vb::throw_errno(ErrorKind::Backend, "rdmalib verbs: rdma_create_event_channel", errno);
@@ -149,17 +109,8 @@ Listener::Listener(Fabric &fabric, const Address &bind) : impl_(new detail::List
     l.address.host = l.fab->config.ip_address;
 }
 
-Listener::~Listener() = default;
-Listener::Listener(Listener &&o) noexcept = default;
-Listener &Listener::operator=(Listener &&o) noexcept = default;
-
-const Address &Listener::address() const noexcept { return impl_->address; }
-
-int Listener::fd() const noexcept { return impl_ ? impl_->events->fd : -1; }
-
-ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
-  auto &l = *impl_;
-  vb::Deadline deadline(timeout);
+RequestImpl *ListenerImpl::next(const Deadline &deadline) {
+  auto &l = *this;
   for (;;) {
     // Read the event by hand: the request's id must be taken before the
     // event is acknowledged.
@@ -170,9 +121,7 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
         vb::throw_errno(ErrorKind::Backend, "rdmalib verbs: rdma_get_cm_event on the listener",
                         err);
       if (deadline.passed())
-        throw Error(ErrorKind::Timeout, "rdmalib verbs: no connection request on " +
-                                            l.address.to_string() + " within " +
-                                            std::to_string(timeout.count()) + " ms");
+        return nullptr;
       pollfd pfd{l.events->fd, POLLIN, 0};
       ::poll(&pfd, 1, deadline.remaining_ms(1000));
       continue;
@@ -184,7 +133,7 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
       rdma_ack_cm_event(ev);
       continue;
     }
-    std::unique_ptr<detail::RequestImpl> r(new detail::RequestImpl);
+    std::unique_ptr<RequestImpl> r(new RequestImpl);
     r->fab = l.fab;
     r->fabric_handle = l.fabric_handle;
     r->id.reset(ev->id);
@@ -209,16 +158,10 @@ ConnectionRequest Listener::next_request(std::chrono::milliseconds timeout) {
     vb::set_nonblocking(ch->fd, "the rdma_cm event channel");
     if (rdma_migrate_id(r->id.get(), ch))
       vb::throw_errno(ErrorKind::Backend, "rdmalib verbs: rdma_migrate_id", errno);
-    return ConnectionRequest(r.release());
+    return r.release();
   }
 }
 
-Connection Listener::accept(const void *private_data, size_t private_len,
-                            std::chrono::milliseconds timeout, const ConnectionOptions &options) {
-  vb::Deadline deadline(timeout);
-  ConnectionRequest req = next_request(timeout);
-  return req.accept(private_data, private_len, std::chrono::milliseconds(deadline.remaining_ms()),
-                    options);
-}
+} // namespace detail
 
 } // namespace rdmalib

@@ -2,7 +2,7 @@
 // always granted, receives and read/atomic results need it). Keys are the
 // provider's (the rkey); the local descriptor is the ibv_mr itself, whose lkey
 // the posts read.
-#include "internal.hpp"
+#include "backend.hpp"
 
 #include <cerrno>
 
@@ -26,8 +26,11 @@ namespace {
 
 } // namespace
 
-MemoryRegion::MemoryRegion(Fabric &fabric, void *ptr, size_t bytes, uint32_t access) {
-  auto &f = *fabric.impl();
+namespace detail {
+
+MemoryRegionImpl *FabricImpl::register_memory(void *ptr, size_t bytes, uint32_t access, void *&desc,
+                                              RemoteBuffer &remote) {
+  const FabricImpl &f = *this;
   int flags = IBV_ACCESS_LOCAL_WRITE;
   if (access & AccessRemoteRead)
     flags |= IBV_ACCESS_REMOTE_READ;
@@ -36,7 +39,7 @@ MemoryRegion::MemoryRegion(Fabric &fabric, void *ptr, size_t bytes, uint32_t acc
   if ((access & AccessRemoteAtomic) && f.attr.atomic_cap != IBV_ATOMIC_NONE)
     flags |= IBV_ACCESS_REMOTE_ATOMIC;
 
-  std::unique_ptr<detail::MemoryRegionImpl> impl(new detail::MemoryRegionImpl);
+  std::unique_ptr<MemoryRegionImpl> impl(new MemoryRegionImpl);
   impl->mr.reset(ibv_reg_mr(f.pd.get(), ptr, bytes, flags));
   if (!impl->mr)
     registration_failed(f, bytes, errno);
@@ -51,50 +54,13 @@ MemoryRegion::MemoryRegion(Fabric &fabric, void *ptr, size_t bytes, uint32_t acc
       registration_failed(f, bytes, errno);
     rkey = impl->remote_mr->rkey;
   }
-  desc_ = impl->mr.get();
-  impl_ = impl.release();
-  ptr_ = ptr;
-  bytes_ = bytes;
-  remote_.addr = f.zero_based ? 0 : reinterpret_cast<uint64_t>(ptr);
-  remote_.key = rkey;
-  remote_.size = bytes;
+  desc = impl->mr.get();
+  remote.addr = f.zero_based ? 0 : reinterpret_cast<uint64_t>(ptr);
+  remote.key = rkey;
+  remote.size = bytes;
+  return impl.release();
 }
 
-MemoryRegion::~MemoryRegion() { reset(); }
-
-MemoryRegion::MemoryRegion(MemoryRegion &&o) noexcept
-    : impl_(o.impl_), ptr_(o.ptr_), bytes_(o.bytes_), desc_(o.desc_), remote_(o.remote_) {
-  o.impl_ = nullptr;
-  o.ptr_ = nullptr;
-  o.bytes_ = 0;
-  o.desc_ = nullptr;
-  o.remote_ = {};
-}
-
-MemoryRegion &MemoryRegion::operator=(MemoryRegion &&o) noexcept {
-  if (this != &o) {
-    reset();
-    impl_ = o.impl_;
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    desc_ = o.desc_;
-    remote_ = o.remote_;
-    o.impl_ = nullptr;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-    o.desc_ = nullptr;
-    o.remote_ = {};
-  }
-  return *this;
-}
-
-void MemoryRegion::reset() noexcept {
-  delete impl_; // deregisters; a failure is logged by the deleter
-  impl_ = nullptr;
-  ptr_ = nullptr;
-  bytes_ = 0;
-  desc_ = nullptr;
-  remote_ = {};
-}
+} // namespace detail
 
 } // namespace rdmalib

@@ -1,6 +1,6 @@
 // Helpers of the verbs backend: RAII deleters, error text, address
 // resolution, rdma_cm event waiting and private data framing.
-#include "internal.hpp"
+#include "backend.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -225,9 +225,6 @@ void SlotPool::init(uint32_t count, uint32_t wr_base) {
   free_head = count ? 0 : UINT32_MAX;
   for (uint32_t i = 0; i < count; ++i)
     slots[i].next_free = i + 1 < count ? i + 1 : UINT32_MAX;
-  stash.clear();
-  stash.reserve(2 * size_t(count));
-  stash_head = 0;
 }
 
 } // namespace rdmalib::vb

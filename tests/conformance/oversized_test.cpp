@@ -2,7 +2,7 @@
 // messages"): the receiver's receive fails and its link ends, the sender never
 // hangs, and the receiving fabric keeps serving new links. On shm 1.17 this
 // used to wedge the receiving process inside the provider for good
-// (quirk_truncation_hangs_receiver).
+// (Quirks::truncation_hangs_receiver).
 #include "common.hpp"
 
 #include <cstring>
@@ -32,7 +32,7 @@ protected:
 
     // The server closes only after the sender's call returned: shm reaches an
     // in-process peer through that peer's own memory, which its close frees
-    // (quirk_in_process_peer_must_be_alive); across processes it need not wait.
+    // (Quirks::in_process_peer_must_be_alive); across processes it need not wait.
     Event sent, send_done, server_closed;
     run_both(
         [&] {

@@ -128,7 +128,7 @@ TEST_P(Setup, RejectedRequestIsRefusedAndListenerKeepsWorking) {
 /// closes its endpoint; the listener must still serve the next client. (shm
 /// 1.17 queues a "map my region" command in the listener's region before the
 /// first message and crashed the listening process when that region was gone
-/// by the time the listener read the command: quirk_connreq_names_vanished_peer.)
+/// by the time the listener read the command: Quirks::connreq_names_vanished_peer.)
 TEST_P(Setup, HandshakeAbandonedBeforeTheListenerReadItLeavesItWorking) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   Address where = listener.address();

@@ -24,7 +24,8 @@ class Fabric;
 
 namespace detail {
 struct MemoryRegionImpl;
-}
+struct Internals;
+} // namespace detail
 
 /// Access rights of a registration, combined with |. Local access is always
 /// granted.
@@ -95,10 +96,8 @@ public:
   /// The whole region as a LocalRef.
   LocalRef local() const noexcept { return LocalRef{ptr_, bytes_, desc_}; }
 
-  /// Backend handle, for Connection::attach(); not for users.
-  detail::MemoryRegionImpl *impl() const noexcept { return impl_; }
-
 private:
+  friend struct detail::Internals;
   void reset() noexcept;
   detail::MemoryRegionImpl *impl_ = nullptr;
   void *ptr_ = nullptr;

@@ -93,17 +93,14 @@ public:
   /// The Fabric this connection was made on.
   Fabric &fabric() const noexcept;
 
-  /// Backend object; not for users.
-  detail::ConnectionImpl *impl() const noexcept { return impl_.get(); }
-  /// Takes ownership of a backend connection; used by the backends only.
+private:
+  friend struct detail::Internals;
+  friend class ConnectionRequest;
   explicit Connection(detail::ConnectionImpl *impl) noexcept;
-  /// Closes and frees a backend connection; used by the backends only.
   struct Deleter {
     void operator()(detail::ConnectionImpl *p) const noexcept;
   };
-
-private:
-  /// One attempt of connect(), implemented by the backend.
+  /// One attempt of connect().
   static Connection connect_once(Fabric &fabric, const Address &remote, const void *private_data,
                                  size_t private_len, std::chrono::milliseconds timeout,
                                  const ConnectionOptions &options);

@@ -18,7 +18,8 @@ namespace rdmalib {
 
 namespace detail {
 struct FabricImpl;
-}
+struct Internals;
+} // namespace detail
 
 /// One provider/device combination found on this machine (rfaas-info, device
 /// database generation).
@@ -103,10 +104,8 @@ public:
   /// throws: entries it cannot inspect are left alone.
   static ReclaimReport reclaim_stale(std::chrono::seconds min_age = std::chrono::seconds(30));
 
-  /// Backend object; not for users.
-  detail::FabricImpl *impl() const noexcept { return impl_.get(); }
-
 private:
+  friend struct detail::Internals;
   struct Deleter {
     void operator()(detail::FabricImpl *p) const noexcept;
   };

@@ -22,6 +22,7 @@ class Fabric;
 namespace detail {
 struct ListenerImpl;
 struct RequestImpl;
+struct Internals;
 } // namespace detail
 
 /// A client asking to connect. Move-only. Destroying it without accepting
@@ -51,10 +52,10 @@ public:
   /// Refuse; the client's connect() throws Error(Refused). Never throws.
   void reject() noexcept;
 
-  /// Backend object; not for users.
-  explicit ConnectionRequest(detail::RequestImpl *impl) noexcept;
-
 private:
+  friend struct detail::Internals;
+  friend class Listener;
+  explicit ConnectionRequest(detail::RequestImpl *impl) noexcept;
   struct Deleter {
     void operator()(detail::RequestImpl *p) const noexcept;
   };

@@ -40,7 +40,8 @@ namespace rdmalib {
 
 namespace detail {
 struct ConnectionImpl;
-}
+struct Internals;
+} // namespace detail
 
 /// Which completion queue of a connection to poll.
 enum class Queue : uint8_t { Send, Recv };
@@ -95,8 +96,9 @@ enum PostFlags : uint32_t {
 /// the Connection it came from.
 class Operations {
 public:
+  /// An empty handle: every post returns InvalidArgument, poll() returns 0,
+  /// wait() returns InvalidArgument, valid() is false.
   Operations() noexcept = default;
-  explicit Operations(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
 
   /// Send `src` as one message; the peer needs a posted receive of at least
   /// src.len bytes (a longer message ends the link: see the file comment).
@@ -155,6 +157,9 @@ public:
   bool valid() const noexcept { return impl_ != nullptr; }
 
 private:
+  friend struct detail::Internals;
+  friend class Connection;
+  explicit Operations(detail::ConnectionImpl *impl) noexcept : impl_(impl) {}
   detail::ConnectionImpl *impl_ = nullptr;
 };
 

@@ -23,6 +23,8 @@
 #include <rdmalib/errors.hpp>
 #include <rdmalib/operations.hpp>
 
+#include "frontend/contract.hpp"
+
 namespace rdmalib::vb {
 
 // ---------------------------------------------------------------------------
@@ -96,20 +98,7 @@ void set_nonblocking(int fd, const char *what);
 /// Name of an rdma_cm event plus its status text, for error messages.
 std::string event_text(const rdma_cm_event &ev);
 
-/// Monotonic deadline.
-struct Deadline {
-  using clock = std::chrono::steady_clock;
-  clock::time_point at;
-  explicit Deadline(std::chrono::milliseconds ms) : at(clock::now() + ms) {}
-  bool passed() const { return clock::now() >= at; }
-  /// Milliseconds left, at least 0, at most `cap`.
-  int remaining_ms(int cap = 1 << 30) const {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - clock::now()).count();
-    if (left < 0)
-      return 0;
-    return left > cap ? cap : static_cast<int>(left);
-  }
-};
+using detail::Deadline;
 
 /// Wait for the next event on `ch` until `deadline`. Returns a copy of the
 /// event (private data copied into `private_data`) after acknowledging it, or
@@ -135,21 +124,6 @@ void frame_private(const void *data, size_t len, uint8_t *out) noexcept;
 /// frame is not rdmalib's (a foreign client).
 std::vector<uint8_t> unframe_private(const std::vector<uint8_t> &raw, const std::string &who);
 
-// ---------------------------------------------------------------------------
-// Control message: the notification of an emulated write-with-immediate
-// (remote_cq_data masked off). Same layout and magic as the libfabric
-// backend's, so that the two backends describe the same fallback.
-constexpr uint32_t kControlMagic = 0x4e4d4452; // "RDMN" little-endian
-constexpr uint16_t kCtlNotify = 1;
-struct ControlMessage {
-  uint32_t magic;
-  uint16_t type;
-  uint16_t reserved;
-  uint32_t imm;
-  uint32_t length;
-};
-static_assert(sizeof(ControlMessage) == 16, "control message is 16 bytes on the wire");
-
 /// wr_id of work requests whose completions rdmalib swallows (the unsignaled
 /// write of an emulated write-with-immediate; it only completes on error).
 constexpr uint64_t kInternalWrId = ~uint64_t(0);
@@ -164,17 +138,12 @@ struct Slot {
   OpKind kind = OpKind::Send;
 };
 
-/// A fixed pool of slots with a free list. `stash` keeps completions reaped
-/// while a post waited for room, so poll() can hand them out first; it only
-/// grows (beyond its initial reserve) when a caller keeps posting to a full
-/// queue without polling.
+/// A fixed pool of slots with a free list.
 struct SlotPool {
   std::vector<Slot> slots;
   uint32_t base = 0; // wr_id of slots[0]
   uint32_t free_head = UINT32_MAX;
   uint32_t in_use = 0;
-  std::vector<Completion> stash;
-  size_t stash_head = 0;
 
   void init(uint32_t count, uint32_t wr_base);
   Slot *take() noexcept {
@@ -195,39 +164,52 @@ struct SlotPool {
   }
   bool owns(uint64_t wr_id) const noexcept { return wr_id >= base && wr_id < base + slots.size(); }
   Slot &at(uint64_t wr_id) noexcept { return slots[wr_id - base]; }
-  bool has_stash() const noexcept { return stash_head != stash.size(); }
 };
 
 } // namespace rdmalib::vb
 
 namespace rdmalib::detail {
 
-struct FabricImpl {
+struct FabricImpl final : FabricCore {
   vb::DeviceList devices; // keeps librdmacm's contexts (ctx points into it)
   ibv_context *ctx = nullptr;
   vb::Pd pd;
-  DeviceConfig config;
-  CapabilityMask mask;
-  Capabilities caps;
   std::string device_name;
   std::string link_layer;
-  std::string provider = "verbs";
   uint8_t port = 1;
   ibv_device_attr attr{};
   uint8_t rd_atomic = 1;    // initiator depth / responder resources per QP
   bool emulate_imm = false; // write_imm = write + notification send
   bool zero_based = false;  // MRs registered with iova 0 (offsets)
+
+  // ---- the front end's contract (frontend/contract.hpp)
+  void open();
+  void finish();
+  std::string describe_details() const;
+  MemoryRegionImpl *register_memory(void *ptr, size_t bytes, uint32_t access, void *&desc,
+                                    RemoteBuffer &remote);
+  static const char *backend_name() noexcept { return "verbs"; }
+  static std::string backend_version();
+  static std::vector<ProviderInfo> discover();
+  static std::vector<std::string> known_providers();
+  static std::string canonical_provider(const std::string &name_or_alias);
+  static void preload(const DeviceConfig &config);
+  static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds min_age);
 };
 
-struct MemoryRegionImpl {
+struct MemoryRegionImpl final {
   vb::Mr mr;        // local access (lkey) and, normally, remote access (rkey)
   vb::Mr remote_mr; // zero-based twin for remote access when virtual addressing is masked
 };
 
-struct ConnectionImpl {
-  FabricImpl *fab = nullptr;
-  Fabric *fabric_handle = nullptr;
-  ConnectionOptions options;
+struct RequestImpl;
+
+struct ConnectionImpl final : LinkCore {
+  explicit ConnectionImpl(FabricImpl &f) noexcept : fab(&f) {}
+  ConnectionImpl(const ConnectionImpl &) = delete;
+  ConnectionImpl &operator=(const ConnectionImpl &) = delete;
+
+  FabricImpl *fab;
 
   // Release order is bottom-up: QP (destroy_qp in close()), CQs, completion
   // channels, control MR, cm_id, event channel.
@@ -243,15 +225,14 @@ struct ConnectionImpl {
   uint32_t recv_depth = 0;
   bool send_armed = false, recv_armed = false;
 
-  std::vector<uint8_t> peer_private;
-  Address remote;
-  bool open = false;
-  bool peer_closed = false;
-  bool peer_close_reported = false;
   bool local_closed = false;
-  uint32_t empty_polls = 0;
 
-  char last_error[256] = {0};
+  // ---- the front end's contract (frontend/contract.hpp): setup
+  void connect(const Address &to, const void *private_data, size_t private_len, const Deadline &dl);
+  void accept(RequestImpl &request, const void *private_data, size_t private_len,
+              const Deadline &dl);
+  /// Verbs regions belong to the protection domain, not to a QP.
+  void attach(MemoryRegionImpl &) {}
 
   // --- setup (connection.cpp)
   /// CQs, channels, slot pools and the RC QP on `id` (already resolved).
@@ -262,34 +243,70 @@ struct ConnectionImpl {
   void close() noexcept;
   ~ConnectionImpl() { close(); }
 
-  // --- data path (operations.cpp)
-  Status post_send_wr(ibv_send_wr &wr, vb::Slot *slot) noexcept;
-  vb::Slot *take_send_slot(Status &st) noexcept;
+  // ---- the front end's contract: data path (data_path.hpp, operations.cpp)
+  Status post_send(const LocalRef &src, uint64_t ctx, bool inline_) noexcept;
+  Status post_recv(const LocalRef *dst, const uint64_t *ctx, size_t n, size_t &done) noexcept;
+  Status post_write(const LocalRef &src, uint64_t addr, uint64_t key, uint64_t ctx,
+                    bool inline_) noexcept;
+  Status post_write_imm(const LocalRef &src, uint64_t addr, uint64_t key, uint32_t imm,
+                        uint64_t ctx, bool inline_) noexcept;
+  Status post_write_notify(const LocalRef &src, uint64_t addr, uint64_t key, uint32_t imm,
+                           uint64_t ctx, bool inline_) noexcept;
+  Status post_read(const LocalRef &dst, uint64_t addr, uint64_t key, uint64_t ctx) noexcept;
+  Status post_atomic(OpKind kind, const LocalRef &result, uint64_t addr, uint64_t key,
+                     uint64_t operand, uint64_t compare, uint64_t ctx) noexcept;
   size_t reap(Queue q, Completion *out, size_t max) noexcept;
+  void make_room(Queue q) noexcept;
+  bool check_peer() noexcept { return check_cm_events(); }
+  /// RC: entering the device is always safe.
+  bool peer_gone() noexcept { return false; }
+  size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
+  /// The sleep also wakes on the connection manager's events.
+  int wait_slice_ms() const noexcept { return 1000; }
+
+  // --- data path helpers (data_path.hpp, operations.cpp)
+  vb::Slot *take_send_slot(uint64_t ctx, OpKind kind) noexcept;
+  uint32_t inline_flag(bool inline_) const noexcept;
+  /// ibv_post_send of `wr` (and what is chained to it) for `slot`.
+  Status post_one(ibv_send_wr &wr, vb::Slot *slot) noexcept;
+  Status post_send_failed(ibv_send_wr &wr, ibv_send_wr *bad, vb::Slot *slot, int ret) noexcept;
+  Status post_recv_failed(int ret) noexcept;
   size_t convert(Queue q, const ibv_wc *wc, size_t n, Completion *out) noexcept;
+  /// A failed work completion of `s` into `o`.
+  void failed(Queue q, const ibv_wc &w, const vb::Slot &s, Completion &o) noexcept;
+  /// The unsignaled write of an emulated write_imm completed (it failed).
+  void internal_failed(const ibv_wc &w) noexcept;
   /// Read pending rdma_cm events without blocking; true if the peer closed.
   bool check_cm_events() noexcept;
   void on_peer_closed() noexcept;
-  void set_error(const char *fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
 };
 
-struct RequestImpl {
+struct RequestImpl final : RequestCore {
   FabricImpl *fab = nullptr;
-  Fabric *fabric_handle = nullptr;
   vb::EventChannel events; // the request's own channel (migrated from the listener's)
   vb::CmId id;
-  std::vector<uint8_t> private_data;
   uint8_t peer_initiator_depth = 0;
   uint8_t peer_responder_resources = 0;
+  /// Rejects a request that was neither accepted nor rejected.
   ~RequestImpl();
+
+  // ---- the front end's contract (frontend/contract.hpp)
+  void reject() noexcept;
+  Address remote_address() const;
 };
 
-struct ListenerImpl {
-  FabricImpl *fab = nullptr;
-  Fabric *fabric_handle = nullptr;
+struct ListenerImpl final : ListenerCore {
+  explicit ListenerImpl(FabricImpl &f) noexcept : fab(&f) {}
+  FabricImpl *fab;
   vb::EventChannel events;
   vb::CmId id;
-  Address address;
+
+  // ---- the front end's contract (frontend/contract.hpp)
+  void listen(const Address &bind);
+  RequestImpl *next(const Deadline &dl);
+  int fd() const noexcept { return events ? events->fd : -1; }
 };
 
 } // namespace rdmalib::detail
+
+#include "data_path.hpp"

@@ -23,6 +23,7 @@
 #include <rdmalib/errors.hpp>
 #include <rdmalib/operations.hpp>
 
+#include "frontend/contract.hpp"
 #include "provider_table.hpp"
 #include "shm_connreq_guard.hpp"
 
@@ -100,38 +101,9 @@ struct InfoPtr {
   fi_info *get() const { return p; }
 };
 
-/// Monotonic deadline helper.
-struct Deadline {
-  using clock = std::chrono::steady_clock;
-  clock::time_point at;
-  explicit Deadline(std::chrono::milliseconds ms) : at(clock::now() + ms) {}
-  bool passed() const { return clock::now() >= at; }
-  /// Milliseconds left, at least 0, at most `cap`.
-  int remaining_ms(int cap) const {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - clock::now()).count();
-    if (left < 0)
-      return 0;
-    return left > cap ? cap : static_cast<int>(left);
-  }
-};
+using detail::Deadline;
 
 // ---------------------------------------------------------------------------
-// Control messages. rdmalib sends a few messages of its own on the data path:
-// the emulated write-with-immediate notification and the RDM goodbye, plus the
-// RDM handshake. They start with a magic so a receive completion can be told
-// apart from an application message; applications must not send exactly 16
-// bytes starting with kControlMagic (documented in docs/rdmalib.md).
-constexpr uint32_t kControlMagic = 0x4e4d4452; // "RDMN" little-endian
-enum ControlType : uint16_t { CtlNotify = 1, CtlGoodbye = 2 };
-struct ControlMessage {
-  uint32_t magic;
-  uint16_t type;
-  uint16_t reserved;
-  uint32_t imm;
-  uint32_t length;
-};
-static_assert(sizeof(ControlMessage) == 16, "control message is 16 bytes on the wire");
-
 // RDM handshake, sent to the listener's endpoint and answered from the new
 // per-connection endpoint.
 constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
@@ -146,7 +118,7 @@ struct HandshakeMessage {
   uint64_t nonce;       // client's connection attempt id, echoed back
   uint32_t address_len; // raw fi_getname bytes of the sender's endpoint
   uint32_t private_len;
-  // The sender's process and pid namespace (quirk_dead_peer_can_hang_progress).
+  // The sender's process and pid namespace (Quirks::dead_peer_can_hang_progress).
   uint32_t pid;
   uint32_t reserved;
   uint64_t pid_namespace;
@@ -169,13 +141,35 @@ struct OpSlot {
   fi_context2 fictx;
   uint64_t user = 0;
   void *buf = nullptr; // receives: where the message lands (control messages are read there)
+  size_t cap = 0;      // receives: bytes the caller posted (longer messages are truncated)
   OpKind kind = OpKind::Send;
   bool internal = false; // completion is rdmalib's own; do not report it
+  bool rx = false;       // a slot of the receive pool
   uint32_t next_free = 0;
-  size_t cap = 0; // receives: bytes the caller posted (longer messages are truncated)
 };
 
-/// quirk_truncation_hangs_receiver: memory posted behind every receive, so
+/// A free list of slots. Sends, writes, reads and atomics take from one pool
+/// of ConnectionOptions::send_depth (plus rdmalib's own control messages),
+/// receives from another of recv_depth: a queue is full when its pool is
+/// empty, on every provider, as on verbs.
+struct SlotList {
+  uint32_t head = UINT32_MAX;
+  /// Slots of the caller's operations in flight, at most `limit` (the
+  /// connection's depth); rdmalib's own take the rest of the pool.
+  uint32_t used = 0;
+  uint32_t limit = 0;
+};
+
+/// An emulated write-with-immediate whose notification could not be posted
+/// yet (the provider's queue was full). Posted, in order, before anything
+/// else on the link, so that the target sees the notifications in the order
+/// of the writes and before any later message.
+struct PendingNotify {
+  uint32_t imm = 0;
+  uint32_t length = 0;
+};
+
+/// Quirks::truncation_hangs_receiver: memory posted behind every receive, so
 /// that the provider never has to truncate one. First `scratch` writable
 /// bytes: the provider copies short messages (up to 4 KiB on shm) with
 /// memcpy, which must land somewhere. Then, where the provider copies by
@@ -201,15 +195,13 @@ namespace rdmalib::detail {
 
 struct ConnectionImpl;
 
-struct FabricImpl {
+struct FabricImpl final : FabricCore {
   lf::InfoPtr info; // the chosen fi_info (one entry)
   lf::Fid<fid_fabric> fabric;
   lf::Fid<fid_domain> domain;
-  DeviceConfig config;
-  CapabilityMask mask;
-  Capabilities caps;
   const lf::ProviderPolicy *policy = nullptr;
-  std::string provider;      // canonical name, e.g. "tcp;ofi_rxm"
+  /// The provider's quirks on the running libfabric, resolved when it opened.
+  lf::Quirks quirks;
   bool rdm = false;          // FI_EP_RDM endpoints
   bool ordered_saw = false;  // send-after-write ordering available
   bool need_context = false; // FI_CONTEXT/FI_CONTEXT2 mode kept
@@ -223,7 +215,21 @@ struct FabricImpl {
   bool wait_cq = false;    // CQs support a blocking read (fd or unspec)
   size_t inject_size = 0;
   uint32_t addr_format = 0;
-  lf::RecvOverflow overflow; // empty unless quirk_truncation_hangs_receiver
+  lf::RecvOverflow overflow; // empty unless Quirks::truncation_hangs_receiver
+
+  // ---- the front end's contract (frontend/contract.hpp)
+  void open();
+  void finish();
+  std::string describe_details() const;
+  MemoryRegionImpl *register_memory(void *ptr, size_t bytes, uint32_t access, void *&desc,
+                                    RemoteBuffer &remote);
+  static const char *backend_name() noexcept { return "libfabric"; }
+  static std::string backend_version();
+  static std::vector<ProviderInfo> discover();
+  static std::vector<std::string> known_providers();
+  static std::string canonical_provider(const std::string &name_or_alias);
+  static void preload(const DeviceConfig &config);
+  static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds min_age);
 
   /// fi_info for a new endpoint bound to `src` (host, port; port 0 = any).
   /// For FI_ADDR_STR providers (shm) the name is derived from host and port.
@@ -237,29 +243,35 @@ struct FabricImpl {
 
   std::atomic<uint64_t> key_counter{0};
   uint64_t key_secret = 0;
-  /// quirk_connreq_names_vanished_peer: a live endpoint that guards point
+  /// Quirks::connreq_names_vanished_peer: a live endpoint that guards point
   /// vanished peers' commands at (opened on first use). Declared last: it
   /// closes before the domain.
   std::shared_ptr<ConnectionImpl> shm_sink;
   std::string shm_sink_name;
 };
 
-struct MemoryRegionImpl {
+struct MemoryRegionImpl final {
   lf::Fid<fid_mr> mr;
   FabricImpl *fabric = nullptr;
   bool enabled = false;
 };
 
-struct ConnectionImpl {
-  FabricImpl *fab = nullptr;
-  Fabric *fabric_handle = nullptr;
-  ConnectionOptions options;
+struct ConnectionImpl final : LinkCore {
+  explicit ConnectionImpl(FabricImpl &f) noexcept : fab(&f) {}
+  ConnectionImpl(const ConnectionImpl &) = delete;
+  ConnectionImpl &operator=(const ConnectionImpl &) = delete;
+  ~ConnectionImpl();
+
+  FabricImpl *fab;
 
   // Order matters: members are destroyed bottom-up, so the endpoint goes
   // before the queues, address vector and event queue it is bound to, and the
   // slot pool (in-flight contexts) outlives the endpoint.
-  std::vector<lf::OpSlot> slots;
-  uint32_t free_head = UINT32_MAX;
+  std::vector<lf::OpSlot> slots; // the send pool first, then the receive pool
+  size_t tx_slots = 0;
+  lf::SlotList tx_free, rx_free;
+  std::vector<lf::PendingNotify> pending; // a ring of tx_slots entries
+  size_t pending_head = 0, pending_count = 0;
   lf::Fid<fid_eq> eq;
   lf::Fid<fid_cq> txcq;
   lf::Fid<fid_cq> rxcq;
@@ -269,18 +281,14 @@ struct ConnectionImpl {
   lf::Fid<fid_ep> ep;
 
   fi_addr_t peer = FI_ADDR_UNSPEC; // RDM: the peer's AV entry
-  // quirk_in_process_peer_must_be_alive: this endpoint's and the peer's raw
+  // Quirks::in_process_peer_must_be_alive: this endpoint's and the peer's raw
   // names, when the provider needs in-process endpoints tracked.
   std::string local_name, peer_name;
-  std::vector<uint8_t> peer_private;
-  Address remote;
-  bool open = false;
-  bool peer_closed = false;
   bool ended_here = false; // peer_closed set by this side (a truncated receive)
   // ConnectionOptions::accept_in_background: the handshake answer (in a
   // control send slot) waits for the provider to take it until this time.
   bool answer_pending = false;
-  bool answer_failed = false; // reported once as PeerClosed on the receive queue
+  bool answer_failed = false; // reported once as a failed receive
   const uint8_t *answer_buf = nullptr;
   // The answer's send once posted, until its completion is read: close()
   // waits for it (shm crashed in a later completion read when an endpoint
@@ -290,21 +298,12 @@ struct ConnectionImpl {
   /// Post the pending answer again; false when it cannot be sent any more.
   bool retry_answer() noexcept;
 
-  // Completions read while driving progress for a retried post; poll()
-  // returns them first so nothing is lost.
-  std::vector<fi_cq_data_entry> tx_stash, rx_stash;
-  size_t tx_stash_head = 0, rx_stash_head = 0;
-  size_t tx_stash_len = 0, rx_stash_len = 0;
-  /// poll() yields the CPU when it finds nothing (see quirk_prefers_blocking_wait).
-  bool prefer_yield = false;
-
-  char last_error[256] = {0};
   uint32_t ctl_send_next = 0;
 
   // Control memory layout (one registration): `ctl_recv_count` handshake
   // receive slots, kCtlSendSlots send slots, then one 16-byte atomic operand
-  // area per OpSlot (operands must live in registered memory on FI_MR_LOCAL
-  // providers).
+  // area per send slot (operands must live in registered memory on
+  // FI_MR_LOCAL providers).
   static constexpr size_t kCtlSlot = sizeof(lf::HandshakeMessage);
   static constexpr size_t kCtlSendSlots = 8;
   size_t ctl_recv_count = 1;
@@ -316,6 +315,36 @@ struct ConnectionImpl {
   }
   void *ctl_desc() const { return ctl_mr ? fi_mr_desc(ctl_mr.get()) : nullptr; }
 
+  // ---- the front end's contract (frontend/contract.hpp): setup
+  void connect(const Address &to, const void *private_data, size_t private_len, const Deadline &dl);
+  void accept(RequestImpl &request, const void *private_data, size_t private_len,
+              const Deadline &dl);
+  void attach(MemoryRegionImpl &region);
+  void close() noexcept;
+
+  // ---- the front end's contract: data path (data_path.hpp, operations.cpp)
+  Status post_send(const LocalRef &src, uint64_t ctx, bool inline_) noexcept;
+  Status post_recv(const LocalRef *dst, const uint64_t *ctx, size_t n, size_t &done) noexcept;
+  Status post_write(const LocalRef &src, uint64_t addr, uint64_t key, uint64_t ctx,
+                    bool inline_) noexcept;
+  Status post_write_imm(const LocalRef &src, uint64_t addr, uint64_t key, uint32_t imm,
+                        uint64_t ctx, bool inline_) noexcept;
+  Status post_write_notify(const LocalRef &src, uint64_t addr, uint64_t key, uint32_t imm,
+                           uint64_t ctx, bool inline_) noexcept;
+  Status post_read(const LocalRef &dst, uint64_t addr, uint64_t key, uint64_t ctx) noexcept;
+  Status post_atomic(OpKind kind, const LocalRef &result, uint64_t addr, uint64_t key,
+                     uint64_t operand, uint64_t compare, uint64_t ctx) noexcept;
+  size_t reap(Queue q, Completion *out, size_t max) noexcept;
+  void make_room(Queue q) noexcept;
+  bool check_peer() noexcept;
+  /// Quirks::dead_peer_can_hang_progress: the peer process is gone (checked
+  /// at most once per millisecond); the provider is not entered any more.
+  bool peer_gone() noexcept { return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(); }
+  size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
+  /// The event queue (a peer's shutdown on connected endpoints) is only
+  /// looked at between sleeps; completions wake a sleep at once.
+  int wait_slice_ms() const noexcept { return eq ? 20 : 200; }
+
   // --- setup (connection.cpp)
   /// Queues, AV (RDM), EQ (MSG), slots and control memory.
   void open_queues(bool want_eq);
@@ -323,45 +352,84 @@ struct ConnectionImpl {
   void create_endpoint(fi_info *info);
   /// Wait for one raw completion of an internal operation on `q` (handshakes),
   /// driving progress on both queues. Returns false at the deadline.
-  bool wait_internal(Queue q, fi_cq_data_entry &out, const lf::Deadline &dl, int &err);
+  bool wait_internal(Queue q, fi_cq_data_entry &out, const Deadline &dl, int &err);
+  /// Drive progress without reading any completion (setup steps that wait
+  /// for the provider to take a post).
+  void drive() noexcept {
+    if (!peer_dead)
+      fi_cq_read(txcq.get(), nullptr, 0);
+  }
 
-  // --- data path (operations.cpp)
+  // --- data path helpers (data_path.hpp, operations.cpp)
   /// Post one receive of `len` bytes at `buf` (with the fabric's overflow
   /// area behind it where the provider needs one). Returns fi_recv's result.
   ssize_t post_receive(void *buf, size_t len, void *desc, lf::OpSlot *s, uint64_t flags) noexcept;
-  lf::OpSlot *take_slot(uint64_t user, OpKind kind, bool internal);
-  void put_slot(lf::OpSlot *s) {
-    if (s == answer_slot)
-      answer_slot = nullptr;
-    s->next_free = free_head;
-    free_head = static_cast<uint32_t>(s - slots.data());
+  lf::OpSlot *take_slot(uint64_t user, OpKind kind, bool internal) noexcept {
+    lf::SlotList &l = kind == OpKind::Recv ? rx_free : tx_free;
+    if (RDMALIB_UNLIKELY(l.head == UINT32_MAX || (!internal && l.used >= l.limit)))
+      return nullptr;
+    lf::OpSlot *s = &slots[l.head];
+    l.head = s->next_free;
+    l.used += !internal;
+    s->user = user;
+    s->kind = kind;
+    s->internal = internal;
+    s->buf = nullptr;
+    return s;
   }
-  void progress() noexcept;
-  bool check_events() noexcept; // MSG: returns true when the peer closed
-  Status send_control(lf::ControlType type, uint32_t imm, uint32_t length, uint64_t user,
-                      bool report) noexcept;
-  size_t reap(Queue q, Completion *out, size_t max) noexcept;
+  void put_slot(lf::OpSlot *s) noexcept {
+    if (RDMALIB_UNLIKELY(s == answer_slot))
+      answer_slot = nullptr;
+    lf::SlotList &l = s->rx ? rx_free : tx_free;
+    s->next_free = l.head;
+    l.head = static_cast<uint32_t>(s - slots.data());
+    l.used -= !s->internal;
+  }
+  /// A post's result: Ok, Again (slot returned), or the error (slot
+  /// returned, last_error set).
+  Status posted(ssize_t ret, lf::OpSlot *s, const char *what) noexcept {
+    if (RDMALIB_LIKELY(ret == 0))
+      return Status::Ok;
+    if (s)
+      put_slot(s);
+    if (ret == -FI_EAGAIN)
+      return Status::Again;
+    return post_failed(ret, what);
+  }
+  Status post_failed(ssize_t ret, const char *what) noexcept;
+  /// An RDMA write reported to the caller as `kind` (Write, or WriteImm for
+  /// the emulation's write).
+  Status post_rma_write(OpKind kind, const LocalRef &src, uint64_t addr, uint64_t key, uint64_t ctx,
+                        bool inline_) noexcept;
+  /// Post the notifications still owed (PendingNotify); false while some
+  /// remain (the provider's queue is full).
+  bool flush_pending() noexcept;
+  /// The notification of one emulated write-with-immediate.
+  ssize_t post_notify(uint32_t imm, uint32_t length) noexcept;
+  /// MSG: reads the event queue; true when the peer shut the connection down.
+  bool check_events() noexcept;
   size_t convert(Queue q, const fi_cq_data_entry *e, size_t n, Completion *out) noexcept;
   Completion convert_error(Queue q, fid_cq *cq) noexcept;
-  void set_error(const char *fmt, ...) noexcept;
-  void close() noexcept;
   /// Remember the peer's raw address (RDM) for the in-process liveness quirk.
   void set_peer_name(const void *raw, size_t len);
-  /// Remember the peer's process for quirk_dead_peer_can_hang_progress.
+  /// Remember the peer's process for Quirks::dead_peer_can_hang_progress.
   void set_peer_process(uint32_t pid, uint64_t pid_namespace);
-  /// quirk_dead_peer_can_hang_progress: true (and the link marked closed) when
+  /// Quirks::dead_peer_can_hang_progress: true (and the link marked closed) when
   /// the peer process is known to be gone. Rate-limited; cheap when not needed.
   bool peer_process_gone() noexcept;
   uint32_t peer_pid = 0;
+  /// The peer process is gone: its lock in the provider may be held for
+  /// ever, so reap(), block() and drive() no longer call into the provider.
+  bool peer_dead = false;
   std::chrono::steady_clock::time_point next_liveness_check{};
-  /// quirk_connreq_names_vanished_peer: swept before each progress call. Set
+  /// Quirks::connreq_names_vanished_peer: swept before each progress call. Set
   /// on a listener's handshake endpoint (every new client announces itself
   /// there) and on a connecting endpoint until the answer arrived (the
   /// server's link endpoint announces itself before it answers). An accepted
   /// endpoint needs none: it announces itself to its one peer first, which
   /// answers nothing of the kind.
   std::unique_ptr<lf::ShmConnreqGuard> connreq_guard;
-  /// Start guarding this endpoint (quirk_connreq_names_vanished_peer); a
+  /// Start guarding this endpoint (Quirks::connreq_names_vanished_peer); a
   /// no-op for other providers. Never throws: without a guard the endpoint
   /// works, exposed to the provider bug (warned once per process).
   void guard_connreqs() noexcept;
@@ -369,10 +437,42 @@ struct ConnectionImpl {
     if (connreq_guard)
       connreq_guard->sweep();
   }
-  ~ConnectionImpl();
 };
 
-struct RequestImpl;
 struct ListenerImpl;
 
+struct RequestImpl final : RequestCore {
+  ListenerImpl *listener = nullptr;
+  // MSG: the connection request's info (owns the handle).
+  lf::InfoPtr info;
+  // RDM: the HELLO.
+  lf::HandshakeMessage hello{};
+
+  // ---- the front end's contract (frontend/contract.hpp)
+  void reject() noexcept;
+  Address remote_address() const;
+};
+
+struct ListenerImpl final : ListenerCore {
+  explicit ListenerImpl(FabricImpl &f) noexcept : fab(&f) {}
+  FabricImpl *fab;
+  // Connected endpoints: a passive endpoint and its event queue. Quirk
+  // (sockets 1.17): the passive endpoint keeps pointers into the fi_info it
+  // was created from and reads them on every connection request, so that info
+  // lives as long as the pep (declared first, destroyed last).
+  lf::InfoPtr pep_info;
+  lf::Fid<fid_eq> eq;
+  lf::Fid<fid_pep> pep;
+  // Reliable datagrams: an endpoint that receives HELLO messages.
+  std::unique_ptr<ConnectionImpl> hs;
+  int wait_fd = -1;
+
+  // ---- the front end's contract (frontend/contract.hpp)
+  void listen(const Address &bind);
+  RequestImpl *next(const Deadline &dl);
+  int fd() const noexcept { return wait_fd; }
+};
+
 } // namespace rdmalib::detail
+
+#include "data_path.hpp"

@@ -1,0 +1,283 @@
+// The libfabric backend's data path: the posts, completion reading and
+// conversion of the front end's contract (frontend/contract.hpp), inline so
+// that they compile into the public calls of frontend/operations.cpp. The
+// slow and rare paths (errors, progress for a full queue, sleeping) are in
+// operations.cpp. Included at the end of backend.hpp.
+#pragma once
+
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_rma.h>
+
+namespace rdmalib::detail {
+
+inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, lf::OpSlot *s,
+                                            uint64_t flags) noexcept {
+  s->buf = buf;
+  s->cap = len;
+  const lf::RecvOverflow &ov = fab->overflow;
+  if (RDMALIB_LIKELY(!ov.base)) {
+    // The single repost after each message takes the provider's plainest
+    // entry point.
+    if (!flags)
+      return fi_recv(ep.get(), buf, len, desc, FI_ADDR_UNSPEC, s);
+    iovec iov{buf, len};
+    fi_msg msg{&iov, &desc, 1, FI_ADDR_UNSPEC, s, 0};
+    return fi_recvmsg(ep.get(), &msg, flags);
+  }
+  iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
+  void *descs[3] = {desc, nullptr, nullptr};
+  fi_msg msg{iov, descs, ov.guard ? 3u : 2u, FI_ADDR_UNSPEC, s, 0};
+  return fi_recvmsg(ep.get(), &msg, flags);
+}
+
+// Every transmit first posts what an emulated write-with-immediate still
+// owes (pending_count is 0 but for a full queue), so that nothing overtakes
+// a notification.
+#define RDMALIB_LF_TX_PROLOGUE()                                                                   \
+  if (RDMALIB_UNLIKELY(pending_count) && !flush_pending())                                         \
+    return Status::Again;
+
+inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool inline_) noexcept {
+  RDMALIB_LF_TX_PROLOGUE();
+  lf::OpSlot *s = take_slot(ctx, OpKind::Send, false);
+  if (RDMALIB_UNLIKELY(!s))
+    return Status::Again;
+  ssize_t ret;
+  if (!inline_) {
+    ret = fi_send(ep.get(), src.ptr, src.len, src.desc, peer, s);
+  } else {
+    iovec iov{src.ptr, src.len};
+    void *desc = src.desc;
+    fi_msg msg{&iov, &desc, 1, peer, s, 0};
+    ret = fi_sendmsg(ep.get(), &msg, FI_INJECT | FI_COMPLETION);
+  }
+  return posted(ret, s, "send");
+}
+
+inline Status ConnectionImpl::post_recv(const LocalRef *dst, const uint64_t *ctx, size_t n,
+                                        size_t &done) noexcept {
+  done = 0;
+  // As many as the pool has room for; FI_MORE lets the provider batch the
+  // doorbell, and the last of the batch flushes it.
+  const size_t room = rx_free.limit - rx_free.used;
+  const size_t batch = n < room ? n : room;
+  for (size_t i = 0; i < batch; ++i) {
+    lf::OpSlot *s = take_slot(ctx[i], OpKind::Recv, false);
+    if (RDMALIB_UNLIKELY(!s))
+      return Status::Again;
+    uint64_t more = i + 1 < batch ? FI_MORE : 0;
+    Status st = posted(post_receive(dst[i].ptr, dst[i].len, dst[i].desc, s, more), s, "post_recv");
+    if (RDMALIB_UNLIKELY(st != Status::Ok))
+      return st;
+    ++done;
+  }
+  return done == n ? Status::Ok : Status::Again;
+}
+
+inline Status ConnectionImpl::post_write(const LocalRef &src, uint64_t addr, uint64_t key,
+                                         uint64_t ctx, bool inline_) noexcept {
+  return post_rma_write(OpKind::Write, src, addr, key, ctx, inline_);
+}
+
+inline Status ConnectionImpl::post_rma_write(OpKind kind, const LocalRef &src, uint64_t addr,
+                                             uint64_t key, uint64_t ctx, bool inline_) noexcept {
+  RDMALIB_LF_TX_PROLOGUE();
+  lf::OpSlot *s = take_slot(ctx, kind, false);
+  if (RDMALIB_UNLIKELY(!s))
+    return Status::Again;
+  ssize_t ret;
+  if (!inline_) {
+    ret = fi_write(ep.get(), src.ptr, src.len, src.desc, peer, addr, key, s);
+  } else {
+    iovec iov{src.ptr, src.len};
+    void *desc = src.desc;
+    fi_rma_iov rma{addr, src.len, key};
+    fi_msg_rma msg{&iov, &desc, 1, peer, &rma, 1, s, 0};
+    ret = fi_writemsg(ep.get(), &msg, FI_INJECT | FI_COMPLETION);
+  }
+  return posted(ret, s, "write");
+}
+
+inline Status ConnectionImpl::post_write_imm(const LocalRef &src, uint64_t addr, uint64_t key,
+                                             uint32_t imm, uint64_t ctx, bool inline_) noexcept {
+  RDMALIB_LF_TX_PROLOGUE();
+  lf::OpSlot *s = take_slot(ctx, OpKind::WriteImm, false);
+  if (RDMALIB_UNLIKELY(!s))
+    return Status::Again;
+  ssize_t ret;
+  if (!inline_) {
+    ret = fi_writedata(ep.get(), src.ptr, src.len, src.desc, imm, peer, addr, key, s);
+  } else {
+    iovec iov{src.ptr, src.len};
+    void *desc = src.desc;
+    fi_rma_iov rma{addr, src.len, key};
+    fi_msg_rma msg{&iov, &desc, 1, peer, &rma, 1, s, imm};
+    ret = fi_writemsg(ep.get(), &msg, FI_INJECT | FI_COMPLETION | FI_REMOTE_CQ_DATA);
+  }
+  return posted(ret, s, "write_imm");
+}
+
+inline Status ConnectionImpl::post_write_notify(const LocalRef &src, uint64_t addr, uint64_t key,
+                                                uint32_t imm, uint64_t ctx, bool inline_) noexcept {
+  // The write carries the caller's context; its notification follows, in
+  // the order the endpoint guarantees (send after write), and is rdmalib's
+  // own. When the provider cannot take the notification at once, it is
+  // owed (PendingNotify) and posted before anything else.
+  if (RDMALIB_UNLIKELY(pending_count == pending.size()))
+    return flush_pending() ? post_write_notify(src, addr, key, imm, ctx, inline_) : Status::Again;
+  Status st = post_rma_write(OpKind::WriteImm, src, addr, key, ctx, inline_);
+  if (RDMALIB_UNLIKELY(st != Status::Ok))
+    return st;
+  const uint32_t length = static_cast<uint32_t>(src.len);
+  if (RDMALIB_LIKELY(!pending_count)) {
+    ssize_t ret = post_notify(imm, length);
+    if (RDMALIB_LIKELY(ret == 0))
+      return Status::Ok;
+    if (ret != -FI_EAGAIN) {
+      post_failed(ret, "write_imm (notification)");
+      // The write is posted and completes for the caller; the target will
+      // not learn of it: the link is unusable.
+      peer_closed = true;
+      ended_here = true;
+      return Status::Ok;
+    }
+  }
+  pending[(pending_head + pending_count++) % pending.size()] = lf::PendingNotify{imm, length};
+  return Status::Ok;
+}
+
+inline Status ConnectionImpl::post_read(const LocalRef &dst, uint64_t addr, uint64_t key,
+                                        uint64_t ctx) noexcept {
+  RDMALIB_LF_TX_PROLOGUE();
+  lf::OpSlot *s = take_slot(ctx, OpKind::Read, false);
+  if (RDMALIB_UNLIKELY(!s))
+    return Status::Again;
+  return posted(fi_read(ep.get(), dst.ptr, dst.len, dst.desc, peer, addr, key, s), s, "read");
+}
+
+inline Status ConnectionImpl::post_atomic(OpKind kind, const LocalRef &result, uint64_t addr,
+                                          uint64_t key, uint64_t operand, uint64_t compare,
+                                          uint64_t ctx) noexcept {
+  RDMALIB_LF_TX_PROLOGUE();
+  lf::OpSlot *s = take_slot(ctx, kind, false);
+  if (RDMALIB_UNLIKELY(!s))
+    return Status::Again;
+  uint64_t *area = this->operand(s);
+  area[0] = operand;
+  area[1] = compare;
+  void *desc = ctl_desc();
+  // Quirks::atomic_operands_by_value: the provider reads the operands from
+  // the pointer values themselves.
+  const bool by_value = fab->quirks.atomic_operands_by_value;
+  const void *buf =
+      by_value ? reinterpret_cast<const void *>(static_cast<uintptr_t>(operand)) : area;
+  ssize_t ret;
+  if (kind == OpKind::FetchAdd) {
+    ret = fi_fetch_atomic(ep.get(), buf, 1, desc, result.ptr, result.desc, peer, addr, key,
+                          FI_UINT64, FI_SUM, s);
+  } else {
+    const void *cmp =
+        by_value ? reinterpret_cast<const void *>(static_cast<uintptr_t>(compare)) : area + 1;
+    ret = fi_compare_atomic(ep.get(), buf, 1, desc, cmp, desc, result.ptr, result.desc, peer, addr,
+                            key, FI_UINT64, FI_CSWAP, s);
+  }
+  return posted(ret, s, kind == OpKind::FetchAdd ? "fetch_add" : "compare_swap");
+}
+
+#undef RDMALIB_LF_TX_PROLOGUE
+
+inline size_t ConnectionImpl::convert(Queue q, const fi_cq_data_entry *e, size_t n,
+                                      Completion *out) noexcept {
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const fi_cq_data_entry &en = e[i];
+    auto *s = static_cast<lf::OpSlot *>(en.op_context);
+    if (q == Queue::Send) {
+      if (RDMALIB_UNLIKELY(!s))
+        continue;
+      if (RDMALIB_LIKELY(!s->internal))
+        out[k++] = Completion{s->user, 0, 0, s->kind, Status::Ok};
+      put_slot(s);
+      continue;
+    }
+    // Receive side. A native write-with-immediate shows as remote write +
+    // remote CQ data (sockets also flags the sender's own completion with
+    // FI_REMOTE_CQ_DATA, hence both bits); it owns a posted receive only on
+    // FI_RX_CQ_DATA providers.
+    if ((en.flags & FI_REMOTE_CQ_DATA) && (en.flags & FI_REMOTE_WRITE)) {
+      Completion c{0, static_cast<uint32_t>(en.len), static_cast<uint32_t>(en.data),
+                   OpKind::RemoteWriteImm, Status::Ok};
+      if (fab->rx_cq_data && s) {
+        c.context = s->user;
+        put_slot(s);
+      }
+      out[k++] = c;
+      continue;
+    }
+    if (RDMALIB_UNLIKELY(!s))
+      continue;
+    if (RDMALIB_UNLIKELY(s->internal)) {
+      // Handshake receives are consumed by wait_internal, never here.
+      put_slot(s);
+      continue;
+    }
+    Completion c{s->user, static_cast<uint32_t>(en.len), 0, OpKind::Recv, Status::Ok};
+    if (RDMALIB_UNLIKELY(en.len > s->cap)) {
+      // Only with an overflow area (RecvOverflow): the provider took a
+      // message longer than the caller's receive. Same outcome as a
+      // truncation error elsewhere: the receive fails and the link ends.
+      set_error("received a message of %zu bytes into a receive of %zu bytes: the peer sent "
+                "more than was posted (message truncated); the link is closed",
+                static_cast<size_t>(en.len), s->cap);
+      c.length = static_cast<uint32_t>(s->cap);
+      c.status = Status::Error;
+      ended_here = !peer_closed;
+      peer_closed = true;
+    } else if (RDMALIB_UNLIKELY(decode_control(s->buf, en.len, c)) &&
+               c.kind == OpKind::PeerClosed) {
+      set_error("the peer %s closed the connection", remote.to_string().c_str());
+      peer_closed = true;
+      peer_close_reported = true;
+    }
+    put_slot(s);
+    out[k++] = c;
+  }
+  return k;
+}
+
+inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcept {
+  if (RDMALIB_UNLIKELY(pending_count))
+    flush_pending();
+  if (RDMALIB_UNLIKELY(answer_pending))
+    retry_answer();
+  if (RDMALIB_UNLIKELY(answer_failed) && q == Queue::Recv && max > 0) {
+    // Reported once, as a failed receive carrying the reason (last_error).
+    answer_failed = false;
+    out[0] = Completion{0, 0, 0, OpKind::Recv, Status::Error};
+    return 1;
+  }
+  if (RDMALIB_UNLIKELY(peer_dead))
+    return 0;
+  fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
+  size_t n = 0;
+  // Read again only when a batch held nothing for the caller (internal
+  // completions): on tcp every fi_cq_read is a progress pass with syscalls, so
+  // a second read after a hit costs microseconds per message.
+  for (int round = 0; n < max && round < 4; ++round) {
+    fi_cq_data_entry buf[16];
+    size_t want = max - n < 16 ? max - n : 16;
+    ssize_t r = fi_cq_read(cq, buf, want);
+    if (RDMALIB_LIKELY(r > 0)) {
+      n += convert(q, buf, static_cast<size_t>(r), out + n);
+      if (n)
+        break;
+      continue;
+    }
+    if (r == -FI_EAVAIL)
+      out[n++] = convert_error(q, cq);
+    break;
+  }
+  return n;
+}
+
+} // namespace rdmalib::detail
