@@ -27,6 +27,8 @@ const char *to_string(LeaseEndReason r) noexcept {
     return "expired";
   case LeaseEndReason::Revoked:
     return "revoked";
+  case LeaseEndReason::NodeDown:
+    return "node_down";
   }
   return "unknown_lease_end_reason";
 }

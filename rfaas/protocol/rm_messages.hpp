@@ -30,8 +30,9 @@ enum class LeaseEndReason : uint16_t {
   Released = 0, ///< the client released it
   Expired = 1,  ///< not renewed in time
   Revoked = 2,  ///< an operator revoked it (or removed its node)
+  NodeDown = 3, ///< a node it held cores on went down
 };
-constexpr uint16_t kMaxLeaseEndReason = 2;
+constexpr uint16_t kMaxLeaseEndReason = 3;
 const char *to_string(LeaseEndReason r) noexcept;
 
 /// Node -> resource manager, first message on the node's connection, and again

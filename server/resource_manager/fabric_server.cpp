@@ -52,6 +52,8 @@ proto::LeaseEndReason end_reason(LeaseState s) {
     return proto::LeaseEndReason::Expired;
   case LeaseState::Revoked:
     return proto::LeaseEndReason::Revoked;
+  case LeaseState::NodeDown:
+    return proto::LeaseEndReason::NodeDown;
   default:
     return proto::LeaseEndReason::Released;
   }
@@ -276,6 +278,8 @@ void FabricServer::dispatch(Peer &p, const proto::ControlMessage &m, Registry &r
     }
     if (Status s = registry.heartbeat(p.node); !s.ok())
       log()->warn("fabric: heartbeat of node {}: {}", p.node, s.message);
+    else
+      send_pending(p);
     return;
   case T::AccountingReport:
     return on_accounting(p, m, registry);
@@ -354,11 +358,16 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
   nodes_[claim.node] = &p;
   answer.heartbeat_ms = cfg_.heartbeat_ms;
   queue(p, answer);
-  if (auto it = pending_.find(claim.node); it != pending_.end()) {
-    for (const proto::LeaseEnded &e : it->second)
-      queue(p, e);
-    pending_.erase(it);
-  }
+  send_pending(p);
+}
+
+void FabricServer::send_pending(Peer &p) {
+  auto it = pending_.find(p.node);
+  if (it == pending_.end())
+    return;
+  for (const proto::LeaseEnded &e : it->second)
+    queue(p, e);
+  pending_.erase(it);
 }
 
 void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant,
@@ -479,14 +488,21 @@ void FabricServer::on_accounting(Peer &p, const proto::ControlMessage &m, Regist
     log()->warn("fabric: accounting from node {} refused: {}", p.node, s.message);
 }
 
-void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &) {
+void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &registry) {
   for (const LeaseEnded &e : events) {
     proto::LeaseEnded notice;
     notice.lease_id = e.lease_id;
     notice.expiry_ms = e.expiry_ms;
     notice.why = end_reason(e.why);
     auto it = nodes_.find(e.node);
-    if (it != nodes_.end() && !it->second->closing) {
+    // A node found silent may still have its connection, to a peer that is
+    // gone: on reliable-datagram providers a send to it holds this loop
+    // until the provider gives up (seconds). Its notices wait until it
+    // speaks again (a heartbeat or a new registration).
+    std::optional<NodeView> view;
+    if (it != nodes_.end() && !it->second->closing)
+      view = registry.node(e.node);
+    if (view && view->node.state == NodeState::Up) {
       queue(*it->second, notice);
       continue;
     }

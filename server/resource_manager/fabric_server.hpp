@@ -17,8 +17,8 @@
 //
 // A node's connection closing marks the node down (on reliable-datagram
 // providers, which report no disconnect, the heartbeat timeout does).
-// Lease-ended notices for a node that is not connected wait until it
-// registers again.
+// Lease-ended notices for a node that is not connected, or is down, wait
+// until it registers again or its heartbeats resume.
 #pragma once
 
 #include <chrono>
@@ -77,6 +77,8 @@ private:
   void on_renew(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_release(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_accounting(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  /// Sends the lease-ended notices that waited for node `p` to speak.
+  void send_pending(Peer &p);
   void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
   template <class M> void queue(Peer &p, const M &m);
   void queue_bytes(Peer &p, std::vector<uint8_t> bytes);

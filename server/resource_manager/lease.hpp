@@ -10,7 +10,9 @@
 
 namespace rfaas::rm {
 
-enum class LeaseState { Active, Released, Expired, Revoked };
+/// NodeDown: a node the lease held cores on was marked down, which ends the
+/// whole lease (also its parts on other nodes).
+enum class LeaseState { Active, Released, Expired, Revoked, NodeDown };
 const char *to_string(LeaseState s);
 bool parse_lease_state(const std::string &text, LeaseState &out);
 

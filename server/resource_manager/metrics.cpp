@@ -68,6 +68,8 @@ std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &la
   metric(out, "rfaas_rm_leases_released_total", "counter", "Leases released since start.",
          c.released);
   metric(out, "rfaas_rm_leases_revoked_total", "counter", "Leases revoked since start.", c.revoked);
+  metric(out, "rfaas_rm_leases_node_down_total", "counter",
+         "Leases ended since start because a node they held cores on went down.", c.node_down);
   metric(out, "rfaas_rm_leases_renewed_total", "counter", "Lease renewals since start.", c.renewed);
   metric(out, "rfaas_rm_leases_active", "gauge", "Leases active now.", s.active_leases);
   out += "# HELP rfaas_rm_nodes Known nodes by state (drained nodes count also as up or down).\n"

@@ -224,7 +224,29 @@ Status Registry::mark_down(const std::string &name) {
   if (auto s = persist_node(down); !s.ok())
     return s;
   it->second.node = down;
-  log()->warn("node {} is down", name);
+  // Its executors are gone or unreachable: its leases end now, so their
+  // clients learn it at their next renewal and the cores of their other
+  // nodes serve someone else.
+  std::vector<uint64_t> holding;
+  for (const auto &[id, l] : active_)
+    if (std::any_of(l.parts.begin(), l.parts.end(),
+                    [&](const LeasePart &p) { return p.node == name; }))
+      holding.push_back(id);
+  size_t ended = 0;
+  for (uint64_t id : holding) {
+    if (Status s = end_lease(id, LeaseState::NodeDown); !s.ok()) {
+      log()->error("node {} is down but its lease {} could not end: {}", name, id, s.message);
+      continue;
+    }
+    ++ended;
+    down_cause_[id] = name;
+    down_order_.push_back(id);
+    while (down_order_.size() > 4096) {
+      down_cause_.erase(down_order_.front());
+      down_order_.pop_front();
+    }
+  }
+  log()->warn("node {} is down; {} lease(s) on it ended", name, ended);
   return {};
 }
 
@@ -385,8 +407,7 @@ Result<Grant> Registry::grant(const LeaseRequest &r) {
 Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms) {
   auto it = active_.find(lease_id);
   if (it == active_.end())
-    return error<Grant>(Outcome::NotFound,
-                        "lease " + std::to_string(lease_id) + " is not active (ended or unknown)");
+    return error<Grant>(not_active(lease_id));
   if (it->second.client != client)
     return error<Grant>(Outcome::Forbidden,
                         "lease " + std::to_string(lease_id) + " belongs to another client");
@@ -406,11 +427,33 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client, uint
   return success(make_grant(l));
 }
 
+Status Registry::not_active(uint64_t lease_id) const {
+  const std::string lease = "lease " + std::to_string(lease_id);
+  if (auto it = down_cause_.find(lease_id); it != down_cause_.end())
+    return fail(Outcome::NotFound,
+                lease + " ended: node " + it->second + " went down (ask for a new lease)");
+  std::optional<Lease> l;
+  try {
+    l = store_.load_lease(lease_id);
+  } catch (const StoreError &) {
+    // Only the message is at stake: fall through to the plain one.
+  }
+  if (!l || l->state == LeaseState::Active)
+    return fail(Outcome::NotFound, lease + " is not active (ended or unknown)");
+  if (l->state == LeaseState::NodeDown) {
+    std::string nodes;
+    for (const LeasePart &p : l->parts)
+      nodes += (nodes.empty() ? "" : ", ") + p.node;
+    return fail(Outcome::NotFound,
+                lease + " ended: a node it held cores on (" + nodes + ") went down");
+  }
+  return fail(Outcome::NotFound, lease + " is not active (" + to_string(l->state) + ")");
+}
+
 Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   auto it = active_.find(lease_id);
   if (it == active_.end())
-    return fail(Outcome::NotFound,
-                "lease " + std::to_string(lease_id) + " is not active (ended or unknown)");
+    return not_active(lease_id);
   Lease l = it->second;
   l.state = why;
   l.ended_ms = clock_();
@@ -432,6 +475,9 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
     break;
   case LeaseState::Revoked:
     ++counters_.revoked;
+    break;
+  case LeaseState::NodeDown:
+    ++counters_.node_down;
     break;
   case LeaseState::Active:
     break;

@@ -104,6 +104,7 @@ struct Counters {
   uint64_t released = 0;
   uint64_t expired = 0;
   uint64_t revoked = 0;
+  uint64_t node_down = 0;
 };
 
 class Registry {
@@ -118,12 +119,17 @@ public:
   Result<Node> add_node(const std::string &name, const std::string &address, uint32_t cores,
                         uint64_t memory_mib, std::optional<NodeSecret> secret);
   /// Executor manager: (re-)registers; marks the node up. A known node must
-  /// present its secret and gets its node, its drain flag and its leases back;
+  /// present its secret and gets its node and its drain flag back (its
+  /// leases ended when it went down);
   /// an unknown one is created with the secret it presents.
   Result<Node> register_node(const std::string &name, const std::string &address, uint32_t cores,
                              uint64_t memory_mib, const NodeSecret &secret);
   Status heartbeat(const std::string &name);
-  /// Marks a node down now (its connection closed).
+  /// Marks a node down now (its connection closed, or tick() found it
+  /// silent) and ends, at once, every active lease that holds cores on it
+  /// (LeaseState::NodeDown, whole leases even when they span other nodes):
+  /// their cores are free and renewing them is refused with a message
+  /// naming the node. A node that comes back starts with no leases.
   Status mark_down(const std::string &name);
   Status drain(const std::string &name, bool drained);
   /// Removes a node. With active leases: Conflict, unless `revoke_leases`.
@@ -171,6 +177,9 @@ private:
   };
 
   Status end_lease(uint64_t lease_id, LeaseState why);
+  /// Why `lease_id` cannot be renewed or released: not active, and how it
+  /// ended when this registry knows.
+  Status not_active(uint64_t lease_id) const;
   void occupy(const Lease &lease);
   void vacate(const Lease &lease);
   Grant make_grant(const Lease &lease) const;
@@ -184,6 +193,11 @@ private:
   std::unordered_map<uint64_t, Lease> active_;
   std::deque<LeaseEnded> events_;
   Counters counters_;
+  /// Lease id -> the node whose going down ended it, for the refusal of a
+  /// later renewal (bounded: the oldest are forgotten, then the lease's
+  /// nodes are named instead).
+  std::unordered_map<uint64_t, std::string> down_cause_;
+  std::deque<uint64_t> down_order_;
 };
 
 } // namespace rfaas::rm

@@ -325,7 +325,7 @@ struct RestServer::Routes {
       LeaseState ls;
       if (!parse_lease_state(*state, ls))
         return send_error(w, Code::Bad_Request, "invalid",
-                          "state must be active, released, expired, revoked or all");
+                          "state must be active, released, expired, revoked, node_down or all");
       filter = ls;
     }
     uint64_t limit = 1000;

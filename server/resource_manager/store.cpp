@@ -416,12 +416,14 @@ const char *to_string(LeaseState s) {
     return "expired";
   case LeaseState::Revoked:
     return "revoked";
+  case LeaseState::NodeDown:
+    return "node_down";
   }
   return "unknown";
 }
 bool parse_lease_state(const std::string &t, LeaseState &out) {
-  for (LeaseState s :
-       {LeaseState::Active, LeaseState::Released, LeaseState::Expired, LeaseState::Revoked})
+  for (LeaseState s : {LeaseState::Active, LeaseState::Released, LeaseState::Expired,
+                       LeaseState::Revoked, LeaseState::NodeDown})
     if (t == to_string(s)) {
       out = s;
       return true;

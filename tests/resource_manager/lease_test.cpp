@@ -775,6 +775,21 @@ TEST(RmLease, KilledExecutorManagerIsMarkedDownAndTheOtherNodeKeepsWorking) {
   }
   EXPECT_TRUE(down) << node_view("n1").dump();
   EXPECT_EQ(node_view("n2").value("state", ""), "up");
+  // Marking the node down ended its leases at once, with the reason: their
+  // cores are free, and renewing one is refused with a message naming the
+  // node. The other node's lease is untouched.
+  EXPECT_TRUE(wait_lease_state(on1.id, "node_down"));
+  EXPECT_EQ(node_view("n1")["cores_used"].get<uint32_t>(), 0u) << node_view("n1").dump();
+  EXPECT_EQ(node_view("n1")["active_leases"].get<size_t>(), 0u) << node_view("n1").dump();
+  EXPECT_TRUE(lease_active(on2.id));
+  try {
+    holder.renew(on1, 30s);
+    ADD_FAILURE() << "renewed a lease of a node that is down";
+  } catch (const rfaas::Error &e) {
+    EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what();
+    EXPECT_NE(std::string(e.what()).find("node n1 went down"), std::string::npos) << e.what();
+  }
+  holder.renew(on2, 60s);
   // New leases go to the node that is up, and serve.
   rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
   rfaas::lease fresh = lease(rm);

@@ -196,8 +196,51 @@ TEST_F(Fixture, ReRegistrationGetsTheNodeBackWithTheRightSecretOnly) {
   EXPECT_EQ(v->node.state, NodeState::Up);
   EXPECT_TRUE(v->node.drained);
   EXPECT_EQ(v->node.address, "10.9.9.9:2");
-  EXPECT_EQ(v->used_cores, 4u);
-  EXPECT_TRUE(reg->active_lease(g.value.lease.id));
+  // Going down ended its lease: it comes back with none.
+  EXPECT_EQ(v->used_cores, 0u);
+  EXPECT_FALSE(reg->active_lease(g.value.lease.id));
+}
+
+TEST_F(Fixture, ADownNodeEndsItsLeasesWholeAndFreesTheirCores) {
+  two_nodes();
+  auto span = lease(6, 0, 2); // 3 cores on each node (spread)
+  ASSERT_TRUE(span.ok()) << span.message;
+  ASSERT_EQ(span.value.lease.parts.size(), 2u);
+  auto on_b = lease(1);
+  ASSERT_TRUE(on_b.ok());
+  ASSERT_EQ(on_b.value.lease.parts[0].node, "b");
+  reg->take_events();
+  now += 3'001;
+  ASSERT_TRUE(reg->heartbeat("b").ok()); // a stays silent
+  reg->tick();
+  EXPECT_EQ(reg->node("a")->node.state, NodeState::Down);
+  // The spanning lease ended on both nodes; b's own lease lives on.
+  EXPECT_FALSE(reg->active_lease(span.value.lease.id));
+  EXPECT_TRUE(reg->active_lease(on_b.value.lease.id));
+  EXPECT_EQ(reg->node("a")->used_cores, 0u);
+  EXPECT_EQ(reg->node("b")->used_cores, 1u);
+  EXPECT_EQ(reg->counters().node_down, 1u);
+  auto stored = store.load_lease(span.value.lease.id);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->state, LeaseState::NodeDown);
+  EXPECT_EQ(stored->ended_ms, now);
+  auto events = reg->take_events();
+  ASSERT_EQ(events.size(), 2u);
+  for (const LeaseEnded &e : events) {
+    EXPECT_EQ(e.lease_id, span.value.lease.id);
+    EXPECT_EQ(e.why, LeaseState::NodeDown);
+  }
+  auto renewed = reg->renew(span.value.lease.id, "alice", 0);
+  EXPECT_EQ(renewed.outcome, Outcome::NotFound);
+  EXPECT_NE(renewed.message.find("node a went down"), std::string::npos) << renewed.message;
+  EXPECT_EQ(reg->release(span.value.lease.id, "alice").outcome, Outcome::NotFound);
+  // A restarted registry names the lease's nodes from the store.
+  reg = make();
+  renewed = reg->renew(span.value.lease.id, "alice", 0);
+  EXPECT_NE(renewed.message.find("went down"), std::string::npos) << renewed.message;
+  // The freed cores serve new leases once a is back.
+  ASSERT_TRUE(reg->heartbeat("a").ok());
+  EXPECT_TRUE(lease(7, 0, 2).ok());
 }
 
 TEST_F(Fixture, OperatorNodesAndRemoval) {

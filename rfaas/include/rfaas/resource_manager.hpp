@@ -16,8 +16,8 @@
 // from a lease costs nothing at the resource manager. An executor manager
 // that works with a resource manager refuses a client without a valid lease
 // (status lease_invalid: forged, expired, foreign or ended). Executors of a
-// lease that ends (released, expired, revoked by an operator) are ended by
-// their node.
+// lease that ends (released, expired, revoked by an operator, or because one
+// of its nodes went down) are ended by their nodes.
 //
 // Thread-safety: one thread at a time per resource_manager object.
 #pragma once
@@ -90,7 +90,9 @@ public:
                      uint32_t max_nodes = 1);
   /// Extend `l` to now + `duration` (0: the default); its tokens change, so
   /// allocate with options() of the renewed lease. Throws Error(phase::lease)
-  /// with lease_invalid when it ended or is not ours.
+  /// with lease_invalid when it ended or is not ours; the message says how it
+  /// ended, e.g. that a node it held cores on went down (which ends the whole
+  /// lease: ask for a new one).
   void renew(rfaas::lease &l, std::chrono::milliseconds duration);
   /// End `l` now: its cores are free at once and its nodes end its
   /// executors. Throws Error(phase::lease) with lease_invalid when it had
