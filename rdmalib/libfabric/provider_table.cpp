@@ -27,6 +27,15 @@ const EnvDefault kRxmCmProgress{
     "RxM connects lazily and looks for connection events every 10000 us by default: the first "
     "message to a new peer waited ~23 ms (tcp;ofi_rxm 1.17)"};
 
+// RxM preposts this many receive buffers of FI_OFI_RXM_BUFFER_SIZE (16 KiB)
+// on each endpoint's shared receive context (RXM_MSG_SRX_SIZE, 4096 in 1.17):
+// 64 MiB per endpoint, touched and, on verbs, registered. rdmalib's endpoints
+// carry a few control messages at a time, so 128 is plenty.
+const EnvDefault kRxmMsgRxSize{
+    "FI_OFI_RXM_MSG_RX_SIZE", "128", kMeasuredEnv,
+    "RxM preposts 4096 receives of 16 KiB per endpoint: ~84 MiB of RSS and ~0.55 s per link on "
+    "tcp;ofi_rxm 1.17; with 128, ~34 MiB and ~66 ms (benchmarks/run-links.sh)"};
+
 QuirkColumns verbs_quirks() {
   QuirkColumns q;
   q.atomic_operands_by_value = kFromOldest;
@@ -86,7 +95,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "verbs under the RxM utility layer",
        verbs_rxm_quirks(),
-       {kRxmCmProgress}},
+       {kRxmCmProgress, kRxmMsgRxSize}},
       {"tcp",
        {"tcp-msg"},
        EndpointType::Connected,
@@ -102,7 +111,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "tcp under RxM; connects lazily; atomics emulated by RxM",
        {},
-       {kRxmCmProgress}},
+       {kRxmCmProgress, kRxmMsgRxSize}},
       {"shm",
        {"shared-memory"},
        EndpointType::ReliableDatagram,
