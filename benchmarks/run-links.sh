@@ -20,11 +20,8 @@
 # count) would not fit is skipped with the figure.
 set -euo pipefail
 
+# Run from the source tree (it is not copied into the build tree).
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ ! -f $repo/config/devices.json && -f $here/../CMakeCache.txt ]]; then
-  repo=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$here/../CMakeCache.txt")
-fi
 build=""
 devices_list="lo-tcp lo-rxm lo-shm"
 links="1 16 64 256"
@@ -53,7 +50,7 @@ for n in $links; do
 done
 
 if [[ -z $build ]]; then
-  for d in "$here/.." "$repo"/build*/ "$repo"/build/*/; do
+  for d in "$repo"/build*/ "$repo"/build/*/; do
     [[ -x $d/server/executor_manager/executor_manager && -x $d/tests/server/rfaas_server_probe ]] &&
       { build=$d; break; }
   done
