@@ -156,7 +156,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::memcpy(&imm, data, 4);
     proto::Immediate im = proto::parse_immediate(imm);
     FUZZ_CHECK(im.slot < proto::kMaxSlots);
-    FUZZ_CHECK(proto::make_immediate(im.slot, im.sequence, im.status) == imm);
+    // A result written in place carries the marker instead of a status.
+    FUZZ_CHECK((im.in_place ? proto::make_in_place_immediate(im.slot, im.sequence)
+                            : proto::make_immediate(im.slot, im.sequence, im.status)) == imm);
+    FUZZ_CHECK(!im.in_place || im.status == proto::ErrorCode::Ok);
     FUZZ_CHECK(proto::immediate_matches(imm, im.sequence));
   }
   return 0;
