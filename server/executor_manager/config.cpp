@@ -10,24 +10,13 @@
 
 #include <rdmalib/config_node.hpp>
 
+#include "common/log_level_name.hpp"
+
 #include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
 
 namespace {
-
-// spdlog's level names; the manager's own vocabulary of log.level.
-constexpr const char *kLogLevels = "trace, debug, info, warn, error, critical, off";
-
-bool parse_log_level(std::string_view text, std::string &out) {
-  for (const char *l : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
-    if (text == l) {
-      out = l;
-      return true;
-    }
-  }
-  return false;
-}
 
 std::string resolve(const std::string &base_dir, const std::string &p) {
   if (p.empty() || p[0] == '/' || base_dir.empty())
@@ -196,7 +185,8 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
     Node l = root["log"];
     l.expect_object({"level", "accounting"});
     if (l.has("level"))
-      c.log_level = l["level"].enumeration(parse_log_level, kLogLevels);
+      c.log_level = l["level"].enumeration(rfaas::server::parse_log_level_name,
+                                           rfaas::server::kLogLevelNames);
     l.optional("accounting", c.log_accounting);
   }
   return c;

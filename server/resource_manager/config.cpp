@@ -9,26 +9,17 @@
 
 #include <rdmalib/config_node.hpp>
 
+#include "common/log_level_name.hpp"
+
 namespace rfaas::rm {
 
 namespace {
 
 using Node = rdmalib::ConfigNode;
 
-constexpr const char *kLogLevels = "trace, debug, info, warn, error, critical, off";
 constexpr const char *kTokenHint =
     "an administrator token of at least 16 characters for changes through the REST API "
     "(e.g. `openssl rand -hex 32`)";
-
-bool parse_log_level(std::string_view text, std::string &out) {
-  for (const char *l : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
-    if (text == l) {
-      out = l;
-      return true;
-    }
-  }
-  return false;
-}
 
 std::string resolve(const std::string &path, const std::string &base_dir) {
   if (path.empty() || path[0] == '/' || base_dir.empty())
@@ -149,7 +140,8 @@ ResourceManagerConfig read_config(const Node &root, const std::string &base_dir)
     Node l = root["log"];
     l.expect_object({"level"});
     if (l.has("level"))
-      c.log_level = l["level"].enumeration(parse_log_level, kLogLevels);
+      c.log_level = l["level"].enumeration(rfaas::server::parse_log_level_name,
+                                           rfaas::server::kLogLevelNames);
   }
   return c;
 }
