@@ -4,8 +4,10 @@
 # not in bin/, rfaas.pc without a language-standard flag), MOVE the prefix to
 # another directory (the installation must be relocatable), then build and run
 # an out-of-tree consumer twice: with CMake (find_package(rfaas)) and with
-# pkg-config (rfaas.pc). Also checks that the installed rfaas headers include
-# nothing from rdmalib or the network backends.
+# pkg-config (rfaas.pc), and a program that uses rdmalib alone
+# (find_package(rfaas COMPONENTS rdmalib)). Also checks that the installed
+# rfaas headers include nothing from rdmalib but rfaas::device's, and that no
+# installed header includes the network backends'.
 #
 # With a functions library given, the CMake-built consumer then also runs an
 # invocation: it leases a core from the INSTALLED executor_manager (started on
@@ -71,9 +73,13 @@ if grep -nE '#include *<' "$prefix/include/rdmalib/device_config.hpp" | grep -vE
   echo "FAIL: rdmalib/device_config.hpp must hold standard C++ only" >&2
   exit 1
 fi
-if [[ $(find "$prefix/include/rdmalib" -type f | wc -l) -ne 1 ]]; then
-  echo "FAIL: only rdmalib/device_config.hpp may be installed from rdmalib" >&2
-  exit 1
+# rdmalib's own headers (the component rfaas::rdmalib): backend-neutral, so
+# none includes libfabric or ibverbs.
+for header in rdmalib.hpp config.hpp; do
+  [[ -f $prefix/include/rdmalib/$header ]] || fail "rdmalib/$header was not installed"
+done
+if grep -rnE '#include *<(rdma/|infiniband/)' "$prefix/include/rdmalib"; then
+  fail "installed rdmalib headers include the network backend's"
 fi
 
 # A sanitizer build installs a sanitized librfaas: a consumer must be built
@@ -113,7 +119,17 @@ if [[ -n $library ]]; then
   stop_manager
 fi
 
-# 2. pkg-config.
+# 2. rdmalib alone: find_package(rfaas COMPONENTS rdmalib), rfaas::rdmalib.
+# It connects to itself on loopback tcp, from the installed device database.
+cmake -S "$source_dir/tests/install/rdmalib_consumer" -B "$work/rdmalib-build" "${gen[@]}" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_FLAGS="${san_flags[*]}" \
+  >"$work/rdmalib-configure.log" || { cat "$work/rdmalib-configure.log" >&2; fail "find_package(rfaas COMPONENTS rdmalib)"; }
+cmake --build "$work/rdmalib-build" >"$work/rdmalib-build.log" ||
+  { cat "$work/rdmalib-build.log" >&2; fail "building against rfaas::rdmalib"; }
+"$work/rdmalib-build/rdmalib_consumer" "$prefix/share/rfaas/devices.json" lo-tcp ||
+  fail "the rdmalib consumer"
+
+# 3. pkg-config.
 pc=$(find "$prefix" -name rfaas.pc | head -n1)
 export PKG_CONFIG_PATH=$(dirname "$pc")
 echo "pkg-config: $(pkg-config --cflags --libs rfaas)"

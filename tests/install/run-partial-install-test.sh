@@ -32,18 +32,19 @@ if ! cmake --install "$work/build" --prefix "$work/prefix" >"$work/install.log" 
 fi
 # CMake wraps warnings; join the lines before matching.
 log=$(tr -s ' \n' ' ' <"$work/install.log")
-for target in rfaas rfaas-info executor_manager executor; do
+for target in rfaas rdmalib rfaas-info executor_manager executor; do
   grep -qF "rFaaS: $target was not built, so it is not installed." <<<"$log" ||
     fail "no warning that $target was not built (install log: $work/install.log)"
   grep -qF -- "--target $target" <<<"$log" || fail "the warning for $target does not name the fix"
 done
-for f in include/rfaas/rfaas.hpp lib/pkgconfig/rfaas.pc lib/cmake/rfaas/rfaasConfig.cmake; do
+for f in include/rfaas/rfaas.hpp include/rdmalib/rdmalib.hpp include/rdmalib/config.hpp \
+  lib/pkgconfig/rfaas.pc lib/cmake/rfaas/rfaasConfig.cmake lib/cmake/rfaas/rfaasRdmalibTargets.cmake; do
   [[ -f $work/prefix/$f ]] || fail "$f was not installed"
 done
 for config in "$source_dir"/config/*.json; do
   [[ -f $work/prefix/share/rfaas/$(basename "$config") ]] ||
     fail "$(basename "$config") was not installed into share/rfaas/"
 done
-stray=$(find "$work/prefix" -type f \( -path '*/bin/*' -o -path '*/libexec/*' -o -name '*.so*' \))
+stray=$(find "$work/prefix" -type f \( -path '*/bin/*' -o -path '*/libexec/*' -o -name '*.so*' -o -name '*.a' \))
 [[ -z $stray ]] || fail "files installed although nothing was built: $stray"
 echo "partial install test: ok"
