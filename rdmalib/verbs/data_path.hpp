@@ -23,6 +23,21 @@ inline ibv_sge sge_of(const LocalRef &r) noexcept {
   return ibv_sge{reinterpret_cast<uint64_t>(r.ptr), static_cast<uint32_t>(r.len), lkey_of(r)};
 }
 
+// An RDMA work request (write, write with immediate, read) of the `len` bytes
+// of `sge` at the peer's (addr, key). A zero-length one carries no scatter
+// entry: not every device reads an entry of length 0 as an empty transfer.
+inline ibv_send_wr rdma_wr(ibv_sge &sge, size_t len, ibv_wr_opcode op, uint64_t addr, uint64_t key,
+                           unsigned send_flags) noexcept {
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = len ? 1 : 0;
+  wr.opcode = op;
+  wr.send_flags = send_flags;
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = static_cast<uint32_t>(key);
+  return wr;
+}
+
 } // namespace vbd
 
 inline vb::Slot *ConnectionImpl::take_send_slot(uint64_t ctx, OpKind kind) noexcept {
@@ -109,14 +124,9 @@ inline Status ConnectionImpl::post_write(const LocalRef &src, uint64_t addr, uin
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
   ibv_sge sge = vbd::sge_of(src);
-  ibv_send_wr wr{};
+  ibv_send_wr wr = vbd::rdma_wr(sge, src.len, IBV_WR_RDMA_WRITE, addr, key,
+                                IBV_SEND_SIGNALED | inline_flag(inline_));
   wr.wr_id = sq.wr_id(s);
-  wr.sg_list = &sge;
-  wr.num_sge = src.len ? 1 : 0;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED | inline_flag(inline_);
-  wr.wr.rdma.remote_addr = addr;
-  wr.wr.rdma.rkey = static_cast<uint32_t>(key);
   return post_one(wr, s);
 }
 
@@ -126,16 +136,11 @@ inline Status ConnectionImpl::post_write_imm(const LocalRef &src, uint64_t addr,
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
   ibv_sge sge = vbd::sge_of(src);
-  ibv_send_wr wr{};
+  ibv_send_wr wr = vbd::rdma_wr(sge, src.len, IBV_WR_RDMA_WRITE_WITH_IMM, addr, key,
+                                IBV_SEND_SIGNALED | inline_flag(inline_));
   wr.wr_id = sq.wr_id(s);
-  wr.sg_list = &sge;
-  wr.num_sge = src.len ? 1 : 0;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   // The immediate travels in network byte order; the API's value is host order.
   wr.imm_data = htonl(imm);
-  wr.send_flags = IBV_SEND_SIGNALED | inline_flag(inline_);
-  wr.wr.rdma.remote_addr = addr;
-  wr.wr.rdma.rkey = static_cast<uint32_t>(key);
   return post_one(wr, s);
 }
 
@@ -154,13 +159,8 @@ inline Status ConnectionImpl::post_write_notify(const LocalRef &src, uint64_t ad
   ibv_sge sge = vbd::sge_of(src);
   ibv_sge msge{reinterpret_cast<uint64_t>(m), sizeof(ControlMessage), ctl_mr->lkey};
   ibv_send_wr wr[2]{};
+  wr[0] = vbd::rdma_wr(sge, src.len, IBV_WR_RDMA_WRITE, addr, key, inline_flag(inline_));
   wr[0].wr_id = vb::kInternalWrId;
-  wr[0].sg_list = &sge;
-  wr[0].num_sge = src.len ? 1 : 0;
-  wr[0].opcode = IBV_WR_RDMA_WRITE;
-  wr[0].send_flags = inline_flag(inline_);
-  wr[0].wr.rdma.remote_addr = addr;
-  wr[0].wr.rdma.rkey = static_cast<uint32_t>(key);
   wr[0].next = &wr[1];
   wr[1].wr_id = sq.wr_id(s);
   wr[1].sg_list = &msge;
@@ -176,14 +176,8 @@ inline Status ConnectionImpl::post_read(const LocalRef &dst, uint64_t addr, uint
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
   ibv_sge sge = vbd::sge_of(dst);
-  ibv_send_wr wr{};
+  ibv_send_wr wr = vbd::rdma_wr(sge, dst.len, IBV_WR_RDMA_READ, addr, key, IBV_SEND_SIGNALED);
   wr.wr_id = sq.wr_id(s);
-  wr.sg_list = &sge;
-  wr.num_sge = dst.len ? 1 : 0;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = addr;
-  wr.wr.rdma.rkey = static_cast<uint32_t>(key);
   return post_one(wr, s);
 }
 
