@@ -55,6 +55,23 @@ foreach(group IN LISTS groups)
   add_test(conformance.${group} "${RFAAS_CONFORMANCE_BINARY}" "--gtest_filter=*/${group}")
   list(APPEND registered conformance.${group})
 endforeach()
+# The same cases with addresses exchanged only as the providers' opaque
+# endpoint names ("ofi:FORMAT:HEX"): the devices have no ip_address, as on
+# EFA (tests/conformance/common.hpp, RFAAS_TEST_OPAQUE_ADDRESSES). The native
+# configuration of one provider per address format: sockaddr_in over MSG and
+# over RxM, and shm's string names; tcp needs its loopback domain named.
+foreach(group IN LISTS groups)
+  if(group MATCHES "^(tcp_msg|tcp_ofi_rxm_rdm|shm_rdm)(__native)?$")
+    set(domain "")
+    if(group MATCHES "^tcp")
+      set(domain lo)
+    endif()
+    add_test(conformance.opaque.${group} "${RFAAS_CONFORMANCE_BINARY}" "--gtest_filter=*/${group}")
+    set_tests_properties(conformance.opaque.${group} PROPERTIES ENVIRONMENT
+      "RFAAS_TEST_OPAQUE_ADDRESSES=1;RFAAS_TEST_SERVER_DEVICE=${domain};RFAAS_TEST_CLIENT_DEVICE=${domain}")
+    list(APPEND registered conformance.opaque.${group})
+  endif()
+endforeach()
 foreach(suite IN LISTS plain_suites)
   add_test(conformance.${suite} "${RFAAS_CONFORMANCE_BINARY}" "--gtest_filter=${suite}.*")
   list(APPEND registered conformance.${suite})

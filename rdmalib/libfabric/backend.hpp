@@ -215,6 +215,9 @@ struct FabricImpl final : FabricCore {
   bool wait_cq = false;    // CQs support a blocking read (fd or unspec)
   size_t inject_size = 0;
   uint32_t addr_format = 0;
+  // The device has no ip_address: every address this fabric reports is the
+  // provider's opaque endpoint name (Address::opaque()), whatever its format.
+  bool opaque_names = false;
   lf::RecvOverflow overflow; // empty unless Quirks::truncation_hangs_receiver
 
   // ---- the front end's contract (frontend/contract.hpp)
@@ -234,10 +237,16 @@ struct FabricImpl final : FabricCore {
   /// fi_info for a new endpoint bound to `src` (host, port; port 0 = any).
   /// For FI_ADDR_STR providers (shm) the name is derived from host and port.
   lf::InfoPtr endpoint_info(const Address *src) const;
-  /// Raw provider address (as fi_av_insert wants it) for a listener at `a`.
+  /// Raw provider address (as fi_av_insert wants it) for a listener at `a`:
+  /// an opaque address's own bytes (Error(Config) when its format is not this
+  /// fabric's), or host:port resolved into the provider's format.
   std::vector<uint8_t> raw_address(const Address &a) const;
-  /// Decode a raw provider address back into host:port (best effort).
+  /// Decode a raw provider address: host:port where the format is IP (or an
+  /// rdmalib-named FI_ADDR_STR) and the device has an ip_address, else the
+  /// opaque name. Never throws; an empty or oversized name gives Address{}.
   Address decode_address(const void *raw, size_t len) const;
+  /// Address::format's token for this fabric's addr_format.
+  std::string format_token() const;
   /// Draw the next application-chosen MR key (unique, unpredictable).
   uint64_t next_key();
 

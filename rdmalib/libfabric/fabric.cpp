@@ -194,6 +194,7 @@ void fill_capabilities(detail::FabricImpl &f) {
   f.ordered_saw = i->tx_attr->msg_order & FI_ORDER_SAW;
   f.inject_size = i->tx_attr->inject_size;
   f.addr_format = i->addr_format;
+  f.opaque_names = f.config.ip_address.empty();
 
   c.remote_cq_data = i->domain_attr->cq_data_size >= 4;
   c.provider_keys = !f.app_keys;
@@ -286,7 +287,43 @@ lf::InfoPtr FabricImpl::endpoint_info(const Address *src) const {
   return i;
 }
 
+std::string FabricImpl::format_token() const {
+  switch (addr_format) {
+  case FI_SOCKADDR_IN:
+    return "in";
+  case FI_SOCKADDR_IN6:
+    return "in6";
+  case FI_ADDR_STR:
+    return "str";
+  case FI_ADDR_EFA:
+    return "efa";
+  case FI_ADDR_PSMX2:
+    return "psmx2";
+  case FI_ADDR_IB_UD:
+    return "ib_ud";
+  case FI_SOCKADDR_IB:
+    return "ib";
+  default:
+    return "fmt" + std::to_string(addr_format);
+  }
+}
+
 std::vector<uint8_t> FabricImpl::raw_address(const Address &a) const {
+  if (a.opaque()) {
+    if (a.format != format_token())
+      throw Error(ErrorKind::Config, "rdmalib: address " + a.to_string() +
+                                         " is a name in format '" + a.format + "', but " +
+                                         provider + " names endpoints in format '" +
+                                         format_token() + "' (an address of another network?)");
+    if (a.name.size() > lf::kMaxRawAddress)
+      throw Error(ErrorKind::Config, "rdmalib: address " + a.to_string() + " is longer than " +
+                                         std::to_string(lf::kMaxRawAddress) + " bytes");
+    return a.name;
+  }
+  if (a.host.empty())
+    throw Error(ErrorKind::Config,
+                "rdmalib: an address needs a host (or an opaque ofi: name), got ':" +
+                    std::to_string(a.port) + "'");
   if (addr_format == FI_ADDR_STR) {
     std::string name = lf::named_endpoint(a.host, a.port);
     return std::vector<uint8_t>(name.c_str(), name.c_str() + name.size() + 1);
@@ -311,6 +348,21 @@ std::vector<uint8_t> FabricImpl::raw_address(const Address &a) const {
 
 Address FabricImpl::decode_address(const void *raw, size_t len) const {
   Address a;
+  if (!raw || len == 0 || len > lf::kMaxRawAddress)
+    return a;
+  if (opaque_names || (addr_format != FI_ADDR_STR && addr_format != FI_SOCKADDR_IN &&
+                       addr_format != FI_SOCKADDR_IN6)) {
+    // A string name is stored up to its terminator: padding after it would
+    // make two names of one endpoint differ.
+    if (addr_format == FI_ADDR_STR) {
+      size_t n = strnlen(static_cast<const char *>(raw), len);
+      if (n < len)
+        len = n + 1;
+    }
+    a.name.assign(static_cast<const uint8_t *>(raw), static_cast<const uint8_t *>(raw) + len);
+    a.format = format_token();
+    return a;
+  }
   if (addr_format == FI_ADDR_STR) {
     std::string name(static_cast<const char *>(raw), strnlen(static_cast<const char *>(raw), len));
     // "rdmalib-<host>-<port>" when rdmalib named it; otherwise the raw name.

@@ -186,11 +186,16 @@ void ListenerImpl::listen(const Address &bind) {
   FabricImpl &f = *fab;
   ListenerImpl &l = *this;
   Address want = bind;
-  if (want.host.empty())
+  // A device without an ip_address binds where the provider's own source
+  // address for it is (its domain's), except for node-local string names,
+  // which rdmalib derives from a host and a port.
+  const bool provider_source =
+      !want.opaque() && want.host.empty() && f.opaque_names && f.addr_format != FI_ADDR_STR;
+  if (!want.opaque() && want.host.empty() && !provider_source)
     want.host = f.config.ip_address.empty() ? "127.0.0.1" : f.config.ip_address;
 
   if (!f.rdm) {
-    l.pep_info = f.endpoint_info(&want);
+    l.pep_info = f.endpoint_info(provider_source ? nullptr : &want);
     int ret = fi_passive_ep(f.fabric.get(), l.pep_info.get(), l.pep.out(), nullptr);
     if (ret)
       lf::throw_fi("fi_passive_ep on " + want.to_string() + " (" + f.provider + ")", ret);
@@ -219,13 +224,13 @@ void ListenerImpl::listen(const Address &bind) {
     if ((ret = fi_getname(&l.pep->fid, name, &len)))
       lf::throw_fi("fi_getname of the listener", ret);
     l.address = f.decode_address(name, len);
-    if (l.address.host.empty() || l.address.host == "0.0.0.0")
+    if (!l.address.opaque() && (l.address.host.empty() || l.address.host == "0.0.0.0"))
       l.address.host = want.host;
     return;
   }
 
   // RDM: an endpoint at a well-known address receives HELLO messages.
-  bool pick_port = want.port == 0 && f.addr_format == FI_ADDR_STR;
+  bool pick_port = !want.opaque() && want.port == 0 && f.addr_format == FI_ADDR_STR;
   std::mt19937 rng(std::random_device{}());
   for (int attempt = 0;; ++attempt) {
     Address a = want;
@@ -237,7 +242,7 @@ void ListenerImpl::listen(const Address &bind) {
     hs->options.recv_depth = 1;
     hs->options.send_depth = 16;
     hs->open_queues(false);
-    lf::InfoPtr info = f.endpoint_info(&a);
+    lf::InfoPtr info = f.endpoint_info(provider_source ? nullptr : &a);
     try {
       hs->create_endpoint(info.get());
     } catch (const Error &e) {
@@ -255,10 +260,12 @@ void ListenerImpl::listen(const Address &bind) {
     if (ret)
       lf::throw_fi("fi_getname of the listener", ret);
     l.address = f.decode_address(name, len);
-    if (l.address.host.empty() || l.address.host == "0.0.0.0")
-      l.address.host = a.host;
-    if (l.address.port == 0)
-      l.address.port = a.port;
+    if (!l.address.opaque()) {
+      if (l.address.host.empty() || l.address.host == "0.0.0.0")
+        l.address.host = a.host;
+      if (l.address.port == 0)
+        l.address.port = a.port;
+    }
     hs->open = true;
     l.hs = std::move(hs);
     break;

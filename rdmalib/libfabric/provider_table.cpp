@@ -192,7 +192,15 @@ std::string named_endpoint(const std::string &host, unsigned port) {
 }
 
 bool named_endpoint_absent(const std::string &host, unsigned port) {
-  return ::access(("/dev/shm/" + named_endpoint(host, port)).c_str(), F_OK) != 0 && errno == ENOENT;
+  return named_endpoint_absent(named_endpoint(host, port));
+}
+
+bool named_endpoint_absent(const std::string &name) {
+  // Only a plain file name can be looked up; anything else is left to the
+  // connection's deadline.
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    return false;
+  return ::access(("/dev/shm/" + name).c_str(), F_OK) != 0 && errno == ENOENT;
 }
 
 bool shm_cross_memory_attach_likely() {

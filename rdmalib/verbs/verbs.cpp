@@ -119,6 +119,11 @@ Address sockaddr_address(const sockaddr *sa) {
 }
 
 AddrInfo resolve(const Address &a, bool passive) {
+  if (a.opaque())
+    throw Error(ErrorKind::Config,
+                "rdmalib verbs: " + a.to_string() +
+                    " is a libfabric endpoint name; librdmacm reaches peers by IP address "
+                    "(host:port)");
   rdma_addrinfo hints{};
   hints.ai_port_space = RDMA_PS_TCP;
   if (passive)

@@ -112,8 +112,14 @@ std::string env_or(const char *name, const std::string &fallback) {
 
 } // namespace
 
+bool opaque_addresses() {
+  static const bool on = env_or("RFAAS_TEST_OPAQUE_ADDRESSES", "0") == "1";
+  return on;
+}
+
 const std::string &server_ip() {
-  static const std::string ip = env_or("RFAAS_TEST_SERVER_IP", "127.0.0.1");
+  static const std::string ip =
+      opaque_addresses() ? std::string() : env_or("RFAAS_TEST_SERVER_IP", "127.0.0.1");
   return ip;
 }
 

@@ -86,6 +86,12 @@ enum class Side { Server, Client };
 /// RFAAS_TEST_SERVER_IP (default 127.0.0.1) is the server Fabric's ip_address
 /// and the host of every Listener; RFAAS_TEST_CLIENT_IP (default: the server
 /// IP) is the client Fabric's ip_address.
+/// RFAAS_TEST_OPAQUE_ADDRESSES=1: both Fabrics' devices have no ip_address,
+/// Listeners bind where the provider puts the device's endpoints (name the
+/// domain with RFAAS_TEST_SERVER_DEVICE / RFAAS_TEST_CLIENT_DEVICE, e.g. "lo"
+/// for tcp), and every address exchanged is the provider's opaque endpoint
+/// name; server_ip() and client_ip() are then empty.
+bool opaque_addresses();
 const std::string &server_ip();
 const std::string &client_ip();
 /// RFAAS_TEST_SERVER_DEVICE / RFAAS_TEST_CLIENT_DEVICE: DeviceConfig::domain

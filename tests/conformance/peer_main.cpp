@@ -2,10 +2,13 @@
 //
 //   rdmalib_conformance_peer --provider P --endpoint msg|rdm|auto --caps MASK
 //                            [--ip ADDRESS] [--domain DEVICE]
-//                            (--connect HOST:PORT | --listen HOST:PORT) --seed N
+//                            (--connect ADDRESS | --listen ADDRESS|default) --seed N
 //
-// --ip is the Fabric's ip_address (default: the --listen host, else 127.0.0.1),
-// --domain its DeviceConfig::domain (default empty). Connects to (or listens
+// --ip is the Fabric's ip_address (default: the --listen host, else 127.0.0.1;
+// empty for a device without one), --domain its DeviceConfig::domain (default
+// empty). ADDRESS is Address::parse's text; "--listen default" binds where the
+// provider puts a device's endpoint, and the peer prints the address it
+// listens on ("ADDRESS <text>"). Connects to (or listens
 // for) the test, then serves the commands described in peer_protocol.hpp. Exit codes: 0 done (quit,
 // or the test closed), 2 setup error, 3 bad private data, 4 idle for 30 s, 5 data-path error, 64
 // usage.
@@ -32,7 +35,7 @@ int usage(const char *why) {
   std::fprintf(
       stderr,
       "peer: %s\nusage: rdmalib_conformance_peer --provider P --endpoint msg|rdm|auto "
-      "--caps MASK [--ip ADDRESS] [--domain DEVICE] (--connect HOST:PORT | --listen HOST:PORT) "
+      "--caps MASK [--ip ADDRESS] [--domain DEVICE] (--connect ADDRESS | --listen ADDRESS|default) "
       "--seed N\n",
       why);
   return 64;
@@ -98,7 +101,9 @@ int main(int argc, char **argv) {
     if (args.count("ip"))
       dev.ip_address = args["ip"];
     else
-      dev.ip_address = args.count("listen") ? Address::parse(args["listen"]).host : "127.0.0.1";
+      dev.ip_address = args.count("listen") && args["listen"] != "default"
+                           ? Address::parse(args["listen"]).host
+                           : "127.0.0.1";
     dev.domain = args["domain"];
     const std::string &ep = args["endpoint"];
     if (!ep.empty() && !parse_endpoint_preference(ep, dev.endpoint))
@@ -116,8 +121,9 @@ int main(int argc, char **argv) {
     Connection conn;
     std::unique_ptr<Listener> listener;
     if (args.count("listen")) {
-      listener = std::make_unique<Listener>(fabric, Address::parse(args["listen"]));
-      line("PORT " + std::to_string(listener->address().port));
+      listener = std::make_unique<Listener>(
+          fabric, args["listen"] == "default" ? Address{} : Address::parse(args["listen"]));
+      line("ADDRESS " + listener->address().to_string());
       ConnectionRequest req = listener->next_request(kSetupTimeout);
       if (req.private_data() != expected) {
         std::fprintf(stderr, "peer: the test's private data is corrupted (%zu bytes)\n",

@@ -94,3 +94,54 @@ TEST(AddressCompare, EqualityUsesHostAndPort) {
   EXPECT_NE((Address{"a", 1}), (Address{"a", 2}));
   EXPECT_NE((Address{"a", 1}), (Address{"b", 1}));
 }
+
+// ---- opaque provider names ("ofi:FORMAT:HEX") ------------------------------------
+
+TEST(AddressOpaque, PrintsFormatAndLowerCaseHex) {
+  Address a;
+  a.name = {0x00, 0x0a, 0xff, 0x7f};
+  a.format = "efa";
+  EXPECT_TRUE(a.opaque());
+  EXPECT_EQ(a.to_string(), "ofi:efa:000aff7f");
+  EXPECT_TRUE(a.host.empty());
+  EXPECT_EQ(a.port, 0);
+}
+
+TEST(AddressOpaque, ParseRoundTripsAndAcceptsUpperCase) {
+  Address a = Address::parse("ofi:in:0200A1B27F000001");
+  ASSERT_TRUE(a.opaque());
+  EXPECT_EQ(a.format, "in");
+  EXPECT_EQ(a.name, (std::vector<uint8_t>{0x02, 0x00, 0xa1, 0xb2, 0x7f, 0x00, 0x00, 0x01}));
+  EXPECT_EQ(a.to_string(), "ofi:in:0200a1b27f000001");
+  EXPECT_EQ(Address::parse(a.to_string()), a);
+  EXPECT_FALSE(Address::parse("127.0.0.1:7").opaque());
+}
+
+TEST(AddressOpaque, MalformedNamesAreRefused) {
+  expect_bad("ofi:efa", "missing ':'");
+  expect_bad("ofi::00", "1 to 16 characters");
+  expect_bad("ofi:EFA:00", "characters other than");
+  expect_bad("ofi:efa:", "empty name");
+  expect_bad("ofi:efa:abc", "odd number");
+  expect_bad("ofi:efa:zz", "not a hexadecimal digit");
+  expect_bad("ofi:efa:" + std::string(2 * 257, 'a'), "longer than 256 bytes");
+}
+
+TEST(AddressOpaque, HostTextCarriesTheWholeName) {
+  // Protocols with separate host and port fields carry an opaque name whole
+  // in the host field; host:port addresses keep their two fields.
+  Address ip{"10.1.2.3", 7000};
+  EXPECT_EQ(ip.host_text(), "10.1.2.3");
+  EXPECT_EQ(Address::from_host_text(ip.host_text(), ip.port), ip);
+  Address name = Address::parse("ofi:efa:fe800000000000000000000000000001");
+  EXPECT_EQ(name.host_text(), name.to_string());
+  EXPECT_EQ(Address::from_host_text(name.host_text(), 0), name);
+  EXPECT_EQ(Address::from_host_text(name.host_text(), 9), name) << "the port is ignored";
+  EXPECT_THROW(Address::from_host_text("ofi:efa:0", 0), Error);
+}
+
+TEST(AddressOpaque, EqualityComparesTheName) {
+  EXPECT_EQ(Address::parse("ofi:efa:01"), Address::parse("ofi:efa:01"));
+  EXPECT_NE(Address::parse("ofi:efa:01"), Address::parse("ofi:efa:02"));
+  EXPECT_NE(Address::parse("ofi:efa:01"), Address::parse("ofi:in:01"));
+}
