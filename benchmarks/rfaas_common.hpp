@@ -26,7 +26,8 @@ inline void add_common_options(rfaas::cli::Options &cli) {
   cli.add_options()
     ("devices", "device database", rfaas::cli::value<std::string>()->default_value("config/devices.json"))
     ("device", "device entry", rfaas::cli::value<std::string>()->default_value("lo-tcp"))
-    ("manager", "executor manager host:port", rfaas::cli::value<std::string>())
+    ("manager", "executor manager address as it prints it (host:port or ofi:...)",
+     rfaas::cli::value<std::string>())
     ("library", "function library (libfunctions.so)", rfaas::cli::value<std::string>())
     ("csv", "append CSV rows to this file", rfaas::cli::value<std::string>()->default_value(""))
     ("json", "write the run (metadata, parameters, results) as JSON to this file",
@@ -64,15 +65,10 @@ inline bool parse_or_usage(rfaas::cli::Options &cli, int argc, char **argv,
   }
 }
 
-inline rfaas::server parse_manager(const std::string &hp) {
-  size_t colon = hp.rfind(':');
-  if (colon == std::string::npos)
-    throw std::runtime_error("--manager expects host:port, got \"" + hp + "\"");
-  rfaas::server s;
-  s.address = hp.substr(0, colon);
-  s.port = static_cast<uint16_t>(std::stoul(hp.substr(colon + 1)));
-  s.name = hp;
-  return s;
+/// --manager: the address an executor_manager prints (host:port, or its
+/// opaque ofi: name where endpoints are not named by IP).
+inline rfaas::server parse_manager(const std::string &address) {
+  return rfaas::server::parse(address);
 }
 
 /// "8,1K,64K,1M" -> bytes.

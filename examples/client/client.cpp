@@ -112,13 +112,7 @@ int main(int argc, char **argv) {
                       static_cast<unsigned long long>(lease.id), lease.parts[0].cores,
                       lease.parts[0].node.c_str(), manager.endpoint().c_str());
         } else if (args.count("manager")) {
-          std::string hp = args["manager"].as<std::string>();
-          size_t colon = hp.rfind(':');
-          if (colon == std::string::npos)
-            throw std::runtime_error("--manager expects host:port");
-          manager.address = hp.substr(0, colon);
-          manager.port = static_cast<uint16_t>(std::stoul(hp.substr(colon + 1)));
-          manager.name = hp;
+          manager = rfaas::server::parse(args["manager"].as<std::string>());
         } else {
           rfaas::server_database servers =
               rfaas::server_database::load(args["servers"].as<std::string>());

@@ -2,6 +2,8 @@
 // messages, and the AllocationRequest overloads. See protocol.hpp.
 #include "protocol.hpp"
 
+#include <cstring>
+
 namespace rfaas::protocol {
 
 namespace {
@@ -199,8 +201,6 @@ WireResult AllocationRequest::validate() const noexcept {
             "AllocationRequest.input_slot_size cannot hold an InvocationHeader"};
   if (input_slot_size > kMaxSlotSize)
     return {WireError::TooLarge, 0, "AllocationRequest.input_slot_size exceeds 2^30"};
-  if (client_port == 0)
-    return {WireError::InvalidField, 0, "AllocationRequest.client_port is 0"};
   if (library_size == 0)
     return {WireError::InvalidField, 0, "AllocationRequest.library_size is 0"};
   if (library_size > kMaxLibrarySize)
@@ -209,6 +209,9 @@ WireResult AllocationRequest::validate() const noexcept {
     return {WireError::InvalidField, 0, "AllocationRequest.client_host is not NUL-terminated"};
   if (client_host[0] == '\0')
     return {WireError::InvalidField, 0, "AllocationRequest.client_host is empty"};
+  // An opaque endpoint name ("ofi:...") is the whole address; a host needs a port.
+  if (client_port == 0 && std::strncmp(client_host, "ofi:", 4) != 0)
+    return {WireError::InvalidField, 0, "AllocationRequest.client_port is 0"};
   return {};
 }
 

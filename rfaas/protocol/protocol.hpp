@@ -366,14 +366,17 @@ struct AllocationRequest {
   uint32_t input_slots = 1;
   /// Bytes per input slot, InvocationHeader included.
   uint32_t input_slot_size = 0;
-  /// Port of the client's listener, which the workers connect to.
+  /// Port of the client's listener, which the workers connect to; 0 when
+  /// client_host is an opaque endpoint name.
   uint16_t client_port = 0;
   Reserved<uint16_t> reserved0;
   /// Size of the library the client will ship (CodeHeader repeats it).
   uint64_t library_size = 0;
   /// library_checksum() of it.
   uint64_t library_checksum = 0;
-  /// Host of the client's listener (IP literal or name), NUL-terminated.
+  /// Host of the client's listener (IP literal or name), or on fabrics not
+  /// addressed by IP its whole endpoint name ("ofi:FORMAT:HEX",
+  /// rdmalib::Address::host_text()); NUL-terminated.
   char client_host[kHostCapacity] = {};
 
   template <class S, class F> static void fields(S &s, F &f) {

@@ -129,8 +129,9 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   // manager that is really absent still fails within ~150 ms.
   mopts.refused_retries = 3;
   try {
-    manager = rdmalib::Connection::connect(fabric, rdmalib::Address{m.address, m.port}, hello_bytes,
-                                           sizeof hello_bytes, deadlines.connect, mopts);
+    manager =
+        rdmalib::Connection::connect(fabric, rdmalib::Address::from_host_text(m.address, m.port),
+                                     hello_bytes, sizeof hello_bytes, deadlines.connect, mopts);
   } catch (const rdmalib::Error &e) {
     fail(phase::connect, from_rdmalib(e), e.what());
   }
@@ -193,10 +194,11 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   req.hot_timeout_ms = o.hot_timeout_ms;
   req.input_slots = nslots;
   req.input_slot_size = input_slot;
+  // An opaque listener name travels whole in client_host, with port 0.
   req.client_port = listener.address().port;
   req.library_size = bytes.size();
   req.library_checksum = checksum;
-  if (!proto::set_text(req.client_host, listener.address().host))
+  if (!proto::set_text(req.client_host, listener.address().host_text()))
     fail(phase::allocation, status::invalid_argument, "client host name too long");
   proto::WireResult wr = proto::encode(req, descriptors, manager_channel.send_area(),
                                        manager_channel.options().send_size);

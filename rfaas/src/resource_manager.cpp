@@ -174,7 +174,7 @@ struct resource_manager::impl {
                     "the resource manager named an unusable address: " + std::string(e.what()));
       }
       out.server.name = out.node;
-      out.server.address = a.host;
+      out.server.address = a.host_text();
       out.server.port = a.port;
       out.cores = p.cores;
       out.memory_mib = p.memory_mib;

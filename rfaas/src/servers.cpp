@@ -3,15 +3,41 @@
 
 #include <nlohmann/json.hpp>
 
+#include <rdmalib/address.hpp>
 #include <rdmalib/config_node.hpp>
+#include <rdmalib/errors.hpp>
 
 namespace rfaas {
 
+namespace {
+
+// A provider's own endpoint name ("ofi:FORMAT:HEX", printed by an
+// executor_manager whose device has no IP address): it includes everything,
+// so no port goes with it.
+bool opaque_address(const std::string &address) { return address.rfind("ofi:", 0) == 0; }
+
+} // namespace
+
 std::string server::endpoint() const {
+  if (opaque_address(address))
+    return address;
   // IPv6 literals need brackets to be followed by a port.
   if (address.find(':') != std::string::npos)
     return "[" + address + "]:" + std::to_string(port);
   return address + ":" + std::to_string(port);
+}
+
+server server::parse(const std::string &text) {
+  try {
+    rdmalib::Address a = rdmalib::Address::parse(text);
+    server s;
+    s.name = text;
+    s.address = a.host_text();
+    s.port = a.port;
+    return s;
+  } catch (const rdmalib::Error &e) {
+    throw Error(phase::configuration, text, status::invalid_argument, e.what());
+  }
 }
 
 server_database server_database::parse(const std::string &json_text, const std::string &origin) {
@@ -28,10 +54,23 @@ server_database server_database::parse(const std::string &json_text, const std::
       e.expect_object({"name", "address", "port"});
       server s;
       e.optional("name", s.name);
-      s.address = e.required("address", "a host name or IP address of the manager's listener")
-                      .nonempty_string();
-      s.port = static_cast<uint16_t>(
-          e.required("port", "the manager's listening port, 1..65535").integer(1, 65535));
+      rdmalib::ConfigNode address = e.required(
+          "address", "a host name or IP address of the manager's listener, or the ofi: name it "
+                     "printed");
+      s.address = address.nonempty_string();
+      if (opaque_address(s.address)) {
+        // Checked here, so that a typo is reported with the file's name.
+        try {
+          rdmalib::Address::parse(s.address);
+        } catch (const rdmalib::Error &bad) {
+          address.fail(bad.what());
+        }
+        // An ofi: name is the whole endpoint: a "port" beside it may only be 0.
+        e.optional("port", s.port, 0, 0);
+      } else {
+        s.port = static_cast<uint16_t>(
+            e.required("port", "the manager's listening port, 1..65535").integer(1, 65535));
+      }
       if (s.name.empty())
         s.name = s.endpoint();
       out.push_back(std::move(s));

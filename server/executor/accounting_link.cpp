@@ -16,8 +16,9 @@ void AccountingLink::connect() {
   proto::encode(hello, bytes, sizeof bytes);
   rdmalib::ConnectionOptions opts;
   opts.refused_retries = kRefusedRetries;
-  conn_ = rdmalib::Connection::connect(s_.fabric, {spec.manager_host, spec.manager_port}, bytes,
-                                       sizeof bytes, milliseconds(spec.connect_ms), opts);
+  conn_ = rdmalib::Connection::connect(
+      s_.fabric, rdmalib::Address::from_host_text(spec.manager_host, spec.manager_port), bytes,
+      sizeof bytes, milliseconds(spec.connect_ms), opts);
   proto::ConnectReply reply;
   const auto &pd = conn_.peer_private_data();
   proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);

@@ -64,7 +64,8 @@ void Worker::setup_and_serve() {
   opts.send_depth = slots_ + 8;
   opts.recv_depth = nrecv_;
   opts.refused_retries = kRefusedRetries;
-  rdmalib::Address client{std::string(proto::get_text(req.client_host)), req.client_port};
+  rdmalib::Address client = rdmalib::Address::from_host_text(
+      std::string(proto::get_text(req.client_host)), req.client_port);
   conn_ = rdmalib::Connection::connect(s_.fabric, client, hello_bytes, sizeof hello_bytes,
                                        milliseconds(s_.spec.connect_ms), opts);
   proto::ConnectReply reply;

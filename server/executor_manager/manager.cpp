@@ -467,7 +467,8 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     // any endpoint is spent on it (a bare reject: a flood must stay cheap);
     // at the total limit the oldest pending connection makes room.
     auto now = Clock::now();
-    std::string from = req.remote_address().host;
+    // A host, or a whole opaque endpoint name where addresses are not IP.
+    std::string from = req.remote_address().host_text();
     if (from.empty())
       from = "?";
     if (!admission_.may_admit(from, now)) {
@@ -591,8 +592,17 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     return reply(c, proto::reply_code(r.error), 0, 0, proto::describe(r));
   if (c.requested)
     return reply(c, E::BadRequest, 0, 0, "one allocation per connection");
-  if (req.client_port == 0 || proto::get_text(req.client_host).empty())
+  if (proto::get_text(req.client_host).empty())
     return reply(c, E::BadRequest, 0, 0, "AllocationRequest names no client listener");
+  try {
+    // host + port, or an opaque endpoint name (port 0) where addresses are not IP.
+    rdmalib::Address client = rdmalib::Address::from_host_text(
+        std::string(proto::get_text(req.client_host)), req.client_port);
+    if (!client.opaque() && client.port == 0)
+      return reply(c, E::BadRequest, 0, 0, "AllocationRequest names no client listener port");
+  } catch (const rdmalib::Error &e) {
+    return reply(c, E::BadRequest, 0, 0, std::string("AllocationRequest.client_host: ") + e.what());
+  }
   if (req.input_slots > cfg_.max_input_slots)
     return reply(c, E::ResourcesUnavailable, 0, 0,
                  "input_slots above this manager's limit of " +
@@ -675,7 +685,7 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     spec.cores.push_back(cfg_.cores[s]);
   spec.memory_mib = memory;
   spec.device = device_;
-  spec.manager_host = listener_.address().host;
+  spec.manager_host = listener_.address().host_text();
   spec.manager_port = listener_.address().port;
   spec.connect_ms = cfg_.workers_connected_ms;
   spec.library_loaded_ms = cfg_.library_loaded_ms;

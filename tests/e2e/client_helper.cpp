@@ -16,15 +16,12 @@
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s DEVICES DEVICE HOST:PORT LIBRARY\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DEVICES DEVICE MANAGER_ADDRESS LIBRARY\n", argv[0]);
     return 2;
   }
   try {
     rfaas::device_database devices = rfaas::device_database::load(argv[1]);
-    std::string hp = argv[3];
-    rfaas::server manager;
-    manager.address = hp.substr(0, hp.rfind(':'));
-    manager.port = static_cast<uint16_t>(std::stoul(hp.substr(hp.rfind(':') + 1)));
+    rfaas::server manager = rfaas::server::parse(argv[3]);
     rfaas::executor ex(devices.find(argv[2]));
     rfaas::allocation_options o;
     o.library = argv[4];

@@ -391,7 +391,7 @@ public:
     req.client_port = listener_.address().port;
     req.library_size = bytes.size();
     req.library_checksum = checksum;
-    proto::set_text(req.client_host, listener_.address().host);
+    proto::set_text(req.client_host, listener_.address().host_text());
     std::vector<proto::BufferDescriptor> results;
     for (uint32_t w = 0; w < o_.cores; ++w) {
       results_.emplace_back(fabric_, size_t(o_.slots) * o_.slot_size,

@@ -717,6 +717,15 @@ TEST(ProtocolReject, InvalidFields) {
   noport.client_port = 0;
   EXPECT_EQ(p::encode(noport, results_for(noport), eb.data(), eb.size()).error,
             p::WireError::InvalidField);
+  // ...unless the host is an opaque endpoint name, which includes everything.
+  p::AllocationRequest named = allocation_request(1);
+  named.client_port = 0;
+  ASSERT_TRUE(p::set_text(named.client_host, "ofi:efa:fe80000000000000"));
+  EXPECT_TRUE(p::encode(named, results_for(named), eb.data(), eb.size()).ok());
+  p::AllocationRequest named_back;
+  std::vector<p::BufferDescriptor> named_results;
+  ASSERT_TRUE(p::decode(eb.data(), eb.size(), named_back, named_results).ok());
+  EXPECT_EQ(std::string(p::get_text(named_back.client_host)), "ofi:efa:fe80000000000000");
 
   // A status that is not an ErrorCode
   std::vector<uint8_t> slot(64);

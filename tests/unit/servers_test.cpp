@@ -49,7 +49,14 @@ TEST(ServerDatabase, OneLineErrorFormat) {
             "\"10000\"");
   EXPECT_EQ(line_of(R"({"executor_managers": [ {"port": 10000} ]})"),
             "servers.json: executor_managers[0].address: missing required key; expected a host "
-            "name or IP address of the manager's listener");
+            "name or IP address of the manager's listener, or the ofi: name it printed");
+  // An opaque endpoint name is checked, and needs no port (0 at most).
+  EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "ofi:in:0g"} ]})"),
+            "servers.json: executor_managers[0].address: rdmalib: invalid address "
+            "\"ofi:in:0g\": the name has a character that is not a hexadecimal digit "
+            "(expected host:port, [ipv6]:port or ofi:FORMAT:HEX)");
+  EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "ofi:in:00", "port": 7} ]})"),
+            "servers.json: executor_managers[0].port: expected an integer 0..0, got number 7");
   EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "a", "port": 0} ]})"),
             "servers.json: executor_managers[0].port: expected an integer 1..65535, got number 0");
   EXPECT_EQ(line_of(R"({"managers": []})"),
@@ -69,4 +76,30 @@ TEST(ServerDatabase, MissingFileNamesIt) {
               std::string::npos)
         << msg;
   }
+}
+
+TEST(ServerDatabase, OpaqueAddressesNeedNoPort) {
+  auto db = rfaas::server_database::parse(
+      R"({"executor_managers": [ {"address": "ofi:efa:00ff"}, {"address": "ofi:in:01", "port": 0} ]})",
+      "servers.json");
+  ASSERT_EQ(db.servers().size(), 2u);
+  EXPECT_EQ(db.servers()[0].address, "ofi:efa:00ff");
+  EXPECT_EQ(db.servers()[0].port, 0);
+  EXPECT_EQ(db.servers()[0].endpoint(), "ofi:efa:00ff");
+  EXPECT_EQ(db.servers()[0].name, "ofi:efa:00ff");
+}
+
+TEST(Server, ParseTakesWhatAManagerPrints) {
+  rfaas::server ip = rfaas::server::parse("10.0.0.7:7000");
+  EXPECT_EQ(ip.address, "10.0.0.7");
+  EXPECT_EQ(ip.port, 7000);
+  EXPECT_EQ(ip.endpoint(), "10.0.0.7:7000");
+  rfaas::server v6 = rfaas::server::parse("[::1]:9");
+  EXPECT_EQ(v6.address, "::1");
+  EXPECT_EQ(v6.endpoint(), "[::1]:9");
+  rfaas::server named = rfaas::server::parse("ofi:in:0200abcd");
+  EXPECT_EQ(named.address, "ofi:in:0200abcd");
+  EXPECT_EQ(named.port, 0);
+  EXPECT_EQ(named.endpoint(), "ofi:in:0200abcd");
+  EXPECT_THROW(rfaas::server::parse("no-port"), rfaas::Error);
 }

@@ -16,12 +16,20 @@ namespace rfaas {
 /// One executor manager. Plain data; copyable.
 struct server {
   std::string name;
-  /// Host name or IP literal of its listener.
+  /// Host name or IP literal of its listener, or the whole endpoint name
+  /// ("ofi:FORMAT:HEX") a manager prints where its device has no IP address.
   std::string address;
+  /// 0 with an "ofi:" address.
   uint16_t port = 0;
 
-  /// "address:port".
+  /// "address:port", or the "ofi:" address alone.
   std::string endpoint() const;
+
+  /// The inverse of endpoint(), for an address as an executor_manager prints
+  /// it ("listening on <provider> <address>"): "host:port", "[ipv6]:port" or
+  /// "ofi:FORMAT:HEX". The name is the text. Throws rfaas::Error
+  /// (configuration, invalid_argument) naming the text when it is malformed.
+  static server parse(const std::string &text);
 };
 
 /// The list of executor managers a client may allocate from.

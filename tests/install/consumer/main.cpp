@@ -15,9 +15,7 @@ namespace {
 
 int invoke(const char *devices, const char *device, const std::string &hp, const char *library) {
   rfaas::device_database db = rfaas::device_database::load(devices);
-  rfaas::server manager;
-  manager.address = hp.substr(0, hp.rfind(':'));
-  manager.port = static_cast<uint16_t>(std::stoul(hp.substr(hp.rfind(':') + 1)));
+  rfaas::server manager = rfaas::server::parse(hp);
   rfaas::executor ex(db.find(device));
   rfaas::allocation_options o;
   o.library = library;
