@@ -416,6 +416,7 @@ TEST_F(E2E, TenThousandInvocationsFlatMemory) {
   for (int i = 0; i < 1000; ++i) // reach steady state (lazy allocations, caches)
     ASSERT_RESULT(ex.execute("echo", in, out));
   const size_t before = rfaas::e2e::resident_bytes();
+  const size_t heap_before = rfaas::e2e::heap_in_use_bytes();
   for (uint32_t i = 0; i < 10000; ++i) {
     std::memcpy(in.data(), &i, sizeof i);
     rfaas::result r = ex.execute("echo", in, out);
@@ -425,14 +426,23 @@ TEST_F(E2E, TenThousandInvocationsFlatMemory) {
     ASSERT_EQ(back, i);
   }
   const size_t after = rfaas::e2e::resident_bytes();
-  std::printf("RSS before %zu KiB, after 10000 calls %zu KiB\n", before / 1024, after / 1024);
+  const size_t heap_after = rfaas::e2e::heap_in_use_bytes();
+  std::printf("RSS before %zu KiB, after 10000 calls %zu KiB; heap in use %zu -> %zu KiB\n",
+              before / 1024, after / 1024, heap_before / 1024, heap_after / 1024);
 #if defined(__SANITIZE_ADDRESS__)
-  // ASan keeps freed blocks in its quarantine (up to 256 MiB) and providers
-  // allocate internally (rxm), so resident size says nothing here.
-  std::printf("RSS growth not checked: AddressSanitizer build (freed memory is quarantined)\n");
+  // ASan replaces malloc (mallinfo2 reports nothing) and keeps freed blocks
+  // in its quarantine (up to 256 MiB), so neither figure says anything here.
+  std::printf("memory growth not checked: AddressSanitizer build\n");
 #else
-  // The hot path allocates nothing: allow for page-granular noise only.
-  EXPECT_LT(after, before + 512 * 1024) << "resident memory grew by " << (after - before) << " B";
+  // The hot path allocates nothing: what the heap holds must not grow by more
+  // than allocator noise. Resident size is not the measure: providers touch
+  // receive buffers they allocated long before for the first time as they
+  // rotate through them (tcp;ofi_rxm: ~0.9 MiB over these calls); it is kept
+  // to a generous bound that still catches a leak of ~100 B per call.
+  EXPECT_LT(heap_after, heap_before + 64 * 1024)
+      << "the heap grew by " << (heap_after - heap_before) << " B over 10000 calls";
+  EXPECT_LT(after, before + 4 * 1024 * 1024)
+      << "resident memory grew by " << (after - before) << " B";
 #endif
 }
 

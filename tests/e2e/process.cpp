@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -192,6 +193,11 @@ size_t resident_bytes() {
   size_t size = 0, resident = 0;
   f >> size >> resident;
   return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+size_t heap_in_use_bytes() {
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
 }
 
 } // namespace rfaas::e2e
