@@ -82,9 +82,11 @@ public:
   void establish_server(Oob &oob) {
     rdmalib::Listener listener(fabric_, rdmalib::Address{o_.host, 0});
     // The listener's own host, not --host: on two hosts the client's --host is
-    // its own address.
+    // its own address. Without --host (a provider not addressed by IP, such
+    // as efa) it is the provider's whole endpoint name, and the port is 0.
     const rdmalib::Address at = listener.address();
-    oob.send_blob(std::vector<uint8_t>(at.host.begin(), at.host.end()));
+    const std::string host = at.host_text();
+    oob.send_blob(std::vector<uint8_t>(host.begin(), host.end()));
     oob.send_value<uint16_t>(at.port);
     watchdog().what = "the client's connection request";
     auto req = listener.next_request(std::chrono::milliseconds(watchdog().remaining_ms()));
@@ -103,8 +105,8 @@ public:
     const rdmalib::RemoteBuffer &mine = buf_.remote();
     watchdog().what = "the connection to the server";
     conn_ = rdmalib::Connection::connect(
-        fabric_, rdmalib::Address{std::string(host.begin(), host.end()), port}, &mine, sizeof mine,
-        std::chrono::milliseconds(watchdog().remaining_ms()));
+        fabric_, rdmalib::Address::from_host_text(std::string(host.begin(), host.end()), port),
+        &mine, sizeof mine, std::chrono::milliseconds(watchdog().remaining_ms()));
     const auto &pd = conn_.peer_private_data();
     if (pd.size() < sizeof(rdmalib::RemoteBuffer))
       die("the server's private data has %zu bytes, expected a RemoteBuffer", pd.size());

@@ -18,6 +18,8 @@
 #   RFAAS_PORT       TCP port for the benchmarks' out-of-band connection and
 #                    the executor manager (default: 18515; +1 for the manager)
 #   RFAAS_TIMEOUT    deadline of one program run, seconds (default: 300)
+#   RFAAS_NAMES      1: exchange the providers' endpoint names instead of IP
+#                    addresses, as on efa (default: 1 on efa, else 0)
 #   RFAAS_SERVER_CORE, RFAAS_CLIENT_CORE
 #                    CPU each ping-pong side is pinned to on its node (default:
 #                    0; pick one on the NIC's NUMA node)
@@ -73,13 +75,25 @@ fabric_address() {
   echo "$a"
 }
 
-# rdmalib and rFaaS still name endpoints by IP address: on a provider whose
-# addresses are not IP (efa) only the raw libfabric baseline can run.
-rdmalib_can_run() {
+# Providers whose endpoints are not named by IP address (efa): their device
+# entries have no ip_address, and peers exchange the provider's own endpoint
+# names (the "ofi:" addresses rdmalib prints; docs/rdmalib.md).
+named_by_ip() {
+  if [[ -n ${RFAAS_NAMES:-} ]]; then
+    [[ $RFAAS_NAMES != 1 ]]
+    return
+  fi
   case $RFAAS_PROVIDER in
   efa) return 1 ;;
   *) return 0 ;;
   esac
+}
+
+# --host of the raw baseline, which names IP endpoints by their address even
+# when rFaaS is told to exchange endpoint names (RFAAS_NAMES=1 on an IP
+# provider); on efa it ignores --host.
+raw_host() { # node
+  if [[ -n $RFAAS_IFACE ]]; then fabric_address "$1"; else echo 127.0.0.1; fi
 }
 
 echo "nodes: server $server_node, client $client_node; provider $RFAAS_PROVIDER" \
