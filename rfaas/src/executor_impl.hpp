@@ -204,8 +204,9 @@ struct executor::impl {
   void finish(Slot &s) noexcept;
 
   /// The caller gave up on the invocation in `s` (timeout): its result is
-  /// dropped when it comes, and a result target's key is revoked so that a
-  /// late result cannot land in memory the caller already uses again.
+  /// dropped when it comes, the slot lets go of its registered blocks (the
+  /// caller may free them now), and a result target's key is revoked so that
+  /// a late result cannot land in memory the caller already uses again.
   void abandon(Slot &s) noexcept;
 
   /// Replace the block's registration by a new one (new key): writes naming

@@ -45,6 +45,13 @@ void executor::impl::abandon(Slot &s) noexcept {
   // worker may still read the input slot. Nobody reads the result.
   s.abandoned = true;
   s.out = mutable_buffer{};
+  if (s.source) {
+    // Told of the timeout, the caller may free the input block at once: the
+    // late result must not reach its registration any more. The write that
+    // sent the input has normally completed long before the timeout.
+    --s.source->in_flight;
+    s.source = nullptr;
+  }
   if (s.target) {
     // The worker may still write the result in place, after the caller got
     // its timeout and reused the block: with a new key the write fails in

@@ -4,7 +4,8 @@
 // so the lookup must take no lock and allocate nothing: a fixed open-addressing
 // table of atomics keyed by the user pointer. Inserts and erases come from
 // allocator calls on any thread; a block is never erased while an invocation
-// uses it (the caller owns both), so a lookup never sees a freed block.
+// uses it (the caller owns both; an invocation the caller gave up on lets go
+// of its blocks at the timeout), so a lookup never sees a freed block.
 #pragma once
 
 #include <atomic>

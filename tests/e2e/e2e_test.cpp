@@ -407,6 +407,42 @@ TEST_F(E2E, LateResultOfAnAbandonedInvocationNeverLandsInTheReusedBuffer) {
   }
 }
 
+// The caller gives up on an invocation whose input is registered memory and,
+// told of the timeout, frees the block. The late result must not touch the
+// freed block's bookkeeping: AddressSanitizer reports it as a use after free,
+// and elsewhere the block allocated next (its bookkeeping usually at the same
+// address) would be counted busy forever and lose its zero copy.
+TEST_F(E2E, InputBlockOfAnAbandonedInvocationMayBeFreedAtTheTimeout) {
+  rfaas::executor ex(device());
+  allocate(ex, options(1, 2));
+  std::vector<uint8_t> plain(4096);
+  {
+    RegisteredBytes in(4 + 1000, 0, rfaas::allocator<uint8_t>{ex});
+    const uint32_t ms = 800;
+    std::memcpy(in.data(), &ms, sizeof ms);
+    const rfaas::copy_counters c0 = ex.copies();
+    rfaas::result r =
+        ex.execute("sleep_echo", rfaas::const_buffer(in.data(), in.size()), plain, 100ms);
+    ASSERT_EQ(r.status, rfaas::status::timeout) << rfaas::to_string(r.status);
+    ASSERT_EQ(ex.copies().inputs_in_place, c0.inputs_in_place + 1) << "the input was copied";
+  } // freed at the timeout, as a caller may
+
+  // The same worker answers this after the late result (the link is ordered):
+  // this call's progress handles both.
+  const std::vector<uint8_t> body = pattern(64, 51);
+  RegisteredBytes next(body.begin(), body.end(), rfaas::allocator<uint8_t>{ex});
+  std::vector<uint8_t> out(64);
+  rfaas::result r = ex.execute("echo", rfaas::const_buffer(next.data(), next.size()), out, 5s);
+  ASSERT_TRUE(r.ok()) << rfaas::to_string(r.status);
+  EXPECT_TRUE(std::equal(next.begin(), next.end(), out.begin()));
+  // The new block is free again: its next use is zero copy.
+  const rfaas::copy_counters c1 = ex.copies();
+  r = ex.execute("echo", rfaas::const_buffer(next.data(), next.size()), out);
+  ASSERT_TRUE(r.ok()) << rfaas::to_string(r.status);
+  EXPECT_EQ(ex.copies().inputs_in_place, c1.inputs_in_place + 1)
+      << "the block stayed busy: the late result released another invocation's block";
+}
+
 TEST_F(E2E, TenThousandInvocationsFlatMemory) {
   rfaas::executor ex(device());
   rfaas::allocation_options o = options();
