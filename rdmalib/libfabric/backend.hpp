@@ -359,9 +359,6 @@ struct ConnectionImpl final : LinkCore {
   // match `link_id`.
   lf::SharedRdm *sh = nullptr;
   uint32_t link_id = 0, peer_link = 0;
-  /// Completions of this link read by other links, by queue (under sh->m).
-  std::deque<lf::RawCompletion> inbox[2];
-  std::deque<lf::RawCompletion> &inbox_of(Queue q) noexcept { return inbox[q == Queue::Recv]; }
   // Quirks::in_process_peer_must_be_alive: this endpoint's and the peer's raw
   // names, when the provider needs in-process endpoints tracked.
   std::string local_name, peer_name;
@@ -556,6 +553,10 @@ struct ConnectionImpl final : LinkCore {
     if (connreq_guard)
       connreq_guard->sweep();
   }
+  /// Completions of this link read by other links, by queue (under sh->m;
+  /// last: off the cache lines the data path uses).
+  std::deque<lf::RawCompletion> inbox[2];
+  std::deque<lf::RawCompletion> &inbox_of(Queue q) noexcept { return inbox[q == Queue::Recv]; }
 };
 
 struct ListenerImpl;
