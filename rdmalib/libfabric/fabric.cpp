@@ -526,6 +526,12 @@ void FabricImpl::finish() {
   // not need local registration, with room for three iovecs per receive.
   if (quirks.truncation_hangs_receiver && !mr_local && info->rx_attr->iov_limit >= 3)
     overflow.open(64 * 1024, lf::shm_cross_memory_attach_likely());
+  // On a shared endpoint a message truncated inside the provider stalled
+  // every link to that peer process (tcp;ofi_rxm 1.17: they share its one
+  // transport connection), not only the link it was sent on: what overruns a
+  // receive lands behind it, and only that link ends.
+  else if (shared && !mr_local && info->rx_attr->iov_limit >= 2)
+    overflow.open(64 * 1024, false);
   // The emulated write-with-immediate relies on the endpoint delivering its
   // notification after the write's data; endpoints ask for send-after-write
   // ordering where the provider offers it (create_endpoint).
