@@ -21,6 +21,7 @@ constexpr CapName kCapNames[] = {
     {CapVirtualAddressing, "virtual_addressing"},
     {CapWaitFd, "wait_fd"},
     {CapInline, "inline"},
+    {CapSharedEndpoint, "shared_endpoint"},
 };
 
 std::string valid_names() {
@@ -162,6 +163,8 @@ std::string Capabilities::describe() const {
   s += " max_message=" + std::to_string(max_message);
   s += " mr_key_size=" + std::to_string(mr_key_size);
   s += " max_private_data=" + std::to_string(max_private_data);
+  s += " shared_endpoint=";
+  s += yes_no(shared_endpoint);
   return s;
 }
 

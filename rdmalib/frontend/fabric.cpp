@@ -23,6 +23,8 @@ void apply_mask(Capabilities &c, CapabilityMask m) noexcept {
     c.wait_fd = false;
   if (m.disables(CapInline))
     c.max_inline = 0;
+  if (m.disables(CapSharedEndpoint))
+    c.shared_endpoint = false;
   // The emulated write-with-immediate is a write plus a notification
   // message, which takes a posted receive at the target like verbs' and
   // efa's native immediate does.

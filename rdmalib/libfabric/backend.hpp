@@ -3,10 +3,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <rdma/fabric.h>
@@ -15,6 +19,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
 
 #include <rdmalib/address.hpp>
 #include <rdmalib/capabilities.hpp>
@@ -26,6 +31,10 @@
 #include "frontend/contract.hpp"
 #include "provider_table.hpp"
 #include "shm_connreq_guard.hpp"
+
+namespace rdmalib::detail {
+struct ConnectionImpl;
+}
 
 namespace rdmalib::lf {
 
@@ -63,6 +72,13 @@ public:
   }
   explicit operator bool() const noexcept { return p_ != nullptr; }
   void reset() noexcept;
+  /// Hold `p` without owning it (an object of the fabric's shared link
+  /// endpoint); drop() forgets it without closing.
+  void borrow(T *p) noexcept {
+    reset();
+    p_ = p;
+  }
+  void drop() noexcept { p_ = nullptr; }
 
 private:
   T *p_ = nullptr;
@@ -107,7 +123,7 @@ using detail::Deadline;
 // RDM handshake, sent to the listener's endpoint and answered from the new
 // per-connection endpoint.
 constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
-constexpr uint16_t kHandshakeVersion = 2;
+constexpr uint16_t kHandshakeVersion = 3;
 enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3 };
 constexpr size_t kMaxRawAddress = 128;
 constexpr size_t kMaxPrivateData = 256;
@@ -120,7 +136,9 @@ struct HandshakeMessage {
   uint32_t private_len;
   // The sender's process and pid namespace (Quirks::dead_peer_can_hang_progress).
   uint32_t pid;
-  uint32_t reserved;
+  // The sender's link id over its fabric's shared endpoint; 0 when the
+  // sender's endpoint is the connection's own (Capabilities::shared_endpoint).
+  uint32_t link;
   uint64_t pid_namespace;
   uint8_t address[kMaxRawAddress];
   uint8_t private_data[kMaxPrivateData];
@@ -146,6 +164,52 @@ struct OpSlot {
   bool internal = false; // completion is rdmalib's own; do not report it
   bool rx = false;       // a slot of the receive pool
   uint32_t next_free = 0;
+  uint32_t link = 0; // the owning link's id on a shared endpoint
+};
+
+/// A completion read from a shared queue by another link, kept for its owner
+/// (which converts it: only the owner touches its slots). `err` is non-zero
+/// for an error entry.
+struct RawCompletion {
+  fi_cq_data_entry e{};
+  int err = 0;
+  int prov_errno = 0;
+};
+
+/// Quirks::links_share_endpoint: the fabric's one endpoint, address vector
+/// and completion queues for every reliable-datagram link. Opened with the
+/// first link, closed with the fabric. Completions are read under `m`: a
+/// link that reads one of another link's moves it to that link's inbox, so
+/// that each link sees its own in order.
+struct SharedRdm {
+  std::mutex m;
+  std::condition_variable cv; // a blocking read ended (block())
+  // A thread sleeps in fi_cq_sread on that queue (Send, Recv) without `m`:
+  // nobody else reads it meanwhile.
+  bool reading[2] = {false, false};
+  /// Slots and control memory of closed links whose operations had not all
+  /// completed: the provider may still name them. Freed after the endpoint
+  /// closes (declared first).
+  std::vector<std::vector<OpSlot>> dead_slots;
+  std::vector<std::vector<uint8_t>> dead_ctl;
+  std::vector<Fid<fid_mr>> dead_mr;
+  // Order matters: the endpoint closes before what it is bound to.
+  Fid<fid_cq> txcq, rxcq;
+  Fid<fid_av> av;
+  Fid<fid_ep> ep;
+  uint32_t next_link = 1;
+  std::unordered_map<uint32_t, detail::ConnectionImpl *> links;
+  struct Peer {
+    fi_addr_t addr = FI_ADDR_UNSPEC;
+    int refs = 0;
+  };
+  std::unordered_map<std::string, Peer> peers; // by raw address
+
+  /// The peer's AV entry, inserted on first use; a reference for each call.
+  /// Returns false (errno-style code in `err`) when the insert failed.
+  bool add_peer(const void *raw, size_t len, fi_addr_t &out, int &err);
+  /// Drop a reference; the entry is removed with the last.
+  void release_peer(fi_addr_t addr) noexcept;
 };
 
 /// A free list of slots. Sends, writes, reads and atomics take from one pool
@@ -218,6 +282,8 @@ struct FabricImpl final : FabricCore {
   // The device has no ip_address: every address this fabric reports is the
   // provider's opaque endpoint name (Address::opaque()), whatever its format.
   bool opaque_names = false;
+  /// Capabilities::shared_endpoint after the mask: links share `shared_rdm`.
+  bool shared = false;
   lf::RecvOverflow overflow; // empty unless Quirks::truncation_hangs_receiver
 
   // ---- the front end's contract (frontend/contract.hpp)
@@ -252,6 +318,12 @@ struct FabricImpl final : FabricCore {
 
   std::atomic<uint64_t> key_counter{0};
   uint64_t key_secret = 0;
+  /// The shared link endpoint (opened by the first link). Closes before the
+  /// domain.
+  std::mutex shared_open;
+  std::unique_ptr<lf::SharedRdm> shared_rdm;
+  /// The shared link endpoint, opened on first use. Throws Error.
+  lf::SharedRdm &shared_links();
   /// Quirks::connreq_names_vanished_peer: a live endpoint that guards point
   /// vanished peers' commands at (opened on first use). Declared last: it
   /// closes before the domain.
@@ -290,6 +362,12 @@ struct ConnectionImpl final : LinkCore {
   lf::Fid<fid_ep> ep;
 
   fi_addr_t peer = FI_ADDR_UNSPEC; // RDM: the peer's AV entry
+  // Capabilities::shared_endpoint: this link's place on the fabric's shared
+  // endpoint (ep, queues and av above are borrowed from it, never closed
+  // here). Messages to the peer carry `peer_link` as their tag; receives
+  // match `link_id`.
+  lf::SharedRdm *sh = nullptr;
+  uint32_t link_id = 0, peer_link = 0;
   // Quirks::in_process_peer_must_be_alive: this endpoint's and the peer's raw
   // names, when the provider needs in-process endpoints tracked.
   std::string local_name, peer_name;
@@ -354,9 +432,46 @@ struct ConnectionImpl final : LinkCore {
   /// looked at between sleeps; completions wake a sleep at once.
   int wait_slice_ms() const noexcept { return eq ? 20 : 200; }
 
+  // --- the shared endpoint (connection.cpp, operations.cpp)
+  /// Take a link id on the fabric's shared endpoint and borrow its objects.
+  void join_shared();
+  /// Give the link id back: cancel what is posted, wait briefly for the
+  /// provider to return every slot (or keep them with the fabric), drop the
+  /// peer's AV reference. Idempotent.
+  void leave_shared() noexcept;
+  /// A control message (handshake, goodbye): tagged with `tag` when the
+  /// link or the peer is on a shared endpoint (tag != 0).
+  ssize_t ctl_send_to(const void *buf, size_t len, fi_addr_t to, uint64_t tag, void *ctx) noexcept {
+    if (sh || tag)
+      return fi_tsend(ep.get(), buf, len, ctl_desc(), to, tag, ctx);
+    return fi_send(ep.get(), buf, len, ctl_desc(), to, ctx);
+  }
+  /// Under sh->m: read one batch of `q`'s shared queue, each completion to
+  /// its owner's inbox. Returns how many were read.
+  size_t pull_locked(Queue q) noexcept;
+  /// Under sh->m: hand one completion to the link it belongs to (dropped
+  /// when that link is gone).
+  void route_locked(Queue q, const lf::RawCompletion &rc) noexcept;
+  uint32_t owner_of(Queue q, const fi_cq_data_entry &e) const noexcept {
+    if (auto *s = static_cast<const lf::OpSlot *>(e.op_context))
+      return s->link;
+    if (q == Queue::Recv && (e.flags & FI_REMOTE_CQ_DATA))
+      return static_cast<uint32_t>(e.data >> 32);
+    return link_id;
+  }
+  size_t convert_raw(Queue q, const lf::RawCompletion &rc, Completion *out) noexcept;
+  size_t reap_shared(Queue q, Completion *out, size_t max) noexcept;
+  size_t block_shared(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
+  bool wait_internal_shared(Queue q, fi_cq_data_entry &out, const Deadline &dl, int &err);
+  /// Release this link's own completions waiting in `q` (close): their
+  /// slots go back; true when `watch` was among them.
+  bool drain_own(Queue q, const lf::OpSlot *watch) noexcept;
+  void close_shared() noexcept;
+
   // --- setup (connection.cpp)
   /// Queues, AV (RDM), EQ (MSG), slots and control memory.
   void open_queues(bool want_eq);
+  void open_own_queues(bool want_eq);
   /// fi_endpoint from `info`, bind everything, enable.
   void create_endpoint(fi_info *info);
   /// Wait for one raw completion of an internal operation on `q` (handshakes),
@@ -419,6 +534,7 @@ struct ConnectionImpl final : LinkCore {
   bool check_events() noexcept;
   size_t convert(Queue q, const fi_cq_data_entry *e, size_t n, Completion *out) noexcept;
   Completion convert_error(Queue q, fid_cq *cq) noexcept;
+  Completion convert_error_entry(Queue q, const fi_cq_err_entry &err, const char *ptext) noexcept;
   /// Remember the peer's raw address (RDM) for the in-process liveness quirk.
   void set_peer_name(const void *raw, size_t len);
   /// Remember the peer's process for Quirks::dead_peer_can_hang_progress.
@@ -446,6 +562,10 @@ struct ConnectionImpl final : LinkCore {
     if (connreq_guard)
       connreq_guard->sweep();
   }
+  /// Completions of this link read by other links, by queue (under sh->m;
+  /// last: off the cache lines the data path uses).
+  std::deque<lf::RawCompletion> inbox[2];
+  std::deque<lf::RawCompletion> &inbox_of(Queue q) noexcept { return inbox[q == Queue::Recv]; }
 };
 
 struct ListenerImpl;

@@ -7,6 +7,7 @@
 // opens a fresh endpoint for the connection and answers ACCEPT from it (its raw
 // address and the reply private data). From then on each side has exactly one
 // peer in its address vector, and every operation names it.
+#include <algorithm>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -69,7 +70,241 @@ void forget_local(std::string &name) {
 
 } // namespace
 
-ConnectionImpl::~ConnectionImpl() { forget_local(local_name); }
+ConnectionImpl::~ConnectionImpl() {
+  leave_shared();
+  forget_local(local_name);
+}
+
+} // namespace detail
+
+namespace lf {
+
+bool SharedRdm::add_peer(const void *raw, size_t len, fi_addr_t &out, int &err) {
+  std::lock_guard<std::mutex> g(m);
+  std::string key(static_cast<const char *>(raw), len);
+  auto it = peers.find(key);
+  if (it != peers.end()) {
+    ++it->second.refs;
+    out = it->second.addr;
+    return true;
+  }
+  fi_addr_t a = FI_ADDR_UNSPEC;
+  int ret = fi_av_insert(av.get(), raw, 1, &a, 0, nullptr);
+  if (ret != 1) {
+    err = ret < 0 ? -ret : FI_EINVAL;
+    return false;
+  }
+  peers.emplace(std::move(key), Peer{a, 1});
+  out = a;
+  return true;
+}
+
+void SharedRdm::release_peer(fi_addr_t addr) noexcept {
+  if (addr == FI_ADDR_UNSPEC)
+    return;
+  std::lock_guard<std::mutex> g(m);
+  for (auto it = peers.begin(); it != peers.end(); ++it) {
+    if (it->second.addr != addr)
+      continue;
+    // With the last link to that peer its entry goes, and with it the
+    // provider's transport connection.
+    if (--it->second.refs <= 0) {
+      fi_av_remove(av.get(), &addr, 1, 0);
+      peers.erase(it);
+    }
+    return;
+  }
+}
+
+} // namespace lf
+
+namespace detail {
+
+lf::SharedRdm &FabricImpl::shared_links() {
+  std::lock_guard<std::mutex> g(shared_open);
+  if (shared_rdm)
+    return *shared_rdm;
+  auto S = std::make_unique<lf::SharedRdm>();
+  fi_cq_attr attr{};
+  attr.format = FI_CQ_FORMAT_DATA;
+  attr.wait_obj = wait_fd_cq ? FI_WAIT_FD : wait_cq ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
+  // Room for every link's completions: a full queue would stall them all.
+  attr.size = 16384;
+  int ret = fi_cq_open(domain.get(), &attr, S->txcq.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_cq_open (shared send queue) on " + provider, ret);
+  ret = fi_cq_open(domain.get(), &attr, S->rxcq.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_cq_open (shared receive queue) on " + provider, ret);
+  fi_av_attr aa{};
+  aa.type = FI_AV_TABLE;
+  aa.count = 256;
+  ret = fi_av_open(domain.get(), &aa, S->av.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_av_open on " + provider, ret);
+  lf::InfoPtr i = endpoint_info(nullptr);
+  if (ordered_saw)
+    i->tx_attr->msg_order |= FI_ORDER_SAW;
+  ret = fi_endpoint(domain.get(), i.get(), S->ep.out(), nullptr);
+  if (ret)
+    lf::throw_fi("fi_endpoint (shared) on " + provider, ret);
+  if ((ret = fi_ep_bind(S->ep.get(), &S->av->fid, 0)))
+    lf::throw_fi("binding the address vector", ret);
+  if ((ret = fi_ep_bind(S->ep.get(), &S->txcq->fid, FI_TRANSMIT)))
+    lf::throw_fi("binding the send queue", ret);
+  if ((ret = fi_ep_bind(S->ep.get(), &S->rxcq->fid, FI_RECV)))
+    lf::throw_fi("binding the receive queue", ret);
+  if ((ret = fi_enable(S->ep.get())))
+    lf::throw_fi("fi_enable (shared) on " + provider, ret);
+  shared_rdm = std::move(S);
+  return *shared_rdm;
+}
+
+void ConnectionImpl::join_shared() {
+  lf::SharedRdm &S = fab->shared_links();
+  {
+    std::lock_guard<std::mutex> g(S.m);
+    link_id = S.next_link++;
+    if (S.next_link == 0)
+      S.next_link = 1;
+    S.links[link_id] = this;
+  }
+  sh = &S;
+  ep.borrow(S.ep.get());
+  txcq.borrow(S.txcq.get());
+  rxcq.borrow(S.rxcq.get());
+  av.borrow(S.av.get());
+}
+
+void ConnectionImpl::leave_shared() noexcept {
+  if (!sh)
+    return;
+  lf::SharedRdm &S = *sh;
+  // What the provider still holds: every slot not on a free list.
+  std::vector<bool> free_slot(slots.size(), false);
+  for (lf::SlotList *l : {&tx_free, &rx_free})
+    for (uint32_t i = l->head; i != UINT32_MAX && i < slots.size(); i = slots[i].next_free)
+      free_slot[i] = true;
+  size_t busy = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (free_slot[i])
+      continue;
+    ++busy;
+    if (slots[i].rx)
+      fi_cancel(&ep->fid, &slots[i]);
+  }
+  for (Deadline dl(std::chrono::milliseconds(200)); busy && !dl.passed();) {
+    drain_own(Queue::Send, nullptr);
+    drain_own(Queue::Recv, nullptr);
+    std::fill(free_slot.begin(), free_slot.end(), false);
+    for (lf::SlotList *l : {&tx_free, &rx_free})
+      for (uint32_t i = l->head; i != UINT32_MAX && i < slots.size(); i = slots[i].next_free)
+        free_slot[i] = true;
+    busy = static_cast<size_t>(std::count(free_slot.begin(), free_slot.end(), false));
+    if (busy)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  {
+    std::lock_guard<std::mutex> g(S.m);
+    S.links.erase(link_id);
+    inbox[0].clear();
+    inbox[1].clear();
+    if (busy) {
+      // The provider may still complete them (or write into the control
+      // memory): kept until the fabric closes.
+      try {
+        S.dead_slots.push_back(std::move(slots));
+        S.dead_ctl.push_back(std::move(ctl_mem));
+        S.dead_mr.push_back(std::move(ctl_mr));
+      } catch (...) {
+      }
+    }
+  }
+  S.release_peer(peer);
+  peer = FI_ADDR_UNSPEC;
+  ep.drop();
+  txcq.drop();
+  rxcq.drop();
+  av.drop();
+  sh = nullptr;
+  // Nothing of the provider's is this link's any more: reap(), block() and
+  // drive() no longer enter it, and nothing owed is posted.
+  peer_dead = true;
+  pending_count = 0;
+  answer_pending = false;
+}
+
+bool ConnectionImpl::wait_internal_shared(Queue q, fi_cq_data_entry &out, const Deadline &dl,
+                                          int &err) {
+  const Queue other = q == Queue::Send ? Queue::Recv : Queue::Send;
+  err = 0;
+  for (bool first = true; first || !dl.passed(); first = false) {
+    {
+      std::lock_guard<std::mutex> g(sh->m);
+      // During setup the other queue holds only rdmalib's own completions.
+      if (!sh->reading[other == Queue::Recv])
+        pull_locked(other);
+      for (auto &box = inbox_of(other); !box.empty();) {
+        lf::RawCompletion rc = box.front();
+        box.pop_front();
+        if (rc.e.op_context)
+          put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
+        if (rc.err) {
+          err = rc.err;
+          return false;
+        }
+      }
+      if (!sh->reading[q == Queue::Recv])
+        pull_locked(q);
+      auto &box = inbox_of(q);
+      if (!box.empty()) {
+        lf::RawCompletion rc = box.front();
+        box.pop_front();
+        if (rc.e.op_context)
+          put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
+        if (rc.err) {
+          err = rc.err;
+          return false;
+        }
+        out = rc.e;
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  err = FI_ETIMEDOUT;
+  return false;
+}
+
+void ConnectionImpl::close_shared() noexcept {
+  // A link this side ended (the peer overran a receive) still has a live
+  // peer, which must learn that the link is gone.
+  bool goodbye = !peer_closed || ended_here;
+  Deadline dl(std::chrono::milliseconds(200));
+  // A handshake answer still in flight (accept_in_background) completes
+  // before the link goes.
+  while (answer_slot && !dl.passed())
+    if (!drain_own(Queue::Send, nullptr))
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  lf::OpSlot *s = goodbye ? take_slot(0, OpKind::Send, true) : nullptr;
+  if (s) {
+    ControlMessage m = control_message(ControlType::Goodbye);
+    uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
+    std::memcpy(buf, &m, sizeof m);
+    ssize_t r = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+    while (r == -FI_EAGAIN && !dl.passed()) {
+      drain_own(Queue::Send, nullptr);
+      r = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+    }
+    if (r != 0)
+      put_slot(s);
+    // Wait until the goodbye leaves, so that dropping the peer's address
+    // does not drop it.
+    while (r == 0 && !dl.passed() && !drain_own(Queue::Send, s))
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  leave_shared();
+}
 
 void ConnectionImpl::set_peer_name(const void *raw, size_t len) {
   if (fab->quirks.in_process_peer_must_be_alive)
@@ -165,7 +400,34 @@ void ConnectionImpl::open_queues(bool want_eq) {
   tx_free.limit = options.send_depth;
   rx_free.limit = options.recv_depth;
   pending.assign(tx_slots, lf::PendingNotify{});
+  for (auto &slot : slots)
+    slot.link = link_id;
 
+  // A link on the shared endpoint uses the fabric's queues and address vector.
+  if (!sh)
+    open_own_queues(want_eq);
+
+  ctl_mem.assign((ctl_recv_count + kCtlSendSlots) * kCtlSlot + 16 * tx_slots, 0);
+  iovec iov{ctl_mem.data(), ctl_mem.size()};
+  fi_mr_attr ma{};
+  ma.mr_iov = &iov;
+  ma.iov_count = 1;
+  ma.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
+  ma.iface = FI_HMEM_SYSTEM;
+  int ret = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    ma.requested_key = f.app_keys ? f.next_key() : 0;
+    ret = fi_mr_regattr(f.domain.get(), &ma, 0, ctl_mr.out());
+    if (ret != -FI_ENOKEY)
+      break;
+  }
+  if (ret)
+    lf::throw_fi("registering rdmalib's control buffers on " + f.provider, ret);
+}
+
+void ConnectionImpl::open_own_queues(bool want_eq) {
+  FabricImpl &f = *fab;
+  const size_t rx_slots = slots.size() - tx_slots;
   auto wait = f.wait_fd_cq ? FI_WAIT_FD : f.wait_cq ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
   fi_cq_attr attr{};
   attr.format = FI_CQ_FORMAT_DATA;
@@ -195,22 +457,6 @@ void ConnectionImpl::open_queues(bool want_eq) {
     if (ret)
       lf::throw_fi("fi_av_open on " + f.provider, ret);
   }
-
-  ctl_mem.assign((ctl_recv_count + kCtlSendSlots) * kCtlSlot + 16 * tx_slots, 0);
-  iovec iov{ctl_mem.data(), ctl_mem.size()};
-  fi_mr_attr ma{};
-  ma.mr_iov = &iov;
-  ma.iov_count = 1;
-  ma.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
-  ma.iface = FI_HMEM_SYSTEM;
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    ma.requested_key = f.app_keys ? f.next_key() : 0;
-    ret = fi_mr_regattr(f.domain.get(), &ma, 0, ctl_mr.out());
-    if (ret != -FI_ENOKEY)
-      break;
-  }
-  if (ret)
-    lf::throw_fi("registering rdmalib's control buffers on " + f.provider, ret);
 }
 
 void ConnectionImpl::create_endpoint(fi_info *info) {
@@ -257,6 +503,8 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
 
 bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const detail::Deadline &dl,
                                    int &err) {
+  if (sh)
+    return wait_internal_shared(q, out, dl, err);
   fid_cq *want = q == Queue::Send ? txcq.get() : rxcq.get();
   fid_cq *other = q == Queue::Send ? rxcq.get() : txcq.get();
   err = 0;
@@ -265,13 +513,28 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const detail:
   // is there.
   for (bool first = true; first || !dl.passed(); first = false) {
     sweep_connreqs();
+    if (q == Queue::Recv && !inbox_of(q).empty()) {
+      out = inbox_of(q).front().e;
+      inbox_of(q).pop_front();
+      put_slot(static_cast<lf::OpSlot *>(out.op_context));
+      return true;
+    }
     fi_cq_data_entry e;
     // The other queue only holds rdmalib's own completions during setup;
-    // reading it drives progress and releases their slots.
+    // reading it drives progress and releases their slots. A receive that
+    // completes while a listener waits for an answer to leave is the next
+    // client's HELLO: it is kept for the listener's next wait.
     ssize_t r = fi_cq_read(other, &e, 1);
-    if (r == 1 && e.op_context)
-      put_slot(static_cast<lf::OpSlot *>(e.op_context));
-    else if (r == -FI_EAVAIL) {
+    if (r == 1 && e.op_context) {
+      auto *s = static_cast<lf::OpSlot *>(e.op_context);
+      if (s->rx) {
+        lf::RawCompletion rc;
+        rc.e = e;
+        inbox_of(Queue::Recv).push_back(rc);
+      } else {
+        put_slot(s);
+      }
+    } else if (r == -FI_EAVAIL) {
       fi_cq_err_entry ee{};
       fi_cq_readerr(other, &ee, 0);
       if (ee.op_context)
@@ -309,6 +572,10 @@ void ConnectionImpl::close() noexcept {
   open = false;
   if (!ep)
     return;
+  if (sh) {
+    close_shared();
+    return;
+  }
   if (fab->rdm) {
     // A goodbye to an endpoint this process already closed would crash shm
     // (Quirks::in_process_peer_must_be_alive); that peer needs no goodbye. The
@@ -470,6 +737,8 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
                              const Deadline &dl) {
   FabricImpl &f = *fab;
   ConnectionImpl *c = this;
+  if (f.rdm && f.shared)
+    join_shared();
   open_queues(!f.rdm);
   int timeout_ms = dl.remaining_ms();
   // A string name (opaque or derived from host and port) is the name of a
@@ -506,14 +775,31 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       throw_connect(f, remote, -ret, "fi_connect", timeout_ms);
     wait_connected(*c, remote, dl, timeout_ms, "waiting for the server to accept");
   } else {
-    lf::InfoPtr info = f.endpoint_info(nullptr);
-    c->create_endpoint(info.get());
-    c->guard_connreqs();
+    if (!c->sh) {
+      lf::InfoPtr info = f.endpoint_info(nullptr);
+      c->create_endpoint(info.get());
+      c->guard_connreqs();
+    }
     fi_addr_t listener = FI_ADDR_UNSPEC;
-    int ret = fi_av_insert(c->av.get(), raw.data(), 1, &listener, 0, nullptr);
+    int ret = 1, aerr = 0;
+    if (c->sh)
+      ret = c->sh->add_peer(raw.data(), raw.size(), listener, aerr) ? 1 : -aerr;
+    else
+      ret = fi_av_insert(c->av.get(), raw.data(), 1, &listener, 0, nullptr);
     if (ret != 1)
       throw_connect(f, remote, ret < 0 ? -ret : FI_ECONNREFUSED,
                     "inserting the server address (is a server listening there?)", timeout_ms);
+    // The listener's entry goes when the handshake ends, however it ends.
+    struct DropListener {
+      ConnectionImpl *c;
+      fi_addr_t a;
+      ~DropListener() {
+        if (c->sh)
+          c->sh->release_peer(a);
+        else if (c->av)
+          fi_av_remove(c->av.get(), &a, 1, 0);
+      }
+    } drop_listener{c, listener};
 
     // Receive for the answer first, then HELLO.
     lf::OpSlot *rs = c->take_slot(0, OpKind::Recv, true);
@@ -538,6 +824,7 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     if (ret)
       throw_connect(f, remote, -ret, "fi_getname", timeout_ms);
     hello.address_len = static_cast<uint32_t>(alen);
+    hello.link = c->link_id;
     hello.private_len = static_cast<uint32_t>(private_len);
     lf::self_process(hello.pid, hello.pid_namespace);
     if (private_len)
@@ -582,7 +869,18 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
           ans.private_len > sizeof ans.private_data)
         throw Error(ErrorKind::Backend,
                     "rdmalib: malformed handshake answer from " + remote.to_string());
-      ret = fi_av_insert(c->av.get(), ans.address, 1, &c->peer, 0, nullptr);
+      if ((ans.link != 0) != (c->sh != nullptr))
+        throw Error(ErrorKind::Backend,
+                    "rdmalib: the server at " + remote.to_string() +
+                        (c->sh ? " gives each connection its own endpoint"
+                               : " puts connections on one shared endpoint") +
+                        " and this process does not (RDMALIB_DISABLE_CAPS=shared_endpoint must be "
+                        "the same on both sides)");
+      c->peer_link = ans.link;
+      if (c->sh)
+        ret = c->sh->add_peer(ans.address, ans.address_len, c->peer, aerr) ? 1 : -aerr;
+      else
+        ret = fi_av_insert(c->av.get(), ans.address, 1, &c->peer, 0, nullptr);
       if (ret != 1)
         throw_connect(f, remote, ret < 0 ? -ret : FI_EINVAL,
                       "inserting the server's connection endpoint", timeout_ms);
@@ -591,7 +889,6 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
       break;
     }
-    fi_av_remove(c->av.get(), &listener, 1, 0);
     // The server's link endpoint sent its command before the answer could
     // arrive, and no other peer writes to this endpoint.
     c->connreq_guard.reset();

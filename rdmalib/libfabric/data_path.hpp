@@ -15,6 +15,16 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
   s->buf = buf;
   s->cap = len;
   const lf::RecvOverflow &ov = fab->overflow;
+  if (sh) {
+    // A link on the shared endpoint receives only what is tagged with its id.
+    if (!flags && !ov.base)
+      return fi_trecv(ep.get(), buf, len, desc, FI_ADDR_UNSPEC, link_id, 0, s);
+    iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
+    void *descs[3] = {desc, nullptr, nullptr};
+    size_t n = !ov.base ? 1u : ov.guard ? 3u : 2u;
+    fi_msg_tagged msg{iov, descs, n, FI_ADDR_UNSPEC, link_id, 0, s, 0};
+    return fi_trecvmsg(ep.get(), &msg, flags);
+  }
   if (RDMALIB_LIKELY(!ov.base)) {
     // The single repost after each message takes the provider's plainest
     // entry point.
@@ -43,7 +53,13 @@ inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool 
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
   ssize_t ret;
-  if (!inline_) {
+  if (sh) {
+    iovec iov{src.ptr, src.len};
+    void *desc = src.desc;
+    fi_msg_tagged msg{&iov, &desc, 1, peer, peer_link, 0, s, 0};
+    ret = inline_ ? fi_tsendmsg(ep.get(), &msg, FI_INJECT | FI_COMPLETION)
+                  : fi_tsend(ep.get(), src.ptr, src.len, src.desc, peer, peer_link, s);
+  } else if (!inline_) {
     ret = fi_send(ep.get(), src.ptr, src.len, src.desc, peer, s);
   } else {
     iovec iov{src.ptr, src.len};
@@ -104,14 +120,16 @@ inline Status ConnectionImpl::post_write_imm(const LocalRef &src, uint64_t addr,
   lf::OpSlot *s = take_slot(ctx, OpKind::WriteImm, false);
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
+  // On a shared endpoint the upper half names the target's link.
+  const uint64_t data = imm | (static_cast<uint64_t>(peer_link) << 32);
   ssize_t ret;
   if (!inline_) {
-    ret = fi_writedata(ep.get(), src.ptr, src.len, src.desc, imm, peer, addr, key, s);
+    ret = fi_writedata(ep.get(), src.ptr, src.len, src.desc, data, peer, addr, key, s);
   } else {
     iovec iov{src.ptr, src.len};
     void *desc = src.desc;
     fi_rma_iov rma{addr, src.len, key};
-    fi_msg_rma msg{&iov, &desc, 1, peer, &rma, 1, s, imm};
+    fi_msg_rma msg{&iov, &desc, 1, peer, &rma, 1, s, data};
     ret = fi_writemsg(ep.get(), &msg, FI_INJECT | FI_COMPLETION | FI_REMOTE_CQ_DATA);
   }
   return posted(ret, s, "write_imm");
@@ -258,6 +276,8 @@ inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcep
   }
   if (RDMALIB_UNLIKELY(peer_dead))
     return 0;
+  if (sh)
+    return reap_shared(q, out, max);
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
   size_t n = 0;
   // Read again only when a batch held nothing for the caller (internal

@@ -104,6 +104,9 @@ InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool 
   h->ep_attr->type = ep == EndpointType::Connected ? FI_EP_MSG : FI_EP_RDM;
   h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND |
             FI_RECV | (atomics ? FI_ATOMIC : 0);
+  // Links over one shared endpoint tell each other apart by tag.
+  if (ep == EndpointType::ReliableDatagram && resolve_quirks(p, fi_version()).links_share_endpoint)
+    h->caps |= FI_TAGGED;
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
   h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
                             (offer_virt_addr ? FI_MR_VIRT_ADDR : 0);
@@ -207,6 +210,14 @@ void fill_capabilities(detail::FabricImpl &f) {
   c.max_inline = std::min<size_t>(f.config.max_inline_data, f.inject_size);
   // Quirks::cm_data_header_byte: the provider keeps one of rdma_cm's 56 bytes.
   c.max_private_data = f.rdm ? kMaxPrivateData : f.quirks.cm_data_header_byte ? 55 : 56;
+  // One endpoint for every link: the link id travels as the tag of each
+  // message and in the upper half of the remote CQ data (which must then hold
+  // 64 bits). Not where a write consumes a posted (untagged) receive, where
+  // memory binds to one endpoint, or where one dead peer can wedge progress
+  // on the endpoint for every link.
+  c.shared_endpoint = f.rdm && f.quirks.links_share_endpoint && (i->caps & FI_TAGGED) &&
+                      !f.rx_cq_data && !f.mr_endpoint && !f.quirks.dead_peer_can_hang_progress &&
+                      (i->domain_attr->cq_data_size >= 8 || !c.remote_cq_data);
 
   // Atomics: the provider must advertise FI_ATOMIC and really support the two
   // 64-bit operations rdmalib offers (not asked when masked off anyway).
@@ -557,6 +568,7 @@ void FabricImpl::open() {
 
 void FabricImpl::finish() {
   native_cq_data = caps.remote_cq_data;
+  shared = caps.shared_endpoint;
   if (!caps.wait_fd) {
     wait_cq = false;
     wait_fd_cq = false;
@@ -566,6 +578,12 @@ void FabricImpl::finish() {
   // not need local registration, with room for three iovecs per receive.
   if (quirks.truncation_hangs_receiver && !mr_local && info->rx_attr->iov_limit >= 3)
     overflow.open(64 * 1024, lf::shm_cross_memory_attach_likely());
+  // On a shared endpoint a message truncated inside the provider stalled
+  // every link to that peer process (tcp;ofi_rxm 1.17: they share its one
+  // transport connection), not only the link it was sent on: what overruns a
+  // receive lands behind it, and only that link ends.
+  else if (shared && !mr_local && info->rx_attr->iov_limit >= 2)
+    overflow.open(64 * 1024, false);
   // The emulated write-with-immediate relies on the endpoint delivering its
   // notification after the write's data; endpoints ask for send-after-write
   // ordering where the provider offers it (create_endpoint).

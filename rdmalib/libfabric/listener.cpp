@@ -34,7 +34,8 @@ void post_handshake_recv(ConnectionImpl &c, size_t i) {
 }
 
 /// Send a handshake message from `c` to `to` and wait for it to leave.
-void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage &m,
+/// `tag`: the peer's link id when it is on a shared endpoint, else 0.
+void send_handshake(ConnectionImpl &c, fi_addr_t to, uint32_t tag, const lf::HandshakeMessage &m,
                     const lf::Deadline &dl, const std::string &what) {
   uint8_t *buf = c.ctl_send(c.ctl_send_next++ % ConnectionImpl::kCtlSendSlots);
   std::memcpy(buf, &m, sizeof m);
@@ -43,7 +44,7 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, const lf::HandshakeMessage 
     throw Error(ErrorKind::Backend, "rdmalib: no slot to send the " + what);
   ssize_t r;
   do {
-    r = fi_send(c.ep.get(), buf, sizeof m, c.ctl_desc(), to, s);
+    r = c.ctl_send_to(buf, sizeof m, to, tag, s);
     if (r == -FI_EAGAIN) {
       c.drive();
       // shm keeps a send to a dead process's endpoint in EAGAIN: do not make
@@ -90,7 +91,8 @@ void RequestImpl::reject() noexcept {
     m.version = lf::kHandshakeVersion;
     m.type = lf::HsReject;
     m.nonce = hello.nonce;
-    send_handshake(hs, to, m, lf::Deadline(std::chrono::milliseconds(1000)), "rejection");
+    send_handshake(hs, to, hello.link, m, lf::Deadline(std::chrono::milliseconds(1000)),
+                   "rejection");
     fi_av_remove(hs.av.get(), &to, 1, 0);
   } catch (const std::exception &e) {
     rdmalib::logger().warn("rdmalib: rejecting a connection request failed: {}", e.what());
@@ -102,6 +104,17 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
   FabricImpl &f = *fab;
   ConnectionImpl *c = this;
   const std::chrono::milliseconds timeout = dl.remaining();
+  if (f.rdm && (request.hello.link != 0) != f.shared) {
+    request.reject();
+    throw Error(ErrorKind::Backend,
+                "rdmalib: the client " + request.remote_address().to_string() +
+                    (f.shared ? " gives each connection its own endpoint"
+                              : " puts connections on one shared endpoint") +
+                    " and this process does not (RDMALIB_DISABLE_CAPS=shared_endpoint must be the "
+                    "same on both sides)");
+  }
+  if (f.rdm && f.shared)
+    join_shared();
   open_queues(!f.rdm);
 
   if (!f.rdm) {
@@ -141,11 +154,18 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
                     "rdmalib: the client " + c->remote.to_string() + " went away during accept");
     }
   } else {
-    lf::InfoPtr info = f.endpoint_info(nullptr);
-    c->create_endpoint(info.get());
+    if (!c->sh) {
+      lf::InfoPtr info = f.endpoint_info(nullptr);
+      c->create_endpoint(info.get());
+    }
     const lf::HandshakeMessage &h = request.hello;
     c->remote = f.decode_address(h.address, h.address_len);
-    int ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
+    c->peer_link = h.link;
+    int ret = 1, aerr = 0;
+    if (c->sh)
+      ret = c->sh->add_peer(h.address, h.address_len, c->peer, aerr) ? 1 : -aerr;
+    else
+      ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
     if (ret != 1)
       lf::throw_fi("inserting the client's address", ret < 0 ? ret : -FI_EINVAL);
     c->set_peer_name(h.address, h.address_len);
@@ -155,6 +175,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
     m.version = lf::kHandshakeVersion;
     m.type = lf::HsAccept;
     m.nonce = h.nonce;
+    m.link = c->link_id;
     lf::self_process(m.pid, m.pid_namespace);
     size_t alen = sizeof m.address;
     ret = fi_getname(&c->ep->fid, m.address, &alen);
@@ -175,7 +196,8 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
       if (!c->retry_answer())
         throw Error(ErrorKind::Backend, std::string("rdmalib: ") + c->last_error);
     } else {
-      send_handshake(*c, c->peer, m, dl, "handshake answer to " + c->remote.to_string());
+      send_handshake(*c, c->peer, c->peer_link, m, dl,
+                     "handshake answer to " + c->remote.to_string());
     }
   }
 }

@@ -61,6 +61,8 @@ ssize_t ConnectionImpl::post_notify(uint32_t imm, uint32_t length) noexcept {
   const ControlMessage m = control_message(ControlType::Notify, imm, length);
   if (fab->inject_size >= sizeof m) {
     // Injected: copied at once, no completion to reap.
+    if (sh)
+      return fi_tinject(ep.get(), &m, sizeof m, peer, peer_link);
     return fi_inject(ep.get(), &m, sizeof m, peer);
   }
   lf::OpSlot *s = take_slot(0, OpKind::Send, true);
@@ -68,7 +70,7 @@ ssize_t ConnectionImpl::post_notify(uint32_t imm, uint32_t length) noexcept {
     return -FI_EAGAIN;
   uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
   std::memcpy(buf, &m, sizeof m);
-  ssize_t ret = fi_send(ep.get(), buf, sizeof m, ctl_desc(), peer, s);
+  ssize_t ret = ctl_send_to(buf, sizeof m, peer, peer_link, s);
   if (ret)
     put_slot(s);
   return ret;
@@ -119,6 +121,8 @@ bool ConnectionImpl::check_peer() noexcept {
 size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms) noexcept {
   if (peer_dead)
     return 0;
+  if (sh)
+    return block_shared(q, out, max, slice_ms);
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
   fi_cq_data_entry buf[16];
   size_t want = max < 16 ? max : 16;
@@ -152,13 +156,23 @@ bool ConnectionImpl::check_events() noexcept {
 }
 Completion ConnectionImpl::convert_error(Queue q, fid_cq *cq) noexcept {
   fi_cq_err_entry err{};
-  Completion c;
-  c.kind = q == Queue::Recv ? OpKind::Recv : OpKind::Send;
-  c.status = Status::Error;
   if (fi_cq_readerr(cq, &err, 0) < 0) {
+    Completion c;
+    c.kind = q == Queue::Recv ? OpKind::Recv : OpKind::Send;
+    c.status = Status::Error;
     set_error("fi_cq_readerr failed");
     return c;
   }
+  char prov[160] = {0};
+  const char *ptext = fi_cq_strerror(cq, err.prov_errno, err.err_data, prov, sizeof prov);
+  return convert_error_entry(q, err, ptext);
+}
+
+Completion ConnectionImpl::convert_error_entry(Queue q, const fi_cq_err_entry &err,
+                                               const char *ptext) noexcept {
+  Completion c;
+  c.kind = q == Queue::Recv ? OpKind::Recv : OpKind::Send;
+  c.status = Status::Error;
   auto *s = static_cast<lf::OpSlot *>(err.op_context);
   size_t cap = s ? s->cap : 0;
   if (s) {
@@ -167,8 +181,6 @@ Completion ConnectionImpl::convert_error(Queue q, fid_cq *cq) noexcept {
     put_slot(s);
   }
   c.status = status_of(-static_cast<ssize_t>(err.err));
-  char prov[160] = {0};
-  const char *ptext = fi_cq_strerror(cq, err.prov_errno, err.err_data, prov, sizeof prov);
   set_error("%s failed: %s (%d); provider: %s", q == Queue::Recv ? "receive" : "operation",
             fi_strerror(err.err), err.err, ptext ? ptext : "");
   // A failed receive ends the link on every provider (operations.hpp): the
@@ -191,7 +203,7 @@ bool ConnectionImpl::retry_answer() noexcept {
   lf::OpSlot *s = take_slot(0, OpKind::Send, true);
   if (!s)
     return true; // every slot busy: try again later
-  ssize_t r = fi_send(ep.get(), answer_buf, sizeof(lf::HandshakeMessage), ctl_desc(), peer, s);
+  ssize_t r = ctl_send_to(answer_buf, sizeof(lf::HandshakeMessage), peer, peer_link, s);
   if (r == 0) {
     answer_pending = false;
     answer_slot = s;
@@ -209,6 +221,198 @@ bool ConnectionImpl::retry_answer() noexcept {
   ended_here = true;
   answer_failed = true;
   return false;
+}
+
+// ---- the shared endpoint --------------------------------------------------
+
+void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept {
+  const uint32_t id = owner_of(q, rc.e);
+  ConnectionImpl *owner = this;
+  if (id != link_id) {
+    auto it = sh->links.find(id);
+    // A closed link's late completion: its slots are kept by the fabric.
+    if (it == sh->links.end())
+      return;
+    owner = it->second;
+  }
+  try {
+    owner->inbox_of(q).push_back(rc);
+  } catch (...) {
+    owner->set_error("out of memory keeping a completion of the shared queue");
+  }
+}
+
+size_t ConnectionImpl::pull_locked(Queue q) noexcept {
+  lf::SharedRdm &S = *sh;
+  fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
+  fi_cq_data_entry buf[16];
+  ssize_t r = fi_cq_read(cq, buf, 16);
+  if (r > 0) {
+    for (ssize_t i = 0; i < r; ++i) {
+      lf::RawCompletion rc;
+      rc.e = buf[i];
+      route_locked(q, rc);
+    }
+    return static_cast<size_t>(r);
+  }
+  if (r != -FI_EAVAIL)
+    return 0;
+  fi_cq_err_entry ee{};
+  if (fi_cq_readerr(cq, &ee, 0) < 0)
+    return 0;
+  lf::RawCompletion rc;
+  rc.e.op_context = ee.op_context;
+  rc.e.flags = ee.flags;
+  rc.e.len = ee.len;
+  rc.e.data = ee.data;
+  rc.err = ee.err ? ee.err : FI_EIO;
+  rc.prov_errno = ee.prov_errno;
+  route_locked(q, rc);
+  return 1;
+}
+
+size_t ConnectionImpl::convert_raw(Queue q, const lf::RawCompletion &rc, Completion *out) noexcept {
+  if (!rc.err)
+    return convert(q, &rc.e, 1, out);
+  fi_cq_err_entry ee{};
+  ee.op_context = rc.e.op_context;
+  ee.flags = rc.e.flags;
+  ee.len = rc.e.len;
+  ee.data = rc.e.data;
+  ee.err = rc.err;
+  ee.prov_errno = rc.prov_errno;
+  out[0] = convert_error_entry(q, ee, "");
+  return 1;
+}
+
+size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcept {
+  lf::SharedRdm &S = *sh;
+  std::lock_guard<std::mutex> g(S.m);
+  auto &box = inbox_of(q);
+  size_t n = 0;
+  while (n < max && !box.empty()) {
+    lf::RawCompletion rc = box.front();
+    box.pop_front();
+    n += convert_raw(q, rc, out + n);
+  }
+  // A thread asleep on the queue reads it and hands out what it finds.
+  if (n || S.reading[q == Queue::Recv])
+    return n;
+  fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
+  // As in reap(): another read only when a batch held nothing for the caller.
+  for (int round = 0; n < max && round < 4; ++round) {
+    fi_cq_data_entry buf[16];
+    size_t want = max - n < 16 ? max - n : 16;
+    ssize_t r = fi_cq_read(cq, buf, want);
+    if (r > 0) {
+      for (ssize_t i = 0; i < r; ++i) {
+        if (owner_of(q, buf[i]) == link_id) {
+          n += convert(q, &buf[i], 1, out + n);
+        } else {
+          lf::RawCompletion rc;
+          rc.e = buf[i];
+          route_locked(q, rc);
+        }
+      }
+      if (n)
+        break;
+      continue;
+    }
+    if (r == -FI_EAVAIL) {
+      fi_cq_err_entry ee{};
+      if (fi_cq_readerr(cq, &ee, 0) < 0)
+        break;
+      lf::RawCompletion rc;
+      rc.e.op_context = ee.op_context;
+      rc.e.flags = ee.flags;
+      rc.e.len = ee.len;
+      rc.e.data = ee.data;
+      rc.err = ee.err ? ee.err : FI_EIO;
+      rc.prov_errno = ee.prov_errno;
+      if (owner_of(q, rc.e) == link_id) {
+        char prov[160] = {0};
+        const char *ptext = fi_cq_strerror(cq, ee.prov_errno, ee.err_data, prov, sizeof prov);
+        ee.err = rc.err;
+        out[n++] = convert_error_entry(q, ee, ptext ? ptext : "");
+        break;
+      }
+      route_locked(q, rc);
+      continue;
+    }
+    break;
+  }
+  return n;
+}
+
+size_t ConnectionImpl::block_shared(Queue q, Completion *out, size_t max, int slice_ms) noexcept {
+  lf::SharedRdm &S = *sh;
+  const int qi = q == Queue::Recv;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(slice_ms > 0 ? slice_ms : 1);
+  fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
+  std::unique_lock<std::mutex> lk(S.m);
+  auto &box = inbox_of(q);
+  for (;;) {
+    size_t n = 0;
+    while (n < max && !box.empty()) {
+      lf::RawCompletion rc = box.front();
+      box.pop_front();
+      n += convert_raw(q, rc, out + n);
+    }
+    if (n)
+      return n;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until)
+      return 0;
+    if (S.reading[qi]) {
+      // Another link's thread sleeps on the queue: it hands ours over.
+      S.cv.wait_until(lk, until);
+      continue;
+    }
+    S.reading[qi] = true;
+    lk.unlock();
+    int ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count());
+    fi_cq_data_entry buf[16];
+    ssize_t r = fi_cq_sread(cq, buf, 16, nullptr, ms > 0 ? ms : 1);
+    fi_cq_err_entry ee{};
+    bool failed = r == -FI_EAVAIL && fi_cq_readerr(cq, &ee, 0) >= 0;
+    lk.lock();
+    S.reading[qi] = false;
+    for (ssize_t i = 0; i < r; ++i) {
+      lf::RawCompletion rc;
+      rc.e = buf[i];
+      route_locked(q, rc);
+    }
+    if (failed) {
+      lf::RawCompletion rc;
+      rc.e.op_context = ee.op_context;
+      rc.e.flags = ee.flags;
+      rc.e.len = ee.len;
+      rc.e.data = ee.data;
+      rc.err = ee.err ? ee.err : FI_EIO;
+      rc.prov_errno = ee.prov_errno;
+      route_locked(q, rc);
+    }
+    S.cv.notify_all();
+  }
+}
+
+bool ConnectionImpl::drain_own(Queue q, const lf::OpSlot *watch) noexcept {
+  std::lock_guard<std::mutex> g(sh->m);
+  if (!sh->reading[q == Queue::Recv])
+    pull_locked(q);
+  bool seen = false;
+  auto &box = inbox_of(q);
+  while (!box.empty()) {
+    auto *s = static_cast<lf::OpSlot *>(box.front().e.op_context);
+    box.pop_front();
+    if (s) {
+      seen = seen || s == watch;
+      put_slot(s);
+    }
+  }
+  return seen;
 }
 
 } // namespace rdmalib::detail

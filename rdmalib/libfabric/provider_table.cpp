@@ -50,6 +50,12 @@ QuirkColumns verbs_rxm_quirks() {
   return q;
 }
 
+QuirkColumns tcp_rxm_quirks() {
+  QuirkColumns q;
+  q.links_share_endpoint = releases(1, 17, 1, 17);
+  return q;
+}
+
 QuirkColumns shm_quirks() {
   QuirkColumns q;
   q.cq_sread_ignores_timeout = kFromOldest;
@@ -110,7 +116,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        11,
        false,
        "tcp under RxM; connects lazily; atomics emulated by RxM",
-       {},
+       tcp_rxm_quirks(),
        {kRxmCmProgress, kRxmMsgRxSize}},
       {"shm",
        {"shared-memory"},
@@ -176,6 +182,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.connreq_names_vanished_peer = c.connreq_names_vanished_peer.contains(version);
   q.send_to_absent_name_never_completes = c.send_to_absent_name_never_completes.contains(version);
   q.contexts_survive_fork = c.contexts_survive_fork.contains(version);
+  q.links_share_endpoint = c.links_share_endpoint.contains(version);
   return q;
 }
 

@@ -94,6 +94,14 @@ struct QuirkColumns {
   /// the verbs backend's (verbs, verbs;ofi_rxm 1.17). Fabric::preload does
   /// not load such providers.
   Versions contexts_survive_fork;
+  /// Not a fault but a verified property: established reliable-datagram
+  /// links can share one endpoint, address vector and pair of completion
+  /// queues per fabric (tagged messages carry the link id; remote CQ data
+  /// carries it in its upper 32 bits). Measured on tcp;ofi_rxm 1.17 (each
+  /// endpoint preposted ~34 MiB and took ~66 ms). Left off where one dead
+  /// peer could wedge the shared endpoint for every link
+  /// (dead_peer_can_hang_progress: shm) and where it was not run.
+  Versions links_share_endpoint;
 };
 
 /// A provider variable rdmalib sets (unless the operator did) before any
@@ -120,6 +128,7 @@ struct Quirks {
   bool connreq_names_vanished_peer = false;
   bool send_to_absent_name_never_completes = false;
   bool contexts_survive_fork = false;
+  bool links_share_endpoint = false;
 };
 
 struct ProviderPolicy {

@@ -53,8 +53,8 @@ TEST_P(DataPath, CapabilitiesMatchProviderAndMask) {
     EXPECT_EQ(c.endpoint, EndpointType::ReliableDatagram);
   }
 
-  for (CapabilityBit bit :
-       {CapRemoteCqData, CapAtomics, CapVirtualAddressing, CapWaitFd, CapInline}) {
+  for (CapabilityBit bit : {CapRemoteCqData, CapAtomics, CapVirtualAddressing, CapWaitFd, CapInline,
+                            CapSharedEndpoint}) {
     bool have = capability_value(c, bit);
     if (mask_.disables(bit)) {
       EXPECT_FALSE(have) << capability_name(bit) << " is masked off but still reported";

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <sys/wait.h>
+#include <thread>
 
 using namespace rdmalib;
 using namespace conformance;
@@ -393,3 +394,140 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
 INSTANTIATE_TEST_SUITE_P(Providers, Peers, testing::ValuesIn(params(process_masks())), param_name);
 
 } // namespace
+
+namespace {
+
+/// One echo round on `ops`: the payload (link, round) goes out and comes
+/// back on the same link. Each side waits (sleeping where the fabric can).
+void echo_round(Operations ops, Buffer<uint64_t> &buf, size_t link, uint64_t round, bool server,
+                const std::string &what) {
+  uint64_t *rx = buf.data() + link * 2, *tx = rx + 1;
+  ASSERT_EQ(ops.post_recv(buf.local(link * 2, 1), round), Status::Ok) << what;
+  if (!server) {
+    *tx = (uint64_t(link) << 32) | round;
+    ASSERT_EQ(ops.send(buf.local(link * 2 + 1, 1), round), Status::Ok) << what;
+  }
+  Completion c;
+  WaitResult w = ops.wait(Queue::Recv, &c, 1, kDeadlineMs);
+  ASSERT_EQ(w.count, 1u) << what << ": " << ops.last_error();
+  ASSERT_EQ(c.status, Status::Ok) << what << ": " << ops.last_error();
+  EXPECT_EQ(c.context, round) << what;
+  EXPECT_EQ(*rx, (uint64_t(link) << 32) | round) << what << ": a message of another link?";
+  if (server) {
+    *tx = *rx;
+    ASSERT_EQ(ops.send(buf.local(link * 2 + 1, 1), round), Status::Ok) << what;
+  }
+  w = ops.wait(Queue::Send, &c, 1, kDeadlineMs);
+  ASSERT_EQ(w.count, 1u) << what << ": " << ops.last_error();
+  EXPECT_EQ(c.status, Status::Ok) << what;
+  EXPECT_EQ(c.context, round) << what;
+}
+
+} // namespace
+
+/// Links of one fabric to one peer, each driven by its own thread that
+/// sleeps in wait(), see only their own messages, in order (where links
+/// share one endpoint and its queues, a thread reads the others'
+/// completions); closing one leaves the others working.
+TEST_P(Peers, LinksDrivenFromTheirOwnThreads) {
+  constexpr size_t kLinks = 4;
+  constexpr uint64_t kRounds = 40;
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  Address where = listener.address();
+  Buffer<uint64_t> s_buf(*server_fabric_, kLinks * 2), c_buf(*client_fabric_, kLinks * 2);
+  std::vector<Connection> server(kLinks), client(kLinks);
+  auto pd = pattern_vector(32, 9);
+  run_both(
+      [&] {
+        for (size_t i = 0; i < kLinks; ++i) {
+          server[i] = listener.accept(pd.data(), pd.size(), kDeadline);
+          attach_if_needed(server[i], s_buf.region());
+        }
+      },
+      [&] {
+        for (size_t i = 0; i < kLinks; ++i) {
+          client[i] = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+          attach_if_needed(client[i], c_buf.region());
+        }
+      });
+  ASSERT_FALSE(HasFailure());
+
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < kLinks; ++i) {
+    threads.emplace_back([&, i] {
+      for (uint64_t r = 0; r < kRounds && !HasFailure(); ++r)
+        echo_round(server[i].ops(), s_buf, i, r, true, "server link " + std::to_string(i));
+    });
+    threads.emplace_back([&, i] {
+      for (uint64_t r = 0; r < kRounds && !HasFailure(); ++r)
+        echo_round(client[i].ops(), c_buf, i, r, false, "client link " + std::to_string(i));
+    });
+  }
+  for (auto &t : threads)
+    t.join();
+  ASSERT_FALSE(HasFailure());
+
+  // The end of link 0 reaches its server side (as PeerClosed, once), in a
+  // receive that can hold rdmalib's goodbye.
+  ASSERT_EQ(server[0].ops().post_recv(s_buf.local(0, 2), 99), Status::Ok);
+  client[0].close();
+  bool ended = false;
+  for (int i = 0; i < 4 && !ended; ++i) {
+    Completion c;
+    Operations ops = server[0].ops();
+    WaitResult w = ops.wait(Queue::Recv, &c, 1, kDeadlineMs);
+    ASSERT_EQ(w.count, 1u) << "the closed link's end was not reported: " << ops.last_error();
+    ASSERT_NE(c.status, Status::Ok) << "a message arrived on a closed link";
+    ended = c.kind == OpKind::PeerClosed;
+  }
+  EXPECT_TRUE(ended);
+  server[0].close();
+  for (size_t i = 1; i < kLinks; ++i) {
+    std::thread s([&, i] { echo_round(server[i].ops(), s_buf, i, kRounds, true, "server after"); });
+    echo_round(client[i].ops(), c_buf, i, kRounds, false,
+               "client link " + std::to_string(i) + " after link 0 closed");
+    s.join();
+  }
+}
+
+/// A peer that overruns a receive on one link ends that link only: its other
+/// links to the same process go on (where links share one endpoint they
+/// share the provider's transport connection to that process too).
+TEST_P(Peers, OverrunOnOneLinkLeavesTheOthersWorking) {
+  constexpr size_t kLinks = 3;
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  Address where = listener.address();
+  Buffer<uint64_t> s_buf(*server_fabric_, kLinks * 2), c_buf(*client_fabric_, kLinks * 2);
+  Buffer<uint8_t> big(*client_fabric_, 256);
+  std::vector<Connection> server(kLinks), client(kLinks);
+  auto pd = pattern_vector(32, 10);
+  run_both(
+      [&] {
+        for (size_t i = 0; i < kLinks; ++i) {
+          server[i] = listener.accept(pd.data(), pd.size(), kDeadline);
+          attach_if_needed(server[i], s_buf.region());
+        }
+      },
+      [&] {
+        for (size_t i = 0; i < kLinks; ++i) {
+          client[i] = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+          attach_if_needed(client[i], c_buf.region());
+          attach_if_needed(client[i], big.region());
+        }
+      });
+  ASSERT_FALSE(HasFailure());
+
+  Operations s0 = server[0].ops(), c0 = client[0].ops();
+  ASSERT_EQ(s0.post_recv(s_buf.local(0, 1), 7), Status::Ok);
+  ASSERT_EQ(c0.send(big.local(0, 256), 8), Status::Ok);
+  Completion c;
+  WaitResult w = s0.wait(Queue::Recv, &c, 1, kDeadlineMs);
+  ASSERT_EQ(w.count, 1u) << s0.last_error();
+  EXPECT_NE(c.status, Status::Ok) << "256 bytes fitted in a receive of 8";
+  for (size_t i = 1; i < kLinks; ++i) {
+    std::thread s([&, i] { echo_round(server[i].ops(), s_buf, i, 1, true, "server after"); });
+    echo_round(client[i].ops(), c_buf, i, 1, false,
+               "client link " + std::to_string(i) + " after link 0 was overrun");
+    s.join();
+  }
+}

@@ -51,6 +51,7 @@ TEST(CapabilityMask, EachNameMapsToItsBit) {
   EXPECT_EQ(CapabilityMask::parse("virtual_addressing").disabled, uint32_t(CapVirtualAddressing));
   EXPECT_EQ(CapabilityMask::parse("wait_fd").disabled, uint32_t(CapWaitFd));
   EXPECT_EQ(CapabilityMask::parse("inline").disabled, uint32_t(CapInline));
+  EXPECT_EQ(CapabilityMask::parse("shared_endpoint").disabled, uint32_t(CapSharedEndpoint));
 }
 
 TEST(CapabilityMask, ListWithSpacesAndTrailingComma) {
@@ -81,8 +82,8 @@ TEST(CapabilityMask, UnknownNameNamesTokenAndListsValidOnes) {
     EXPECT_EQ(e.kind(), ErrorKind::Config);
     std::string msg = e.what();
     EXPECT_NE(msg.find("\"remote_cqdata\""), std::string::npos) << msg;
-    for (const char *name :
-         {"remote_cq_data", "atomics", "virtual_addressing", "wait_fd", "inline"})
+    for (const char *name : {"remote_cq_data", "atomics", "virtual_addressing", "wait_fd", "inline",
+                             "shared_endpoint"})
       EXPECT_NE(msg.find(name), std::string::npos)
           << "valid name " << name << " not listed: " << msg;
   }

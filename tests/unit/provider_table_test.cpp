@@ -61,6 +61,12 @@ TEST(ProviderTable, QuirksResolveByProviderAndRelease) {
   EXPECT_TRUE(resolve_quirks(row("sockets"), v117).prefers_blocking_wait);
   EXPECT_FALSE(any(resolve_quirks(row("tcp"), v117)));
   EXPECT_FALSE(any(resolve_quirks(row("tcp;ofi_rxm"), v117)));
+  // Links share one endpoint only where that was run, never where one dead
+  // peer can wedge the endpoint.
+  EXPECT_TRUE(resolve_quirks(row("tcp;ofi_rxm"), v117).links_share_endpoint);
+  EXPECT_FALSE(resolve_quirks(row("tcp;ofi_rxm"), fi_release(1, 16)).links_share_endpoint);
+  EXPECT_FALSE(shm.links_share_endpoint);
+  EXPECT_FALSE(verbs.links_share_endpoint);
   // Before the oldest release rdmalib accepts, nothing is assumed.
   EXPECT_FALSE(any(resolve_quirks(row("shm"), fi_release(1, 8))));
 }

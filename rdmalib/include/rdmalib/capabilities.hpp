@@ -63,6 +63,8 @@ enum CapabilityBit : uint32_t {
   CapWaitFd = 1u << 3,
   /// Inline (copy-at-post) sends.
   CapInline = 1u << 4,
+  /// Reliable-datagram links share the process's one endpoint per fabric.
+  CapSharedEndpoint = 1u << 5,
 };
 
 /// A set of CapabilityBit values that must be treated as absent.
@@ -72,7 +74,7 @@ struct CapabilityMask {
   bool disables(CapabilityBit bit) const noexcept { return (disabled & bit) != 0; }
 
   /// Parse a comma-separated list of capability names
-  /// ("remote_cq_data,atomics,virtual_addressing,wait_fd,inline"); an empty
+  /// ("remote_cq_data,atomics,virtual_addressing,wait_fd,inline,shared_endpoint"); an empty
   /// string is the empty mask. Throws Error(Config) naming the bad token and
   /// listing the valid names.
   static CapabilityMask parse(const std::string &list);
@@ -133,6 +135,12 @@ struct Capabilities {
   size_t mr_key_size = 8;
   /// Private data that Connection setup can carry in each direction, in bytes.
   size_t max_private_data = 0;
+  /// Reliable-datagram connections are links over one endpoint and one pair
+  /// of completion queues per fabric (an address-vector entry and a link id
+  /// each), so endpoints, memory and descriptors do not grow per peer. When
+  /// false every connection opens its own endpoint. Informational: the API is
+  /// the same either way.
+  bool shared_endpoint = false;
 
   /// One line listing every value, for the start-up log and rfaas-info.
   std::string describe() const;
