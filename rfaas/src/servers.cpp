@@ -59,17 +59,19 @@ server_database server_database::parse(const std::string &json_text, const std::
                      "printed");
       s.address = address.nonempty_string();
       if (opaque_address(s.address)) {
-        // Checked here, so that a typo is reported with the file's name.
-        try {
-          rdmalib::Address::parse(s.address);
-        } catch (const rdmalib::Error &bad) {
-          address.fail(bad.what());
-        }
         // An ofi: name is the whole endpoint: a "port" beside it may only be 0.
         e.optional("port", s.port, 0, 0);
       } else {
         s.port = static_cast<uint16_t>(
             e.required("port", "the manager's listening port, 1..65535").integer(1, 65535));
+      }
+      // Checked here, so that a typo is reported with the file's name and the
+      // entry, not at the first connection: the address must be one that
+      // rfaas::server::parse reads back from endpoint().
+      try {
+        rdmalib::Address::parse(s.endpoint());
+      } catch (const rdmalib::Error &bad) {
+        address.fail(bad.what());
       }
       if (s.name.empty())
         s.name = s.endpoint();

@@ -2,8 +2,9 @@
 // (rfaas::server_database::parse, rfaas/src/servers.cpp).
 //
 // Bad input must end in rfaas::Error; any other exception escapes and is
-// reported as a crash. Every entry that parses has an address and a port, and
-// find() finds it by its name and by its endpoint.
+// reported as a crash. Every entry that parses has an address and a port
+// (none with an opaque "ofi:" endpoint name), find() finds it by its name and
+// by its endpoint, and rfaas::server::parse reads its endpoint back.
 #include <string>
 
 #include <rfaas/errors.hpp>
@@ -28,7 +29,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   for (const rfaas::server &s : db.servers()) {
-    FUZZ_CHECK(!s.address.empty() && s.port != 0 && !s.name.empty());
+    const bool opaque = s.address.rfind("ofi:", 0) == 0;
+    FUZZ_CHECK(!s.address.empty() && !s.name.empty() && (opaque ? s.port == 0 : s.port != 0));
+    const rfaas::server back = rfaas::server::parse(s.endpoint());
+    FUZZ_CHECK(back.address == s.address && back.port == s.port);
     // The first entry with this name (names need not be unique).
     const rfaas::server &found = db.find(s.name);
     FUZZ_CHECK(found.name == s.name);

@@ -55,6 +55,11 @@ TEST(ServerDatabase, OneLineErrorFormat) {
             "servers.json: executor_managers[0].address: rdmalib: invalid address "
             "\"ofi:in:0g\": the name has a character that is not a hexadecimal digit "
             "(expected host:port, [ipv6]:port or ofi:FORMAT:HEX)");
+  // A host that no address could hold is refused when the file is read.
+  EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "a b", "port": 1} ]})"),
+            "servers.json: executor_managers[0].address: rdmalib: invalid address \"a b:1\": "
+            "host \"a b\" contains invalid characters (expected host:port, [ipv6]:port or "
+            "ofi:FORMAT:HEX)");
   EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "ofi:in:00", "port": 7} ]})"),
             "servers.json: executor_managers[0].port: expected an integer 0..0, got number 7");
   EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "a", "port": 0} ]})"),
