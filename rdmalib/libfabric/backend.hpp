@@ -174,6 +174,19 @@ struct RawCompletion {
   fi_cq_data_entry e{};
   int err = 0;
   int prov_errno = 0;
+
+  /// A failed operation as fi_cq_readerr reports it; an error entry without
+  /// a code still fails (FI_EIO).
+  static RawCompletion failed(const fi_cq_err_entry &ee) noexcept {
+    RawCompletion rc;
+    rc.e.op_context = ee.op_context;
+    rc.e.flags = ee.flags;
+    rc.e.len = ee.len;
+    rc.e.data = ee.data;
+    rc.err = ee.err ? ee.err : FI_EIO;
+    rc.prov_errno = ee.prov_errno;
+    return rc;
+  }
 };
 
 /// Quirks::links_share_endpoint: the fabric's one endpoint, address vector

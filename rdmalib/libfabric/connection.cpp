@@ -238,34 +238,32 @@ bool ConnectionImpl::wait_internal_shared(Queue q, fi_cq_data_entry &out, const 
                                           int &err) {
   const Queue other = q == Queue::Send ? Queue::Recv : Queue::Send;
   err = 0;
+  // Takes the oldest completion of `box`, giving its slot back; false (and
+  // `err`) when it failed.
+  auto take = [&](std::deque<lf::RawCompletion> &box, lf::RawCompletion &rc) {
+    rc = box.front();
+    box.pop_front();
+    if (rc.e.op_context)
+      put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
+    err = rc.err;
+    return rc.err == 0;
+  };
   for (bool first = true; first || !dl.passed(); first = false) {
     {
       std::lock_guard<std::mutex> g(sh->m);
       // During setup the other queue holds only rdmalib's own completions.
       if (!sh->reading[other == Queue::Recv])
         pull_locked(other);
-      for (auto &box = inbox_of(other); !box.empty();) {
-        lf::RawCompletion rc = box.front();
-        box.pop_front();
-        if (rc.e.op_context)
-          put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
-        if (rc.err) {
-          err = rc.err;
+      lf::RawCompletion rc;
+      for (auto &box = inbox_of(other); !box.empty();)
+        if (!take(box, rc))
           return false;
-        }
-      }
       if (!sh->reading[q == Queue::Recv])
         pull_locked(q);
       auto &box = inbox_of(q);
       if (!box.empty()) {
-        lf::RawCompletion rc = box.front();
-        box.pop_front();
-        if (rc.e.op_context)
-          put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
-        if (rc.err) {
-          err = rc.err;
+        if (!take(box, rc))
           return false;
-        }
         out = rc.e;
         return true;
       }

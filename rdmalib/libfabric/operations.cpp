@@ -260,14 +260,7 @@ size_t ConnectionImpl::pull_locked(Queue q) noexcept {
   fi_cq_err_entry ee{};
   if (fi_cq_readerr(cq, &ee, 0) < 0)
     return 0;
-  lf::RawCompletion rc;
-  rc.e.op_context = ee.op_context;
-  rc.e.flags = ee.flags;
-  rc.e.len = ee.len;
-  rc.e.data = ee.data;
-  rc.err = ee.err ? ee.err : FI_EIO;
-  rc.prov_errno = ee.prov_errno;
-  route_locked(q, rc);
+  route_locked(q, lf::RawCompletion::failed(ee));
   return 1;
 }
 
@@ -322,13 +315,7 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
       fi_cq_err_entry ee{};
       if (fi_cq_readerr(cq, &ee, 0) < 0)
         break;
-      lf::RawCompletion rc;
-      rc.e.op_context = ee.op_context;
-      rc.e.flags = ee.flags;
-      rc.e.len = ee.len;
-      rc.e.data = ee.data;
-      rc.err = ee.err ? ee.err : FI_EIO;
-      rc.prov_errno = ee.prov_errno;
+      lf::RawCompletion rc = lf::RawCompletion::failed(ee);
       if (owner_of(q, rc.e) == link_id) {
         char prov[160] = {0};
         const char *ptext = fi_cq_strerror(cq, ee.prov_errno, ee.err_data, prov, sizeof prov);
@@ -384,16 +371,8 @@ size_t ConnectionImpl::block_shared(Queue q, Completion *out, size_t max, int sl
       rc.e = buf[i];
       route_locked(q, rc);
     }
-    if (failed) {
-      lf::RawCompletion rc;
-      rc.e.op_context = ee.op_context;
-      rc.e.flags = ee.flags;
-      rc.e.len = ee.len;
-      rc.e.data = ee.data;
-      rc.err = ee.err ? ee.err : FI_EIO;
-      rc.prov_errno = ee.prov_errno;
-      route_locked(q, rc);
-    }
+    if (failed)
+      route_locked(q, lf::RawCompletion::failed(ee));
     S.cv.notify_all();
   }
 }

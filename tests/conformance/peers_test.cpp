@@ -423,6 +423,30 @@ void echo_round(Operations ops, Buffer<uint64_t> &buf, size_t link, uint64_t rou
   EXPECT_EQ(c.context, round) << what;
 }
 
+/// Opens server.size() links from `client_fabric` to `listener` at once,
+/// attaching each side's regions to every link of that side.
+void open_links(Fabric &client_fabric, Listener &listener, const std::vector<uint8_t> &pd,
+                std::vector<Connection> &server, std::vector<Connection> &client,
+                std::initializer_list<const MemoryRegion *> server_regions,
+                std::initializer_list<const MemoryRegion *> client_regions) {
+  const Address where = listener.address();
+  run_both(
+      [&] {
+        for (Connection &c : server) {
+          c = listener.accept(pd.data(), pd.size(), kDeadline);
+          for (const MemoryRegion *r : server_regions)
+            attach_if_needed(c, *r);
+        }
+      },
+      [&] {
+        for (Connection &c : client) {
+          c = Connection::connect(client_fabric, where, pd.data(), pd.size(), kDeadline);
+          for (const MemoryRegion *r : client_regions)
+            attach_if_needed(c, *r);
+        }
+      });
+}
+
 } // namespace
 
 /// Links of one fabric to one peer, each driven by its own thread that
@@ -433,23 +457,10 @@ TEST_P(Peers, LinksDrivenFromTheirOwnThreads) {
   constexpr size_t kLinks = 4;
   constexpr uint64_t kRounds = 40;
   Listener listener(*server_fabric_, Address{server_ip(), 0});
-  Address where = listener.address();
   Buffer<uint64_t> s_buf(*server_fabric_, kLinks * 2), c_buf(*client_fabric_, kLinks * 2);
   std::vector<Connection> server(kLinks), client(kLinks);
-  auto pd = pattern_vector(32, 9);
-  run_both(
-      [&] {
-        for (size_t i = 0; i < kLinks; ++i) {
-          server[i] = listener.accept(pd.data(), pd.size(), kDeadline);
-          attach_if_needed(server[i], s_buf.region());
-        }
-      },
-      [&] {
-        for (size_t i = 0; i < kLinks; ++i) {
-          client[i] = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
-          attach_if_needed(client[i], c_buf.region());
-        }
-      });
+  open_links(*client_fabric_, listener, pattern_vector(32, 9), server, client, {&s_buf.region()},
+             {&c_buf.region()});
   ASSERT_FALSE(HasFailure());
 
   std::vector<std::thread> threads;
@@ -496,25 +507,11 @@ TEST_P(Peers, LinksDrivenFromTheirOwnThreads) {
 TEST_P(Peers, OverrunOnOneLinkLeavesTheOthersWorking) {
   constexpr size_t kLinks = 3;
   Listener listener(*server_fabric_, Address{server_ip(), 0});
-  Address where = listener.address();
   Buffer<uint64_t> s_buf(*server_fabric_, kLinks * 2), c_buf(*client_fabric_, kLinks * 2);
   Buffer<uint8_t> big(*client_fabric_, 256);
   std::vector<Connection> server(kLinks), client(kLinks);
-  auto pd = pattern_vector(32, 10);
-  run_both(
-      [&] {
-        for (size_t i = 0; i < kLinks; ++i) {
-          server[i] = listener.accept(pd.data(), pd.size(), kDeadline);
-          attach_if_needed(server[i], s_buf.region());
-        }
-      },
-      [&] {
-        for (size_t i = 0; i < kLinks; ++i) {
-          client[i] = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
-          attach_if_needed(client[i], c_buf.region());
-          attach_if_needed(client[i], big.region());
-        }
-      });
+  open_links(*client_fabric_, listener, pattern_vector(32, 10), server, client, {&s_buf.region()},
+             {&c_buf.region(), &big.region()});
   ASSERT_FALSE(HasFailure());
 
   Operations s0 = server[0].ops(), c0 = client[0].ops();
