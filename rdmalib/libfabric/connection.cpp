@@ -739,22 +739,22 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     join_shared();
   open_queues(!f.rdm);
   int timeout_ms = dl.remaining_ms();
-  // A string name (opaque or derived from host and port) is the name of a
-  // file in /dev/shm while its endpoint exists.
-  const std::string shm_name =
-      remote.opaque() ? std::string(reinterpret_cast<const char *>(remote.name.data()),
-                                    strnlen(reinterpret_cast<const char *>(remote.name.data()),
-                                            remote.name.size()))
-                      : lf::named_endpoint(remote.host, remote.port);
   if (f.rdm && f.quirks.send_to_absent_name_never_completes &&
-      (!remote.opaque() || remote.format == f.format_token()) &&
-      lf::named_endpoint_absent(shm_name))
-    throw Error(ErrorKind::Refused,
-                "rdmalib: nothing listens at " + remote.to_string() +
-                    " over shm (no shared-memory endpoint /dev/shm/" + shm_name +
-                    "); if the server listens with another provider (its start-up line names "
-                    "it), use a device entry with that provider",
-                FI_ECONNREFUSED);
+      (!remote.opaque() || remote.format == f.format_token())) {
+    // A string name (opaque or derived from host and port) is the name of a
+    // file in /dev/shm while its endpoint exists.
+    const char *text = reinterpret_cast<const char *>(remote.name.data());
+    const std::string shm_name = remote.opaque()
+                                     ? std::string(text, strnlen(text, remote.name.size()))
+                                     : lf::named_endpoint(remote.host, remote.port);
+    if (lf::named_endpoint_absent(shm_name))
+      throw Error(ErrorKind::Refused,
+                  "rdmalib: nothing listens at " + remote.to_string() +
+                      " over shm (no shared-memory endpoint /dev/shm/" + shm_name +
+                      "); if the server listens with another provider (its start-up line names "
+                      "it), use a device entry with that provider",
+                  FI_ECONNREFUSED);
+  }
   std::vector<uint8_t> raw = f.raw_address(remote);
 
   if (!f.rdm) {

@@ -198,10 +198,6 @@ std::string named_endpoint(const std::string &host, unsigned port) {
   return "rdmalib-" + host + "-" + std::to_string(port);
 }
 
-bool named_endpoint_absent(const std::string &host, unsigned port) {
-  return named_endpoint_absent(named_endpoint(host, port));
-}
-
 bool named_endpoint_absent(const std::string &name) {
   // Only a plain file name can be looked up; anything else is left to the
   // connection's deadline.

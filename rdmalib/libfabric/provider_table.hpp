@@ -178,9 +178,8 @@ void apply_env_defaults();
 std::string named_endpoint(const std::string &host, unsigned port);
 
 /// Quirks::send_to_absent_name_never_completes: true when the region of the
-/// named endpoint at host:port is absent (nothing listens there over shm).
-bool named_endpoint_absent(const std::string &host, unsigned port);
-/// The same for a name given whole (an opaque FI_ADDR_STR address's text).
+/// endpoint named `name` (named_endpoint()'s, or an opaque FI_ADDR_STR
+/// address's text) is absent: nothing listens there over shm.
 bool named_endpoint_absent(const std::string &name);
 
 /// Whether shm will use cross-memory attach between processes of this user:
