@@ -21,8 +21,6 @@ constexpr size_t kOpaquePrefixLen = sizeof(kOpaquePrefix) - 1;
 constexpr size_t kMaxNameBytes = 256;
 constexpr size_t kMaxFormatChars = 16;
 
-bool is_opaque_text(const std::string &text) { return text.rfind(kOpaquePrefix, 0) == 0; }
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9')
     return c - '0';
@@ -102,7 +100,7 @@ Address Address::parse(const std::string &text) {
   Address a;
   if (text.empty())
     bad_address(text, "empty text");
-  if (is_opaque_text(text))
+  if (Address::opaque_text(text))
     return parse_opaque(text);
   if (text.front() == '[') {
     auto close = text.find(']');
@@ -130,10 +128,14 @@ Address Address::parse(const std::string &text) {
   return a;
 }
 
+bool Address::opaque_text(const std::string &text) noexcept {
+  return text.rfind(kOpaquePrefix, 0) == 0;
+}
+
 std::string Address::host_text() const { return opaque() ? to_string() : host; }
 
 Address Address::from_host_text(const std::string &host_text, uint16_t port) {
-  if (is_opaque_text(host_text))
+  if (Address::opaque_text(host_text))
     return parse_opaque(host_text);
   return Address{host_text, port};
 }

@@ -9,17 +9,8 @@
 
 namespace rfaas {
 
-namespace {
-
-// A provider's own endpoint name ("ofi:FORMAT:HEX", printed by an
-// executor_manager whose device has no IP address): it includes everything,
-// so no port goes with it.
-bool opaque_address(const std::string &address) { return address.rfind("ofi:", 0) == 0; }
-
-} // namespace
-
 std::string server::endpoint() const {
-  if (opaque_address(address))
+  if (rdmalib::Address::opaque_text(address))
     return address;
   // IPv6 literals need brackets to be followed by a port.
   if (address.find(':') != std::string::npos)
@@ -58,7 +49,7 @@ server_database server_database::parse(const std::string &json_text, const std::
           "address", "a host name or IP address of the manager's listener, or the ofi: name it "
                      "printed");
       s.address = address.nonempty_string();
-      if (opaque_address(s.address)) {
+      if (rdmalib::Address::opaque_text(s.address)) {
         // An ofi: name is the whole endpoint: a "port" beside it may only be 0.
         e.optional("port", s.port, 0, 0);
       } else {

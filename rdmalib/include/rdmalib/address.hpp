@@ -51,6 +51,10 @@ struct Address {
   /// "ofi:FORMAT:HEX" (its port field then holds 0).
   std::string host_text() const;
 
+  /// True when `text` is in the opaque form ("ofi:..."), well-formed or not:
+  /// for readers that must tell the forms apart before parsing.
+  static bool opaque_text(const std::string &text) noexcept;
+
   /// The inverse of host_text(): an opaque address when `host_text` is one
   /// ("ofi:..."; `port` is ignored), else {host_text, port}. Throws
   /// Error(Config) for a malformed opaque name.
