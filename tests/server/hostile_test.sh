@@ -49,7 +49,10 @@ legit() { # a normal lease with a few invocations; its output goes to $1
 }
 allocations_ended() {
   for _ in $(seq 100); do
-    STARTED=$(grep -c '\] allocation [0-9a-f]*: ' "$WORK/manager.err")
+    # Only the start lines ("allocation ID: N core(s), ..."): the manager's
+    # warnings about an allocation ("allocation ID: executor ignored SIGTERM")
+    # name it the same way.
+    STARTED=$(grep -c '\] allocation [0-9a-f]*: [0-9]* core(s)' "$WORK/manager.err")
     ENDED=$(grep -c '\] allocation [0-9a-f]* ended: ' "$WORK/manager.err")
     [ "$STARTED" -eq "$ENDED" ] && return 0
     sleep 0.1
@@ -69,6 +72,7 @@ cat >"$WORK/manager.json" <<JSON
                  "stats_interval_s": 1 }
 }
 JSON
+: >"$WORK/manager.out" # the readiness loop may look before the manager's shell opens it
 "$MANAGER" --config "$WORK/manager.json" --skip-resource-manager >"$WORK/manager.out" \
   2>"$WORK/manager.err" &
 MPID=$!
