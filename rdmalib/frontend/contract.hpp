@@ -110,6 +110,7 @@
 // belong to other links to those links' stashes.
 #pragma once
 
+#include <chrono>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -215,6 +216,8 @@ struct LinkCore {
   bool peer_close_reported = false;
   /// Empty polls since the last check_peer().
   uint32_t empty_polls = 0;
+  /// ConnectionOptions::check_peer_before_poll: when poll() may look again.
+  std::chrono::steady_clock::time_point next_poll_check{};
   CompletionStash tx_stash, rx_stash;
   char last_error[256] = {0};
 

@@ -101,6 +101,19 @@ template <class Post>
   return st;
 }
 
+/// ConnectionOptions::check_peer_before_poll: a peer process known gone
+/// (rate-limited by the backend) and the connection manager's events, at
+/// most once per millisecond for the latter too.
+[[gnu::noinline]] void check_peer_now(ConnectionImpl &c) noexcept {
+  if (c.peer_gone())
+    return;
+  auto now = std::chrono::steady_clock::now();
+  if (now < c.next_poll_check)
+    return;
+  c.next_poll_check = now + std::chrono::milliseconds(1);
+  c.check_peer();
+}
+
 /// What an empty poll does besides returning 0: look at the peer now and
 /// then, report the end of the link once on the Recv queue, and leave the
 /// CPU to a provider's progress thread.
@@ -297,6 +310,10 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
     if (n == max)
       return n;
   }
+  // Opted in (ConnectionOptions::check_peer_before_poll): before entering
+  // the provider, which a dead peer may have left locked.
+  if (RDMALIB_UNLIKELY(c->options.check_peer_before_poll) && c->open && !c->peer_closed)
+    detail::check_peer_now(*c);
   n += c->reap(q, out + n, max - n);
   if (RDMALIB_LIKELY(n))
     return n;

@@ -16,6 +16,8 @@ void AccountingLink::connect() {
   proto::encode(hello, bytes, sizeof bytes);
   rdmalib::ConnectionOptions opts;
   opts.refused_retries = kRefusedRetries;
+  // The main thread polls it between its other duties (SIGTERM among them).
+  opts.check_peer_before_poll = true;
   conn_ = rdmalib::Connection::connect(
       s_.fabric, rdmalib::Address::from_host_text(spec.manager_host, spec.manager_port), bytes,
       sizeof bytes, milliseconds(spec.connect_ms), opts);

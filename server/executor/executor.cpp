@@ -27,7 +27,24 @@ namespace rfaas::executor_process {
 volatile sig_atomic_t g_terminate = 0;
 
 namespace {
-void on_term(int) { g_terminate = 1; }
+/// Set once the main thread's loop runs, which ends the process within about
+/// 500 ms of SIGTERM. Before that the main thread may be inside a step that
+/// waits up to connect_ms (the accounting link's handshake, whose answer
+/// never comes when the manager dropped the setup), longer than the
+/// manager's grace between SIGTERM and SIGKILL: the handler ends the process
+/// itself. Nothing is owed to the manager yet (no accounting link, so no
+/// accounting reported and no goodbye due).
+volatile sig_atomic_t g_serving = 0;
+
+void on_term(int) {
+  g_terminate = 1;
+  if (!g_serving) {
+    static const char line[] = "executor: SIGTERM during setup; exiting\n";
+    ssize_t ignored = ::write(2, line, sizeof line - 1);
+    (void)ignored;
+    _exit(ExitTerminated);
+  }
+}
 } // namespace
 
 int run_executor(const server::LaunchSpec &spec) noexcept {
@@ -84,6 +101,7 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
     CrashGuard::install();
     auto last_flush = Clock::now();
     Clock::time_point terminate_at{};
+    g_serving = 1;
     for (;;) {
       {
         std::unique_lock<std::mutex> g(shared.m);

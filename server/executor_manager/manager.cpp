@@ -499,6 +499,8 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     // deadline. Connected fabrics complete accept in the provider's
     // connection manager, which the loop waits for: connect_ms.
     opts.accept_in_background = true;
+    // One thread polls every link: a client that died must not hang it.
+    opts.check_peer_before_poll = true;
     const bool background = fabric_.capabilities().endpoint != rdmalib::EndpointType::Connected;
     c->conn =
         req.accept(reply_bytes, sizeof reply_bytes,
@@ -530,6 +532,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     Allocation &a = *it->second;
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = kExecutorRecvs + 2;
+    opts.check_peer_before_poll = true;
     // Our own child, which connects right after it started: its answer is
     // waited for (the advertisement follows it at once), within the
     // executor's own deadline (tcp;ofi_rxm takes up to a second).

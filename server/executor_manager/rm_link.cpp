@@ -58,6 +58,7 @@ void RmLink::connect() {
   proto::encode(hello, pd, sizeof pd);
   rdmalib::ConnectionOptions copts;
   copts.recv_depth = 10;
+  copts.check_peer_before_poll = true; // polled by the manager's one loop
   try {
     conn_ = rdmalib::Connection::connect(fabric_, opt_.resource_manager, pd, sizeof pd,
                                          opt_.connect_timeout, copts);

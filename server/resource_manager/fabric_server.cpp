@@ -182,6 +182,8 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   // the whole timeout when the peer had given up: 16 clients connecting at
   // once kept a node from registering and every lease unanswered.
   opts.accept_in_background = true;
+  // One loop polls every peer: a peer that died must not hang it.
+  opts.check_peer_before_poll = true;
   auto p = std::make_unique<Peer>();
   p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.accept_timeout_ms), opts);
   if (reply.status != proto::ErrorCode::Ok) {

@@ -318,6 +318,48 @@ TEST_P(Peers, PeerKilledMidStreamIsReported) {
   EXPECT_LT(Clock::now() - t0, kDeadline) << "close() of a dead peer's connection";
 }
 
+// A server's loop that only polls (ConnectionOptions::check_peer_before_poll)
+// learns that a killed peer is gone within a few rounds, not after 1024 empty
+// polls: on shm it must not enter the provider for that peer again, whose
+// lock may be held for ever.
+TEST_P(Peers, PollCheckingThePeerReportsAKilledPeer) {
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  const uint64_t seed = 31;
+  ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
+  ConnectionOptions opts;
+  opts.check_peer_before_poll = true;
+  Connection conn = accept_from(listener, peer, seed, opts);
+  ASSERT_TRUE(conn.is_open());
+  Operations ops = conn.ops();
+  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
+  peer.kill(SIGKILL);
+  auto st = peer.wait_exit(kDeadline);
+  ASSERT_TRUE(st && WIFSIGNALED(*st)) << ChildProcess::describe_status(st);
+
+  // Rounds of a server's loop: one poll each, a millisecond apart (the
+  // check's rate limit).
+  constexpr int kRounds = 64;
+  int round = 0;
+  Completion c;
+  bool ended = false;
+  for (; round < kRounds && !ended; ++round) {
+    if (ops.poll(Queue::Recv, &c, 1) == 1)
+      ended = c.kind == OpKind::PeerClosed || c.status != Status::Ok;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!ended) {
+    // Some fabrics cannot tell at all (reliable-datagram providers without
+    // a peer process to look at): then wait() cannot either.
+    WaitResult w = ops.wait(Queue::Recv, &c, 1, 500);
+    if (w.count == 0 && w.status == Status::Timeout)
+      GTEST_SKIP() << "this fabric does not report a killed peer (wait() timed out too)";
+  }
+  EXPECT_TRUE(ended) << "a killed peer was not reported within " << kRounds
+                     << " polls, but wait() reports it (" << ops.last_error() << ")";
+  RecordProperty("rounds", round);
+}
+
 TEST_P(Peers, ManyConnectionsOnOneListener) {
   constexpr size_t kConns = 8;
   Listener listener(*server_fabric_, Address{server_ip(), 0});

@@ -78,7 +78,7 @@ fi
 
 # Every allocation must have ended (and been accounted) before we stop.
 for _ in $(seq 50); do
-  STARTED=$(grep -c '\] allocation [0-9a-f]*: ' "$WORK/manager.err")
+  STARTED=$(grep -c '\] allocation [0-9a-f]*: [0-9]* core(s)' "$WORK/manager.err")
   ENDED=$(grep -c '\] allocation [0-9a-f]* ended: ' "$WORK/manager.err")
   [ "$STARTED" -eq "$ENDED" ] && break
   sleep 0.1

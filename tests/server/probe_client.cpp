@@ -282,7 +282,12 @@ public:
     held.reserve(o_.flood);
     size_t refused = 0, failed = 0;
     std::string last_error;
+    // How long the connections took (the test reports it: on shm each one
+    // costs both sides a shared-memory endpoint).
+    const Clock::time_point t0 = Clock::now();
+    Clock::duration slowest{};
     for (uint32_t i = 0; i < o_.flood; ++i) {
+      const Clock::time_point t = Clock::now();
       try {
         held.push_back(
             rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000)));
@@ -290,8 +295,13 @@ public:
         (e.kind() == rdmalib::ErrorKind::Refused ? refused : failed)++;
         last_error = e.what();
       }
+      slowest = std::max(slowest, Clock::now() - t);
     }
-    std::printf("flood: %zu open, %zu refused, %zu failed%s%s\n", held.size(), refused, failed,
+    auto ms = [](Clock::duration d) {
+      return static_cast<long long>(std::chrono::duration_cast<milliseconds>(d).count());
+    };
+    std::printf("flood: %zu open, %zu refused, %zu failed in %lld ms (slowest %lld ms)%s%s\n",
+                held.size(), refused, failed, ms(Clock::now() - t0), ms(slowest),
                 last_error.empty() ? "" : "; last error: ", last_error.c_str());
     std::fflush(stdout);
     char b;

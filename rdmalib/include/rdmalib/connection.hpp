@@ -48,6 +48,16 @@ struct ConnectionOptions {
   /// fabrics (whose accept completes in the provider's connection manager)
   /// ignore it.
   bool accept_in_background = false;
+  /// For loops that poll many links and must not hang on one (a server's
+  /// single thread): poll() looks at the peer before it reads completions, at
+  /// most once per millisecond for a peer process's liveness, instead of only
+  /// every 1024th empty poll. On providers where entering the provider after
+  /// a peer died can spin for ever (shm: a peer killed while it held a lock of
+  /// this endpoint's region), a peer known gone is then never entered again;
+  /// elsewhere the link's end is reported sooner. Costs a clock read per poll
+  /// and, once per millisecond, a look at /proc or the event queue: leave it
+  /// off on busy-polling data paths. wait() always looks.
+  bool check_peer_before_poll = false;
 };
 
 class Connection {
