@@ -290,6 +290,9 @@ struct FabricImpl final : FabricCore {
   bool mr_local = false;
   bool wait_fd_cq = false; // CQs opened with FI_WAIT_FD
   bool wait_cq = false;    // CQs support a blocking read (fd or unspec)
+  /// Quirks::link_queues_share_wait_set on a connected fabric: a link's
+  /// queues and event queue share one wait set.
+  bool link_wait_set = false;
   size_t inject_size = 0;
   uint32_t addr_format = 0;
   // The device has no ip_address: every address this fabric reports is the
@@ -366,6 +369,9 @@ struct ConnectionImpl final : LinkCore {
   lf::SlotList tx_free, rx_free;
   std::vector<lf::PendingNotify> pending; // a ring of tx_slots entries
   size_t pending_head = 0, pending_count = 0;
+  // FabricImpl::link_wait_set: the one wait object of eq, txcq and rxcq
+  // (closed after them). Null where each has its own.
+  lf::Fid<fid_wait> waitset;
   lf::Fid<fid_eq> eq;
   lf::Fid<fid_cq> txcq;
   lf::Fid<fid_cq> rxcq;
@@ -441,6 +447,11 @@ struct ConnectionImpl final : LinkCore {
   /// at most once per millisecond); the provider is not entered any more.
   bool peer_gone() noexcept { return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(); }
   size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
+  /// block() on a link whose queues share `waitset`.
+  size_t block_on_wait_set(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
+  /// MSG: one connection-manager event, waiting up to `ms` (fi_eq_sread's
+  /// results: -FI_EAGAIN when none came).
+  ssize_t read_event(uint32_t &event, void *buf, size_t len, int ms) noexcept;
   /// The event queue (a peer's shutdown on connected endpoints) is only
   /// looked at between sleeps; completions wake a sleep at once.
   int wait_slice_ms() const noexcept { return eq ? 20 : 200; }

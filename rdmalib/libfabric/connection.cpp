@@ -427,9 +427,22 @@ void ConnectionImpl::open_own_queues(bool want_eq) {
   FabricImpl &f = *fab;
   const size_t rx_slots = slots.size() - tx_slots;
   auto wait = f.wait_fd_cq ? FI_WAIT_FD : f.wait_cq ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
+  if (want_eq && f.link_wait_set) {
+    // Quirks::link_queues_share_wait_set: one wait object for the link
+    // instead of one per queue. Without it the queues keep their own.
+    fi_wait_attr wa{};
+    wa.wait_obj = FI_WAIT_POLLFD;
+    int wret = fi_wait_open(f.fabric.get(), &wa, waitset.out());
+    if (wret) {
+      waitset.drop();
+      rdmalib::logger().debug("rdmalib: fi_wait_open on {} failed ({}): one wait object per queue",
+                              f.provider, lf::fi_error_text(wret));
+    }
+  }
   fi_cq_attr attr{};
   attr.format = FI_CQ_FORMAT_DATA;
-  attr.wait_obj = wait;
+  attr.wait_obj = waitset ? FI_WAIT_SET : wait;
+  attr.wait_set = waitset.get();
   attr.size = tx_slots * 2;
   int ret = fi_cq_open(f.domain.get(), &attr, txcq.out(), nullptr);
   if (ret)
@@ -442,7 +455,8 @@ void ConnectionImpl::open_own_queues(bool want_eq) {
   if (want_eq) {
     fi_eq_attr ea{};
     ea.size = 16;
-    ea.wait_obj = FI_WAIT_UNSPEC;
+    ea.wait_obj = waitset ? FI_WAIT_SET : FI_WAIT_UNSPEC;
+    ea.wait_set = waitset.get();
     ret = fi_eq_open(f.fabric.get(), &ea, eq.out(), nullptr);
     if (ret)
       lf::throw_fi("fi_eq_open on " + f.provider, ret);
@@ -540,7 +554,7 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const detail:
       err = ee.err ? static_cast<int>(ee.err) : FI_EIO;
       return false;
     }
-    if (fab->wait_cq)
+    if (fab->wait_cq && !waitset)
       r = fi_cq_sread(want, &out, 1, nullptr, dl.remaining_ms(5) ? dl.remaining_ms(5) : 1);
     else
       r = fi_cq_read(want, &out, 1);
@@ -557,7 +571,7 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const detail:
       err = ee.err ? static_cast<int>(ee.err) : FI_EIO;
       return false;
     }
-    if (!fab->wait_cq)
+    if (!fab->wait_cq || waitset)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   err = FI_ETIMEDOUT;
@@ -687,7 +701,7 @@ void wait_connected(detail::ConnectionImpl &c, const Address &remote, const deta
     if (slice == 0)
       throw_connect(*c.fab, remote, FI_ETIMEDOUT, step, timeout_ms);
     uint32_t event = 0;
-    ssize_t r = fi_eq_sread(c.eq.get(), &event, buf, sizeof buf, slice, 0);
+    ssize_t r = c.read_event(event, buf, sizeof buf, slice);
     if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
       continue;
     if (r == -FI_EAVAIL) {

@@ -573,6 +573,7 @@ void FabricImpl::finish() {
     wait_cq = false;
     wait_fd_cq = false;
   }
+  link_wait_set = !rdm && quirks.link_queues_share_wait_set;
   // A receive must never be truncated inside such a provider (the quirk's
   // comment). The overflow descriptors are null: only for providers that do
   // not need local registration, with room for three iovecs per receive.

@@ -137,7 +137,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
                                             std::to_string(timeout.count()) + " ms");
       uint32_t event = 0;
       first = false;
-      ssize_t r = fi_eq_sread(c->eq.get(), &event, buf, sizeof buf, slice > 0 ? slice : 1, 0);
+      ssize_t r = c->read_event(event, buf, sizeof buf, slice > 0 ? slice : 1);
       if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
         continue;
       if (r == -FI_EAVAIL) {

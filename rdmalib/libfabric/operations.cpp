@@ -123,6 +123,8 @@ size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms)
     return 0;
   if (sh)
     return block_shared(q, out, max, slice_ms);
+  if (waitset)
+    return block_on_wait_set(q, out, max, slice_ms);
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
   fi_cq_data_entry buf[16];
   size_t want = max < 16 ? max : 16;
@@ -134,6 +136,55 @@ size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms)
     return 1;
   }
   return 0;
+}
+
+size_t ConnectionImpl::block_on_wait_set(Queue q, Completion *out, size_t max,
+                                         int slice_ms) noexcept {
+  fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
+  const Queue other = q == Queue::Send ? Queue::Recv : Queue::Send;
+  const Deadline dl(std::chrono::milliseconds(slice_ms > 0 ? slice_ms : 1));
+  fi_cq_data_entry buf[16];
+  size_t want = max < 16 ? max : 16;
+  for (;;) {
+    ssize_t r = fi_cq_read(cq, buf, want);
+    if (r > 0)
+      return convert(q, buf, static_cast<size_t>(r), out);
+    if (r == -FI_EAVAIL) {
+      out[0] = convert_error(q, cq);
+      return 1;
+    }
+    // The wait set ends a sleep at once while any of its queues holds an
+    // entry: the other queue's completions go to its stash (the next poll
+    // of that queue returns them) and the event queue is read, so that the
+    // sleep below lasts until something for `q` (or the peer's end) comes.
+    reap_into_stash(*this, other);
+    if (check_peer())
+      return 0;
+    int left = dl.remaining_ms();
+    if (left <= 0)
+      return 0;
+    int w = fi_wait(waitset.get(), left);
+    if (w != 0 && w != -FI_ETIMEDOUT && w != -FI_EAGAIN && w != -FI_EINTR)
+      return 0;
+  }
+}
+
+ssize_t ConnectionImpl::read_event(uint32_t &event, void *buf, size_t len, int ms) noexcept {
+  if (!waitset)
+    return fi_eq_sread(eq.get(), &event, buf, len, ms, 0);
+  const Deadline dl(std::chrono::milliseconds(ms > 0 ? ms : 1));
+  for (;;) {
+    // fi_eq_read also drives the provider's connection manager.
+    ssize_t r = fi_eq_read(eq.get(), &event, buf, len, 0);
+    if (r != -FI_EAGAIN)
+      return r;
+    int left = dl.remaining_ms();
+    if (left <= 0)
+      return -FI_EAGAIN;
+    int w = fi_wait(waitset.get(), left);
+    if (w != 0 && w != -FI_ETIMEDOUT && w != -FI_EAGAIN && w != -FI_EINTR)
+      return w;
+  }
 }
 
 bool ConnectionImpl::check_events() noexcept {

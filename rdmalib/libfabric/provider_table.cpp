@@ -56,6 +56,12 @@ QuirkColumns tcp_rxm_quirks() {
   return q;
 }
 
+QuirkColumns tcp_quirks() {
+  QuirkColumns q;
+  q.link_queues_share_wait_set = releases(1, 17, 1, 17);
+  return q;
+}
+
 QuirkColumns shm_quirks() {
   QuirkColumns q;
   q.cq_sread_ignores_timeout = kFromOldest;
@@ -108,7 +114,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        10,
        false,
        "kernel TCP; manual progress; no atomics",
-       {},
+       tcp_quirks(),
        {}},
       {"tcp;ofi_rxm",
        {"rxm", "tcp-rdm", "tcp-rxm"},
@@ -183,6 +189,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.send_to_absent_name_never_completes = c.send_to_absent_name_never_completes.contains(version);
   q.contexts_survive_fork = c.contexts_survive_fork.contains(version);
   q.links_share_endpoint = c.links_share_endpoint.contains(version);
+  q.link_queues_share_wait_set = c.link_queues_share_wait_set.contains(version);
   return q;
 }
 

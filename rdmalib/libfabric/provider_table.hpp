@@ -102,6 +102,17 @@ struct QuirkColumns {
   /// peer could wedge the shared endpoint for every link
   /// (dead_peer_can_hang_progress: shm) and where it was not run.
   Versions links_share_endpoint;
+  /// Every completion and event queue gets its own wait object, whatever
+  /// wait_obj asks for (tcp 1.17: FI_WAIT_NONE and FI_WAIT_UNSPEC become
+  /// FI_WAIT_POLLFD, two socket pairs each; an EQ on FI_WAIT_UNSPEC an epoll
+  /// fd and a socket pair): 11 descriptors per connection beyond its TCP
+  /// socket, on both sides. rdmalib opens one FI_WAIT_POLLFD wait set per
+  /// connected link for both its queues and its event queue (4 descriptors),
+  /// reads that event queue with fi_eq_read and fi_wait (fi_eq_sread and
+  /// fi_cq_sread refuse queues on an application's wait set), and before it
+  /// sleeps on one queue moves what the other queue holds to its stash (the
+  /// wait set wakes at once while any of its queues holds an entry).
+  Versions link_queues_share_wait_set;
 };
 
 /// A provider variable rdmalib sets (unless the operator did) before any
@@ -129,6 +140,7 @@ struct Quirks {
   bool send_to_absent_name_never_completes = false;
   bool contexts_survive_fork = false;
   bool links_share_endpoint = false;
+  bool link_queues_share_wait_set = false;
 };
 
 struct ProviderPolicy {
