@@ -102,6 +102,13 @@ struct QuirkColumns {
   /// peer could wedge the shared endpoint for every link
   /// (dead_peer_can_hang_progress: shm) and where it was not run.
   Versions links_share_endpoint;
+  /// Not a fault but a measured cost: opening an endpoint creates and fills
+  /// a shared-memory region (shm 1.17: 16 MiB, about 1,000 pages touched in
+  /// fi_enable, ~4 ms on an idle core and 25-45 ms on a loaded 2-core host),
+  /// twice per link, which made a link cost 25-35 ms against tcp's 0.5 ms.
+  /// Fabric::prepare keeps connection endpoints opened ahead of need on a
+  /// background thread.
+  Versions endpoint_open_is_slow;
 };
 
 /// A provider variable rdmalib sets (unless the operator did) before any
@@ -129,6 +136,7 @@ struct Quirks {
   bool send_to_absent_name_never_completes = false;
   bool contexts_survive_fork = false;
   bool links_share_endpoint = false;
+  bool endpoint_open_is_slow = false;
 };
 
 struct ProviderPolicy {
