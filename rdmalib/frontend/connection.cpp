@@ -15,18 +15,21 @@ namespace rdmalib {
 
 namespace detail {
 
+ConnectionOptions with_defaults(const FabricImpl &f, ConnectionOptions o) {
+  if (o.recv_depth == 0)
+    o.recv_depth = f.config.default_receive_buffer_size ? f.config.default_receive_buffer_size : 32;
+  if (o.send_depth == 0)
+    o.send_depth = 64;
+  if (o.post_deadline.count() < 0)
+    o.post_deadline = std::chrono::milliseconds(0);
+  return o;
+}
+
 LinkPtr new_link(Fabric &fabric, const ConnectionOptions &options) {
   FabricImpl &f = Internals::fabric(fabric);
   LinkPtr c(new ConnectionImpl(f));
   c->fabric_handle = &fabric;
-  c->options = options;
-  if (c->options.recv_depth == 0)
-    c->options.recv_depth =
-        f.config.default_receive_buffer_size ? f.config.default_receive_buffer_size : 32;
-  if (c->options.send_depth == 0)
-    c->options.send_depth = 64;
-  if (c->options.post_deadline.count() < 0)
-    c->options.post_deadline = std::chrono::milliseconds(0);
+  c->options = with_defaults(f, options);
   c->tx_stash.reserve(2 * size_t(c->options.send_depth));
   c->rx_stash.reserve(2 * size_t(c->options.recv_depth));
   return c;

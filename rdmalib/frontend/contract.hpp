@@ -33,6 +33,11 @@
 //   static std::string canonical_provider(const std::string &);
 //   static void preload(const DeviceConfig &);
 //   static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds);
+//   bool prepare(const ConnectionOptions &);
+//       Fabric::prepare with the options' defaults applied: keep connection
+//       endpoints for these depths opened ahead of need, where opening one is
+//       slow; false (nothing done) elsewhere.
+//   Fabric::PreparedEndpoints prepared() const;   what prepare() did so far
 //
 // struct MemoryRegionImpl final
 //   Owns a registration; its destructor releases it (logging failures).

@@ -3,10 +3,12 @@
 #include <chrono>
 #include <string>
 
+#include <rdmalib/connection.hpp>
 #include <rdmalib/fabric.hpp>
 
 #include "backend.hpp"
 #include "common/logging.hpp"
+#include "frontend/link.hpp"
 
 namespace rdmalib {
 
@@ -79,6 +81,11 @@ std::string Fabric::describe() const {
     s += " masked=" + m;
   return s + " " + f.caps.describe();
 }
+
+bool Fabric::prepare(const ConnectionOptions &options) {
+  return impl_->prepare(detail::with_defaults(*impl_, options));
+}
+Fabric::PreparedEndpoints Fabric::prepared() const { return impl_->prepared(); }
 
 const char *Fabric::backend_name() noexcept { return detail::FabricImpl::backend_name(); }
 std::string Fabric::backend_version() { return detail::FabricImpl::backend_version(); }

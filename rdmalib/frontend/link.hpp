@@ -15,6 +15,8 @@ using LinkPtr = std::unique_ptr<ConnectionImpl, Internals::LinkDeleter>;
 /// A new link of `fabric` with the options' defaults filled in (0 depths:
 /// the device's default_receive_buffer_size and 64) and its stashes sized.
 LinkPtr new_link(Fabric &fabric, const ConnectionOptions &options);
+/// `o` with the defaults a new link applies (depths from the device entry).
+ConnectionOptions with_defaults(const FabricImpl &f, ConnectionOptions o);
 
 /// Throws Error(Config) naming `what` when `len` bytes of private data exceed
 /// Capabilities::max_private_data, or when they are at a null address.

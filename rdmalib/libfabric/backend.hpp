@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include <rdmalib/connection.hpp>
 #include <rdmalib/device.hpp>
 #include <rdmalib/errors.hpp>
+#include <rdmalib/fabric.hpp>
 #include <rdmalib/operations.hpp>
 
 #include "frontend/contract.hpp"
@@ -272,6 +274,14 @@ namespace rdmalib::detail {
 
 struct ConnectionImpl;
 
+} // namespace rdmalib::detail
+
+namespace rdmalib::lf {
+class Preparer;
+} // namespace rdmalib::lf
+
+namespace rdmalib::detail {
+
 struct FabricImpl final : FabricCore {
   lf::InfoPtr info; // the chosen fi_info (one entry)
   lf::Fid<fid_fabric> fabric;
@@ -343,8 +353,23 @@ struct FabricImpl final : FabricCore {
   /// Quirks::connreq_names_vanished_peer: a live endpoint that guards point
   /// vanished peers' commands at (opened on first use). Declared last: it
   /// closes before the domain.
+  // Quirks::connreq_names_vanished_peer: an endpoint of this process that
+  // takes the setup commands of vanished peers (ShmConnreqGuard), opened on
+  // first need by sink_name(), which returns its raw name ("" if it cannot
+  // be opened).
+  std::mutex shm_sink_open;
   std::shared_ptr<ConnectionImpl> shm_sink;
   std::string shm_sink_name;
+  bool shm_sink_failed = false;
+  std::string sink_name(Fabric *handle) noexcept;
+
+  // ---- Fabric::prepare (Quirks::endpoint_open_is_slow), front end's contract
+  bool prepare(const ConnectionOptions &options);
+  Fabric::PreparedEndpoints prepared() const;
+  // Set in finish() where the quirk applies, then never replaced. Declared
+  // last: its thread stops and its waiting endpoints close before the rest
+  // of the fabric.
+  std::unique_ptr<lf::Preparer> preparer;
 };
 
 struct MemoryRegionImpl final {
@@ -493,6 +518,10 @@ struct ConnectionImpl final : LinkCore {
   void close_shared() noexcept;
 
   // --- setup (connection.cpp)
+  /// Take an endpoint Fabric::prepare opened for these options (queues,
+  /// control memory, enabled endpoint) instead of opening one; false when
+  /// none waits.
+  bool adopt_prepared();
   /// Queues, AV (RDM), EQ (MSG), slots and control memory.
   void open_queues(bool want_eq);
   void open_own_queues(bool want_eq);
@@ -627,5 +656,48 @@ struct ListenerImpl final : ListenerCore {
 };
 
 } // namespace rdmalib::detail
+
+namespace rdmalib::lf {
+
+/// Fabric::prepare: connection endpoints opened ahead of need by one
+/// background thread. One endpoint waits per kind of connection (its receive
+/// and send depths, which size its queues); a connect or accept with those
+/// depths takes it, and the thread opens the next. A kind whose endpoint
+/// cannot be opened is logged once and left to open at connect time, where
+/// the error reaches the caller.
+class Preparer {
+public:
+  explicit Preparer(detail::FabricImpl &f) noexcept : f_(f) {}
+  ~Preparer();
+  Preparer(const Preparer &) = delete;
+  Preparer &operator=(const Preparer &) = delete;
+
+  /// Keep one endpoint for these depths; false when kMaxKinds are kept.
+  bool want(uint32_t recv_depth, uint32_t send_depth);
+  /// The waiting endpoint for these depths, or null.
+  std::unique_ptr<detail::ConnectionImpl> take(uint32_t recv_depth, uint32_t send_depth);
+  /// Endpoints that wait, and how many were taken.
+  Fabric::PreparedEndpoints counts() const;
+
+  static constexpr size_t kMaxKinds = 4;
+
+private:
+  struct Kind {
+    uint32_t recv_depth = 0, send_depth = 0;
+    std::unique_ptr<detail::ConnectionImpl> ready;
+    bool failed = false;
+  };
+  void run();
+
+  detail::FabricImpl &f_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<Kind> kinds_;
+  uint64_t taken_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+} // namespace rdmalib::lf
 
 #include "data_path.hpp"

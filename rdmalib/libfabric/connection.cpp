@@ -326,21 +326,6 @@ void ConnectionImpl::guard_connreqs() noexcept {
   static std::atomic<bool> warned{false};
   try {
     FabricImpl &f = *fab;
-    if (!f.shm_sink) {
-      auto sink = std::make_shared<ConnectionImpl>(f);
-      sink->fabric_handle = fabric_handle;
-      sink->options.recv_depth = 1;
-      sink->options.send_depth = 1;
-      sink->open_queues(false);
-      lf::InfoPtr info = f.endpoint_info(nullptr);
-      sink->create_endpoint(info.get());
-      uint8_t name[lf::kMaxRawAddress];
-      size_t len = sizeof name;
-      if (fi_getname(&sink->ep->fid, name, &len) != 0 || len > sizeof name)
-        throw Error(ErrorKind::Backend, "no name for the sink endpoint");
-      f.shm_sink_name.assign(reinterpret_cast<const char *>(name), len);
-      f.shm_sink = std::move(sink);
-    }
     uint8_t name[lf::kMaxRawAddress];
     size_t len = sizeof name;
     if (fi_getname(&ep->fid, name, &len) != 0 || len > sizeof name)
@@ -349,7 +334,12 @@ void ConnectionImpl::guard_connreqs() noexcept {
                        strnlen(reinterpret_cast<const char *>(name), len));
     if (auto p = region.find("://"); p != std::string::npos)
       region.erase(0, p + 3);
-    auto guard = std::make_unique<lf::ShmConnreqGuard>(region, f.shm_sink_name);
+    // The sink is opened only when a sweep finds a command to redirect: an
+    // endpoint costs milliseconds on shm (Quirks::endpoint_open_is_slow), and
+    // most processes never meet a vanished peer.
+    Fabric *handle = fabric_handle;
+    auto sink = [&f, handle]() noexcept { return f.sink_name(handle); };
+    auto guard = std::make_unique<lf::ShmConnreqGuard>(region, sink);
     if (!guard->active())
       throw Error(ErrorKind::Backend, guard->why_inactive());
     connreq_guard = std::move(guard);
@@ -359,6 +349,37 @@ void ConnectionImpl::guard_connreqs() noexcept {
                              "while connecting ({}); such a peer can crash this process",
                              e.what());
   }
+}
+
+std::string FabricImpl::sink_name(Fabric *handle) noexcept {
+  std::lock_guard<std::mutex> g(shm_sink_open);
+  if (shm_sink || shm_sink_failed)
+    return shm_sink_name;
+  try {
+    auto sink = std::make_shared<ConnectionImpl>(*this);
+    sink->fabric_handle = handle;
+    sink->options.recv_depth = 1;
+    sink->options.send_depth = 1;
+    sink->open_queues(false);
+    lf::InfoPtr i = endpoint_info(nullptr);
+    sink->create_endpoint(i.get());
+    uint8_t name[lf::kMaxRawAddress];
+    size_t len = sizeof name;
+    if (fi_getname(&sink->ep->fid, name, &len) != 0 || len > sizeof name)
+      throw Error(ErrorKind::Backend, "no name for the sink endpoint");
+    shm_sink_name.assign(reinterpret_cast<const char *>(name), len);
+    shm_sink = std::move(sink);
+  } catch (const std::exception &e) {
+    shm_sink_failed = true;
+    shm_sink_name.clear();
+    try {
+      rdmalib::logger().warn("rdmalib: shm: cannot open the endpoint that takes the connection "
+                             "setup of vanished peers ({}); such a peer can crash this process",
+                             e.what());
+    } catch (...) {
+    }
+  }
+  return shm_sink_name;
 }
 
 bool ConnectionImpl::peer_process_gone() noexcept {
@@ -751,7 +772,9 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
   ConnectionImpl *c = this;
   if (f.rdm && f.shared)
     join_shared();
-  open_queues(!f.rdm);
+  const bool adopted = f.rdm && !sh && adopt_prepared();
+  if (!adopted)
+    open_queues(!f.rdm);
   int timeout_ms = dl.remaining_ms();
   if (f.rdm && f.quirks.send_to_absent_name_never_completes &&
       (!remote.opaque() || remote.format == f.format_token())) {
@@ -788,8 +811,10 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     wait_connected(*c, remote, dl, timeout_ms, "waiting for the server to accept");
   } else {
     if (!c->sh) {
-      lf::InfoPtr info = f.endpoint_info(nullptr);
-      c->create_endpoint(info.get());
+      if (!adopted) {
+        lf::InfoPtr info = f.endpoint_info(nullptr);
+        c->create_endpoint(info.get());
+      }
       c->guard_connreqs();
     }
     fi_addr_t listener = FI_ADDR_UNSPEC;

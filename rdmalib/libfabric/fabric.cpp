@@ -589,6 +589,8 @@ void FabricImpl::finish() {
   // notification after the write's data; endpoints ask for send-after-write
   // ordering where the provider offers it (create_endpoint).
   write_notify_ordered = ordered_saw;
+  if (quirks.endpoint_open_is_slow && rdm && !shared)
+    preparer = std::make_unique<lf::Preparer>(*this);
   if (!caps.remote_cq_data && !write_notify_ordered)
     logger().warn("{}: no remote CQ data and no send-after-write ordering (FI_ORDER_SAW): "
                   "write_imm is refused on this fabric",

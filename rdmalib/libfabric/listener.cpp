@@ -115,7 +115,9 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
   }
   if (f.rdm && f.shared)
     join_shared();
-  open_queues(!f.rdm);
+  const bool adopted = f.rdm && !sh && adopt_prepared();
+  if (!adopted)
+    open_queues(!f.rdm);
 
   if (!f.rdm) {
     c->create_endpoint(request.info.get());
@@ -154,7 +156,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
                     "rdmalib: the client " + c->remote.to_string() + " went away during accept");
     }
   } else {
-    if (!c->sh) {
+    if (!c->sh && !adopted) {
       lf::InfoPtr info = f.endpoint_info(nullptr);
       c->create_endpoint(info.get());
     }

@@ -70,6 +70,7 @@ QuirkColumns shm_quirks() {
   q.truncation_hangs_receiver = kFromOldest;
   q.connreq_names_vanished_peer = kFromOldest;
   q.send_to_absent_name_never_completes = kFromOldest;
+  q.endpoint_open_is_slow = kFromOldest;
   return q;
 }
 
@@ -190,6 +191,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.contexts_survive_fork = c.contexts_survive_fork.contains(version);
   q.links_share_endpoint = c.links_share_endpoint.contains(version);
   q.link_queues_share_wait_set = c.link_queues_share_wait_set.contains(version);
+  q.endpoint_open_is_slow = c.endpoint_open_is_slow.contains(version);
   return q;
 }
 

@@ -113,6 +113,13 @@ struct QuirkColumns {
   /// sleeps on one queue moves what the other queue holds to its stash (the
   /// wait set wakes at once while any of its queues holds an entry).
   Versions link_queues_share_wait_set;
+  /// Not a fault but a measured cost: opening an endpoint creates and fills
+  /// a shared-memory region (shm 1.17: 16 MiB, about 1,000 pages touched in
+  /// fi_enable, ~4 ms on an idle core and 25-45 ms on a loaded 2-core host),
+  /// twice per link, which made a link cost 25-35 ms against tcp's 0.5 ms.
+  /// Fabric::prepare keeps connection endpoints opened ahead of need on a
+  /// background thread.
+  Versions endpoint_open_is_slow;
 };
 
 /// A provider variable rdmalib sets (unless the operator did) before any
@@ -141,6 +148,7 @@ struct Quirks {
   bool contexts_survive_fork = false;
   bool links_share_endpoint = false;
   bool link_queues_share_wait_set = false;
+  bool endpoint_open_is_slow = false;
 };
 
 struct ProviderPolicy {

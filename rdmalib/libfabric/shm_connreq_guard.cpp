@@ -80,16 +80,10 @@ const char *no_prefix(const char *name) {
 
 } // namespace
 
-ShmConnreqGuard::ShmConnreqGuard(const std::string &region_name, std::string sink_name)
-    : sink_(std::move(sink_name)) {
-  while (!sink_.empty() && sink_.back() == '\0')
-    sink_.pop_back();
+ShmConnreqGuard::ShmConnreqGuard(const std::string &region_name, std::function<std::string()> sink)
+    : sink_source_(std::move(sink)) {
   if (fi_version() < FI_VERSION(1, 17) || fi_version() >= FI_VERSION(1, 18)) {
     why_ = "libfabric is not 1.17";
-    return;
-  }
-  if (sink_.empty() || sink_.size() >= kNameMax) {
-    why_ = "no sink endpoint";
     return;
   }
   int fd = shm_open(region_name.c_str(), O_RDWR, 0);
@@ -142,16 +136,38 @@ size_t ShmConnreqGuard::sweep() noexcept {
   auto *q = reinterpret_cast<CmdQueue *>(base_ + r->cmd_queue_offset);
   if (__atomic_load_n(&q->wcnt, __ATOMIC_ACQUIRE) == __atomic_load_n(&q->rcnt, __ATOMIC_ACQUIRE))
     return 0;
+  size_t redirected = 0;
+  // The second pass runs once the sink is open, if the first found a
+  // command to redirect before it was.
+  for (int pass = 0; pass < 2; ++pass) {
+    if (redirect_locked(redirected))
+      return redirected;
+    if (!sink_source_)
+      return redirected;
+    std::string s = sink_source_();
+    sink_source_ = nullptr;
+    while (!s.empty() && s.back() == '\0')
+      s.pop_back();
+    if (s.empty() || s.size() >= kNameMax)
+      return redirected;
+    sink_ = std::move(s);
+  }
+  return redirected;
+}
+
+bool ShmConnreqGuard::redirect_locked(size_t &redirected) noexcept {
+  auto *r = reinterpret_cast<Region *>(base_);
+  auto *q = reinterpret_cast<CmdQueue *>(base_ + r->cmd_queue_offset);
   // Peers append commands under the region's lock; a peer that died holding
   // it already stalls the provider (Quirks::dead_peer_can_hang_progress), so do
   // not wait for it here.
   int tries = 0;
   while (pthread_spin_trylock(&r->lock) != 0) {
     if (++tries > 1000)
-      return 0;
+      return true;
     sched_yield();
   }
-  size_t redirected = 0;
+  bool complete = true;
   uint8_t *cmds = base_ + r->cmd_queue_offset + sizeof(CmdQueue);
   for (size_t i = q->rcnt; i != q->wcnt; ++i) {
     auto *h = reinterpret_cast<MsgHeader *>(cmds + (i & q->size_mask) * kCmdSize);
@@ -167,6 +183,10 @@ size_t ShmConnreqGuard::sweep() noexcept {
     std::string path = std::string("/dev/shm/") + no_prefix(name);
     if (access(path.c_str(), F_OK) == 0)
       continue;
+    if (sink_.empty()) {
+      complete = false;
+      break;
+    }
     // The sink is a live endpoint of this process: the provider finds it
     // without shm_open, its pid matches, and it only records the (unused)
     // link ids in the sink's and our own bookkeeping.
@@ -184,7 +204,7 @@ size_t ShmConnreqGuard::sweep() noexcept {
     ++redirected;
   }
   pthread_spin_unlock(&r->lock);
-  return redirected;
+  return complete;
 }
 
 } // namespace rdmalib::lf

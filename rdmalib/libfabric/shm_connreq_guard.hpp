@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace rdmalib::lf {
@@ -17,9 +18,10 @@ namespace rdmalib::lf {
 class ShmConnreqGuard {
 public:
   /// `region_name`: the watched endpoint's name (without "fi_shm://");
-  /// `sink_name`: the raw name of a live shm endpoint of this process, whose
-  /// region may receive the redirected commands' bookkeeping.
-  ShmConnreqGuard(const std::string &region_name, std::string sink_name);
+  /// `sink`: gives the raw name of a live shm endpoint of this process, whose
+  /// region may receive the redirected commands' bookkeeping ("" when there
+  /// is none); called when the first command needs redirecting.
+  ShmConnreqGuard(const std::string &region_name, std::function<std::string()> sink);
   ~ShmConnreqGuard();
   ShmConnreqGuard(const ShmConnreqGuard &) = delete;
   ShmConnreqGuard &operator=(const ShmConnreqGuard &) = delete;
@@ -34,8 +36,13 @@ public:
   size_t sweep() noexcept;
 
 private:
+  /// One scan under the region's lock; false when a command needs the sink
+  /// and there is none yet.
+  bool redirect_locked(size_t &redirected) noexcept;
+
   uint8_t *base_ = nullptr;
   size_t size_ = 0;
+  std::function<std::string()> sink_source_;
   std::string sink_;
   std::string why_;
 };

@@ -195,6 +195,9 @@ struct FabricImpl final : FabricCore {
   static std::string canonical_provider(const std::string &name_or_alias);
   static void preload(const DeviceConfig &config);
   static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds min_age);
+  // Opening a queue pair is cheap: Fabric::prepare has nothing to do.
+  bool prepare(const ConnectionOptions &) noexcept { return false; }
+  Fabric::PreparedEndpoints prepared() const noexcept { return {}; }
 };
 
 struct MemoryRegionImpl final {

@@ -31,6 +31,20 @@ rdmalib::Listener executor::impl::open_listener(rdmalib::Fabric &f, const device
   }
 }
 
+rdmalib::ConnectionOptions executor::impl::manager_link_options() {
+  rdmalib::ConnectionOptions o;
+  o.recv_depth = kManagerRecvs;
+  o.send_depth = 4;
+  return o;
+}
+
+rdmalib::ConnectionOptions executor::impl::worker_link_options() const {
+  rdmalib::ConnectionOptions o;
+  o.send_depth = nslots + kExtraRecvs;
+  o.recv_depth = nrecv;
+  return o;
+}
+
 void executor::impl::fail_worker(phase ph, uint32_t index, proto::ChannelStatus s,
                                  const proto::WireResult &wire, const Worker &w) {
   std::string who = "worker " + std::to_string(index);
@@ -85,6 +99,9 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   input_slot = static_cast<uint32_t>(proto::kInvocationHeaderSize + round8(max_input));
   result_slot = static_cast<uint32_t>(proto::kResultHeaderSize + round8(max_output));
   nrecv = nslots + kExtraRecvs;
+  // The workers connect back once the manager answered; where opening an
+  // endpoint is slow (shm), one for their links opens meanwhile.
+  fabric.prepare(worker_link_options());
 
   // Clean up whatever exists if any step below throws.
   struct Guard {
@@ -122,9 +139,7 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   std::memcpy(hello.token.bytes, o.token.data(), proto::kTokenSize);
   uint8_t hello_bytes[sizeof(proto::ClientHello)];
   proto::encode(hello, hello_bytes, sizeof hello_bytes);
-  rdmalib::ConnectionOptions mopts;
-  mopts.recv_depth = kManagerRecvs;
-  mopts.send_depth = 4;
+  rdmalib::ConnectionOptions mopts = manager_link_options();
   // A refusal can be transient (see ConnectionOptions::refused_retries); a
   // manager that is really absent still fails within ~150 ms.
   mopts.refused_retries = 3;
@@ -275,9 +290,7 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
 
 void executor::impl::accept_workers(Clock::time_point deadline) {
   uint32_t connected = 0;
-  rdmalib::ConnectionOptions opts;
-  opts.send_depth = nslots + kExtraRecvs;
-  opts.recv_depth = nrecv;
+  const rdmalib::ConnectionOptions opts = worker_link_options();
   while (connected < nworkers) {
     int left = ms_left(deadline);
     rdmalib::ConnectionRequest request;

@@ -143,11 +143,19 @@ struct executor::impl {
 
   impl(const device &dev, const timeouts &t)
       : deadlines(t), fabric(open_fabric(dev)), caps(fabric.capabilities()),
-        listener(open_listener(fabric, dev)) {}
+        listener(open_listener(fabric, dev)) {
+    // Where opening an endpoint is slow (shm), the link to a manager finds
+    // one opened ahead (rdmalib::Fabric::prepare; nothing elsewhere).
+    fabric.prepare(manager_link_options());
+  }
 
   static rdmalib::Fabric open_fabric(const device &dev);
 
   static rdmalib::Listener open_listener(rdmalib::Fabric &f, const device &dev);
+  /// The depths of the link to the manager, and of this allocation's links
+  /// to its workers (after allocate() sized the slots).
+  static rdmalib::ConnectionOptions manager_link_options();
+  rdmalib::ConnectionOptions worker_link_options() const;
 
   timeouts deadlines;
   rdmalib::Fabric fabric;

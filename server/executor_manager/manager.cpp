@@ -35,6 +35,23 @@ constexpr uint64_t kClientRecvs = 2;
 constexpr uint32_t kClientSends = 4;
 constexpr uint64_t kExecutorRecvs = 8;
 
+// The two kinds of link the manager accepts.
+rdmalib::ConnectionOptions client_link_options() {
+  rdmalib::ConnectionOptions opts;
+  opts.recv_depth = kClientRecvs + 2;
+  // The manager sends one answer per request: a small send queue keeps an
+  // idle connection cheap (queues are sized by these depths).
+  opts.send_depth = kClientSends;
+  return opts;
+}
+
+rdmalib::ConnectionOptions executor_link_options() {
+  rdmalib::ConnectionOptions opts;
+  opts.recv_depth = kExecutorRecvs + 2;
+  opts.check_peer_before_poll = true;
+  return opts;
+}
+
 void random_bytes(void *out, size_t n) {
   auto *p = static_cast<uint8_t *>(out);
   while (n > 0) {
@@ -171,6 +188,11 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
   start_zygote();
+  // Where opening an endpoint is slow (shm), each kind of link finds one
+  // opened ahead, off the clients' cold start; elsewhere this does nothing.
+  // After the zygote started: its fork must not copy a half-opened endpoint.
+  fabric_.prepare(client_link_options());
+  fabric_.prepare(executor_link_options());
 }
 
 Manager::~Manager() {
@@ -488,11 +510,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     auto c = std::make_unique<Client>();
     c->lease_id = hello.lease_id;
     c->token = hello.token;
-    rdmalib::ConnectionOptions opts;
-    opts.recv_depth = kClientRecvs + 2;
-    // The manager sends one answer per request: a small send queue keeps an
-    // idle connection cheap (queues are sized by these depths).
-    opts.send_depth = kClientSends;
+    rdmalib::ConnectionOptions opts = client_link_options();
     // Nothing is sent before the client's request: the answer may leave
     // later (tcp;ofi_rxm connects back first, about a second), posted again
     // by the channel's polls without holding the loop, until the request
@@ -530,9 +548,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       return refuse(proto::ErrorCode::LeaseInvalid,
                     "an executor presented an unknown allocation or a wrong secret");
     Allocation &a = *it->second;
-    rdmalib::ConnectionOptions opts;
-    opts.recv_depth = kExecutorRecvs + 2;
-    opts.check_peer_before_poll = true;
+    rdmalib::ConnectionOptions opts = executor_link_options();
     // Our own child, which connects right after it started: its answer is
     // waited for (the advertisement follows it at once), within the
     // executor's own deadline (tcp;ofi_rxm takes up to a second).

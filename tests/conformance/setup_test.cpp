@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -221,6 +222,77 @@ TEST_P(Setup, EnvironmentMaskIsTheDefault) {
   EXPECT_FALSE(f->capabilities().remote_cq_data);
   EXPECT_FALSE(f->capabilities().wait_fd);
   EXPECT_TRUE(f->capabilities().write_consumes_receive);
+}
+
+/// Fabric::prepare: where opening an endpoint is slow (shm), each side's
+/// connections with the prepared depths take an endpoint opened ahead, which
+/// carries messages like any other, and the next is opened for the next
+/// connection; other depths open their own. Elsewhere prepare() does nothing.
+TEST_P(Setup, PreparedEndpointsCarryLinks) {
+  ConnectionOptions o;
+  o.recv_depth = 8;
+  o.send_depth = 8;
+  const bool server_prepares = server_fabric_->prepare(o);
+  ASSERT_EQ(client_fabric_->prepare(o), server_prepares);
+  if (!server_prepares) {
+    EXPECT_EQ(server_fabric_->prepared().waiting, 0u);
+    EXPECT_EQ(server_fabric_->prepared().taken, 0u);
+    return;
+  }
+  auto one_waits = [](Fabric &f) {
+    for (auto until = Clock::now() + kDeadline; Clock::now() < until;) {
+      if (f.prepared().waiting == 1)
+        return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  };
+  auto exchange = [](Link &k, Buffer<uint8_t> &s, Buffer<uint8_t> &c, int round) {
+    Event posted;
+    run_both(
+        [&] {
+          Operations ops = k.server.ops();
+          ASSERT_EQ(ops.post_recv(s.local_bytes(0, 64), 1), Status::Ok) << ops.last_error();
+          posted.post();
+          ASSERT_TRUE(expect_completion(ops, Queue::Recv, OpKind::Recv, 1, "server receive"));
+          EXPECT_EQ(pattern_mismatch(s.data(), 64, 300 + round), -1);
+          fill_pattern(s.data() + 64, 64, 400 + round);
+          ASSERT_EQ(ops.send(s.local_bytes(64, 64), 2), Status::Ok) << ops.last_error();
+          ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Send, 2, "server reply"));
+        },
+        [&] {
+          Operations ops = k.client.ops();
+          ASSERT_EQ(ops.post_recv(c.local_bytes(64, 64), 3), Status::Ok) << ops.last_error();
+          fill_pattern(c.data(), 64, 300 + round);
+          ASSERT_TRUE(posted.wait()) << "the server posted no receive";
+          ASSERT_EQ(ops.send(c.local_bytes(0, 64), 4), Status::Ok) << ops.last_error();
+          ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Send, 4, "client send"));
+          ASSERT_TRUE(expect_completion(ops, Queue::Recv, OpKind::Recv, 3, "client receive"));
+          EXPECT_EQ(pattern_mismatch(c.data() + 64, 64, 400 + round), -1);
+        });
+  };
+  Buffer<uint8_t> s(*server_fabric_, 128), c(*client_fabric_, 128);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(one_waits(*server_fabric_)) << "no endpoint opened ahead on the server side";
+    ASSERT_TRUE(one_waits(*client_fabric_)) << "no endpoint opened ahead on the client side";
+    Link k = make_link(*server_fabric_, *client_fabric_, o);
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(server_fabric_->prepared().taken, uint64_t(round + 1));
+    EXPECT_EQ(client_fabric_->prepared().taken, uint64_t(round + 1));
+    attach_if_needed(k.server, s.region());
+    attach_if_needed(k.client, c.region());
+    exchange(k, s, c, round);
+  }
+  ConnectionOptions other;
+  other.recv_depth = 4;
+  other.send_depth = 4;
+  Link k = make_link(*server_fabric_, *client_fabric_, other);
+  ASSERT_FALSE(HasFailure());
+  attach_if_needed(k.server, s.region());
+  attach_if_needed(k.client, c.region());
+  exchange(k, s, c, 2);
+  EXPECT_EQ(server_fabric_->prepared().taken, 2u) << "depths nobody prepared took an endpoint";
+  EXPECT_EQ(client_fabric_->prepared().taken, 2u);
 }
 
 TEST_P(Setup, ListenerFdSignalsPendingRequest) {

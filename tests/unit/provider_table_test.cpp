@@ -23,7 +23,7 @@ bool any(const Quirks &q) {
          q.cm_data_header_byte || q.in_process_peer_must_be_alive ||
          q.dead_peer_can_hang_progress || q.truncation_hangs_receiver ||
          q.connreq_names_vanished_peer || q.send_to_absent_name_never_completes ||
-         q.contexts_survive_fork;
+         q.contexts_survive_fork || q.endpoint_open_is_slow;
 }
 
 TEST(ProviderTable, VersionRanges) {
@@ -47,6 +47,7 @@ TEST(ProviderTable, QuirksResolveByProviderAndRelease) {
   EXPECT_TRUE(shm.dead_peer_can_hang_progress);
   EXPECT_TRUE(shm.connreq_names_vanished_peer);
   EXPECT_TRUE(shm.send_to_absent_name_never_completes);
+  EXPECT_TRUE(shm.endpoint_open_is_slow);
   EXPECT_FALSE(shm.prefers_blocking_wait);
   EXPECT_FALSE(shm.atomic_operands_by_value);
 

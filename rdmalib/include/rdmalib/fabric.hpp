@@ -16,6 +16,8 @@
 
 namespace rdmalib {
 
+struct ConnectionOptions;
+
 namespace detail {
 struct FabricImpl;
 struct Internals;
@@ -63,6 +65,27 @@ public:
   /// "backend=libfabric 1.17.0 provider=tcp domain=lo endpoint=connected ...":
   /// the start-up log line.
   std::string describe() const;
+
+  /// Keep an endpoint for connections with `options` (their send and
+  /// receive depths; defaults applied as connect() applies them) opened ahead
+  /// of need by a background thread, and open the next each time a connect()
+  /// or accept() with the same depths takes it. Only where opening an
+  /// endpoint is slow enough to dominate setting up a link (shm: a 16 MiB
+  /// shared-memory region per endpoint, milliseconds to fill); elsewhere, and
+  /// where links share one endpoint, it does nothing and returns false, so
+  /// callers need not know the provider. Call it once per kind of connection
+  /// a process makes or accepts repeatedly. Costs one idle endpoint per kind,
+  /// at most four kinds (false beyond); they close with the Fabric.
+  /// Thread-safe.
+  bool prepare(const ConnectionOptions &options);
+  /// What prepare() did so far.
+  struct PreparedEndpoints {
+    /// Endpoints opened ahead that wait for a connection.
+    size_t waiting = 0;
+    /// Connections (connect or accept) that took one.
+    uint64_t taken = 0;
+  };
+  PreparedEndpoints prepared() const;
 
   /// "libfabric" or "verbs": the backend chosen at build time.
   static const char *backend_name() noexcept;

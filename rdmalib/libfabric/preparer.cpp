@@ -1,0 +1,138 @@
+// Fabric::prepare on the libfabric backend: per-connection endpoints opened
+// ahead of need where opening one is slow (Quirks::endpoint_open_is_slow).
+#include "backend.hpp"
+#include "common/logging.hpp"
+
+namespace rdmalib::lf {
+
+Preparer::~Preparer() {
+  {
+    std::lock_guard<std::mutex> g(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+  kinds_.clear();
+}
+
+bool Preparer::want(uint32_t recv_depth, uint32_t send_depth) {
+  std::lock_guard<std::mutex> g(m_);
+  for (const Kind &k : kinds_)
+    if (k.recv_depth == recv_depth && k.send_depth == send_depth)
+      return true;
+  if (kinds_.size() >= kMaxKinds)
+    return false;
+  kinds_.push_back(Kind{recv_depth, send_depth, nullptr, false});
+  if (!thread_.joinable())
+    thread_ = std::thread([this] { run(); });
+  cv_.notify_all();
+  return true;
+}
+
+std::unique_ptr<detail::ConnectionImpl> Preparer::take(uint32_t recv_depth, uint32_t send_depth) {
+  std::lock_guard<std::mutex> g(m_);
+  for (Kind &k : kinds_)
+    if (k.recv_depth == recv_depth && k.send_depth == send_depth && k.ready) {
+      ++taken_;
+      cv_.notify_all();
+      return std::move(k.ready);
+    }
+  return nullptr;
+}
+
+Fabric::PreparedEndpoints Preparer::counts() const {
+  std::lock_guard<std::mutex> g(m_);
+  Fabric::PreparedEndpoints c;
+  for (const Kind &k : kinds_)
+    c.waiting += k.ready != nullptr;
+  c.taken = taken_;
+  return c;
+}
+
+void Preparer::run() {
+  std::unique_lock<std::mutex> g(m_);
+  for (;;) {
+    uint32_t recv_depth = 0, send_depth = 0;
+    cv_.wait(g, [&] {
+      if (stop_)
+        return true;
+      for (const Kind &k : kinds_)
+        if (!k.ready && !k.failed) {
+          recv_depth = k.recv_depth;
+          send_depth = k.send_depth;
+          return true;
+        }
+      return false;
+    });
+    if (stop_)
+      return;
+    g.unlock();
+    // Opened outside the lock: this is the slow part, and a connect that
+    // finds nothing waiting must not wait for it.
+    std::unique_ptr<detail::ConnectionImpl> c;
+    std::string error;
+    try {
+      c = std::make_unique<detail::ConnectionImpl>(f_);
+      c->options.recv_depth = recv_depth;
+      c->options.send_depth = send_depth;
+      c->open_queues(false);
+      InfoPtr info = f_.endpoint_info(nullptr);
+      c->create_endpoint(info.get());
+    } catch (const std::exception &e) {
+      c.reset();
+      error = e.what();
+    }
+    g.lock();
+    for (Kind &k : kinds_)
+      if (k.recv_depth == recv_depth && k.send_depth == send_depth) {
+        if (c)
+          k.ready = std::move(c);
+        else
+          k.failed = true;
+      }
+    if (!error.empty())
+      rdmalib::logger().warn("rdmalib: cannot open an endpoint ahead of need on {} ({}); "
+                             "connections with {} receives and {} sends open their own",
+                             f_.provider, error, recv_depth, send_depth);
+  }
+}
+
+} // namespace rdmalib::lf
+
+namespace rdmalib::detail {
+
+bool FabricImpl::prepare(const ConnectionOptions &options) {
+  if (!preparer)
+    return false;
+  return preparer->want(options.recv_depth, options.send_depth);
+}
+
+Fabric::PreparedEndpoints FabricImpl::prepared() const {
+  return preparer ? preparer->counts() : Fabric::PreparedEndpoints{};
+}
+
+bool ConnectionImpl::adopt_prepared() {
+  if (!fab->preparer)
+    return false;
+  std::unique_ptr<ConnectionImpl> p = fab->preparer->take(options.recv_depth, options.send_depth);
+  if (!p)
+    return false;
+  slots = std::move(p->slots);
+  tx_slots = p->tx_slots;
+  tx_free = p->tx_free;
+  rx_free = p->rx_free;
+  pending = std::move(p->pending);
+  waitset = std::move(p->waitset);
+  eq = std::move(p->eq);
+  txcq = std::move(p->txcq);
+  rxcq = std::move(p->rxcq);
+  av = std::move(p->av);
+  ctl_mem = std::move(p->ctl_mem);
+  ctl_mr = std::move(p->ctl_mr);
+  ep = std::move(p->ep);
+  local_name.swap(p->local_name);
+  return true;
+}
+
+} // namespace rdmalib::detail
