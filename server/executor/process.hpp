@@ -114,6 +114,10 @@ private:
 
   /// Worker 0: wait for the CodeHeader, RDMA-read the library, check, load.
   void fetch_library();
+  /// After a refusal: wait (at most `most`, or until the executor stops) for
+  /// the client to close the link, so that the Ready that says why reaches it
+  /// before this process is gone.
+  void await_client_close(std::chrono::milliseconds most);
 
   /// The hot path: no allocation, no logging, no exception per invocation.
   void serve();

@@ -148,10 +148,27 @@ void Worker::setup_and_serve() {
   send_control(ready);
   if (status != proto::ErrorCode::Ok) {
     s_.setup_failed.store(true);
+    await_client_close(milliseconds(std::min<int64_t>(s_.spec.connect_ms, 1000)));
     s_.end_all();
     return;
   }
   serve();
+}
+
+void Worker::await_client_close(milliseconds most) {
+  // A client on shm stops reading a link once it sees the peer process gone
+  // (the peer may have died holding a lock of the provider's), so a Ready
+  // still unread when this process exits was lost: the client reported
+  // "worker 0 closed its connection" instead of why its library was refused.
+  // It closes the link once it has read the Ready.
+  const auto until = Clock::now() + most;
+  proto::Ready ignored;
+  while (!s_.stop.load() && Clock::now() < until) {
+    proto::ChannelStatus st = ctrl_.await(ignored, until);
+    if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown ||
+        st == proto::ChannelStatus::Timeout)
+      return;
+  }
 }
 
 void Worker::fetch_library() {
