@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -188,11 +189,11 @@ bool alive(pid_t pid) {
   return read_stat(pid, ppid, state) && state != 'Z' && state != 'X';
 }
 
-size_t resident_bytes() {
+size_t private_resident_bytes() {
   std::ifstream f("/proc/self/statm");
-  size_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t size = 0, resident = 0, shared = 0;
+  f >> size >> resident >> shared;
+  return (resident - std::min(resident, shared)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
 size_t heap_in_use_bytes() {

@@ -50,8 +50,10 @@ std::vector<pid_t> children_of(pid_t pid);
 std::vector<pid_t> descendants_of(pid_t pid);
 /// True while /proc/<pid> exists and the process is not a zombie.
 bool alive(pid_t pid);
-/// Resident set size of this process, bytes.
-size_t resident_bytes();
+/// Resident memory of this process that is its own, bytes (statm's resident
+/// minus shared pages): a provider's shared-memory regions and mapped files
+/// are left out.
+size_t private_resident_bytes();
 /// Bytes the C heap has handed out and not taken back (mallinfo2), so that a
 /// test can tell allocation from the first touch of memory allocated before
 /// (a provider's preposted receive buffers, used in turn, fault in pages long
