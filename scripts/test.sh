@@ -234,9 +234,10 @@ fi
 
 # ---- verbs backend in a soft-RoCE VM (scripts/run-verbs-tests.sh does the work)
 run_verbs() {
-  # Keep its builds under this run's build root, next to the others.
+  # Keep its verbs build under this run's build root, next to the others;
+  # libfabric's verbs providers run with the release build of the build phase.
   RFAAS_VERBS_BUILD_DIR=${RFAAS_VERBS_BUILD_DIR:-$build_root/verbs} \
-    RFAAS_VERBS_LF_BUILD_DIR=${RFAAS_VERBS_LF_BUILD_DIR:-$build_root/verbs-libfabric} \
+    RFAAS_VERBS_LF_BUILD_DIR=${RFAAS_VERBS_LF_BUILD_DIR:-$build_root/release} \
     RFAAS_VERBS_JOBS=${RFAAS_VERBS_JOBS:-$jobs} \
     bash scripts/run-verbs-tests.sh
 }

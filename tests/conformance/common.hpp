@@ -64,7 +64,8 @@ struct Param {
   MaskConfig mask;
 };
 
-/// The configured provider list (generated from the CMake cache).
+/// The configured provider list: the environment variable
+/// RFAAS_TEST_PROVIDERS (comma-separated) when set, else the CMake cache list.
 const std::vector<ProviderConfig> &provider_configs();
 /// Masks forcing each fallback: native, no_remote_cq_data, no_atomics, both,
 /// no_wait_fd, all_off.
