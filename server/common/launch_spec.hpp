@@ -19,6 +19,24 @@
 
 namespace rfaas::server {
 
+/// Process exit codes of an executor, reported by the zygote to the manager:
+/// the manager acts on them, so both sides take them from here.
+enum ExecutorExit : int {
+  /// The client shut down or disconnected.
+  ExitOk = 0,
+  /// Setup failed (fabric, connections, library).
+  ExitSetupFailed = 1,
+  /// A function crashed; the client got FunctionCrashed.
+  ExitFunctionCrashed = 3,
+  /// Ended by SIGTERM (the manager ended the allocation).
+  ExitTerminated = 4,
+  /// The client stopped answering without closing its links: a result or a
+  /// liveness probe could not reach it. On fabrics that report no dead peer
+  /// (tcp;ofi_rxm, efa) this is how the manager learns that the client is
+  /// gone, so it drops the client's link too.
+  ExitClientLost = 5,
+};
+
 class SpecError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;

@@ -147,6 +147,8 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
     }
     if (g_terminate)
       return ExitTerminated;
+    if (shared.client_lost.load())
+      return ExitClientLost;
     return shared.setup_failed.load() ? ExitSetupFailed : ExitOk;
   } catch (const std::exception &e) {
     spdlog::error("executor {:x}: {}", spec.allocation_id, e.what());

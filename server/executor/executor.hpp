@@ -22,20 +22,15 @@
 // name would make every unqualified use of either ambiguous to a reader.
 namespace rfaas::executor_process {
 
-/// Process exit codes of an executor, reported by the zygote to the manager.
-enum ExitCode : int {
-  /// The client shut down or disconnected.
-  ExitOk = 0,
-  /// Setup failed (fabric, connections, library).
-  ExitSetupFailed = 1,
-  /// A function crashed; the client got FunctionCrashed.
-  ExitFunctionCrashed = 3,
-  /// Ended by SIGTERM (the manager ended the allocation).
-  ExitTerminated = 4,
-};
+using server::ExecutorExit;
+using server::ExitClientLost;
+using server::ExitFunctionCrashed;
+using server::ExitOk;
+using server::ExitSetupFailed;
+using server::ExitTerminated;
 
 /// Apply the memory limit, open the fabric, serve the allocation, report
-/// accounting, and return an ExitCode. Never throws: every failure is logged.
+/// accounting, and return a server::ExecutorExit code. Never throws: every failure is logged.
 int run_executor(const server::LaunchSpec &spec) noexcept;
 
 } // namespace rfaas::executor_process

@@ -64,6 +64,8 @@ struct Shared {
   std::atomic<bool> stop{false};
   std::atomic<bool> setup_failed{false};
   std::atomic<int> crash_signal{0};
+  /// A worker found the client unreachable (ExitClientLost).
+  std::atomic<bool> client_lost{false};
   std::unique_ptr<WorkerCounters[]> counters;
 
   Shared(const server::LaunchSpec &s, rdmalib::Fabric &f) : spec(s), fabric(f) {}
@@ -128,6 +130,9 @@ private:
   /// unreachable: the read cannot be posted, or is still pending after
   /// kProbeDeadline. A failed read completion is handled with the others.
   bool probe_client(Clock::time_point last_activity) noexcept;
+
+  /// The client cannot be reached (`why`): log it once and end serving.
+  void client_unreachable(const char *why) noexcept;
 
   /// Serve the invocation announced by `imm`; `done` is set to when the
   /// function's result was posted (left unchanged when no function ran).

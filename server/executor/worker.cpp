@@ -256,8 +256,12 @@ void Worker::serve() {
       for (size_t i = 0; i < m; ++i) {
         if (scomps[i].status != rdmalib::Status::Ok) {
           if ((scomps[i].context & kCtxKindMask) != kTargetCtx ||
-              !target_refused(static_cast<uint32_t>(scomps[i].context & 0xFFFFu)))
-            ending = true; // the client is gone
+              !target_refused(static_cast<uint32_t>(scomps[i].context & 0xFFFFu))) {
+            client_unreachable((scomps[i].context & kCtxKindMask) == kProbeCtx
+                                   ? "a liveness probe failed"
+                                   : "a transfer to it failed");
+            ending = true;
+          }
         } else if (scomps[i].context == kProbeCtx)
           probing_ = false;
       }
@@ -275,6 +279,8 @@ void Worker::serve() {
         continue;
       idle_spins_ = 0;
       if (probe_peer_ && !probe_client(idle_start)) {
+        client_unreachable(probing_ ? "a liveness probe got no answer in time"
+                                    : "a liveness probe could not be posted");
         ending = true;
         break;
       }
@@ -331,8 +337,10 @@ void Worker::serve() {
       pub.invocations.store(invocations, std::memory_order_relaxed);
       if (repost && !ctrl_.recycle(c))
         ending = true;
-      if (crashed < 0) // the result could not be posted: the client is gone
+      if (crashed < 0) { // the result could not be posted: the client is gone
+        client_unreachable("a result could not be posted");
         ending = true;
+      }
       if (crashed > 0) {
         end_after_crash(crashed);
         return;
@@ -357,6 +365,12 @@ void Worker::serve() {
       // The client may be gone already.
     }
   }
+}
+
+void Worker::client_unreachable(const char *why) noexcept {
+  if (!s_.client_lost.exchange(true))
+    spdlog::warn("executor {:x}: worker {}: the client is unreachable ({}); ending",
+                 s_.spec.allocation_id, index_, why);
 }
 
 bool Worker::probe_client(Clock::time_point last_activity) noexcept {

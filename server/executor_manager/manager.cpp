@@ -70,14 +70,16 @@ std::string describe_exit(long code) {
     return std::string("killed by signal ") + std::to_string(-code) + " (" +
            strsignal(static_cast<int>(-code)) + ")";
   switch (code) {
-  case 0:
+  case server::ExitOk:
     return "exited normally";
-  case 1:
+  case server::ExitSetupFailed:
     return "exited: setup failed (see its log)";
-  case 3:
+  case server::ExitFunctionCrashed:
     return "exited after a function crashed";
-  case 4:
+  case server::ExitTerminated:
     return "exited on SIGTERM";
+  case server::ExitClientLost:
+    return "exited: its client was unreachable";
   default:
     return "exited with code " + std::to_string(code);
   }
@@ -893,9 +895,19 @@ void Manager::tick() {
     bool drained = !a.exec_connected || a.exec_done || now - a.exited_at > milliseconds(500);
     if (a.exited && drained) {
       finish(a);
-      for (auto &c : clients_)
-        if (c->allocation == a.id)
-          c->allocation = 0;
+      for (auto &c : clients_) {
+        if (c->allocation != a.id)
+          continue;
+        c->allocation = 0;
+        // Where the fabric reports no dead peer, the client's link to us
+        // would stay open for ever; its executor could not reach it, so it
+        // is gone (or cut off, and its allocation is over anyway).
+        if (a.exit_code == server::ExitClientLost && !c->closed) {
+          spdlog::warn("client {}: its executor could not reach it; dropping it", c->peer);
+          c->closed = true;
+          c->conn.close();
+        }
+      }
       it = allocations_.erase(it);
     } else {
       ++it;
