@@ -5,34 +5,12 @@
 
 namespace rfaas::server {
 
-std::string to_hex(const void *data, size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  const auto *p = static_cast<const uint8_t *>(data);
-  std::string s(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    s[2 * i] = digits[p[i] >> 4];
-    s[2 * i + 1] = digits[p[i] & 0xF];
-  }
-  return s;
-}
-
-std::vector<uint8_t> from_hex(const std::string &hex) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    return -1;
-  };
+std::vector<uint8_t> bytes_from_hex(const std::string &hex) {
   if (hex.size() % 2 != 0)
     throw SpecError("launch spec: hex field has an odd length");
   std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) {
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0)
-      throw SpecError("launch spec: hex field holds a non-hex character");
-    out[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  if (!from_hex(hex, out.data(), out.size()))
+    throw SpecError("launch spec: hex field holds a non-hex character");
   return out;
 }
 
@@ -88,7 +66,7 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
     } else if (key == "secret") {
       std::string h;
       ls >> h;
-      auto b = from_hex(h);
+      auto b = bytes_from_hex(h);
       if (b.size() != sizeof s.secret.bytes)
         throw SpecError("launch spec: secret: expected 16 bytes");
       std::copy(b.begin(), b.end(), s.secret.bytes);
@@ -101,7 +79,7 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
     } else if (key == "device") {
       std::string h;
       ls >> h;
-      auto b = from_hex(h);
+      auto b = bytes_from_hex(h);
       try {
         auto db = rdmalib::DeviceDatabase::parse(std::string(b.begin(), b.end()), "launch spec");
         if (db.devices().size() != 1)
@@ -121,7 +99,7 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
     } else if (key == "request") {
       std::string h;
       ls >> h;
-      s.request = from_hex(h);
+      s.request = bytes_from_hex(h);
     } else {
       throw SpecError("launch spec: unknown key \"" + key + "\"");
     }

@@ -15,6 +15,7 @@
 
 #include <rdmalib/device.hpp>
 
+#include "common/hex.hpp"
 #include "protocol/protocol.hpp"
 
 namespace rfaas::server {
@@ -67,8 +68,8 @@ struct LaunchSpec {
   static LaunchSpec parse(const std::string &text);
 };
 
-/// Lowercase hex of `n` bytes, and back (SpecError on bad input).
-std::string to_hex(const void *data, size_t n);
-std::vector<uint8_t> from_hex(const std::string &hex);
+/// A hex field of any length (to_hex, common/hex.hpp, writes them); throws
+/// SpecError on an odd length or a non-hex character.
+std::vector<uint8_t> bytes_from_hex(const std::string &hex);
 
 } // namespace rfaas::server

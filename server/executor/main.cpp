@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     if (args.count("zygote")) {
       rdmalib::DeviceConfig dev;
       if (args.count("device")) {
-        auto bytes = rfaas::server::from_hex(args["device"].as<std::string>());
+        auto bytes = rfaas::server::bytes_from_hex(args["device"].as<std::string>());
         auto db =
             rdmalib::DeviceDatabase::parse(std::string(bytes.begin(), bytes.end()), "--device");
         if (!db.devices().empty())

@@ -115,38 +115,6 @@ NodeSecret read_secret_file(const std::string &path) {
   return secret;
 }
 
-std::string to_hex(const uint8_t *data, size_t size) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * size);
-  for (size_t i = 0; i < size; ++i) {
-    out += digits[data[i] >> 4];
-    out += digits[data[i] & 15];
-  }
-  return out;
-}
-
-bool from_hex(const std::string &text, uint8_t *out, size_t size) {
-  if (text.size() != 2 * size)
-    return false;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < size; ++i) {
-    int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
-    if (hi < 0 || lo < 0)
-      return false;
-    out[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
-  return true;
-}
-
 const char *reason_text(TokenVerdict v) {
   switch (v) {
   case TokenVerdict::Ok:

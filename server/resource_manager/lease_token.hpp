@@ -15,6 +15,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/hex.hpp"
+
 namespace rfaas::rm {
 
 /// Bytes of a token: the wire protocol's kTokenSize (ClientHello::token).
@@ -74,13 +76,13 @@ bool verify_registration(const RegistrationClaim &claim, const LeaseToken &proof
 /// Throws std::runtime_error naming the file and what is wrong.
 NodeSecret read_secret_file(const std::string &path);
 
-/// Lower-case hex of a token or secret, and back. from_hex returns false on a
-/// wrong length or a non-hex character.
-std::string to_hex(const uint8_t *data, size_t size);
+/// Lower-case hex of a token or secret, and back (common/hex.hpp). from_hex
+/// returns false on a wrong length or a non-hex character.
+using server::from_hex;
+using server::to_hex;
 template <size_t N> std::string to_hex(const std::array<uint8_t, N> &a) {
   return to_hex(a.data(), N);
 }
-bool from_hex(const std::string &text, uint8_t *out, size_t size);
 template <size_t N> bool from_hex(const std::string &text, std::array<uint8_t, N> &out) {
   return from_hex(text, out.data(), N);
 }

@@ -4,7 +4,7 @@
 
 #include "common/launch_spec.hpp"
 
-using rfaas::server::from_hex;
+using rfaas::server::bytes_from_hex;
 using rfaas::server::LaunchSpec;
 using rfaas::server::SpecError;
 using rfaas::server::to_hex;
@@ -81,7 +81,7 @@ TEST(LaunchSpec, RejectsRepeatedOrMissingKeys) {
 TEST(Hex, RoundTripAndErrors) {
   const uint8_t b[] = {0x00, 0x7f, 0x80, 0xff};
   EXPECT_EQ(to_hex(b, 4), "007f80ff");
-  EXPECT_EQ(from_hex("007f80ff"), std::vector<uint8_t>(b, b + 4));
-  EXPECT_THROW(from_hex("abc"), SpecError);
-  EXPECT_THROW(from_hex("zz"), SpecError);
+  EXPECT_EQ(bytes_from_hex("007f80ff"), std::vector<uint8_t>(b, b + 4));
+  EXPECT_THROW(bytes_from_hex("abc"), SpecError);
+  EXPECT_THROW(bytes_from_hex("zz"), SpecError);
 }
