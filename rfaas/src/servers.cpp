@@ -10,12 +10,13 @@
 namespace rfaas {
 
 std::string server::endpoint() const {
-  if (rdmalib::Address::opaque_text(address))
+  // rdmalib prints addresses (brackets around IPv6 literals, opaque names as
+  // they are); a malformed opaque name is printed as it was given.
+  try {
+    return rdmalib::Address::from_host_text(address, port).to_string();
+  } catch (const rdmalib::Error &) {
     return address;
-  // IPv6 literals need brackets to be followed by a port.
-  if (address.find(':') != std::string::npos)
-    return "[" + address + "]:" + std::to_string(port);
-  return address + ":" + std::to_string(port);
+  }
 }
 
 server server::parse(const std::string &text) {
