@@ -122,7 +122,7 @@ else
   fi
   if "${configure[@]}" >/dev/null &&
     cmake --build "$lf_dir" -j "$jobs" --target rdmalib_conformance rdmalib_conformance_peer \
-      verbs_smoke; then
+      verbs_smoke rxm_close_repro; then
     lf_arg=$lf_dir
     note "libfabric build done in $(elapsed "$t") s"
   else

@@ -199,7 +199,10 @@ void fill_capabilities(detail::FabricImpl &f) {
   f.addr_format = i->addr_format;
   f.opaque_names = f.config.ip_address.empty();
 
-  c.remote_cq_data = i->domain_attr->cq_data_size >= 4;
+  // Quirks::srq_write_imm_reported_as_recv: a write-with-immediate that
+  // lands on RxM's shared receive context is reported as a message.
+  c.remote_cq_data = i->domain_attr->cq_data_size >= 4 &&
+                     !(f.quirks.srq_write_imm_reported_as_recv && rxm_shared_receive_context());
   c.provider_keys = !f.app_keys;
   c.virtual_addressing = f.virt_addr;
   c.local_registration = f.mr_local;

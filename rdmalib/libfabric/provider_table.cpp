@@ -3,10 +3,12 @@
 #include "provider_table.hpp"
 #include <cerrno>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <rdma/fabric.h>
+#include <string>
 
 namespace rdmalib::lf {
 
@@ -36,6 +38,21 @@ const EnvDefault kRxmMsgRxSize{
     "RxM preposts 4096 receives of 16 KiB per endpoint: ~84 MiB of RSS and ~0.55 s per link on "
     "tcp;ofi_rxm 1.17; with 128, ~34 MiB and ~66 ms (benchmarks/run-links.sh)"};
 
+// RxM's connection close (rxm_close_conn) frees the connection's verbs
+// endpoint and only then reads the completion queue the endpoint used: a
+// message from the peer still queued there is handed a fresh receive buffer
+// posted on the freed endpoint. rxe, unlike hardware providers, keeps a
+// destroyed queue pair's completions, so the peer's last messages (a
+// goodbye racing the close) are there. With a shared receive context RxM
+// posts its buffers on it, and it outlives the connections. Every release
+// up to 2.6 closes in that order (upstream 697688386 flushes first, after
+// 2.6); tcp;ofi_rxm uses the shared context already.
+const EnvDefault kRxmUseSrx{
+    "FI_OFI_RXM_USE_SRX", "1", releases(1, 9, 2, 6),
+    "verbs;ofi_rxm 1.17 on rxe: SIGSEGV in rxm_post_recv under fi_close of an endpoint whose "
+    "peer's messages were unread (tests/softroce/rxm_close_repro.c crashes in its first round; "
+    "with 1, none in 10)"};
+
 QuirkColumns verbs_quirks() {
   QuirkColumns q;
   q.atomic_operands_by_value = kFromOldest;
@@ -47,6 +64,7 @@ QuirkColumns verbs_quirks() {
 QuirkColumns verbs_rxm_quirks() {
   QuirkColumns q;
   q.contexts_survive_fork = kFromOldest;
+  q.srq_write_imm_reported_as_recv = kFromOldest;
   return q;
 }
 
@@ -108,7 +126,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "verbs under the RxM utility layer",
        verbs_rxm_quirks(),
-       {kRxmCmProgress, kRxmMsgRxSize}},
+       {kRxmCmProgress, kRxmMsgRxSize, kRxmUseSrx}},
       {"tcp",
        {"tcp-msg"},
        EndpointType::Connected,
@@ -192,6 +210,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.links_share_endpoint = c.links_share_endpoint.contains(version);
   q.link_queues_share_wait_set = c.link_queues_share_wait_set.contains(version);
   q.endpoint_open_is_slow = c.endpoint_open_is_slow.contains(version);
+  q.srq_write_imm_reported_as_recv = c.srq_write_imm_reported_as_recv.contains(version);
   return q;
 }
 
@@ -201,6 +220,17 @@ void apply_env_defaults() {
     for (const EnvDefault &e : p.env)
       if (e.versions.contains(version))
         setenv(e.name, e.value, /*overwrite=*/0);
+}
+
+bool rxm_shared_receive_context() {
+  // libfabric's boolean parameters: 1/0, yes/no, true/false, on/off.
+  const char *v = std::getenv("FI_OFI_RXM_USE_SRX");
+  if (!v)
+    return false;
+  std::string s(v);
+  for (char &ch : s)
+    ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s == "1" || s == "yes" || s == "true" || s == "on";
 }
 
 std::string named_endpoint(const std::string &host, unsigned port) {

@@ -120,6 +120,14 @@ struct QuirkColumns {
   /// Fabric::prepare keeps connection endpoints opened ahead of need on a
   /// background thread.
   Versions endpoint_open_is_slow;
+  /// Every completion of a shared receive queue is reported as a receive
+  /// (verbs 1.17 to 2.6 and later: vrb_poll_cq sets IBV_WC_RECV over
+  /// IBV_WC_RECV_RDMA_WITH_IMM for VRB_OP_SRQ), so a write-with-immediate
+  /// that consumed one reaches RxM as a message and the application as an
+  /// empty receive. Where RxM receives on a shared context
+  /// (rxm_shared_receive_context(): rdmalib sets FI_OFI_RXM_USE_SRX for
+  /// verbs;ofi_rxm), remote CQ data is not used and write_imm is emulated.
+  Versions srq_write_imm_reported_as_recv;
 };
 
 /// A provider variable rdmalib sets (unless the operator did) before any
@@ -149,6 +157,7 @@ struct Quirks {
   bool links_share_endpoint = false;
   bool link_queues_share_wait_set = false;
   bool endpoint_open_is_slow = false;
+  bool srq_write_imm_reported_as_recv = false;
 };
 
 struct ProviderPolicy {
@@ -189,6 +198,11 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept;
 /// running release, unless already set. Must run before the first
 /// fi_getinfo: providers read them when they load.
 void apply_env_defaults();
+
+/// True when RxM receives on a shared receive context: FI_OFI_RXM_USE_SRX
+/// holds a true value (apply_env_defaults sets it for verbs;ofi_rxm).
+/// Quirks::srq_write_imm_reported_as_recv applies only then.
+bool rxm_shared_receive_context();
 
 /// The name rdmalib gives an endpoint on providers that address endpoints by
 /// name (FI_ADDR_STR, shm): "rdmalib-<host>-<port>". shm 1.17 appends

@@ -156,8 +156,8 @@ else
 fi
 
 # ---- the libfabric backend with libfabric's verbs provider ----------------------------
-# The whole conformance suite on "verbs" (MSG), required, and on
-# "verbs;ofi_rxm" (RDM), reported but not required (see below). verbs_smoke
+# The whole conformance suite on "verbs" (MSG) and on "verbs;ofi_rxm" (RDM),
+# both required. verbs_smoke
 # on libfabric's verbs stays a known failure (a graceful close is not reported
 # to the peer, and its all-off pass needs offset registration, which the
 # provider lacks; tests/softroce/README.md); RFAAS_VERBS_LF_STRICT=1 runs and
@@ -180,10 +180,10 @@ if [ -n "$lf" ]; then
       "$lfconf" --gtest_brief=1 "--gtest_filter=*verbs_msg*:Errors.*"
     # rxm sizes its MSG completion queues as rx_size x FI_UNIVERSE_SIZE (256 by
     # default), beyond rxe's max_cqe of 32767: "Unable to create verbs CQ".
-    # Not required: verbs;ofi_rxm on rxe passes some runs and crashes others
-    # inside libfabric (heap corruption, SIGSEGV under fi_cq_read;
-    # docs/BACKEND-BUGS.md), so it runs and reports KNOWN-FAIL when it fails.
-    step libfabric-verbs-rxm-rxe0 0 env FI_UNIVERSE_SIZE=32 RFAAS_TEST_PROVIDERS="$lfproviders" \
+    # RxM's use-after-free when a connection closes with the peer's messages
+    # unread (docs/BACKEND-BUGS.md) is avoided by rdmalib's
+    # FI_OFI_RXM_USE_SRX=1 (tests/softroce/rxm_close_repro.c shows it).
+    step libfabric-verbs-rxm-rxe0 1 env FI_UNIVERSE_SIZE=32 RFAAS_TEST_PROVIDERS="$lfproviders" \
       RFAAS_TEST_SERVER_IP="$ip0" \
       RFAAS_TEST_CLIENT_IP="$ip0" "$lfconf" --gtest_brief=1 "--gtest_filter=*verbs_ofi_rxm*"
   fi

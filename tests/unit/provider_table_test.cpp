@@ -3,6 +3,7 @@
 // releases they were measured on.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <set>
 #include <string>
 
@@ -23,7 +24,7 @@ bool any(const Quirks &q) {
          q.cm_data_header_byte || q.in_process_peer_must_be_alive ||
          q.dead_peer_can_hang_progress || q.truncation_hangs_receiver ||
          q.connreq_names_vanished_peer || q.send_to_absent_name_never_completes ||
-         q.contexts_survive_fork || q.endpoint_open_is_slow;
+         q.contexts_survive_fork || q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
 }
 
 TEST(ProviderTable, VersionRanges) {
@@ -58,6 +59,8 @@ TEST(ProviderTable, QuirksResolveByProviderAndRelease) {
   EXPECT_FALSE(verbs.truncation_hangs_receiver);
   EXPECT_TRUE(resolve_quirks(row("verbs;ofi_rxm"), v117).contexts_survive_fork);
   EXPECT_FALSE(resolve_quirks(row("verbs;ofi_rxm"), v117).atomic_operands_by_value);
+  EXPECT_TRUE(resolve_quirks(row("verbs;ofi_rxm"), v117).srq_write_imm_reported_as_recv);
+  EXPECT_FALSE(resolve_quirks(row("tcp;ofi_rxm"), v117).srq_write_imm_reported_as_recv);
 
   EXPECT_TRUE(resolve_quirks(row("sockets"), v117).prefers_blocking_wait);
   EXPECT_FALSE(any(resolve_quirks(row("tcp"), v117)));
@@ -84,6 +87,23 @@ TEST(ProviderTable, NamesAndAliasesAreUnique) {
   }
   EXPECT_EQ(find_provider("no-such-provider"), nullptr);
   EXPECT_EQ(&row("rxm"), &row("tcp;ofi_rxm"));
+}
+
+TEST(ProviderTable, RxmSharedReceiveContextFollowsTheVariable) {
+  const char *was = std::getenv("FI_OFI_RXM_USE_SRX");
+  const std::string saved = was ? was : "";
+  for (const char *on : {"1", "yes", "TRUE", "On"}) {
+    setenv("FI_OFI_RXM_USE_SRX", on, 1);
+    EXPECT_TRUE(rxm_shared_receive_context()) << on;
+  }
+  for (const char *off : {"0", "no", "false", ""}) {
+    setenv("FI_OFI_RXM_USE_SRX", off, 1);
+    EXPECT_FALSE(rxm_shared_receive_context()) << off;
+  }
+  unsetenv("FI_OFI_RXM_USE_SRX");
+  EXPECT_FALSE(rxm_shared_receive_context());
+  if (was)
+    setenv("FI_OFI_RXM_USE_SRX", saved.c_str(), 1);
 }
 
 TEST(ProviderTable, EnvironmentDefaultsAreBoundedAndExplained) {
