@@ -311,6 +311,9 @@ struct FabricImpl final : FabricCore {
   /// Capabilities::shared_endpoint after the mask: links share `shared_rdm`.
   bool shared = false;
   lf::RecvOverflow overflow; // empty unless Quirks::truncation_hangs_receiver
+  /// Listeners get a doorbell (doorbell.hpp) and connecting endpoints ring
+  /// it: a node-local provider whose queues offer no wait fd.
+  bool doorbell() const noexcept { return rdm && !wait_fd_cq && policy && policy->node_local; }
 
   // ---- the front end's contract (frontend/contract.hpp)
   void open();
@@ -648,11 +651,15 @@ struct ListenerImpl final : ListenerCore {
   // Reliable datagrams: an endpoint that receives HELLO messages.
   std::unique_ptr<ConnectionImpl> hs;
   int wait_fd = -1;
+  // FabricImpl::doorbell(): the socket that connecting processes poke.
+  int bell = -1;
+
+  ~ListenerImpl();
 
   // ---- the front end's contract (frontend/contract.hpp)
   void listen(const Address &bind);
   RequestImpl *next(const Deadline &dl);
-  int fd() const noexcept { return wait_fd; }
+  int fd() const noexcept { return wait_fd >= 0 ? wait_fd : bell; }
 };
 
 } // namespace rdmalib::detail
