@@ -681,7 +681,9 @@ public:
 
   /// Keep one endpoint for these depths; false when kMaxKinds are kept.
   bool want(uint32_t recv_depth, uint32_t send_depth);
-  /// The waiting endpoint for these depths, or null.
+  /// The waiting endpoint for these depths, or null. When the thread is
+  /// opening one for these depths right now, waits for it: finishing that
+  /// costs less than opening a second one beside it.
   std::unique_ptr<detail::ConnectionImpl> take(uint32_t recv_depth, uint32_t send_depth);
   /// Endpoints that wait, and how many were taken.
   Fabric::PreparedEndpoints counts() const;
@@ -693,6 +695,8 @@ private:
     uint32_t recv_depth = 0, send_depth = 0;
     std::unique_ptr<detail::ConnectionImpl> ready;
     bool failed = false;
+    /// The thread is opening this kind's endpoint.
+    bool opening = false;
   };
   void run();
 
