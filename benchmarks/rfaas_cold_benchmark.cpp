@@ -3,7 +3,11 @@
 // answer, workers connected, code shipped, ready) plus the first invocation.
 // The network is opened once (executor construction: loading the provider is
 // the process's cost, not the allocation's); each repetition allocates,
-// invokes echo once, and deallocates.
+// invokes echo once, and deallocates. By default each allocation meets an
+// idle manager (--idle-ms after the previous deallocate: its executor has
+// exited and what the manager and librfaas open ahead is open again), which
+// is what a job's first allocation sees; --idle-ms 0 measures allocations
+// back to back instead.
 #include "rfaas_common.hpp"
 
 #include <chrono>
@@ -18,7 +22,9 @@ int main(int argc, char **argv) {
   // clang-format off
   cli.add_options()
     ("cores", "cores per allocation", rfaas::cli::value<uint32_t>()->default_value("1"))
-    ("r,repetitions", "allocations measured", rfaas::cli::value<size_t>()->default_value("20"));
+    ("r,repetitions", "allocations measured", rfaas::cli::value<size_t>()->default_value("20"))
+    ("idle-ms", "pause after each deallocate, not timed (0: back to back)",
+     rfaas::cli::value<uint32_t>()->default_value("200"));
   // clang-format on
   rfaas::cli::ParseResult args;
   int status = 0;
@@ -36,6 +42,7 @@ int main(int argc, char **argv) {
     o.max_input_size = 4096;
     o.max_output_size = 4096;
     const size_t reps = std::max<size_t>(1, args["repetitions"].as<size_t>());
+    const auto idle = std::chrono::milliseconds(args["idle-ms"].as<uint32_t>());
     const char *names[] = {"connect", "allocated", "workers", "code", "ready", "first_result"};
     std::vector<double> phase[6];
     std::vector<uint8_t> in(8, 1), out(8);
@@ -71,16 +78,20 @@ int main(int argc, char **argv) {
       phase[4].push_back(us(c.ready - c.code_shipped));
       phase[5].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       ex.deallocate();
+      std::this_thread::sleep_for(idle);
     }
     const std::string provider = dev.provider.empty() ? dev.name : dev.provider;
     rfaas::bench::Csv csv(args["csv"].as<std::string>());
-    std::printf("# rfaas_cold_benchmark device=%s provider=%s cores=%u repetitions=%zu\n",
-                dev.name.c_str(), provider.c_str(), o.cores, reps);
+    std::printf("# rfaas_cold_benchmark device=%s provider=%s cores=%u repetitions=%zu "
+                "idle_ms=%lld\n",
+                dev.name.c_str(), provider.c_str(), o.cores, reps,
+                static_cast<long long>(idle.count()));
     std::printf("%-14s %11s %11s %11s\n", "phase", "median_us", "p99_us", "min_us");
     bench_json::Value doc = rfaas::bench::document("rfaas_cold_benchmark", argc, argv, dev,
                                                    ex.describe_network(), args);
     doc["parameters"]["cores"] = o.cores;
     doc["parameters"]["repetitions"] = reps;
+    doc["parameters"]["idle_ms"] = static_cast<uint64_t>(idle.count());
     for (int k = 0; k < 6; ++k) {
       rfaas::bench::Stats s = rfaas::bench::stats(phase[k]);
       std::printf("%-14s %11.1f %11.1f %11.1f\n", names[k], s.median, s.p99, s.min);
