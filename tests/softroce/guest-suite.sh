@@ -182,7 +182,7 @@ if [ -n "$lf" ]; then
     # default), beyond rxe's max_cqe of 32767: "Unable to create verbs CQ".
     # RxM's use-after-free when a connection closes with the peer's messages
     # unread (docs/BACKEND-BUGS.md) is avoided by rdmalib's
-    # FI_OFI_RXM_USE_SRX=1 (tests/softroce/rxm_close_repro.c shows it).
+    # FI_OFI_RXM_USE_SRX=1 (rdmalib/libfabric/repro/rxm_close_repro.c shows it).
     step libfabric-verbs-rxm-rxe0 1 env FI_UNIVERSE_SIZE=32 RFAAS_TEST_PROVIDERS="$lfproviders" \
       RFAAS_TEST_SERVER_IP="$ip0" \
       RFAAS_TEST_CLIENT_IP="$ip0" "$lfconf" --gtest_brief=1 "--gtest_filter=*verbs_ofi_rxm*"
