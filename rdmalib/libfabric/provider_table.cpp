@@ -50,9 +50,8 @@ const EnvDefault kRxmMsgRxSize{
 const EnvDefault kRxmUseSrx{
     "FI_OFI_RXM_USE_SRX", "1", releases(1, 9, 2, 6),
     "verbs;ofi_rxm 1.17 on rxe: SIGSEGV in rxm_post_recv under fi_close of an endpoint whose "
-    "peer's messages were unread (rdmalib/libfabric/repro/rxm_close_repro.c crashes in its first "
-    "round; "
-    "with 1, none in 10)"};
+    "peer's messages were unread (rdmalib/libfabric/repro/rxm_close_repro.c crashes in its "
+    "first round; with 1, none in 10)"};
 
 QuirkColumns verbs_quirks() {
   QuirkColumns q;

@@ -30,7 +30,8 @@ using server::ExitSetupFailed;
 using server::ExitTerminated;
 
 /// Apply the memory limit, open the fabric, serve the allocation, report
-/// accounting, and return a server::ExecutorExit code. Never throws: every failure is logged.
+/// accounting, and return a server::ExecutorExit code. Never throws: every
+/// failure is logged.
 int run_executor(const server::LaunchSpec &spec) noexcept;
 
 } // namespace rfaas::executor_process
