@@ -437,8 +437,10 @@ void Manager::accept_requests() {
     try {
       // poll() said a request is pending (or the listener has no fd and this
       // is where the loop looks for requests): a short wait takes it, and a
-      // wake-up with nothing pending costs at most 5 ms.
-      req = listener_.next_request(milliseconds(5));
+      // wake-up with nothing pending costs at most 5 ms. After one request,
+      // only those already pending: a wait here would delay the answer to
+      // the peer just accepted (its first message is on its way).
+      req = listener_.next_request(milliseconds(i == 0 ? 5 : 0));
     } catch (const rdmalib::Error &e) {
       if (e.kind() != rdmalib::ErrorKind::Timeout)
         spdlog::warn("listener: {}", e.what());
