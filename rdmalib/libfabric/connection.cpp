@@ -521,11 +521,17 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
     if ((ret = fi_mr_bind(ctl_mr.get(), &ep->fid, 0)) || (ret = fi_mr_enable(ctl_mr.get())))
       lf::throw_fi("binding rdmalib's control buffers to the endpoint", ret);
   }
-  if (f.rdm && f.quirks.in_process_peer_must_be_alive) {
+  if (f.rdm && (f.quirks.in_process_peer_must_be_alive || f.quirks.region_padding_zero_filled)) {
     uint8_t name[lf::kMaxRawAddress];
     size_t len = sizeof name;
-    if (fi_getname(&ep->fid, name, &len) == 0 && len <= sizeof name) {
-      local_name.assign(reinterpret_cast<const char *>(name), len);
+    if (fi_getname(&ep->fid, name, &len) != 0 || len > sizeof name)
+      return;
+    std::string got(reinterpret_cast<const char *>(name), len);
+    // Now, before any peer maps the region: its padding is only ours.
+    if (f.quirks.region_padding_zero_filled)
+      lf::release_region_padding(got);
+    if (f.quirks.in_process_peer_must_be_alive) {
+      local_name = std::move(got);
       LocalEndpoints &r = local_endpoints();
       std::lock_guard<std::mutex> g(r.m);
       ++r.live[local_name];

@@ -1,14 +1,18 @@
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "provider_table.hpp"
 #include <cerrno>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <rdma/fabric.h>
 #include <string>
+#include <vector>
 
 namespace rdmalib::lf {
 
@@ -89,6 +93,7 @@ QuirkColumns shm_quirks() {
   q.connreq_names_vanished_peer = kFromOldest;
   q.send_to_absent_name_never_completes = kFromOldest;
   q.endpoint_open_is_slow = kFromOldest;
+  q.region_padding_zero_filled = releases(1, 12, 2, 4);
   return q;
 }
 
@@ -210,6 +215,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.links_share_endpoint = c.links_share_endpoint.contains(version);
   q.link_queues_share_wait_set = c.link_queues_share_wait_set.contains(version);
   q.endpoint_open_is_slow = c.endpoint_open_is_slow.contains(version);
+  q.region_padding_zero_filled = c.region_padding_zero_filled.contains(version);
   q.srq_write_imm_reported_as_recv = c.srq_write_imm_reported_as_recv.contains(version);
   return q;
 }
@@ -243,6 +249,62 @@ bool named_endpoint_absent(const std::string &name) {
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
     return false;
   return ::access(("/dev/shm/" + name).c_str(), F_OK) != 0 && errno == ENOENT;
+}
+
+void release_region_padding(const std::string &endpoint_name) noexcept {
+  try {
+    std::string name = endpoint_name;
+    size_t scheme = name.find("://");
+    if (scheme != std::string::npos)
+      name.erase(0, scheme + 3);
+    while (!name.empty() && name.back() == '\0')
+      name.pop_back();
+    if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos)
+      return;
+    int fd = ::open(("/dev/shm/" + name).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+      return;
+    struct stat st;
+    const off_t page = static_cast<off_t>(::sysconf(_SC_PAGESIZE));
+    if (::fstat(fd, &st) != 0 || st.st_size < 2 * page || (st.st_size & (st.st_size - 1)) != 0) {
+      ::close(fd);
+      return;
+    }
+    const off_t size = st.st_size;
+    // The used part is more than half the region, and the name ends it but
+    // for the socket name (108 bytes) behind its 256 bytes: the name starts
+    // in the upper half, less a page. Holes (the untouched message pools)
+    // are skipped; the name is the first occurrence because no peer, whose
+    // entries would hold names, has mapped the region yet.
+    off_t at = ::lseek(fd, (size / 2 - page) & ~(page - 1), SEEK_DATA);
+    const std::string needle = name + '\0';
+    std::vector<char> buf(64 * 1024 + needle.size());
+    off_t found = -1;
+    size_t carry = 0;
+    while (at >= 0 && at < size && found < 0) {
+      ssize_t n = ::pread(fd, buf.data() + carry, buf.size() - carry, at);
+      if (n <= 0)
+        break;
+      const size_t have = carry + static_cast<size_t>(n);
+      auto hit = std::search(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(have),
+                             needle.begin(), needle.end());
+      if (hit != buf.begin() + static_cast<std::ptrdiff_t>(have)) {
+        found = at - static_cast<off_t>(carry) + (hit - buf.begin());
+        break;
+      }
+      at += n;
+      carry = std::min(have, needle.size() - 1);
+      std::memmove(buf.data(), buf.data() + have - carry, carry);
+    }
+    if (found >= 0) {
+      // 512 bytes cover the name (256) and the socket name (108).
+      const off_t from = (found + 512 + page - 1) & ~(page - 1);
+      if (from < size)
+        (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, from, size - from);
+    }
+    ::close(fd);
+  } catch (...) {
+  }
 }
 
 bool shm_cross_memory_attach_likely() {

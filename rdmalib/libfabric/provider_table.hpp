@@ -113,13 +113,22 @@ struct QuirkColumns {
   /// sleeps on one queue moves what the other queue holds to its stash (the
   /// wait set wakes at once while any of its queues holds an entry).
   Versions link_queues_share_wait_set;
-  /// Not a fault but a measured cost: opening an endpoint creates and fills
-  /// a shared-memory region (shm 1.17: 16 MiB, about 1,000 pages touched in
-  /// fi_enable, ~4 ms on an idle core and 25-45 ms on a loaded 2-core host),
-  /// twice per link, which made a link cost 25-35 ms against tcp's 0.5 ms.
-  /// Fabric::prepare keeps connection endpoints opened ahead of need on a
-  /// background thread.
+  /// A measured cost: opening an endpoint creates a shared-memory region and
+  /// writes zeros over half of it (shm 1.17: 16 MiB, ~2,000 pages faulted in
+  /// fi_enable, see region_padding_zero_filled; ~4 ms on an idle core and
+  /// 25-45 ms on a loaded 2-core host), twice per link, which made a link
+  /// cost 25-35 ms against tcp's 0.5 ms. Fabric::prepare keeps connection
+  /// endpoints opened ahead of need on a background thread.
   Versions endpoint_open_is_slow;
+  /// The region behind an endpoint is its used size rounded up to a power of
+  /// two, and the endpoint's name, which ends the used part, is copied with
+  /// strncpy bounded by the rest of the region: strncpy pads with zeros, so
+  /// everything past the name is faulted in and stays resident (shm 1.12 to
+  /// 2.4; 1.17: ~8 MiB of a 16 MiB region, the whole of an idle link's
+  /// memory; 2.5 no longer rounds up). rdmalib punches that tail out of the
+  /// region's file after fi_enable (release_region_padding): the pages read
+  /// as zeros again if anything ever touches them.
+  Versions region_padding_zero_filled;
   /// Every completion of a shared receive queue is reported as a receive
   /// (verbs 1.17 to 2.6 and later: vrb_poll_cq sets IBV_WC_RECV over
   /// IBV_WC_RECV_RDMA_WITH_IMM for VRB_OP_SRQ), so a write-with-immediate
@@ -157,6 +166,7 @@ struct Quirks {
   bool links_share_endpoint = false;
   bool link_queues_share_wait_set = false;
   bool endpoint_open_is_slow = false;
+  bool region_padding_zero_filled = false;
   bool srq_write_imm_reported_as_recv = false;
 };
 
@@ -215,6 +225,14 @@ std::string named_endpoint(const std::string &host, unsigned port);
 /// endpoint named `name` (named_endpoint()'s, or an opaque FI_ADDR_STR
 /// address's text) is absent: nothing listens there over shm.
 bool named_endpoint_absent(const std::string &name);
+
+/// Quirks::region_padding_zero_filled: give back the zero-filled pages past
+/// the name of the region behind the endpoint named `endpoint_name` (what
+/// fi_getname reports, with or without its "fi_shm://" prefix), right after
+/// fi_enable, before any peer has mapped it. Does nothing when the region's
+/// file is absent, its size is not a power of two or the name is not found
+/// in its upper half. Never throws.
+void release_region_padding(const std::string &endpoint_name) noexcept;
 
 /// Whether shm will use cross-memory attach between processes of this user:
 /// off when FI_SHM_DISABLE_CMA is set, or when the Yama LSM restricts ptrace

@@ -3,10 +3,12 @@
 #include "common.hpp"
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <dirent.h>
 #include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace rdmalib;
 using namespace conformance;
@@ -501,22 +503,40 @@ size_t open_descriptors() {
   return n;
 }
 
-/// The most descriptors one idle link may hold on each side, by provider,
-/// where that was measured (libfabric 1.17): tcp, one socket and one wait set
-/// for both queues and the event queue (it was 12: a wait object per queue);
-/// tcp;ofi_rxm, none (links share the fabric's endpoint); shm, none (shared
-/// memory); sockets, 11 on MSG and 8 on RDM endpoints.
+/// Resident memory of this process in KiB, shared pages included (an shm
+/// region's pages count once they are touched through its mapping).
+double resident_kib() {
+  std::FILE *f = std::fopen("/proc/self/statm", "r");
+  if (!f)
+    return 0;
+  unsigned long size = 0, resident = 0;
+  int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1024
+                : 0;
+}
+
+/// The most descriptors and resident memory one idle link may hold on each
+/// side, by provider, where that was measured (libfabric 1.17): tcp, one
+/// socket and one wait set for both queues and the event queue (it was 12: a
+/// wait object per queue) and the provider's pool of transfer entries per
+/// queue (~0.5 MiB); tcp;ofi_rxm, nothing (links share the fabric's
+/// endpoint); shm, no descriptor and the touched part of a region (it was
+/// ~8 MiB before rdmalib released the zero-filled padding); sockets, 11
+/// descriptors on MSG and 8 on RDM endpoints.
 struct IdleLinkBound {
   const char *provider;
   double descriptors;
+  double resident_kib;
 };
 const IdleLinkBound kIdleLinkBounds[] = {
-    {"tcp", 5.0}, {"tcp;ofi_rxm", 0.5}, {"shm", 0.5}, {"sockets", 11.0}};
+    {"tcp", 5.0, 1024}, {"tcp;ofi_rxm", 0.5, 256}, {"shm", 0.5, 1024}, {"sockets", 11.0, 2048}};
 
 } // namespace
 
-/// What an idle link costs in file descriptors on each side, and that all of
-/// it comes back when the links are closed and destroyed.
+/// What an idle link costs in file descriptors and resident memory on each
+/// side, and that every descriptor comes back when the links are closed and
+/// destroyed.
 TEST_P(Peers, IdleLinksHoldFewDescriptorsAndReturnThem) {
   constexpr size_t kLinks = 8;
   Listener listener(*server_fabric_, Address{server_ip(), 0});
@@ -528,6 +548,7 @@ TEST_P(Peers, IdleLinksHoldFewDescriptorsAndReturnThem) {
              {&c_buf.region()});
   ASSERT_FALSE(HasFailure());
   const size_t before = open_descriptors();
+  const double rss_before = resident_kib();
   std::vector<Connection> server(kLinks), client(kLinks);
   open_links(*client_fabric_, listener, pattern_vector(32, 11), server, client, {&s_buf.region()},
              {&c_buf.region()});
@@ -542,6 +563,7 @@ TEST_P(Peers, IdleLinksHoldFewDescriptorsAndReturnThem) {
   }
   const size_t held = open_descriptors();
   const double per_side = (static_cast<double>(held) - static_cast<double>(before)) / (2 * kLinks);
+  const double kib_per_side = (resident_kib() - rss_before) / (2 * kLinks);
   for (size_t i = 0; i < kLinks; ++i) {
     client[i].close();
     server[i].close();
@@ -563,10 +585,12 @@ TEST_P(Peers, IdleLinksHoldFewDescriptorsAndReturnThem) {
     if (provider == b.provider) {
       EXPECT_LE(per_side, b.descriptors)
           << provider << ": " << per_side << " descriptors per idle link and side";
+      EXPECT_LE(kib_per_side, b.resident_kib)
+          << provider << ": " << kib_per_side << " KiB resident per idle link and side";
       return;
     }
-  GTEST_SKIP() << "no bound for " << provider << " (measured " << per_side
-               << " descriptors per idle link and side)";
+  GTEST_SKIP() << "no bound for " << provider << " (measured " << per_side << " descriptors and "
+               << kib_per_side << " KiB resident per idle link and side)";
 }
 
 /// Links of one fabric to one peer, each driven by its own thread that
