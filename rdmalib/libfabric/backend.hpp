@@ -311,6 +311,9 @@ struct FabricImpl final : FabricCore {
   /// Capabilities::shared_endpoint after the mask: links share `shared_rdm`.
   bool shared = false;
   lf::RecvOverflow overflow; // empty unless Quirks::truncation_hangs_receiver
+  /// Listeners get a doorbell (doorbell.hpp) and connecting endpoints ring
+  /// it: a node-local provider whose queues offer no wait fd.
+  bool doorbell() const noexcept { return rdm && !wait_fd_cq && policy && policy->node_local; }
 
   // ---- the front end's contract (frontend/contract.hpp)
   void open();
@@ -648,11 +651,15 @@ struct ListenerImpl final : ListenerCore {
   // Reliable datagrams: an endpoint that receives HELLO messages.
   std::unique_ptr<ConnectionImpl> hs;
   int wait_fd = -1;
+  // FabricImpl::doorbell(): the socket that connecting processes poke.
+  int bell = -1;
+
+  ~ListenerImpl();
 
   // ---- the front end's contract (frontend/contract.hpp)
   void listen(const Address &bind);
   RequestImpl *next(const Deadline &dl);
-  int fd() const noexcept { return wait_fd; }
+  int fd() const noexcept { return wait_fd >= 0 ? wait_fd : bell; }
 };
 
 } // namespace rdmalib::detail
@@ -674,7 +681,9 @@ public:
 
   /// Keep one endpoint for these depths; false when kMaxKinds are kept.
   bool want(uint32_t recv_depth, uint32_t send_depth);
-  /// The waiting endpoint for these depths, or null.
+  /// The waiting endpoint for these depths, or null. When the thread is
+  /// opening one for these depths right now, waits for it: finishing that
+  /// costs less than opening a second one beside it.
   std::unique_ptr<detail::ConnectionImpl> take(uint32_t recv_depth, uint32_t send_depth);
   /// Endpoints that wait, and how many were taken.
   Fabric::PreparedEndpoints counts() const;
@@ -686,6 +695,8 @@ private:
     uint32_t recv_depth = 0, send_depth = 0;
     std::unique_ptr<detail::ConnectionImpl> ready;
     bool failed = false;
+    /// The thread is opening this kind's endpoint.
+    bool opening = false;
   };
   void run();
 

@@ -21,6 +21,7 @@
 #include <rdmalib/fabric.hpp>
 
 #include "backend.hpp"
+#include "doorbell.hpp"
 #include "provider_table.hpp"
 
 namespace rdmalib {
@@ -875,10 +876,21 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     uint8_t *sbuf = c->ctl_send(0);
     std::memcpy(sbuf, &hello, sizeof hello);
     lf::OpSlot *ss = c->take_slot(0, OpKind::Send, true);
+    // With a doorbell, the listener sleeps until rung. The first send to it
+    // can only go once the listener's progress has mapped this endpoint
+    // (shm's "map my region" command, queued by the first attempt): ring
+    // while the send waits for that, and once more when it went.
+    std::chrono::steady_clock::time_point rung{};
     do {
       r = fi_send(c->ep.get(), sbuf, sizeof hello, c->ctl_desc(), listener, ss);
-      if (r == -FI_EAGAIN)
+      if (r == -FI_EAGAIN) {
+        if (f.doorbell() &&
+            std::chrono::steady_clock::now() - rung > std::chrono::milliseconds(1)) {
+          lf::ring_doorbell(raw.data(), raw.size());
+          rung = std::chrono::steady_clock::now();
+        }
         c->drive();
+      }
     } while (r == -FI_EAGAIN && !dl.passed());
     // Without a listener, RDM providers either fail the send at once (sockets:
     // ENOENT, RxM: ECONNREFUSED) or keep it queued (shm, RxM retrying): both
@@ -889,6 +901,8 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       throw_connect(f, remote, FI_ECONNREFUSED, "sending the handshake", timeout_ms);
     if (r)
       throw_connect(f, remote, static_cast<int>(-r), "sending the handshake", timeout_ms);
+    if (f.doorbell())
+      lf::ring_doorbell(raw.data(), raw.size());
 
     // The send's completion is drained by wait_internal; an error there (a
     // refused TCP connection under RxM, say) ends the attempt at once.

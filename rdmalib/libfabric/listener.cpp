@@ -1,6 +1,8 @@
 // The passive side of connection setup for the libfabric backend.
 #include <random>
 
+#include <unistd.h>
+
 #include "common/logging.hpp"
 #include <spdlog/spdlog.h>
 
@@ -8,6 +10,7 @@
 #include <rdmalib/listener.hpp>
 
 #include "backend.hpp"
+#include "doorbell.hpp"
 
 namespace rdmalib {
 namespace detail {
@@ -206,6 +209,11 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
 
 // ---- Listener ----------------------------------------------------------------
 
+ListenerImpl::~ListenerImpl() {
+  if (bell >= 0)
+    ::close(bell);
+}
+
 void ListenerImpl::listen(const Address &bind) {
   FabricImpl &f = *fab;
   ListenerImpl &l = *this;
@@ -297,6 +305,19 @@ void ListenerImpl::listen(const Address &bind) {
   l.hs->guard_connreqs();
   for (size_t i = 0; i < kHandshakeReceives; ++i)
     post_handshake_recv(*l.hs, i);
+  if (f.doorbell()) {
+    // Named after the raw address connecting processes compute from the
+    // address they were given, which is the one this listener reports.
+    try {
+      std::vector<uint8_t> raw = f.raw_address(l.address);
+      l.bell = lf::open_doorbell(raw.data(), raw.size());
+    } catch (const Error &) {
+      l.bell = -1;
+    }
+    if (l.bell < 0)
+      rdmalib::logger().debug("rdmalib: listener {} has no doorbell ({}); callers poll it",
+                              l.address.to_string(), std::strerror(errno));
+  }
 }
 
 RequestImpl *ListenerImpl::next(const Deadline &dl) {
@@ -339,6 +360,8 @@ RequestImpl *ListenerImpl::next(const Deadline &dl) {
     }
   }
   ConnectionImpl &hs = *l.hs;
+  // Before looking: a HELLO sent after this rings again.
+  lf::drain_doorbell(l.bell);
   for (;;) {
     fi_cq_data_entry e{};
     int err = 0;

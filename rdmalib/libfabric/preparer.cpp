@@ -31,14 +31,25 @@ bool Preparer::want(uint32_t recv_depth, uint32_t send_depth) {
 }
 
 std::unique_ptr<detail::ConnectionImpl> Preparer::take(uint32_t recv_depth, uint32_t send_depth) {
-  std::lock_guard<std::mutex> g(m_);
-  for (Kind &k : kinds_)
-    if (k.recv_depth == recv_depth && k.send_depth == send_depth && k.ready) {
-      ++taken_;
-      cv_.notify_all();
-      return std::move(k.ready);
-    }
-  return nullptr;
+  std::unique_lock<std::mutex> g(m_);
+  auto find = [&]() -> Kind * {
+    for (Kind &k : kinds_)
+      if (k.recv_depth == recv_depth && k.send_depth == send_depth)
+        return &k;
+    return nullptr;
+  };
+  // The kinds may move while the lock is released (want() appends): look
+  // the kind up again after waiting.
+  cv_.wait(g, [&] {
+    Kind *k = find();
+    return stop_ || !k || !k->opening;
+  });
+  Kind *k = find();
+  if (!k || !k->ready)
+    return nullptr;
+  ++taken_;
+  cv_.notify_all();
+  return std::move(k->ready);
 }
 
 Fabric::PreparedEndpoints Preparer::counts() const {
@@ -57,10 +68,11 @@ void Preparer::run() {
     cv_.wait(g, [&] {
       if (stop_)
         return true;
-      for (const Kind &k : kinds_)
+      for (Kind &k : kinds_)
         if (!k.ready && !k.failed) {
           recv_depth = k.recv_depth;
           send_depth = k.send_depth;
+          k.opening = true;
           return true;
         }
       return false;
@@ -86,11 +98,13 @@ void Preparer::run() {
     g.lock();
     for (Kind &k : kinds_)
       if (k.recv_depth == recv_depth && k.send_depth == send_depth) {
+        k.opening = false;
         if (c)
           k.ready = std::move(c);
         else
           k.failed = true;
       }
+    cv_.notify_all(); // a take() may wait for this one
     if (!error.empty())
       rdmalib::logger().warn("rdmalib: cannot open an endpoint ahead of need on {} ({}); "
                              "connections with {} receives and {} sends open their own",

@@ -1,6 +1,7 @@
 // The executor process's link to its manager (main thread): accounting
 // increments by fetch_add on the manager's record where the fabric has
 // atomics, as Accounting messages otherwise, and the goodbye.
+#include "executor/executor.hpp"
 #include "executor/process.hpp"
 
 #include <stdexcept>
@@ -14,10 +15,7 @@ void AccountingLink::connect() {
   hello.secret = spec.secret;
   uint8_t bytes[sizeof hello];
   proto::encode(hello, bytes, sizeof bytes);
-  rdmalib::ConnectionOptions opts;
-  opts.refused_retries = kRefusedRetries;
-  // The main thread polls it between its other duties (SIGTERM among them).
-  opts.check_peer_before_poll = true;
+  rdmalib::ConnectionOptions opts = accounting_link_options();
   conn_ = rdmalib::Connection::connect(
       s_.fabric, rdmalib::Address::from_host_text(spec.manager_host, spec.manager_port), bytes,
       sizeof bytes, milliseconds(spec.connect_ms), opts);

@@ -47,7 +47,25 @@ void on_term(int) {
 }
 } // namespace
 
-int run_executor(const server::LaunchSpec &spec) noexcept {
+rdmalib::ConnectionOptions accounting_link_options() {
+  rdmalib::ConnectionOptions opts;
+  opts.refused_retries = kRefusedRetries;
+  // The main thread polls it between its other duties (SIGTERM among them).
+  opts.check_peer_before_poll = true;
+  return opts;
+}
+
+rdmalib::ConnectionOptions worker_link_options(uint32_t input_slots) {
+  rdmalib::ConnectionOptions opts;
+  // One receive per input slot plus room for control messages (Shutdown,
+  // CodeHeader) and the sends of results and control answers.
+  opts.send_depth = input_slots + 8;
+  opts.recv_depth = input_slots + 8;
+  opts.refused_retries = kRefusedRetries;
+  return opts;
+}
+
+int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexcept {
   const Clock::time_point start = Clock::now();
   try {
     struct sigaction sa;
@@ -64,7 +82,10 @@ int run_executor(const server::LaunchSpec &spec) noexcept {
     spdlog::debug("executor {:x}: {} core(s), {} MiB, provider {}, manager {}:{}",
                   spec.allocation_id, spec.cores.size(), spec.memory_mib, spec.device.provider,
                   spec.manager_host, spec.manager_port);
-    rdmalib::Fabric fabric(spec.device);
+    std::unique_ptr<rdmalib::Fabric> own;
+    if (!opened)
+      own = std::make_unique<rdmalib::Fabric>(spec.device);
+    rdmalib::Fabric &fabric = opened ? *opened : *own;
     spdlog::debug(
         "executor {:x}: fabric open after {} ms", spec.allocation_id,
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());

@@ -17,6 +17,9 @@
 
 #include "common/launch_spec.hpp"
 
+#include <rdmalib/connection.hpp>
+#include <rdmalib/fabric.hpp>
+
 // The executor process's code (this directory) lives in rfaas::executor_process:
 // rfaas::executor is the client library's class, and a namespace of the same
 // name would make every unqualified use of either ambiguous to a reader.
@@ -32,6 +35,17 @@ using server::ExitTerminated;
 /// Apply the memory limit, open the fabric, serve the allocation, report
 /// accounting, and return a server::ExecutorExit code. Never throws: every
 /// failure is logged.
-int run_executor(const server::LaunchSpec &spec) noexcept;
+/// `opened`, when given, is a Fabric this process opened ahead (a spare
+/// executor, see zygote.hpp) on the device of the spec: it is used instead of
+/// opening one, with whatever endpoints it prepared.
+int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened = nullptr) noexcept;
+
+/// Options of the executor's link to its manager (the accounting link).
+rdmalib::ConnectionOptions accounting_link_options();
+
+/// Options of a worker's link to the client, for a request of `input_slots`
+/// input slots per worker: the depths decide which endpoint opened ahead
+/// (rdmalib::Fabric::prepare) the link can take.
+rdmalib::ConnectionOptions worker_link_options(uint32_t input_slots);
 
 } // namespace rfaas::executor_process

@@ -1,6 +1,7 @@
 // A worker thread of the executor process: connect to the client, advertise
 // the input slots, (worker 0) fetch and load the library, Ready, then serve
 // invocations on the hot path until the client leaves.
+#include "executor/executor.hpp"
 #include "executor/process.hpp"
 
 #include <algorithm>
@@ -51,7 +52,7 @@ void Worker::setup_and_serve() {
   islot_ = req.input_slot_size;
   rdesc_ = s_.results[index_];
   rslot_ = rdesc_.slot_size;
-  nrecv_ = slots_ + 8;
+  nrecv_ = worker_link_options(slots_).recv_depth;
   target_ids_.assign(slots_, 0);
 
   proto::WorkerHello hello;
@@ -60,10 +61,7 @@ void Worker::setup_and_serve() {
   hello.workers = req.cores;
   uint8_t hello_bytes[sizeof(proto::WorkerHello)];
   proto::encode(hello, hello_bytes, sizeof hello_bytes);
-  rdmalib::ConnectionOptions opts;
-  opts.send_depth = slots_ + 8;
-  opts.recv_depth = nrecv_;
-  opts.refused_retries = kRefusedRetries;
+  rdmalib::ConnectionOptions opts = worker_link_options(slots_);
   rdmalib::Address client = rdmalib::Address::from_host_text(
       std::string(proto::get_text(req.client_host)), req.client_port);
   conn_ = rdmalib::Connection::connect(s_.fabric, client, hello_bytes, sizeof hello_bytes,

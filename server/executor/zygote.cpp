@@ -5,13 +5,18 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include <rdmalib/rdmalib.hpp>
@@ -20,6 +25,7 @@
 #include "common/fd_io.hpp"
 #include "common/launch_spec.hpp"
 #include "executor/executor.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::executor_process {
 
@@ -27,9 +33,68 @@ using rfaas::server::write_all;
 
 namespace {
 
+/// Input slots per worker that the first spare executor's worker link is
+/// opened ahead for: librfaas's default (allocation_options::slots). Later
+/// spares take the last request's.
+constexpr uint32_t kFirstSpareInputSlots = 1;
+
+using Clock = std::chrono::steady_clock;
+
+/// How long after an allocation started the next spare is forked.
+constexpr std::chrono::milliseconds kSpareDelay(20);
+
+/// The spare executor's side: open the fabric and the endpoints of its links
+/// ahead of need, say on `fd` whether that pays ('1') or not ('0'), then wait
+/// for a LaunchSpec (read until EOF) and serve it. EOF without a spec: the
+/// zygote dropped the spare.
+int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots) {
+  std::unique_ptr<rdmalib::Fabric> fabric;
+  bool ahead = false;
+  try {
+    fabric = std::make_unique<rdmalib::Fabric>(device);
+    // The worker link first: it is on the client's critical path.
+    ahead = fabric->prepare(worker_link_options(input_slots));
+    if (ahead)
+      fabric->prepare(accounting_link_options());
+  } catch (const std::exception &e) {
+    spdlog::warn("spare executor: cannot open the fabric ahead: {}", e.what());
+    fabric.reset();
+  }
+  if (!write_all(fd, ahead ? "1" : "0"))
+    return 0;
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (text.empty())
+    return 0;
+  prctl(PR_SET_NAME, "executor");
+  server::LaunchSpec spec;
+  try {
+    spec = server::LaunchSpec::parse(text);
+  } catch (const std::exception &e) {
+    spdlog::error("executor: {}", e.what());
+    return ExitSetupFailed;
+  }
+  // The manager's device with its overrides is the zygote's; should they
+  // ever differ, the fabric opened ahead is the wrong one.
+  if (fabric && rdmalib::DeviceDatabase({spec.device}).to_json() !=
+                    rdmalib::DeviceDatabase({device}).to_json())
+    fabric.reset();
+  return run_executor(spec, fabric.get());
+}
+
 class Zygote {
 public:
-  Zygote(bool exec_each, std::string self) : exec_each_(exec_each), self_(std::move(self)) {}
+  Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self)
+      : device_(device), exec_each_(exec_each), keep_spares_(!exec_each), self_(std::move(self)) {}
 
   int run() {
     sigset_t set;
@@ -41,12 +106,24 @@ public:
       spdlog::error("zygote: signalfd: {}", std::strerror(errno));
       return 1;
     }
+    sfd_ = sfd;
     emit("ready");
+    fork_spare();
     std::string in;
     bool open = true;
-    while (open || !children_.empty()) {
-      pollfd p[2] = {{sfd, POLLIN, 0}, {open ? 0 : -1, POLLIN, 0}};
-      int rc = ::poll(p, 2, 1000);
+    while (open || !children_.empty() || spare_pid_ > 0 || !dropped_.empty()) {
+      const bool spare_unheard = spare_pid_ > 0 && !spare_heard_;
+      pollfd p[3] = {{sfd, POLLIN, 0},
+                     {open ? 0 : -1, POLLIN, 0},
+                     {spare_unheard ? spare_fd_ : -1, POLLIN, 0}};
+      int timeout = 1000;
+      if (spare_due_ != Clock::time_point{}) {
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(spare_due_ - Clock::now());
+        timeout =
+            static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(timeout, left.count() + 1)));
+      }
+      int rc = ::poll(p, 3, timeout);
       if (rc < 0 && errno != EINTR)
         break;
       if (p[0].revents & POLLIN) {
@@ -54,13 +131,21 @@ public:
         while (::read(sfd, &si, sizeof si) > 0) {
         }
       }
+      if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
+        hear_spare();
       reap();
+      if (spare_due_ != Clock::time_point{} && Clock::now() >= spare_due_) {
+        spare_due_ = {};
+        fork_spare();
+      }
       if (open && (p[1].revents & (POLLIN | POLLHUP))) {
         char buf[65536];
         ssize_t n = ::read(0, buf, sizeof buf);
         if (n <= 0 && !(n < 0 && errno == EINTR)) {
           // The manager is gone or ends: take the executors down with us.
           open = false;
+          keep_spares_ = false;
+          drop_spare();
           for (auto &c : children_)
             ::kill(c.first, SIGKILL);
         } else if (n > 0) {
@@ -73,6 +158,120 @@ public:
   }
 
 private:
+  static std::string describe_status(int status) {
+    if (WIFSIGNALED(status))
+      return std::string("signal ") + strsignal(WTERMSIG(status));
+    return "exit code " + std::to_string(WEXITSTATUS(status));
+  }
+
+  /// What every forked child does first: die with the zygote, and keep none
+  /// of its signal handling or descriptors (the manager's pipes, the
+  /// signalfd, a spare's socket).
+  void enter_child() {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+    signal(SIGCHLD, SIG_DFL);
+    if (sfd_ >= 0)
+      ::close(sfd_);
+    if (spare_fd_ >= 0)
+      ::close(spare_fd_);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      ::close(devnull);
+    }
+    ::dup2(2, 1); // stdout is the manager's event pipe
+  }
+
+  /// Fork the next spare executor: it opens its fabric and the endpoints of
+  /// its links now, so that the next allocation skips that. Only kept where
+  /// it pays (the spare says whether rdmalib opened anything ahead).
+  void fork_spare() {
+    if (!keep_spares_ || spare_pid_ > 0)
+      return;
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      spdlog::warn("zygote: socketpair for a spare executor: {}", std::strerror(errno));
+      keep_spares_ = false;
+      return;
+    }
+    const pid_t zygote = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      spdlog::warn("zygote: fork of a spare executor: {}", std::strerror(errno));
+      ::close(sv[0]);
+      ::close(sv[1]);
+      keep_spares_ = false;
+      return;
+    }
+    if (pid == 0) {
+      enter_child();
+      ::close(sv[0]);
+      if (::getppid() != zygote)
+        _exit(0); // the zygote died before the death signal was armed
+      prctl(PR_SET_NAME, "executor-spare");
+      spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
+      _exit(run_spare(sv[1], device_, spare_input_slots_));
+    }
+    ::close(sv[1]);
+    spare_pid_ = pid;
+    spare_fd_ = sv[0];
+    spare_heard_ = false;
+  }
+
+  /// Fork the next spare a little after an allocation started, so that its
+  /// opening of endpoints does not compete for the cores with the executor
+  /// that just took the last one (its setup is the client's critical path).
+  void schedule_spare() {
+    if (keep_spares_ && spare_pid_ <= 0 && spare_due_ == Clock::time_point{})
+      spare_due_ = Clock::now() + kSpareDelay;
+  }
+
+  /// The spare said whether its endpoints were opened ahead.
+  void hear_spare() {
+    spare_heard_ = true;
+    char c = 0;
+    ssize_t n = ::read(spare_fd_, &c, 1);
+    if (n == 1 && c == '1') {
+      spdlog::debug("zygote: spare executor {} waits with its endpoints opened ahead", spare_pid_);
+      return;
+    }
+    if (n == 1)
+      spdlog::info("zygote: endpoints open fast on this provider; no spare executors kept");
+    keep_spares_ = false;
+    drop_spare();
+  }
+
+  /// Kill the spare (it is reaped without a report).
+  void drop_spare() {
+    if (spare_pid_ <= 0)
+      return;
+    ::kill(spare_pid_, SIGKILL);
+    dropped_.insert(spare_pid_);
+    ::close(spare_fd_);
+    spare_fd_ = -1;
+    spare_pid_ = -1;
+  }
+
+  /// Give `text` to the spare; its pid on success, -1 if there is none or it
+  /// could not take it (then it is dropped).
+  pid_t hand_to_spare(const std::string &text) {
+    if (spare_pid_ <= 0)
+      return -1;
+    if (!write_all(spare_fd_, text)) {
+      spdlog::warn("zygote: the spare executor {} cannot take an allocation: {}", spare_pid_,
+                   std::strerror(errno));
+      keep_spares_ = false;
+      drop_spare();
+      return -1;
+    }
+    pid_t pid = spare_pid_;
+    ::close(spare_fd_); // EOF: the spec is complete
+    spare_fd_ = -1;
+    spare_pid_ = -1;
+    return pid;
+  }
+
   void emit(const std::string &line) {
     if (!write_all(1, line + "\n"))
       spdlog::warn("zygote: cannot report \"{}\" to the manager", line);
@@ -84,6 +283,19 @@ private:
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid <= 0)
         return;
+      if (pid == spare_pid_) {
+        // Died before it got an allocation: something is wrong with
+        // opening ahead here, so allocations go back to fresh forks.
+        spdlog::warn("zygote: the spare executor {} ended before use ({}); no more spares", pid,
+                     describe_status(status));
+        ::close(spare_fd_);
+        spare_fd_ = -1;
+        spare_pid_ = -1;
+        keep_spares_ = false;
+        continue;
+      }
+      if (dropped_.erase(pid))
+        continue;
       auto it = children_.find(pid);
       uint64_t id = it == children_.end() ? 0 : it->second;
       if (it != children_.end())
@@ -133,6 +345,17 @@ private:
       emit(std::string("failed 0 ") + e.what());
       return;
     }
+    if (!exec_each_) {
+      pid_t pid = hand_to_spare(text);
+      if (pid > 0) {
+        children_[pid] = spec.allocation_id;
+        emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
+        spdlog::debug("zygote: allocation {:x} went to spare executor {}", spec.allocation_id, pid);
+        note_request(spec);
+        schedule_spare();
+        return;
+      }
+    }
     int memfd = -1;
     if (exec_each_) {
       memfd = memfd_create("rfaas-launch-spec", 0);
@@ -152,15 +375,7 @@ private:
     }
     if (pid == 0) {
       // Executor: dies with the zygote (and so with the manager).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-      signal(SIGCHLD, SIG_DFL);
-      int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) {
-        ::dup2(devnull, 0);
-        ::close(devnull);
-      }
-      ::dup2(2, 1); // stdout is the manager's event pipe
+      enter_child();
       if (exec_each_) {
         std::string fd = std::to_string(memfd);
         execl(self_.c_str(), "executor", "--spec-fd", fd.c_str(), static_cast<char *>(nullptr));
@@ -174,12 +389,34 @@ private:
       ::close(memfd);
     children_[pid] = spec.allocation_id;
     emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
+    if (!exec_each_) {
+      note_request(spec);
+      schedule_spare();
+    }
   }
 
+  /// The next spare opens its worker links ahead for requests like this one.
+  void note_request(const server::LaunchSpec &spec) {
+    protocol::AllocationRequest req;
+    std::vector<protocol::BufferDescriptor> results;
+    if (protocol::decode(spec.request.data(), spec.request.size(), req, results))
+      spare_input_slots_ = req.input_slots;
+  }
+
+  rdmalib::DeviceConfig device_;
   bool exec_each_;
+  bool keep_spares_;
   std::string self_;
   sigset_t old_mask_;
+  int sfd_ = -1;
   std::map<pid_t, uint64_t> children_;
+  pid_t spare_pid_ = -1;
+  int spare_fd_ = -1;
+  bool spare_heard_ = false;
+  uint32_t spare_input_slots_ = kFirstSpareInputSlots;
+  Clock::time_point spare_due_{};
+  /// Spares killed unused, reaped without a report.
+  std::set<pid_t> dropped_;
 };
 
 } // namespace
@@ -200,7 +437,7 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
       spdlog::warn("zygote: warming the fabric failed (executors will open it cold): {}", e.what());
     }
   }
-  return Zygote(exec_each, self_exe).run();
+  return Zygote(warm_device, exec_each, self_exe).run();
 }
 
 int run_from_spec_fd(int fd) {

@@ -15,6 +15,16 @@
 // them only while they are unreaped, so a recycled pid is never hit. It dies
 // with the manager (PR_SET_PDEATHSIG), and its executors die with it. When
 // its stdin closes it kills and reaps its executors and exits.
+//
+// Where opening an endpoint is slow (rdmalib::Fabric::prepare returns true:
+// shm), the zygote keeps one spare executor forked ahead: it opens its own
+// fabric and prepares the endpoints of its links (they must be opened in the
+// process that uses them), then waits on a socket for the next LaunchSpec.
+// A spawn goes to the spare when one waits, and the next spare is forked a
+// little later. A spare reports at once whether prepare() did anything; if
+// not, the zygote kills it and forks per allocation from then on, so other
+// providers pay nothing. A spare is named "executor-spare" until it takes an
+// allocation; it dies with the zygote and is reaped without an "exited" line.
 #pragma once
 
 #include <rdmalib/device.hpp>

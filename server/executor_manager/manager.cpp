@@ -361,6 +361,12 @@ void Manager::signal_executor(Allocation &a, int sig) {
   write_all(zygote_in_, "signal " + std::to_string(a.id) + " " + std::to_string(sig) + "\n");
 }
 
+namespace {
+/// The longest a connection request waits when its sender could not wake
+/// the loop through the listener's fd; the idle loop's poll timeout.
+constexpr int kAcceptLookMs = 200;
+} // namespace
+
 int Manager::run() {
   bool stopping = false;
   while (!stopping) {
@@ -368,7 +374,7 @@ int Manager::run() {
     pollfd p[3] = {{listener_.fd(), POLLIN, 0}, {zygote_out_, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
     // Connections have no fd of their own: while any exist, wake up often to
     // poll them (and drive progress for the executors' remote atomics).
-    int timeout = busy ? 2 : (listener_.fd() < 0 ? 10 : 200);
+    int timeout = busy ? 2 : (listener_.fd() < 0 ? 10 : kAcceptLookMs);
     if (rm_) // heartbeats and lease-ended notices
       timeout = std::min(timeout, 20);
     ::poll(p, 3, timeout);
@@ -383,8 +389,13 @@ int Manager::run() {
     }
     if (p[1].revents & (POLLIN | POLLHUP))
       read_zygote(0);
-    if (listener_.fd() < 0 || (p[0].revents & POLLIN))
-      accept_requests();
+    // A listener's fd may be a doorbell that only rdmalib peers able to
+    // reach it ring (docs/rdmalib.md): look now and then regardless.
+    const bool woken = listener_.fd() < 0 || (p[0].revents & POLLIN);
+    if (woken || Clock::now() - last_accept_look_ >= milliseconds(kAcceptLookMs)) {
+      last_accept_look_ = Clock::now();
+      accept_requests(woken ? milliseconds(5) : milliseconds(0));
+    }
     poll_clients();
     poll_executors();
     tick();
@@ -427,7 +438,7 @@ int Manager::run() {
   return 0;
 }
 
-void Manager::accept_requests() {
+void Manager::accept_requests(milliseconds first_wait) {
   // Take pending requests, but never hold the loop for long: the signalfd and
   // the open connections wait for this round to end. Each accept waits at
   // most connect_ms (<= 1 s) on top of this budget.
@@ -436,11 +447,12 @@ void Manager::accept_requests() {
     rdmalib::ConnectionRequest req;
     try {
       // poll() said a request is pending (or the listener has no fd and this
-      // is where the loop looks for requests): a short wait takes it, and a
-      // wake-up with nothing pending costs at most 5 ms. After one request,
-      // only those already pending: a wait here would delay the answer to
-      // the peer just accepted (its first message is on its way).
-      req = listener_.next_request(milliseconds(i == 0 ? 5 : 0));
+      // is where the loop looks for requests): a short wait (`first_wait`)
+      // takes it, and a wake-up with nothing pending costs at most that.
+      // After one request, only those already pending: a wait here would
+      // delay the answer to the peer just accepted (its first message is on
+      // its way).
+      req = listener_.next_request(i == 0 ? first_wait : milliseconds(0));
     } catch (const rdmalib::Error &e) {
       if (e.kind() != rdmalib::ErrorKind::Timeout)
         spdlog::warn("listener: {}", e.what());

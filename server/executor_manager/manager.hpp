@@ -59,7 +59,8 @@ private:
   void stop_zygote();
   bool read_zygote(int timeout_ms);
   void zygote_event(const std::string &line);
-  void accept_requests();
+  /// Take pending connection requests, waiting up to `first_wait` for the first.
+  void accept_requests(std::chrono::milliseconds first_wait);
   void accept_one(rdmalib::ConnectionRequest &req);
   void poll_clients();
   void poll_executors();
@@ -112,6 +113,8 @@ private:
   std::map<uint64_t, LeaseUse> lease_use_;
   /// When live allocations' accounting was last reported.
   Clock::time_point last_periodic_report_{};
+  /// When the loop last looked for connection requests.
+  Clock::time_point last_accept_look_{};
   void report_live_leases();
 };
 

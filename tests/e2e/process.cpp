@@ -183,6 +183,21 @@ std::vector<pid_t> descendants_of(pid_t pid) {
   return out;
 }
 
+std::string process_name(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(f, name);
+  return name;
+}
+
+std::vector<pid_t> busy_descendants_of(pid_t pid) {
+  std::vector<pid_t> out;
+  for (pid_t p : descendants_of(pid))
+    if (process_name(p) != kSpareExecutorName)
+      out.push_back(p);
+  return out;
+}
+
 bool alive(pid_t pid) {
   pid_t ppid;
   char state = 0;

@@ -50,6 +50,13 @@ std::vector<pid_t> children_of(pid_t pid);
 std::vector<pid_t> descendants_of(pid_t pid);
 /// True while /proc/<pid> exists and the process is not a zombie.
 bool alive(pid_t pid);
+/// The process's name (/proc/<pid>/comm); "" when it is gone.
+std::string process_name(pid_t pid);
+/// The name the zygote gives an executor forked ahead that waits for an
+/// allocation; it takes the name "executor" when it gets one.
+inline const char *kSpareExecutorName = "executor-spare";
+/// Descendants of `pid` that are not spare executors.
+std::vector<pid_t> busy_descendants_of(pid_t pid);
 /// Resident memory of this process that is its own, bytes (statm's resident
 /// minus shared pages): a provider's shared-memory regions and mapped files
 /// are left out.

@@ -89,7 +89,12 @@ public:
 
   /// A file descriptor that becomes readable when a request may be pending, so
   /// daemons can multiplex listeners with other work; -1 if the fabric has none
-  /// (then call next_request with a short timeout).
+  /// (then call next_request with a short timeout). After a wake-up, call
+  /// next_request until it times out (zero timeouts after the first): one
+  /// wake-up may stand for several requests. On node-local providers whose
+  /// queues have no fd (shm) it is a doorbell that connecting rdmalib
+  /// processes ring; one in another network namespace cannot, so also call
+  /// next_request(0) every few hundred milliseconds regardless.
   int fd() const noexcept;
 
 private:
