@@ -60,8 +60,12 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
     spdlog::warn("spare executor: cannot open the fabric ahead: {}", e.what());
     fabric.reset();
   }
-  if (!write_all(fd, ahead ? "1" : "0"))
-    return 0;
+  // The zygote may have handed over a spec and closed its end before this
+  // answer (an allocation that came while the endpoints were being opened):
+  // the spec is still there to read, so a failed answer is not the end.
+  const char answer = ahead ? '1' : '0';
+  ssize_t sent = ::send(fd, &answer, 1, MSG_NOSIGNAL);
+  (void)sent;
   std::string text;
   char buf[65536];
   for (;;) {
