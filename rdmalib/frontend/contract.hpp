@@ -33,7 +33,7 @@
 //   static std::string canonical_provider(const std::string &);
 //   static void preload(const DeviceConfig &);
 //   static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds);
-//   bool prepare(const ConnectionOptions &);
+//   bool prepare(const ConnectionOptions &, Fabric::Refill);
 //       Fabric::prepare with the options' defaults applied: keep connection
 //       endpoints for these depths opened ahead of need, where opening one is
 //       slow; false (nothing done) elsewhere.

@@ -82,8 +82,8 @@ std::string Fabric::describe() const {
   return s + " " + f.caps.describe();
 }
 
-bool Fabric::prepare(const ConnectionOptions &options) {
-  return impl_->prepare(detail::with_defaults(*impl_, options));
+bool Fabric::prepare(const ConnectionOptions &options, Refill refill) {
+  return impl_->prepare(detail::with_defaults(*impl_, options), refill);
 }
 Fabric::PreparedEndpoints Fabric::prepared() const { return impl_->prepared(); }
 

@@ -367,7 +367,7 @@ struct FabricImpl final : FabricCore {
   std::string sink_name(Fabric *handle) noexcept;
 
   // ---- Fabric::prepare (Quirks::endpoint_open_is_slow), front end's contract
-  bool prepare(const ConnectionOptions &options);
+  bool prepare(const ConnectionOptions &options, Fabric::Refill refill);
   Fabric::PreparedEndpoints prepared() const;
   // Set in finish() where the quirk applies, then never replaced. Declared
   // last: its thread stops and its waiting endpoints close before the rest
@@ -680,7 +680,7 @@ public:
   Preparer &operator=(const Preparer &) = delete;
 
   /// Keep one endpoint for these depths; false when kMaxKinds are kept.
-  bool want(uint32_t recv_depth, uint32_t send_depth);
+  bool want(uint32_t recv_depth, uint32_t send_depth, Fabric::Refill refill);
   /// The waiting endpoint for these depths, or null. When the thread is
   /// opening one for these depths right now, waits for it: finishing that
   /// costs less than opening a second one beside it.
@@ -697,6 +697,11 @@ private:
     bool failed = false;
     /// The thread is opening this kind's endpoint.
     bool opening = false;
+    Fabric::Refill refill = Fabric::Refill::Keep;
+    /// Refill::Once and taken: nothing more to open.
+    bool done = false;
+    /// When a connection last took this kind's endpoint.
+    std::chrono::steady_clock::time_point taken_at{};
   };
   void run();
 

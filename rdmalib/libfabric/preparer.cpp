@@ -16,14 +16,18 @@ Preparer::~Preparer() {
   kinds_.clear();
 }
 
-bool Preparer::want(uint32_t recv_depth, uint32_t send_depth) {
+bool Preparer::want(uint32_t recv_depth, uint32_t send_depth, Fabric::Refill refill) {
   std::lock_guard<std::mutex> g(m_);
   for (const Kind &k : kinds_)
     if (k.recv_depth == recv_depth && k.send_depth == send_depth)
       return true;
   if (kinds_.size() >= kMaxKinds)
     return false;
-  kinds_.push_back(Kind{recv_depth, send_depth, nullptr, false});
+  Kind k;
+  k.recv_depth = recv_depth;
+  k.send_depth = send_depth;
+  k.refill = refill;
+  kinds_.push_back(std::move(k));
   if (!thread_.joinable())
     thread_ = std::thread([this] { run(); });
   cv_.notify_all();
@@ -48,6 +52,8 @@ std::unique_ptr<detail::ConnectionImpl> Preparer::take(uint32_t recv_depth, uint
   if (!k || !k->ready)
     return nullptr;
   ++taken_;
+  k->taken_at = std::chrono::steady_clock::now();
+  k->done = k->refill == Fabric::Refill::Once;
   cv_.notify_all();
   return std::move(k->ready);
 }
@@ -65,18 +71,34 @@ void Preparer::run() {
   std::unique_lock<std::mutex> g(m_);
   for (;;) {
     uint32_t recv_depth = 0, send_depth = 0;
-    cv_.wait(g, [&] {
+    // The earliest refill that is not due yet, if any.
+    auto next_due = std::chrono::steady_clock::time_point::max();
+    auto pick = [&] {
       if (stop_)
         return true;
-      for (Kind &k : kinds_)
-        if (!k.ready && !k.failed) {
-          recv_depth = k.recv_depth;
-          send_depth = k.send_depth;
-          k.opening = true;
-          return true;
+      const auto now = std::chrono::steady_clock::now();
+      next_due = std::chrono::steady_clock::time_point::max();
+      for (Kind &k : kinds_) {
+        if (k.ready || k.failed || k.done)
+          continue;
+        const auto due = k.taken_at + std::chrono::milliseconds(Fabric::kRefillQuietMs);
+        if (k.taken_at != std::chrono::steady_clock::time_point{} && due > now) {
+          next_due = std::min(next_due, due);
+          continue;
         }
+        recv_depth = k.recv_depth;
+        send_depth = k.send_depth;
+        k.opening = true;
+        return true;
+      }
       return false;
-    });
+    };
+    while (!pick()) {
+      if (next_due == std::chrono::steady_clock::time_point::max())
+        cv_.wait(g);
+      else
+        cv_.wait_until(g, next_due);
+    }
     if (stop_)
       return;
     g.unlock();
@@ -116,10 +138,10 @@ void Preparer::run() {
 
 namespace rdmalib::detail {
 
-bool FabricImpl::prepare(const ConnectionOptions &options) {
+bool FabricImpl::prepare(const ConnectionOptions &options, Fabric::Refill refill) {
   if (!preparer)
     return false;
-  return preparer->want(options.recv_depth, options.send_depth);
+  return preparer->want(options.recv_depth, options.send_depth, refill);
 }
 
 Fabric::PreparedEndpoints FabricImpl::prepared() const {

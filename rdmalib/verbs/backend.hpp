@@ -196,7 +196,7 @@ struct FabricImpl final : FabricCore {
   static void preload(const DeviceConfig &config);
   static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds min_age);
   // Opening a queue pair is cheap: Fabric::prepare has nothing to do.
-  bool prepare(const ConnectionOptions &) noexcept { return false; }
+  bool prepare(const ConnectionOptions &, Fabric::Refill) noexcept { return false; }
   Fabric::PreparedEndpoints prepared() const noexcept { return {}; }
 };
 

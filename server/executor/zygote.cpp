@@ -40,8 +40,10 @@ constexpr uint32_t kFirstSpareInputSlots = 1;
 
 using Clock = std::chrono::steady_clock;
 
-/// How long after an allocation started the next spare is forked.
-constexpr std::chrono::milliseconds kSpareDelay(20);
+/// How long after an allocation started the next spare is forked: opening
+/// its fabric and endpoints takes a core for ~10 ms, which must not fall in
+/// the setup of the allocation that just started (~20-40 ms on shm).
+constexpr std::chrono::milliseconds kSpareDelay(100);
 
 /// The spare executor's side: open the fabric and the endpoints of its links
 /// ahead of need, say on `fd` whether that pays ('1') or not ('0'), then wait
@@ -52,10 +54,12 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
   bool ahead = false;
   try {
     fabric = std::make_unique<rdmalib::Fabric>(device);
-    // The worker link first: it is on the client's critical path.
-    ahead = fabric->prepare(worker_link_options(input_slots));
+    // The worker link first: it is on the client's critical path. Once
+    // each: an executor makes these links once, and an endpoint opened after
+    // that would only take a core from its workers.
+    ahead = fabric->prepare(worker_link_options(input_slots), rdmalib::Fabric::Refill::Once);
     if (ahead)
-      fabric->prepare(accounting_link_options());
+      fabric->prepare(accounting_link_options(), rdmalib::Fabric::Refill::Once);
   } catch (const std::exception &e) {
     spdlog::warn("spare executor: cannot open the fabric ahead: {}", e.what());
     fabric.reset();

@@ -295,6 +295,39 @@ TEST_P(Setup, PreparedEndpointsCarryLinks) {
   EXPECT_EQ(client_fabric_->prepared().taken, 2u);
 }
 
+/// Fabric::Refill: an endpoint prepared Once is not replaced after a
+/// connection took it; one kept (the default) is, after the quiet time.
+TEST_P(Setup, PreparedOnceIsNotReplaced) {
+  ConnectionOptions o;
+  o.recv_depth = 6;
+  o.send_depth = 6;
+  const bool server_prepares = server_fabric_->prepare(o, Fabric::Refill::Keep);
+  ASSERT_EQ(client_fabric_->prepare(o, Fabric::Refill::Once), server_prepares);
+  if (!server_prepares)
+    GTEST_SKIP() << server_fabric_->provider() << " opens endpoints fast: nothing is prepared";
+  auto waiting_becomes = [](Fabric &f, size_t n, std::chrono::milliseconds within) {
+    for (auto until = Clock::now() + within; Clock::now() < until;) {
+      if (f.prepared().waiting == n)
+        return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return f.prepared().waiting == n;
+  };
+  ASSERT_TRUE(waiting_becomes(*server_fabric_, 1, kDeadline));
+  ASSERT_TRUE(waiting_becomes(*client_fabric_, 1, kDeadline));
+  Link k = make_link(*server_fabric_, *client_fabric_, o);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(client_fabric_->prepared().taken, 1u);
+  EXPECT_EQ(server_fabric_->prepared().taken, 1u);
+  EXPECT_TRUE(waiting_becomes(*server_fabric_, 1, kDeadline))
+      << "the kept kind was not replaced after its endpoint was taken";
+  // Three quiet times and the replacement's own opening: long enough for a
+  // refill that should not happen.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * Fabric::kRefillQuietMs));
+  EXPECT_TRUE(waiting_becomes(*server_fabric_, 1, 1ms));
+  EXPECT_EQ(client_fabric_->prepared().waiting, 0u) << "an endpoint prepared Once was replaced";
+}
+
 TEST_P(Setup, ListenerFdSignalsPendingRequest) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   int fd = listener.fd();

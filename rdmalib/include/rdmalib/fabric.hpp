@@ -66,18 +66,33 @@ public:
   /// the start-up log line.
   std::string describe() const;
 
+  /// Whether prepare() opens another endpoint after one was taken.
+  enum class Refill {
+    /// Yes, once the process has made no connection of that kind for
+    /// kRefillQuietMs: a connection being set up (and whatever the process
+    /// does right after it) never shares the cores with the next opening.
+    Keep,
+    /// No: the process makes that connection once (an executor's links).
+    Once,
+  };
+  /// How long after a connection took a prepared endpoint the next is opened
+  /// (Refill::Keep). A second connection of the kind within that time opens
+  /// its own endpoint.
+  static constexpr int kRefillQuietMs = 100;
+
   /// Keep an endpoint for connections with `options` (their send and
   /// receive depths; defaults applied as connect() applies them) opened ahead
-  /// of need by a background thread, and open the next each time a connect()
-  /// or accept() with the same depths takes it. Only where opening an
-  /// endpoint is slow enough to dominate setting up a link (shm: a 16 MiB
-  /// shared-memory region per endpoint, milliseconds to fill); elsewhere, and
-  /// where links share one endpoint, it does nothing and returns false, so
-  /// callers need not know the provider. Call it once per kind of connection
-  /// a process makes or accepts repeatedly. Costs one idle endpoint per kind,
-  /// at most four kinds (false beyond); they close with the Fabric.
-  /// Thread-safe.
-  bool prepare(const ConnectionOptions &options);
+  /// of need by a background thread, for a connect() or accept() with the
+  /// same depths to take (and, with Refill::Keep, open the next a little
+  /// after each take). Only where opening an endpoint is slow enough to
+  /// dominate setting up a link (shm: a 16 MiB shared-memory region per
+  /// endpoint, milliseconds to fill); elsewhere, and where links share one
+  /// endpoint, it does nothing and returns false, so callers need not know
+  /// the provider. Call it once per kind of connection a process makes or
+  /// accepts repeatedly (or once, Refill::Once). Costs one idle endpoint per
+  /// kind, at most four kinds (false beyond); they close with the Fabric.
+  /// Asking again for a kind already kept changes nothing. Thread-safe.
+  bool prepare(const ConnectionOptions &options, Refill refill = Refill::Keep);
   /// What prepare() did so far.
   struct PreparedEndpoints {
     /// Endpoints opened ahead that wait for a connection.
