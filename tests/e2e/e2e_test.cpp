@@ -679,6 +679,32 @@ TEST_F(E2E, ClientKilledMidLease) {
   while (any_alive() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
   EXPECT_FALSE(any_alive()) << "executor left behind after its client died";
+  // Where the fabric reports no dead peer (tcp;ofi_rxm), the executor's exit
+  // code is how the manager learns that the client is gone: it must drop the
+  // client's link then. Elsewhere the manager saw the disconnect itself.
+  std::string id;
+  {
+    const std::string mark = ", executor pid " + std::to_string(executors.front());
+    std::string log = full_log("manager.log");
+    size_t at = log.find(mark);
+    size_t from = at == std::string::npos ? at : log.rfind("allocation ", at);
+    if (from != std::string::npos)
+      id = log.substr(from + 11, log.find(':', from) - from - 11);
+  }
+  ASSERT_NE(id, "") << "no allocation line for executor " << executors.front() << "; manager log:\n"
+                    << manager_log();
+  const std::string ended = "allocation " + id + " ended: executor ";
+  while (!manager_log_has(ended) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(manager_log_has(ended)) << "allocation " << id << " never ended; manager log:\n"
+                                      << manager_log();
+  if (manager_log_has(ended + "exited: its client was unreachable")) {
+    std::printf("ClientKilledMidLease: the executor found its client unreachable (no dead-peer "
+                "report on this fabric)\n");
+    EXPECT_TRUE(manager_log_has(": its executor could not reach it; dropping it"))
+        << "the manager kept the dead client's link; manager log:\n"
+        << manager_log();
+  }
   // Nothing new is left under the manager (no zombie, no orphan).
   for (pid_t p : rfaas::e2e::busy_descendants_of(g.manager.pid()))
     EXPECT_NE(std::find(baseline.begin(), baseline.end(), p), baseline.end())
