@@ -30,6 +30,7 @@ LinkPtr new_link(Fabric &fabric, const ConnectionOptions &options) {
   LinkPtr c(new ConnectionImpl(f));
   c->fabric_handle = &fabric;
   c->options = with_defaults(f, options);
+  c->idle_yields = f.caps.progress == Progress::Thread;
   c->tx_stash.reserve(2 * size_t(c->options.send_depth));
   c->rx_stash.reserve(2 * size_t(c->options.recv_depth));
   return c;

@@ -172,7 +172,9 @@ struct FabricCore {
 class CompletionStash {
 public:
   void reserve(size_t n) { buf_.reserve(n); }
-  bool empty() const noexcept { return head_ == buf_.size(); }
+  // pop() clears the vector once it is drained: empty without the division
+  // size() costs on every poll.
+  bool empty() const noexcept { return buf_.empty(); }
   size_t size() const noexcept { return buf_.size() - head_; }
 
   size_t pop(Completion *out, size_t max) noexcept {
@@ -219,6 +221,10 @@ struct LinkCore {
   bool peer_closed = false;
   /// The end was reported once as a PeerClosed completion on the Recv queue.
   bool peer_close_reported = false;
+  /// The provider has a progress thread (Progress::Thread): an empty poll
+  /// yields the CPU to it. Kept here, beside the other flags an empty poll
+  /// reads, not behind the fabric pointer.
+  bool idle_yields = false;
   /// Empty polls since the last check_peer().
   uint32_t empty_polls = 0;
   /// ConnectionOptions::check_peer_before_poll: when poll() may look again.

@@ -138,7 +138,7 @@ template <class Post>
     out[0] = Completion{0, 0, 0, OpKind::PeerClosed, Status::Closed};
     return 1;
   }
-  if (c.fab->caps.progress == Progress::Thread)
+  if (c.idle_yields)
     sched_yield();
   return 0;
 }
@@ -161,7 +161,23 @@ Status Operations::send(const LocalRef &src, uint64_t context, uint32_t flags) n
 }
 
 Status Operations::post_recv(const LocalRef &dst, uint64_t context) noexcept {
-  return post_recv(&dst, &context, 1, nullptr);
+  // The same rules as the batch below, without its loops: a receive is
+  // reposted after every message.
+  ConnectionImpl *c = impl_;
+  if (RDMALIB_UNLIKELY(!c))
+    return detail::no_connection();
+  if (RDMALIB_UNLIKELY(!c->usable()))
+    return Status::Closed;
+  if (RDMALIB_UNLIKELY(!dst.ptr && dst.len))
+    return detail::null_buffer(*c, "post_recv");
+  size_t done = 0;
+  Status st = c->post_recv(&dst, &context, 1, done);
+  if (RDMALIB_LIKELY(st != Status::Again))
+    return st;
+  return detail::retry(*c, Queue::Recv, "post_recv", [&] {
+    size_t one = 0;
+    return c->post_recv(&dst, &context, 1, one);
+  });
 }
 
 Status Operations::post_recv(const LocalRef *dst, const uint64_t *contexts, size_t n,
@@ -321,7 +337,7 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
   // kPeerCheckInterval-th empty poll, an ended link or a provider with a
   // progress thread need more than the count.
   if (RDMALIB_LIKELY(++c->empty_polls < detail::kPeerCheckInterval && !c->peer_closed &&
-                     c->fab->caps.progress != Progress::Thread))
+                     !c->idle_yields))
     return 0;
   return detail::idle_poll(*c, q, out, max);
 }

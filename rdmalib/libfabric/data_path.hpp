@@ -21,8 +21,7 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
       return fi_trecv(ep.get(), buf, len, desc, FI_ADDR_UNSPEC, link_id, 0, s);
     iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
     void *descs[3] = {desc, nullptr, nullptr};
-    size_t n = !ov.base ? 1u : ov.guard ? 3u : 2u;
-    fi_msg_tagged msg{iov, descs, n, FI_ADDR_UNSPEC, link_id, 0, s, 0};
+    fi_msg_tagged msg{iov, descs, ov.iovs, FI_ADDR_UNSPEC, link_id, 0, s, 0};
     return fi_trecvmsg(ep.get(), &msg, flags);
   }
   if (RDMALIB_LIKELY(!ov.base)) {
@@ -36,7 +35,7 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
   }
   iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
   void *descs[3] = {desc, nullptr, nullptr};
-  fi_msg msg{iov, descs, ov.guard ? 3u : 2u, FI_ADDR_UNSPEC, s, 0};
+  fi_msg msg{iov, descs, ov.iovs, FI_ADDR_UNSPEC, s, 0};
   return fi_recvmsg(ep.get(), &msg, flags);
 }
 
@@ -73,6 +72,15 @@ inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool 
 inline Status ConnectionImpl::post_recv(const LocalRef *dst, const uint64_t *ctx, size_t n,
                                         size_t &done) noexcept {
   done = 0;
+  if (RDMALIB_LIKELY(n == 1)) {
+    // The repost after each message: no batch, no FI_MORE.
+    lf::OpSlot *s = take_slot(ctx[0], OpKind::Recv, false);
+    if (RDMALIB_UNLIKELY(!s))
+      return Status::Again;
+    Status st = posted(post_receive(dst->ptr, dst->len, dst->desc, s, 0), s, "post_recv");
+    done = st == Status::Ok;
+    return st;
+  }
   // As many as the pool has room for; FI_MORE lets the provider batch the
   // doorbell, and the last of the batch flushes it.
   const size_t room = rx_free.limit - rx_free.used;
@@ -279,25 +287,18 @@ inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcep
   if (sh)
     return reap_shared(q, out, max);
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
-  size_t n = 0;
-  // Read again only when a batch held nothing for the caller (internal
-  // completions): on tcp every fi_cq_read is a progress pass with syscalls, so
-  // a second read after a hit costs microseconds per message.
-  for (int round = 0; n < max && round < 4; ++round) {
-    fi_cq_data_entry buf[16];
-    size_t want = max - n < 16 ? max - n : 16;
-    ssize_t r = fi_cq_read(cq, buf, want);
-    if (RDMALIB_LIKELY(r > 0)) {
-      n += convert(q, buf, static_cast<size_t>(r), out + n);
-      if (n)
-        break;
-      continue;
-    }
-    if (r == -FI_EAVAIL)
-      out[n++] = convert_error(q, cq);
-    break;
+  // One read: on tcp every fi_cq_read is a progress pass with syscalls, so a
+  // second read after a hit costs microseconds per message.
+  fi_cq_data_entry buf[16];
+  ssize_t r = fi_cq_read(cq, buf, max < 16 ? max : 16);
+  if (RDMALIB_LIKELY(r == -FI_EAGAIN))
+    return 0;
+  if (RDMALIB_LIKELY(r > 0)) {
+    size_t n = convert(q, buf, static_cast<size_t>(r), out);
+    if (RDMALIB_LIKELY(n))
+      return n;
   }
-  return n;
+  return reap_more(q, cq, r, out, max);
 }
 
 } // namespace rdmalib::detail

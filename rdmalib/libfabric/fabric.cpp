@@ -273,6 +273,7 @@ void RecvOverflow::open(size_t scratch_bytes, bool guard_page) {
   guard = guard_bytes;
   if (guard && mprotect(base + scratch, guard, PROT_NONE) != 0)
     guard = 0;
+  iovs = guard ? 3 : 2;
 }
 
 RecvOverflow::~RecvOverflow() {

@@ -106,6 +106,34 @@ void ConnectionImpl::make_room(Queue q) noexcept {
     drive(); // a zero-count read still drives progress
 }
 
+size_t ConnectionImpl::reap_more(Queue q, fid_cq *cq, ssize_t r, Completion *out,
+                                 size_t max) noexcept {
+  if (r == -FI_EAVAIL) {
+    out[0] = convert_error(q, cq);
+    return 1;
+  }
+  if (r <= 0)
+    return 0;
+  // The first batch held only internal completions: read again, a few times
+  // at most.
+  size_t n = 0;
+  for (int round = 1; n < max && round < 4; ++round) {
+    fi_cq_data_entry buf[16];
+    size_t want = max - n < 16 ? max - n : 16;
+    r = fi_cq_read(cq, buf, want);
+    if (r > 0) {
+      n += convert(q, buf, static_cast<size_t>(r), out + n);
+      if (n)
+        break;
+      continue;
+    }
+    if (r == -FI_EAVAIL)
+      out[n++] = convert_error(q, cq);
+    break;
+  }
+  return n;
+}
+
 bool ConnectionImpl::check_peer() noexcept {
   if (peer_closed)
     return true;
