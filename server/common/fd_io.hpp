@@ -11,4 +11,8 @@ namespace rfaas::server {
 /// then says why.
 bool write_all(int fd, const std::string &s);
 
+/// Reads `fd` until end of file (retrying EINTR), closes it and returns what
+/// was read; a read error ends it like end of file.
+std::string read_to_end_and_close(int fd);
+
 } // namespace rfaas::server

@@ -70,17 +70,7 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
   const char answer = ahead ? '1' : '0';
   ssize_t sent = ::send(fd, &answer, 1, MSG_NOSIGNAL);
   (void)sent;
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  std::string text = server::read_to_end_and_close(fd);
   if (text.empty())
     return 0;
   prctl(PR_SET_NAME, "executor");
@@ -449,17 +439,7 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
 }
 
 int run_from_spec_fd(int fd) {
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  std::string text = server::read_to_end_and_close(fd);
   try {
     return run_executor(server::LaunchSpec::parse(text));
   } catch (const std::exception &e) {
