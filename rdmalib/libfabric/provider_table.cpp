@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -243,12 +244,23 @@ std::string named_endpoint(const std::string &host, unsigned port) {
   return "rdmalib-" + host + "-" + std::to_string(port);
 }
 
+namespace {
+
+/// Where shm keeps the region of the endpoint named `name`, or "" when `name`
+/// is not a plain file name (which shm could not have created either).
+std::string shm_region_path(const std::string &name) {
+  if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos || name == "." ||
+      name == "..")
+    return {};
+  return "/dev/shm/" + name;
+}
+
+} // namespace
+
 bool named_endpoint_absent(const std::string &name) {
-  // Only a plain file name can be looked up; anything else is left to the
-  // connection's deadline.
-  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-    return false;
-  return ::access(("/dev/shm/" + name).c_str(), F_OK) != 0 && errno == ENOENT;
+  // Anything that cannot be looked up is left to the connection's deadline.
+  const std::string path = shm_region_path(name);
+  return !path.empty() && ::access(path.c_str(), F_OK) != 0 && errno == ENOENT;
 }
 
 void release_region_padding(const std::string &endpoint_name) noexcept {
@@ -259,9 +271,10 @@ void release_region_padding(const std::string &endpoint_name) noexcept {
       name.erase(0, scheme + 3);
     while (!name.empty() && name.back() == '\0')
       name.pop_back();
-    if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos)
+    const std::string path = shm_region_path(name);
+    if (path.empty())
       return;
-    int fd = ::open(("/dev/shm/" + name).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
       return;
     struct stat st;
@@ -278,7 +291,9 @@ void release_region_padding(const std::string &endpoint_name) noexcept {
     // entries would hold names, has mapped the region yet.
     off_t at = ::lseek(fd, (size / 2 - page) & ~(page - 1), SEEK_DATA);
     const std::string needle = name + '\0';
-    std::vector<char> buf(64 * 1024 + needle.size());
+    // On the stack: this runs on every shm endpoint open. 256 bytes carry a
+    // name (at most 255 + its NUL) across two reads.
+    std::array<char, 16 * 1024 + 256> buf;
     off_t found = -1;
     size_t carry = 0;
     while (at >= 0 && at < size && found < 0) {
