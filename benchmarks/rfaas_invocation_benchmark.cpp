@@ -27,7 +27,8 @@ int main(int argc, char **argv) {
     ("hot-timeout", "worker hot-polling ms: -1 always hot, 0 never", rfaas::cli::value<int32_t>()->default_value("-1"))
     ("n,iters", "measured calls per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)", rfaas::cli::value<size_t>()->default_value("0"))
     ("b,budget", "seconds per size after which measuring stops (once 500 calls are in)", rfaas::cli::value<double>()->default_value("1"))
-    ("output", "output memory: registered (rfaas::allocator, result written in place) or plain (copied out of a result slot)", rfaas::cli::value<std::string>()->default_value("registered"));
+    ("output", "output memory: registered (rfaas::allocator, result written in place) or plain (copied out of a result slot)", rfaas::cli::value<std::string>()->default_value("registered"))
+    ("function", "echo (copies its input to its output) or echo_in_place (its input is its output: nothing copied, like the raw ping-pong)", rfaas::cli::value<std::string>()->default_value("echo"));
   // clang-format on
   rfaas::cli::ParseResult args;
   int status = 0;
@@ -42,6 +43,10 @@ int main(int argc, char **argv) {
     if (output_memory != "registered" && output_memory != "plain")
       throw std::invalid_argument("--output must be registered or plain, not \"" + output_memory +
                                   "\"");
+    const std::string function = args["function"].as<std::string>();
+    if (function != "echo" && function != "echo_in_place")
+      throw std::invalid_argument("--function must be echo or echo_in_place, not \"" + function +
+                                  "\"");
     rfaas::executor ex(dev);
     rfaas::allocation_options o;
     o.cores = 1;
@@ -54,8 +59,10 @@ int main(int argc, char **argv) {
     const std::string provider = dev.provider.empty() ? dev.name : dev.provider;
     const std::string wait = "hot" + std::to_string(o.hot_timeout_ms);
     rfaas::bench::Csv csv(args["csv"].as<std::string>());
-    std::printf("# rfaas_invocation_benchmark device=%s provider=%s hot_timeout_ms=%d output=%s\n",
-                dev.name.c_str(), provider.c_str(), o.hot_timeout_ms, output_memory.c_str());
+    std::printf("# rfaas_invocation_benchmark device=%s provider=%s hot_timeout_ms=%d output=%s "
+                "function=%s\n",
+                dev.name.c_str(), provider.c_str(), o.hot_timeout_ms, output_memory.c_str(),
+                function.c_str());
     std::printf("%-10s %8s %7s %11s %11s %11s %11s\n", "mode", "size", "iters", "median_us",
                 "p99_us", "min_us", "mean_us");
     std::vector<uint8_t, rfaas::allocator<uint8_t>> in(largest, 1, rfaas::allocator<uint8_t>(ex));
@@ -73,20 +80,21 @@ int main(int argc, char **argv) {
     doc["parameters"]["iters"] = args["iters"].as<size_t>();
     doc["parameters"]["budget_s"] = budget_s;
     doc["parameters"]["output"] = output_memory;
+    doc["parameters"]["function"] = function;
     for (size_t size : sizes) {
       size_t iters = args["iters"].as<size_t>();
       if (iters == 0)
         iters = size <= 1024 ? 10000 : size <= 65536 ? 2000 : 300;
       rfaas::const_buffer input(in.data(), size);
       for (size_t i = 0; i < iters / 10 + 1; ++i)
-        ex.execute("echo", input, out);
+        ex.execute(function, input, out);
       std::vector<double> us;
       us.reserve(iters);
       const auto start = std::chrono::steady_clock::now();
       for (size_t i = 0; i < iters; ++i) {
         in[0] = static_cast<uint8_t>(i);
         auto t0 = std::chrono::steady_clock::now();
-        rfaas::result r = ex.execute("echo", input, out);
+        rfaas::result r = ex.execute(function, input, out);
         auto t1 = std::chrono::steady_clock::now();
         if (!r.ok() || r.output_size != size || out_bytes[0] != static_cast<uint8_t>(i)) {
           std::fprintf(stderr, "call %zu of %zu B failed: %s\n", i, size,
@@ -99,10 +107,10 @@ int main(int argc, char **argv) {
           break;
       }
       rfaas::bench::Stats s = rfaas::bench::stats(us);
-      std::printf("%-10s %8zu %7zu %11.2f %11.2f %11.2f %11.2f\n", "echo", size, s.n, s.median,
-                  s.p99, s.min, s.mean);
-      csv.row("rfaas", provider, wait, "echo", size, s);
-      doc["results"].push(rfaas::bench::latency_result("echo", size, s));
+      std::printf("%-10s %8zu %7zu %11.2f %11.2f %11.2f %11.2f\n", function.c_str(), size, s.n,
+                  s.median, s.p99, s.min, s.mean);
+      csv.row("rfaas", provider, wait, function, size, s);
+      doc["results"].push(rfaas::bench::latency_result(function, size, s));
     }
     rfaas::bench::write_json(args, doc);
   } catch (const std::exception &e) {

@@ -30,6 +30,7 @@ devices_list="lo-tcp"
 sizes="8,1K,64K,1M"
 hot=-1
 output=registered
+function=echo
 cold_reps=20
 repeat=3
 csv=""
@@ -44,6 +45,7 @@ usage() {
   echo "  --sizes LIST          payload sizes (default: $sizes)"
   echo "  --hot-timeout MS      worker hot polling: -1 always, 0 never (default: $hot)"
   echo "  --output MEM          registered (result written in place) or plain (copied; default: $output)"
+  echo "  --function F          echo (copies input to output) or echo_in_place (no copy; default: $function)"
   echo "  --cold-reps N         allocations in the cold benchmark (default: $cold_reps)"
   echo "  --repeat N            invocation + raw runs, paired (default: $repeat)"
   echo "  --csv FILE            append every row (rfaas, raw, cold) as CSV"
@@ -58,6 +60,7 @@ while [[ $# -gt 0 ]]; do
   --sizes) sizes=$2; shift 2 ;;
   --hot-timeout) hot=$2; shift 2 ;;
   --output) output=$2; shift 2 ;;
+  --function) function=$2; shift 2 ;;
   --cold-reps) cold_reps=$2; shift 2 ;;
   --repeat) repeat=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
@@ -131,7 +134,8 @@ for dev in $devices_list; do
       if [[ $which == rfaas ]]; then
         "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
           --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" \
-          --output "$output" --csv "$work/one.csv" "${jarg[@]}" >"$work/inv.out"
+          --output "$output" --function "$function" --csv "$work/one.csv" "${jarg[@]}" \
+          >"$work/inv.out"
         # The first run's own table is shown; the others only feed the summary.
         ((r > 0)) || cat "$work/inv.out"
         tail -n +2 "$work/one.csv" | sed "s/^/rfaas-csv,$r,/" >>"$rows"
@@ -150,9 +154,9 @@ for dev in $devices_list; do
   tail -n +2 "$work/one.csv" | sed "s/^/cold-csv,0,/" >>"$rows"
   stop_manager
 
-  python3 - "$rows" "$dev" "$csv" <<'PY'
+  python3 - "$rows" "$dev" "$csv" "$function" <<'PY'
 import csv, os, statistics, sys
-rows, dev, out = sys.argv[1], sys.argv[2], sys.argv[3]
+rows, dev, out, function = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 # rf[size][rep] / raw[size][rep] = (median, p99, row); cold = rows
 rf, raw, cold = {}, {}, []
 with open(rows) as f:
@@ -166,7 +170,7 @@ with open(rows) as f:
         table.setdefault(int(r[5]), {})[int(rep)] = (float(r[7]), float(r[8]), r)
 med = statistics.median
 reps = max((len(v) for v in rf.values()), default=0)
-print(f"\n{dev}: echo through rFaaS vs raw write-with-immediate round trip (us; medians over "
+print(f"\n{dev}: {function} through rFaaS vs raw write-with-immediate round trip (us; medians over "
       f"{reps} run(s) of each; diff and ratio: medians of the runs paired back to back)")
 print(f"{'size':>8} {'raw':>10} {'rfaas':>10} {'rfaas p99':>10} {'diff':>8} {'ratio':>7}")
 for size in sorted(rf):

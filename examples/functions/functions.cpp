@@ -8,6 +8,9 @@
 // executor's worker threads: they must be thread-safe and must not keep
 // pointers to `in` or `out` after returning. Multi-byte values are in the
 // host's byte order (client and executor run on the same architecture).
+// RFAAS_FUNCTION_IN_PLACE(name) declares the same signature for a function
+// that is called with `out == in`: it writes its output over its input, and
+// `out_capacity` is the allocation's max_input_size, rounded up to 8.
 //
 // The library is built with hidden visibility: only RFAAS_FUNCTIONs are
 // exported, so the executor's table holds exactly them.
@@ -31,6 +34,20 @@ RFAAS_FUNCTION(echo) {
   if (in_size > out_capacity)
     return 0;
   std::memcpy(out, in, in_size);
+  return in_size;
+}
+
+/// Output = input, in place: the input already is the output, so nothing is
+/// copied on the executor. No output when the input does not fit out_capacity.
+RFAAS_FUNCTION_IN_PLACE(echo_in_place) { return in_size <= out_capacity ? in_size : 0; }
+
+/// Every input byte inverted (~b), written over the input.
+RFAAS_FUNCTION_IN_PLACE(invert_in_place) {
+  if (in_size > out_capacity)
+    return 0;
+  unsigned char *b = static_cast<unsigned char *>(out);
+  for (uint32_t i = 0; i < in_size; ++i)
+    b[i] = static_cast<unsigned char>(~b[i]);
   return in_size;
 }
 
@@ -174,3 +191,7 @@ RFAAS_FUNCTION(overflow) {
   }
   return out_capacity;
 }
+
+/// `overflow` as an in-place function: it runs past the capacity of its input
+/// slot, which a guard page follows like every result slot.
+RFAAS_FUNCTION_IN_PLACE(overflow_in_place) { return overflow(in, in_size, out, out_capacity); }

@@ -35,7 +35,7 @@ namespace rfaas::protocol {
 constexpr uint32_t kMagic = 0x53414652u;
 /// The version this code speaks. A peer speaking another version is answered
 /// with ErrorCode::VersionMismatch and closed; the Header layout never changes.
-constexpr uint16_t kVersion = 2;
+constexpr uint16_t kVersion = 3;
 
 /// Most worker threads (leased cores) per allocation.
 constexpr uint32_t kMaxWorkers = 256;
@@ -317,31 +317,42 @@ struct ConnectReply {
 };
 
 /// A registered buffer divided into equal slots: slot i is at byte offset
-/// i * slot_size of `buffer`. Used for a worker's input slots, for the client's
-/// result slots of each worker, and for the manager's accounting record.
+/// i * stride() of `buffer`, and holds slot_size bytes. Used for a worker's
+/// input slots, for the client's result slots of each worker, and for the
+/// manager's accounting record.
 struct BufferDescriptor {
   rdmalib::RemoteBuffer buffer;
   uint32_t worker = 0;
   uint32_t slots = 0;
   uint32_t slot_size = 0;
-  Reserved<uint32_t> reserved0;
+  /// Bytes from one slot's start to the next one's; 0 means slot_size (the
+  /// slots are packed). A worker's input slots are spaced further apart, so
+  /// that each is followed by a guard page.
+  uint32_t slot_stride = 0;
 
   template <class S, class F> static void fields(S &s, F &f) {
     f(s.buffer);
     f(s.worker);
     f(s.slots);
     f(s.slot_size);
-    f(s.reserved0);
+    f(s.slot_stride);
   }
+  /// Bytes from one slot's start to the next one's.
+  uint64_t stride() const noexcept { return slot_stride ? slot_stride : slot_size; }
+  /// Byte offset of slot `i` in `buffer`.
+  uint64_t offset(uint32_t i) const noexcept { return uint64_t(i) * stride(); }
   /// Checks limits and that the buffer holds its slots.
   WireResult validate() const noexcept {
     if (slots == 0 || slots > kMaxSlots)
       return {WireError::TooLarge, 0, "BufferDescriptor.slots must be 1..256"};
     if (slot_size == 0 || slot_size > kMaxSlotSize)
       return {WireError::TooLarge, 0, "BufferDescriptor.slot_size must be 1..2^30"};
-    if (buffer.size < static_cast<uint64_t>(slots) * slot_size)
+    if (slot_stride != 0 && slot_stride < slot_size)
       return {WireError::Inconsistent, 0,
-              "BufferDescriptor.buffer is smaller than slots * slot_size"};
+              "BufferDescriptor.slot_stride is smaller than slot_size (the slots overlap)"};
+    if (buffer.size < offset(slots - 1) + slot_size)
+      return {WireError::Inconsistent, 0,
+              "BufferDescriptor.buffer is smaller than its slots at their stride"};
     return {};
   }
 };
@@ -695,6 +706,7 @@ RFAAS_WIRE_OFFSET(BufferDescriptor, buffer, 0);
 RFAAS_WIRE_OFFSET(BufferDescriptor, worker, 24);
 RFAAS_WIRE_OFFSET(BufferDescriptor, slots, 28);
 RFAAS_WIRE_OFFSET(BufferDescriptor, slot_size, 32);
+RFAAS_WIRE_OFFSET(BufferDescriptor, slot_stride, 36);
 
 RFAAS_WIRE_LAYOUT(AllocationRequest, 304);
 RFAAS_WIRE_OFFSET(AllocationRequest, cores, 8);

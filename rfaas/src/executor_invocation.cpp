@@ -224,7 +224,7 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
   }
   proto::encode(h, header_at, input_slot);
 
-  rdmalib::Status st = w.ops.write_imm(src, w.input.buffer, uint64_t(s) * w.input.slot_size,
+  rdmalib::Status st = w.ops.write_imm(src, w.input.buffer, w.input.offset(s),
                                        proto::make_immediate(s, id), kWriteCtx | s);
   if (st != rdmalib::Status::Ok) {
     if (st == rdmalib::Status::Closed) {

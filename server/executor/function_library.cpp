@@ -185,6 +185,9 @@ FunctionLibrary FunctionLibrary::load(const void *bytes, size_t size, const std:
     FunctionEntry e;
     e.hash = protocol::function_hash(n);
     e.function = reinterpret_cast<Function>(sym);
+    const std::string marker = RFAAS_FUNCTION_IN_PLACE_PREFIX + n;
+    dlerror();
+    e.in_place = dlsym(lib.handle_, marker.c_str()) != nullptr;
     e.name = std::move(n);
     lib.table_.push_back(std::move(e));
   }

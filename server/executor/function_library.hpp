@@ -11,7 +11,9 @@
 // Functions follow the function ABI of <rfaas/function.hpp> (version 2):
 //   extern "C" uint32_t name(const void *in, uint32_t in_size, void *out,
 //                            uint32_t out_capacity);
-// returning the number of bytes written to `out`. load() refuses a library
+// returning the number of bytes written to `out`. A function declared with
+// RFAAS_FUNCTION_IN_PLACE exports the marker rfaas_in_place_<name> beside it
+// and is called with out == in. load() refuses a library
 // built for another ABI: the exported rfaas_function_abi_version is missing
 // or differs, it exports no C-linkage function, or one of its functions has
 // an rFaaS signature but a C++-mangled name (a forgotten extern "C", which the
@@ -50,6 +52,8 @@ struct FunctionEntry {
   /// protocol::function_hash(name).
   uint32_t hash = 0;
   Function function = nullptr;
+  /// Declared with RFAAS_FUNCTION_IN_PLACE: called with out == in.
+  bool in_place = false;
 };
 
 /// A loaded library. Move-only; the destructor dlclose()s the handle and closes

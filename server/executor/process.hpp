@@ -16,7 +16,7 @@
 
 #include "common/launch_spec.hpp"
 #include "executor/function_library.hpp"
-#include "executor/output_area.hpp"
+#include "executor/slot_area.hpp"
 #include "protocol/control_channel.hpp"
 
 namespace rfaas::executor_process {
@@ -181,8 +181,13 @@ private:
   // Buffers before the connection: members die in reverse order, and closing
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).
-  rdmalib::Buffer<char> input_, probe_;
-  OutputArea output_;
+  rdmalib::Buffer<char> probe_;
+  /// The client writes invocation s into input slot s; an in-place function
+  /// writes its output over it, so these slots are guarded like the result
+  /// slots. input_mr_ starts at slot 0, so slot s is at input_.stride() * s.
+  SlotArea input_;
+  rdmalib::MemoryRegion input_mr_; // after input_: deregistered before it unmaps
+  SlotArea output_;
   rdmalib::MemoryRegion output_mr_; // after output_: deregistered before it unmaps
   proto::ControlChannel ctrl_;
   rdmalib::Connection conn_;

@@ -1,4 +1,4 @@
-#include "executor/output_area.hpp"
+#include "executor/slot_area.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 namespace rfaas::executor_process {
 
-size_t OutputArea::page_size() noexcept {
+size_t SlotArea::page_size() noexcept {
   static const size_t page = [] {
     long p = sysconf(_SC_PAGESIZE);
     return p > 0 ? static_cast<size_t>(p) : size_t(4096);
@@ -19,9 +19,9 @@ size_t OutputArea::page_size() noexcept {
   return page;
 }
 
-OutputArea::OutputArea(uint32_t slots, uint32_t slot_size, uint32_t header_size) {
+SlotArea::SlotArea(uint32_t slots, uint32_t slot_size, uint32_t header_size) {
   if (slot_size < header_size)
-    throw std::invalid_argument("output area: a result slot of " + std::to_string(slot_size) +
+    throw std::invalid_argument("slot area: a slot of " + std::to_string(slot_size) +
                                 " bytes cannot hold its " + std::to_string(header_size) +
                                 "-byte header");
   const size_t page = page_size();
@@ -34,20 +34,20 @@ OutputArea::OutputArea(uint32_t slots, uint32_t slot_size, uint32_t header_size)
   length_ = page + size_t(slots) * stride_;
   void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
-    throw std::runtime_error("output area: mmap of " + std::to_string(length_) +
+    throw std::runtime_error("slot area: mmap of " + std::to_string(length_) +
                              " bytes: " + std::strerror(errno));
   base_ = static_cast<char *>(p);
   first_ = base_ + page;
 }
 
-OutputArea::~OutputArea() { release(); }
+SlotArea::~SlotArea() { release(); }
 
-OutputArea::OutputArea(OutputArea &&o) noexcept
+SlotArea::SlotArea(SlotArea &&o) noexcept
     : base_(std::exchange(o.base_, nullptr)), length_(std::exchange(o.length_, 0)),
       first_(std::exchange(o.first_, nullptr)), stride_(o.stride_), pad_(o.pad_),
       slots_(std::exchange(o.slots_, 0)), header_(o.header_), capacity_(o.capacity_) {}
 
-OutputArea &OutputArea::operator=(OutputArea &&o) noexcept {
+SlotArea &SlotArea::operator=(SlotArea &&o) noexcept {
   if (this != &o) {
     release();
     base_ = std::exchange(o.base_, nullptr);
@@ -62,7 +62,7 @@ OutputArea &OutputArea::operator=(OutputArea &&o) noexcept {
   return *this;
 }
 
-void OutputArea::release() noexcept {
+void SlotArea::release() noexcept {
   if (base_)
     munmap(base_, length_);
   base_ = first_ = nullptr;
@@ -70,13 +70,13 @@ void OutputArea::release() noexcept {
   slots_ = 0;
 }
 
-void OutputArea::protect_guards() {
+void SlotArea::protect_guards() {
   if (!base_)
-    throw std::logic_error("output area: nothing to protect");
+    throw std::logic_error("slot area: nothing to protect");
   const size_t page = page_size();
   auto protect = [&](char *guard) {
     if (mprotect(guard, page, PROT_NONE) != 0)
-      throw std::runtime_error(std::string("output area: mprotect of a guard page: ") +
+      throw std::runtime_error(std::string("slot area: mprotect of a guard page: ") +
                                std::strerror(errno));
   };
   protect(base_);
@@ -84,7 +84,7 @@ void OutputArea::protect_guards() {
     protect(first_ + size_t(s) * stride_ + (stride_ - page));
 }
 
-bool OutputArea::guard_hit(uint32_t s, const void *addr) const noexcept {
+bool SlotArea::guard_hit(uint32_t s, const void *addr) const noexcept {
   if (!base_ || s >= slots_ || addr == nullptr)
     return false;
   const char *a = static_cast<const char *>(addr);

@@ -1,9 +1,11 @@
-// A worker's result slots, each followed by a guard page.
+// Slots that a function writes into, each followed by a guard page: a
+// worker's result slots, and its input slots (where in-place functions write
+// their output over their input).
 //
-// A function gets a pointer into its result slot and the slot's capacity, but
-// it is untrusted code: it may write more. The slots therefore live in their
-// own mapping, not on the heap, and each is placed so that its last byte is
-// the last byte of a page and the next page is PROT_NONE. The first byte past
+// A function gets a pointer into a slot and the slot's capacity, but it is
+// untrusted code: it may write more. The slots therefore live in their own
+// mapping, not on the heap, and each is placed so that its last byte is the
+// last byte of a page and the next page is PROT_NONE. The first byte past
 // the capacity, out[capacity], is the first byte of that guard page: any write
 // that runs past the end faults at once (SIGSEGV, which the crash guard turns
 // into a function_crashed result) before it can reach anything else. A guard
@@ -13,6 +15,8 @@
 //   | guard | pad | header | output ... | guard | pad | header | output ... | guard |
 //           ^ page         ^ out         ^ out + capacity (page aligned)
 //
+// Slot s starts stride() bytes after slot s-1, so a peer that writes into the
+// slots over the network addresses slot s at offset(0) + s * stride().
 // The owner registers the whole mapping (base(), length()) once and only then
 // calls protect_guards(): verbs cannot register PROT_NONE pages, and the
 // registration keeps them pinned (one page per slot). Posts only ever read a
@@ -24,20 +28,20 @@
 
 namespace rfaas::executor_process {
 
-class OutputArea {
+class SlotArea {
 public:
-  OutputArea() noexcept = default;
-  /// Map `slots` result slots of `slot_size` bytes each, the first
-  /// `header_size` bytes of which are the result header and the rest the
-  /// function's output (so capacity() == slot_size - header_size). Throws
+  SlotArea() noexcept = default;
+  /// Map `slots` slots of `slot_size` bytes each, the first `header_size`
+  /// bytes of which are the header (of a result or an invocation) and the
+  /// rest the function's output (so capacity() == slot_size - header_size). Throws
   /// std::runtime_error (with the system's error text) when mmap or mprotect
   /// fails, or std::invalid_argument when slot_size < header_size.
-  OutputArea(uint32_t slots, uint32_t slot_size, uint32_t header_size);
-  ~OutputArea();
-  OutputArea(OutputArea &&o) noexcept;
-  OutputArea &operator=(OutputArea &&o) noexcept;
-  OutputArea(const OutputArea &) = delete;
-  OutputArea &operator=(const OutputArea &) = delete;
+  SlotArea(uint32_t slots, uint32_t slot_size, uint32_t header_size);
+  ~SlotArea();
+  SlotArea(SlotArea &&o) noexcept;
+  SlotArea &operator=(SlotArea &&o) noexcept;
+  SlotArea(const SlotArea &) = delete;
+  SlotArea &operator=(const SlotArea &) = delete;
 
   /// Make the guard pages PROT_NONE (until then they are accessible): after
   /// the mapping is registered. Throws std::runtime_error when mprotect fails.
@@ -49,6 +53,8 @@ public:
   size_t offset(uint32_t s) const noexcept { return static_cast<size_t>(slot(s) - base_); }
 
   uint32_t slots() const noexcept { return slots_; }
+  /// Bytes from the start of one slot to the start of the next.
+  size_t stride() const noexcept { return stride_; }
   /// Bytes the function may write at output(s).
   uint32_t capacity() const noexcept { return capacity_; }
   /// Start of slot `s`: its result header.

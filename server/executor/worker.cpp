@@ -49,7 +49,9 @@ void Worker::setup_and_serve() {
   const proto::AllocationRequest &req = s_.request;
   const rdmalib::Capabilities &caps = s_.fabric.capabilities();
   slots_ = req.input_slots;
-  islot_ = req.input_slot_size;
+  // Rounded up to 8 bytes: the payload ends at a guard page, and an in-place
+  // function's output (its payload) must start 8-byte aligned.
+  islot_ = (req.input_slot_size + 7u) & ~7u;
   rdesc_ = s_.results[index_];
   rslot_ = rdesc_.slot_size;
   nrecv_ = worker_link_options(slots_).recv_depth;
@@ -75,14 +77,19 @@ void Worker::setup_and_serve() {
     throw std::runtime_error(std::string("client refused the worker: ") +
                              proto::to_string(reply.status));
 
-  input_ = rdmalib::Buffer<char>(s_.fabric, size_t(slots_) * islot_, rdmalib::AccessRemoteWrite);
-  // The function writes straight into its result slot (no copy), so the
-  // slots sit between guard pages: writing past the capacity faults.
-  output_ = OutputArea(slots_, rslot_, static_cast<uint32_t>(proto::kResultHeaderSize));
+  // A function writes straight into its result slot, or an in-place one over
+  // its input slot (no copy either way), so both kinds of slots sit between
+  // guard pages: writing past the capacity faults.
+  input_ = SlotArea(slots_, islot_, static_cast<uint32_t>(proto::kInvocationHeaderSize));
+  const size_t input_span = size_t(slots_ - 1) * input_.stride() + islot_;
+  input_mr_ =
+      rdmalib::MemoryRegion(s_.fabric, input_.slot(0), input_span, rdmalib::AccessRemoteWrite);
+  input_.protect_guards();
+  output_ = SlotArea(slots_, rslot_, static_cast<uint32_t>(proto::kResultHeaderSize));
   output_mr_ =
       rdmalib::MemoryRegion(s_.fabric, output_.base(), output_.length(), rdmalib::AccessLocal);
   output_.protect_guards();
-  conn_.attach(input_.region());
+  conn_.attach(input_mr_);
   conn_.attach(output_mr_);
   // Reliable-datagram links report no disconnect: a client killed without
   // a goodbye would leave this worker waiting forever. serve() then reads a
@@ -112,10 +119,11 @@ void Worker::setup_and_serve() {
   });
 
   proto::BufferAdvertisement adv;
-  adv.descriptor.buffer = input_.remote();
+  adv.descriptor.buffer = input_mr_.remote();
   adv.descriptor.worker = index_;
   adv.descriptor.slots = slots_;
   adv.descriptor.slot_size = islot_;
+  adv.descriptor.slot_stride = static_cast<uint32_t>(input_.stride());
   send_control(adv);
 
   if (index_ == 0)
@@ -387,20 +395,22 @@ bool Worker::probe_client(Clock::time_point last_activity) noexcept {
   return true;
 }
 
+static_assert(proto::kInvocationHeaderSize >= proto::kResultHeaderSize,
+              "an in-place result header goes over the end of the invocation header");
+
 int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
   const proto::Immediate im = proto::parse_immediate(imm);
   const uint32_t s = im.slot;
   if (s >= slots_)
     return 0; // outside the input buffer: nothing to answer into
-  char *in = input_.data() + size_t(s) * islot_;
-  char *out = output_.slot(s);
+  char *in = input_.slot(s);
   proto::InvocationHeader h;
   proto::WireResult r = proto::decode(in, islot_, h);
   proto::ResultHeader res;
   res.slot = static_cast<uint16_t>(s);
   uint64_t id = im.sequence;
   int crashed = 0;
-  bool ran = false;
+  bool ran = false, over_input = false;
   if (!r) {
     if (r.error == proto::WireError::TooLarge) {
       res.status = proto::ErrorCode::PayloadTooLarge;
@@ -411,23 +421,28 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
     }
   } else {
     id = h.invocation_id;
-    Function fn = h.slot == s ? lib_->find_hash(h.function) : nullptr;
+    const FunctionEntry *fn = h.slot == s ? lib_->entry_hash(h.function) : nullptr;
     if (h.slot != s) {
       res.status = proto::ErrorCode::BadRequest;
     } else if (!fn) {
       res.status = proto::ErrorCode::UnknownFunction;
       res.detail = h.function;
     } else {
+      // An in-place function gets its input slot as its output, so that
+      // nothing is copied; the others get the result slot.
+      over_input = fn->in_place;
+      char *dst = over_input ? input_.output(s) : output_.output(s);
+      const uint32_t cap = over_input ? input_.capacity() : output_.capacity();
       uint32_t produced = 0;
-      crashed = CrashGuard::run(fn, in + proto::kInvocationHeaderSize, h.payload_size,
-                                output_.output(s), output_.capacity(), produced);
+      crashed = CrashGuard::run(fn->function, in + proto::kInvocationHeaderSize, h.payload_size,
+                                dst, cap, produced);
       ran = true;
       if (crashed) {
         res.status = proto::ErrorCode::FunctionCrashed;
         res.detail = static_cast<uint32_t>(crashed);
         if (crashed_off_its_slot(crashed, s, h.function))
           crashed = 0; // nothing outside the slot was touched: keep serving
-      } else if (produced > output_.capacity()) {
+      } else if (produced > cap) {
         res.status = proto::ErrorCode::OutputTooLarge;
         res.detail = produced;
       } else {
@@ -438,19 +453,30 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
   res.invocation_id = id;
   // The client's result target (validated by decode(); its key and address
   // only the client's provider can check: a refusal comes back as a failed
-  // completion, see target_refused). The output was written into the guarded
+  // completion, see target_refused). The output was written into a guarded
   // slot and goes out from there either way.
-  const bool in_place = r && h.has_target() && res.status == proto::ErrorCode::Ok;
-  if (in_place && proto::kResultHeaderSize + uint64_t(res.output_size) > h.target_capacity) {
-    res.status = proto::ErrorCode::OutputTooLarge;
+  const bool to_target = r && h.has_target() && res.status == proto::ErrorCode::Ok;
+  const uint64_t room = to_target ? h.target_capacity : rslot_;
+  if (res.status == proto::ErrorCode::Ok &&
+      proto::kResultHeaderSize + uint64_t(res.output_size) > room) {
+    res.status = proto::ErrorCode::OutputTooLarge; // only an in-place output can exceed rslot_
     res.detail = res.output_size;
     res.output_size = 0;
   }
-  proto::encode(res, out, rslot_);
+  // The result header goes right before the output: in the result slot's
+  // header, or over the end of the invocation header in the input slot (read
+  // already; kInvocationHeaderSize >= kResultHeaderSize).
+  const bool from_input = over_input && res.status == proto::ErrorCode::Ok;
+  char *out = from_input ? input_.output(s) - proto::kResultHeaderSize : output_.slot(s);
+  proto::encode(res, out, proto::kResultHeaderSize + res.output_size);
+  const size_t len = proto::kResultHeaderSize + res.output_size;
   const rdmalib::LocalRef src =
-      output_mr_.local(output_.offset(s), proto::kResultHeaderSize + res.output_size);
+      from_input ? input_mr_.local(size_t(s) * input_.stride() + proto::kInvocationHeaderSize -
+                                       proto::kResultHeaderSize,
+                                   len)
+                 : output_mr_.local(output_.offset(s), len);
   rdmalib::Status st;
-  if (in_place && res.status == proto::ErrorCode::Ok) {
+  if (to_target && res.status == proto::ErrorCode::Ok) {
     target_ids_[s] = id;
     st = ops_.write_imm(src, h.target, h.target_offset, proto::make_in_place_immediate(s, id),
                         kTargetCtx | s);
@@ -470,13 +496,15 @@ bool Worker::crashed_off_its_slot(int sig, uint32_t s, uint32_t hash) noexcept {
   const FunctionEntry *e = lib_->entry_hash(hash);
   const char *name = e ? e->name.c_str() : "?";
   const void *at = CrashGuard::fault_address();
-  if ((sig == SIGSEGV || sig == SIGBUS) && output_.guard_hit(s, at)) {
-    const char *o = output_.output(s);
+  const bool in_place = e && e->in_place;
+  const SlotArea &area = in_place ? input_ : output_;
+  if ((sig == SIGSEGV || sig == SIGBUS) && area.guard_hit(s, at)) {
+    const char *o = area.output(s);
     const char *a = static_cast<const char *>(at);
-    spdlog::warn("executor {:x}: worker {}: function `{}` wrote {} its output area (capacity {} "
-                 "bytes, fault at output{:+d}); answered function_crashed, the worker goes on",
+    spdlog::warn("executor {:x}: worker {}: function `{}` wrote {} its {}output area (capacity "
+                 "{} bytes, fault at output{:+d}); answered function_crashed, the worker goes on",
                  s_.spec.allocation_id, index_, name, a < o ? "before the start of" : "past",
-                 output_.capacity(), static_cast<long long>(a - o));
+                 in_place ? "in-place " : "", area.capacity(), static_cast<long long>(a - o));
     return true;
   }
   spdlog::error("executor {:x}: worker {}: function `{}` crashed with signal {} ({}) at {}",

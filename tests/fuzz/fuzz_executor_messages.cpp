@@ -71,9 +71,12 @@ void control_message(const uint8_t *data, size_t size) {
   }
   proto::BufferAdvertisement adv;
   r = proto::decode(ctl.data(), kCtl, adv);
-  if (r)
-    FUZZ_CHECK(adv.descriptor.buffer.size >=
-               uint64_t(adv.descriptor.slots) * adv.descriptor.slot_size);
+  if (r) {
+    // Every slot, at its stride, lies inside the buffer, and slots never overlap.
+    const proto::BufferDescriptor &d = adv.descriptor;
+    FUZZ_CHECK(d.stride() >= d.slot_size);
+    FUZZ_CHECK(d.buffer.size >= d.offset(d.slots - 1) + d.slot_size);
+  }
 }
 
 void input_slot(const uint8_t *data, size_t size) {

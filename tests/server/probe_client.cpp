@@ -596,8 +596,8 @@ public:
       ++issued;
       return l.ops.write_imm(
                  inputs_[0].local_bytes(size_t(s) * size, proto::kInvocationHeaderSize + 8),
-                 l.input.buffer, uint64_t(s) * l.input.slot_size,
-                 proto::make_immediate(s, h.invocation_id), 100 + s) == rdmalib::Status::Ok;
+                 l.input.buffer, l.input.offset(s), proto::make_immediate(s, h.invocation_id),
+                 100 + s) == rdmalib::Status::Ok;
     };
     auto t0 = Clock::now();
     for (uint32_t s = 0; s < S && issued < total; ++s)

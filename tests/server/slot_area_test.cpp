@@ -1,4 +1,4 @@
-// The output area: every result slot ends at a page boundary followed by a
+// The slot area: every slot ends at a page boundary followed by a
 // guard page, so a function that writes past its capacity faults at the first
 // byte too many (caught by the crash guard) instead of reaching other memory.
 // No network: the guards are protected without a registration.
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "executor/crash_guard.hpp"
-#include "executor/output_area.hpp"
+#include "executor/slot_area.hpp"
 
 using rfaas::executor_process::CrashGuard;
-using rfaas::executor_process::OutputArea;
+using rfaas::executor_process::SlotArea;
 
 namespace {
 
@@ -64,7 +64,7 @@ uint32_t segv_elsewhere(const void *, uint32_t, void *, uint32_t) {
   return 0;
 }
 
-class OutputAreaTest : public ::testing::Test {
+class SlotAreaTest : public ::testing::Test {
 protected:
   void SetUp() override {
     CrashGuard::install();
@@ -74,12 +74,12 @@ protected:
 
 } // namespace
 
-TEST_F(OutputAreaTest, OutputEndsWhereAGuardPageBegins) {
-  const size_t page = OutputArea::page_size();
+TEST_F(SlotAreaTest, OutputEndsWhereAGuardPageBegins) {
+  const size_t page = SlotArea::page_size();
   for (uint32_t slot_size : {kHeader, kHeader + 8u, 1000u, uint32_t(page), uint32_t(page) + 8,
                              uint32_t(3 * page + 24)}) {
     SCOPED_TRACE(slot_size);
-    OutputArea area(3, slot_size, kHeader);
+    SlotArea area(3, slot_size, kHeader);
     area.protect_guards();
     EXPECT_EQ(area.capacity(), slot_size - kHeader);
     for (uint32_t s = 0; s < 3; ++s) {
@@ -95,8 +95,8 @@ TEST_F(OutputAreaTest, OutputEndsWhereAGuardPageBegins) {
   }
 }
 
-TEST_F(OutputAreaTest, WritingTheWholeCapacityIsFine) {
-  OutputArea area(2, 1000, kHeader);
+TEST_F(SlotAreaTest, WritingTheWholeCapacityIsFine) {
+  SlotArea area(2, 1000, kHeader);
   area.protect_guards();
   uint32_t r = 0;
   for (uint32_t s = 0; s < 2; ++s) {
@@ -106,9 +106,9 @@ TEST_F(OutputAreaTest, WritingTheWholeCapacityIsFine) {
   }
 }
 
-TEST_F(OutputAreaTest, WritesPastTheCapacityFaultAtTheFirstByteTooMany) {
+TEST_F(SlotAreaTest, WritesPastTheCapacityFaultAtTheFirstByteTooMany) {
   for (uint32_t slot_size : {1000u, 4096u + kHeader, 64u * 1024 + kHeader}) {
-    OutputArea area(3, slot_size, kHeader);
+    SlotArea area(3, slot_size, kHeader);
     area.protect_guards();
     for (auto *f : {write_past, memset_past}) {
       for (uint32_t extra : {1u, 4096u, 1u << 20}) {
@@ -142,8 +142,8 @@ TEST_F(OutputAreaTest, WritesPastTheCapacityFaultAtTheFirstByteTooMany) {
   }
 }
 
-TEST_F(OutputAreaTest, WritesBeforeTheStartFaultInTheGuardBefore) {
-  OutputArea area(2, 1000, kHeader);
+TEST_F(SlotAreaTest, WritesBeforeTheStartFaultInTheGuardBefore) {
+  SlotArea area(2, 1000, kHeader);
   area.protect_guards();
   uint32_t back = 8192, r = 0;
   for (uint32_t s = 0; s < 2; ++s) {
@@ -152,8 +152,8 @@ TEST_F(OutputAreaTest, WritesBeforeTheStartFaultInTheGuardBefore) {
   }
 }
 
-TEST_F(OutputAreaTest, OtherCrashesAreNotGuardHits) {
-  OutputArea area(2, 1000, kHeader);
+TEST_F(SlotAreaTest, OtherCrashesAreNotGuardHits) {
+  SlotArea area(2, 1000, kHeader);
   area.protect_guards();
   uint32_t r = 0;
   ASSERT_EQ(CrashGuard::run(segv_elsewhere, nullptr, 0, area.output(0), area.capacity(), r),
@@ -168,17 +168,17 @@ TEST_F(OutputAreaTest, OtherCrashesAreNotGuardHits) {
   EXPECT_FALSE(area.guard_hit(2, area.output(1)));
 }
 
-TEST(OutputArea, RefusesASlotSmallerThanItsHeader) {
-  EXPECT_THROW(OutputArea(1, kHeader - 1, kHeader), std::invalid_argument);
+TEST(SlotArea, RefusesASlotSmallerThanItsHeader) {
+  EXPECT_THROW(SlotArea(1, kHeader - 1, kHeader), std::invalid_argument);
 }
 
-TEST(OutputArea, MovesOwnership) {
-  OutputArea a(1, 100, kHeader);
+TEST(SlotArea, MovesOwnership) {
+  SlotArea a(1, 100, kHeader);
   char *out = a.output(0);
-  OutputArea b(std::move(a));
+  SlotArea b(std::move(a));
   EXPECT_EQ(a.slots(), 0u);
   EXPECT_EQ(b.output(0), out);
-  OutputArea c;
+  SlotArea c;
   c = std::move(b);
   EXPECT_EQ(c.output(0), out);
   std::memset(c.output(0), 0, c.capacity());

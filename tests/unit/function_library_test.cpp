@@ -93,12 +93,18 @@ TEST_F(FunctionLibraryTest, ListsExactlyTheExportedFunctions) {
   for (const auto &e : lib.functions())
     names.push_back(e.name);
   // Sorted; hidden helpers and _init/_fini are not listed.
-  EXPECT_EQ(names, (std::vector<std::string>{"bad_output_size", "crash", "echo", "expand", "matmul",
-                                             "noop", "overflow", "sleep_echo", "sleep_ms",
-                                             "sum_squares"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"bad_output_size", "crash", "echo", "echo_in_place",
+                                             "expand", "invert_in_place", "matmul", "noop",
+                                             "overflow", "overflow_in_place", "sleep_echo",
+                                             "sleep_ms", "sum_squares"}));
   for (const auto &e : lib.functions()) {
     EXPECT_EQ(e.hash, function_hash(e.name));
     EXPECT_NE(e.function, nullptr) << e.name;
+    // Exactly the functions declared with RFAAS_FUNCTION_IN_PLACE carry the
+    // marker (and the marker objects are not listed as functions).
+    const bool declared_in_place =
+        e.name.size() > 9 && e.name.compare(e.name.size() - 9, 9, "_in_place") == 0;
+    EXPECT_EQ(e.in_place, declared_in_place) << e.name;
   }
 }
 
@@ -360,7 +366,7 @@ TEST(ElfSymbols, MalformedImagesAreReportedNotCrashedOn) {
   ASSERT_TRUE(
       rfaas::executor_process::list_exported_functions(bytes.data(), bytes.size(), names, error))
       << error;
-  EXPECT_EQ(names.size(), 10u);
+  EXPECT_EQ(names.size(), 13u);
 
   // Every truncation, and section-header offsets pointing anywhere, must be
   // rejected or parsed within bounds (ASan builds check the "within").

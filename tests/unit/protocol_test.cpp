@@ -195,13 +195,13 @@ TYPED_TEST(MessageLayout, HeaderCarriesMagicVersionAndType) {
     r = p::encode(m, b.data(), b.size());
   }
   ASSERT_TRUE(r.ok()) << p::describe(r);
-  // "RFAS", version 2 little-endian, type little-endian.
+  // "RFAS", the version little-endian, type little-endian.
   EXPECT_EQ(b[0], 'R');
   EXPECT_EQ(b[1], 'F');
   EXPECT_EQ(b[2], 'A');
   EXPECT_EQ(b[3], 'S');
-  EXPECT_EQ(b[4], 2);
-  EXPECT_EQ(b[5], 0);
+  EXPECT_EQ(b[4], p::kVersion & 0xFF);
+  EXPECT_EQ(b[5], p::kVersion >> 8);
   EXPECT_EQ(le16(&b[6]), static_cast<uint16_t>(TypeParam::kType));
 }
 
@@ -385,6 +385,29 @@ TEST(ProtocolRoundTrip, BufferAdvertisement) {
   EXPECT_EQ(back.descriptor.buffer.addr, m.descriptor.buffer.addr);
   EXPECT_EQ(back.descriptor.buffer.key, m.descriptor.buffer.key);
   EXPECT_EQ(back.descriptor.buffer.size, m.descriptor.buffer.size);
+  EXPECT_EQ(back.descriptor.slot_stride, 0u);
+  EXPECT_EQ(back.descriptor.offset(3), 3u * 65536u) << "packed slots when the stride is 0";
+}
+
+TEST(ProtocolRoundTrip, BufferAdvertisementWithStride) {
+  // Input slots of 5000 bytes, each followed by a guard page: 12 KiB apart.
+  p::BufferAdvertisement m;
+  m.descriptor = descriptor(1, 4, 5000);
+  m.descriptor.slot_stride = 12288;
+  m.descriptor.buffer.size = 3 * 12288 + 5000;
+  auto back = round_trip(m);
+  EXPECT_EQ(back.descriptor.slot_stride, 12288u);
+  EXPECT_EQ(back.descriptor.offset(0), 0u);
+  EXPECT_EQ(back.descriptor.offset(3), 3u * 12288u);
+
+  // A buffer that ends before the last slot does, or slots that overlap.
+  std::vector<uint8_t> b(sizeof(p::BufferAdvertisement));
+  p::BufferAdvertisement bad = m;
+  bad.descriptor.buffer.size = 3 * 12288 + 4999;
+  EXPECT_EQ(p::encode(bad, b.data(), b.size()).error, p::WireError::Inconsistent);
+  bad = m;
+  bad.descriptor.slot_stride = 4999;
+  EXPECT_EQ(p::encode(bad, b.data(), b.size()).error, p::WireError::Inconsistent);
 }
 
 TEST(ProtocolRoundTrip, CodeHeader) {
@@ -551,16 +574,18 @@ TEST(ProtocolReject, BadMagic) {
 TEST(ProtocolReject, WrongVersionReportsThePeersVersion) {
   p::ClientHello m;
   auto b = bytes_of(m);
-  put16(&b[4], 3);
+  put16(&b[4], 4);
   p::ClientHello back;
   p::WireResult r = p::decode(b.data(), b.size(), back);
   EXPECT_EQ(r.error, p::WireError::VersionMismatch);
-  EXPECT_EQ(back.header.version, 3);
+  EXPECT_EQ(back.header.version, 4);
   EXPECT_EQ(p::reply_code(r.error), p::ErrorCode::VersionMismatch);
   p::Header h;
   EXPECT_EQ(p::peek(b.data(), b.size(), h).error, p::WireError::VersionMismatch);
-  EXPECT_EQ(h.version, 3);
-  // Version 1 (before result targets) is refused too.
+  EXPECT_EQ(h.version, 4);
+  // Versions 1 (before result targets) and 2 (packed input slots) are refused too.
+  put16(&b[4], 2);
+  EXPECT_EQ(p::decode(b.data(), b.size(), back).error, p::WireError::VersionMismatch);
   put16(&b[4], 1);
   EXPECT_EQ(p::decode(b.data(), b.size(), back).error, p::WireError::VersionMismatch);
   put16(&b[4], 0);

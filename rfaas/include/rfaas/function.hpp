@@ -22,6 +22,25 @@
 // Functions run on the executor's worker threads, possibly several at once:
 // they must be thread-safe and must not keep `in` or `out` after returning.
 //
+// A function that transforms its input can work in place instead, declared
+// with RFAAS_FUNCTION_IN_PLACE:
+//
+//   RFAAS_FUNCTION_IN_PLACE(scale) {
+//     // in == out: in_size bytes of input, room for out_capacity bytes
+//     double *v = static_cast<double *>(out);
+//     for (uint32_t i = 0; i < in_size / sizeof(double); ++i)
+//       v[i] *= 2;
+//     return in_size;
+//   }
+//
+// Its input then sits in the memory its output is sent back from: `out` is
+// `in`, 8-byte aligned, and `out_capacity` is the room of the input slot (the
+// client's largest input). Nothing is copied on the executor: the result goes
+// to the client straight from the bytes the client wrote, which matters once
+// payloads reach hundreds of kilobytes (a copy of 1 MiB takes about as long as
+// sending it). The same guard pages follow the slot, and a result larger than
+// the client's output buffer is answered with output_too_large.
+//
 // Including this header in a library also defines the exported symbol
 // rfaas_function_abi_version, which the executor checks when it loads the
 // library: a library without it (built for the original rFaaS signature
@@ -59,6 +78,17 @@ typedef uint32_t (*rfaas_function_t)(const void *in, uint32_t in_size, void *out
   RFAAS_EXTERN_C RFAAS_EXPORT uint32_t name(                                                       \
       const void *in __attribute__((unused)), uint32_t in_size __attribute__((unused)),            \
       void *out __attribute__((unused)), uint32_t out_capacity __attribute__((unused)))
+
+/// Name prefix of the exported marker that RFAAS_FUNCTION_IN_PLACE(name) adds
+/// beside the function: `rfaas_in_place_<name>`.
+#define RFAAS_FUNCTION_IN_PLACE_PREFIX "rfaas_in_place_"
+
+/// Like RFAAS_FUNCTION, for a function that writes its output over its input:
+/// the executor calls it with `out == in` (see the top of this file). The
+/// marker object tells the executor so when it loads the library.
+#define RFAAS_FUNCTION_IN_PLACE(name)                                                              \
+  RFAAS_EXTERN_C RFAAS_EXPORT __attribute__((used)) const uint32_t rfaas_in_place_##name = 1;      \
+  RFAAS_FUNCTION(name)
 
 // The version marker. Weak, so that every translation unit of a library may
 // include this header and the linker keeps one copy. The executor defines
