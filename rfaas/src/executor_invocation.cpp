@@ -251,23 +251,32 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
   return sl.res;
 }
 
-result executor::impl::complete(uint32_t wi, uint32_t s, Clock::time_point deadline) noexcept {
+result executor::impl::complete(uint32_t wi, uint32_t s, milliseconds timeout) noexcept {
   Worker &w = workers[wi];
   Slot &sl = w.slots[s];
   uint32_t spins = 0;
   // Where the provider's own threads move the data, a spinning caller takes
   // their core: sleep in the provider for what is still missing instead.
   const bool block = caps.progress == rdmalib::Progress::Thread;
+  // Reading the clock costs more than a poll (~40 ns in a VM): a spinning
+  // caller sets the deadline at its first look at the clock, which a result
+  // already in (the pipelined case) never reaches. Each wait may take 10 ms:
+  // a blocking caller dates it at once.
+  Clock::time_point deadline = block ? Clock::now() + timeout : Clock::time_point{};
+  bool dated = block;
   while (sl.state == SlotState::InFlight) {
     if (block)
       progress(w, 10, sl.result_in ? rdmalib::Queue::Send : rdmalib::Queue::Recv);
     else
       progress(w);
-    // Reading the clock costs more than a poll: look at it now and then
-    // (after every wait when blocking: each may take 10 ms).
+    // The clock now and then: after 64 polls, or after every wait.
     if (block || ++spins == 64) {
       spins = 0;
-      if (Clock::now() > deadline && sl.state == SlotState::InFlight) {
+      const Clock::time_point now = Clock::now();
+      if (!dated) {
+        deadline = now + timeout;
+        dated = true;
+      } else if (now > deadline && sl.state == SlotState::InFlight) {
         // The slot stays busy until the late result arrives, but nobody
         // reads it: the caller's output buffer may be gone by then.
         abandon(sl);
@@ -304,11 +313,9 @@ result executor::impl::execute(std::string_view fn, const_buffer in, mutable_buf
     if (!find_free(wi, s))
       return result{status::busy, 0, 0};
   }
-  // The clock is read after posting: the invocation is on its way meanwhile
-  // (a clock read costs ~40 ns in a VM, a sizeable part of a shm round trip).
   result r = post(wi, s, proto::function_hash(fn), in, out);
   if (workers[wi].slots[s].state == SlotState::InFlight)
-    r = complete(wi, s, Clock::now() + timeout);
+    r = complete(wi, s, timeout);
   if (r.status == status::unknown_function)
     warn_unknown_function(fn);
   return r;
@@ -422,15 +429,16 @@ std::future<result> executor::async(std::string_view function, const_buffer inpu
     return ready(r);
   // Deferred: get() polls on the caller's thread. The weak pointer and the
   // generation make a future outliving its allocation (or executor) harmless.
-  std::weak_ptr<impl> weak = impl_;
-  const uint64_t gen = self.generation;
-  const milliseconds timeout = self.deadlines.invocation;
-  return std::async(std::launch::deferred, [weak, gen, wi, s, timeout]() {
-    std::shared_ptr<impl> p = weak.lock();
-    if (!p || p->generation != gen)
-      return result{status::closed, 0, 0};
-    return p->complete(wi, s, Clock::now() + timeout);
-  });
+  // The weak pointer is made in the closure and moved along with it: each
+  // copy would cost two atomic operations per invocation.
+  return std::async(std::launch::deferred,
+                    [weak = std::weak_ptr<impl>(impl_), gen = self.generation, wi, s,
+                     timeout = self.deadlines.invocation]() {
+                      std::shared_ptr<impl> p = weak.lock();
+                      if (!p || p->generation != gen)
+                        return result{status::closed, 0, 0};
+                      return p->complete(wi, s, timeout);
+                    });
 }
 
 const copy_counters &executor::copies() const noexcept {
