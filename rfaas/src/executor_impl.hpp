@@ -244,6 +244,10 @@ struct executor::impl {
   /// difference is a few microseconds against a timeout of milliseconds.
   result complete(uint32_t wi, uint32_t s, milliseconds timeout) noexcept;
 
+  /// An async_result dropped before its get(): nobody reads (w, s)'s result;
+  /// the slot is free now, or once the late result is in.
+  void discard(uint32_t wi, uint32_t s) noexcept;
+
   /// A free (worker, slot), round robin over workers first. False if none.
   bool find_free(uint32_t &wi, uint32_t &s) noexcept;
 
