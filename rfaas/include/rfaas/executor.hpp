@@ -267,9 +267,9 @@ public:
   /// Wait for the result without taking it: get() then returns at once.
   /// Throws std::future_error (no_state) when !valid().
   void wait();
-  /// std::future_status::ready once wait() has seen the result, otherwise
-  /// deferred (as for a deferred std::future, nothing runs before get() or
-  /// wait()).
+  /// std::future_status::ready when the result is known (refused at once,
+  /// or seen by wait()), otherwise deferred: as for a deferred std::future,
+  /// nothing polls before get() or wait().
   template <class Rep, class Period>
   std::future_status wait_for(const std::chrono::duration<Rep, Period> &) const noexcept {
     return state_ == state::ready ? std::future_status::ready : std::future_status::deferred;
