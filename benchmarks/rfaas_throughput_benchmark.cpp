@@ -133,7 +133,7 @@ int client_main(const rfaas::cli::ParseResult &args, const Params &p, Pipe &pare
   std::vector<std::vector<uint8_t>> out(depth, std::vector<uint8_t>(o.max_output_size));
   for (size_t k = 0; k < depth; ++k)
     in.emplace_back(o.max_input_size, uint8_t(0x5A), rfaas::allocator<uint8_t>(ex));
-  std::vector<std::future<rfaas::result>> ring(depth);
+  std::vector<rfaas::async_result> ring(depth);
   std::vector<uint64_t> stamp(depth);
   uint64_t seq = 0;
 

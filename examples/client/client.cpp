@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
             ins.push_back(pattern(512 + i, static_cast<uint32_t>(i)));
             outs.emplace_back(ins.back().size());
           }
-          std::vector<std::future<rfaas::result>> futures;
+          std::vector<rfaas::async_result> futures;
           for (size_t i = 0; i < n; ++i)
             futures.push_back(ex.async("echo", ins[i], outs[i]));
           for (size_t i = 0; i < n; ++i) {

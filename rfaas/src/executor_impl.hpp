@@ -237,9 +237,16 @@ struct executor::impl {
   result post(uint32_t wi, uint32_t s, uint32_t function, const_buffer input,
               mutable_buffer output) noexcept;
 
-  /// Busy-poll (or wait, see below) until (w, s) is Done or the deadline
-  /// passes; frees the slot.
-  result complete(uint32_t wi, uint32_t s, Clock::time_point deadline) noexcept;
+  /// Busy-poll (or wait, see below) until (w, s) is Done or `timeout` has
+  /// passed; frees the slot. The timeout counts from the first clock check
+  /// (after 64 polls, or the first wait), not from the call: a pipelined
+  /// caller whose result is already in reads no clock at all, and the
+  /// difference is a few microseconds against a timeout of milliseconds.
+  result complete(uint32_t wi, uint32_t s, milliseconds timeout) noexcept;
+
+  /// An async_result dropped before its get(): nobody reads (w, s)'s result;
+  /// the slot is free now, or once the late result is in.
+  void discard(uint32_t wi, uint32_t s) noexcept;
 
   /// A free (worker, slot), round robin over workers first. False if none.
   bool find_free(uint32_t &wi, uint32_t &s) noexcept;

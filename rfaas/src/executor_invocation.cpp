@@ -251,23 +251,32 @@ result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function, const_bu
   return sl.res;
 }
 
-result executor::impl::complete(uint32_t wi, uint32_t s, Clock::time_point deadline) noexcept {
+result executor::impl::complete(uint32_t wi, uint32_t s, milliseconds timeout) noexcept {
   Worker &w = workers[wi];
   Slot &sl = w.slots[s];
   uint32_t spins = 0;
   // Where the provider's own threads move the data, a spinning caller takes
   // their core: sleep in the provider for what is still missing instead.
   const bool block = caps.progress == rdmalib::Progress::Thread;
+  // Reading the clock costs more than a poll (~40 ns in a VM): a spinning
+  // caller sets the deadline at its first look at the clock, which a result
+  // already in (the pipelined case) never reaches. Each wait may take 10 ms:
+  // a blocking caller dates it at once.
+  Clock::time_point deadline = block ? Clock::now() + timeout : Clock::time_point{};
+  bool dated = block;
   while (sl.state == SlotState::InFlight) {
     if (block)
       progress(w, 10, sl.result_in ? rdmalib::Queue::Send : rdmalib::Queue::Recv);
     else
       progress(w);
-    // Reading the clock costs more than a poll: look at it now and then
-    // (after every wait when blocking: each may take 10 ms).
+    // The clock now and then: after 64 polls, or after every wait.
     if (block || ++spins == 64) {
       spins = 0;
-      if (Clock::now() > deadline && sl.state == SlotState::InFlight) {
+      const Clock::time_point now = Clock::now();
+      if (!dated) {
+        deadline = now + timeout;
+        dated = true;
+      } else if (now > deadline && sl.state == SlotState::InFlight) {
         // The slot stays busy until the late result arrives, but nobody
         // reads it: the caller's output buffer may be gone by then.
         abandon(sl);
@@ -304,11 +313,9 @@ result executor::impl::execute(std::string_view fn, const_buffer in, mutable_buf
     if (!find_free(wi, s))
       return result{status::busy, 0, 0};
   }
-  // The clock is read after posting: the invocation is on its way meanwhile
-  // (a clock read costs ~40 ns in a VM, a sizeable part of a shm round trip).
   result r = post(wi, s, proto::function_hash(fn), in, out);
   if (workers[wi].slots[s].state == SlotState::InFlight)
-    r = complete(wi, s, Clock::now() + timeout);
+    r = complete(wi, s, timeout);
   if (r.status == status::unknown_function)
     warn_unknown_function(fn);
   return r;
@@ -401,36 +408,106 @@ result executor::execute(std::string_view function, const_buffer input, mutable_
   return impl_->execute(function, input, output, timeout);
 }
 
-std::future<result> executor::async(std::string_view function, const_buffer input,
-                                    mutable_buffer output) {
+async_result executor::async(std::string_view function, const_buffer input, mutable_buffer output) {
   impl_->require_allocated();
-  auto ready = [](result r) {
-    std::promise<result> p;
-    p.set_value(r);
-    return p.get_future();
-  };
+  async_result a;
   impl &self = *impl_;
   uint32_t wi, s;
   if (!self.find_free(wi, s)) {
     for (Worker &w : self.workers)
       self.progress(w);
-    if (!self.find_free(wi, s))
-      return ready(result{status::busy, 0, 0});
+    if (!self.find_free(wi, s)) {
+      a.ready_ = result{status::busy, 0, 0};
+      a.state_ = async_result::state::ready;
+      return a;
+    }
   }
   result r = self.post(wi, s, protocol::function_hash(function), input, output);
-  if (self.workers[wi].slots[s].state != SlotState::InFlight)
-    return ready(r);
-  // Deferred: get() polls on the caller's thread. The weak pointer and the
-  // generation make a future outliving its allocation (or executor) harmless.
-  std::weak_ptr<impl> weak = impl_;
-  const uint64_t gen = self.generation;
-  const milliseconds timeout = self.deadlines.invocation;
-  return std::async(std::launch::deferred, [weak, gen, wi, s, timeout]() {
-    std::shared_ptr<impl> p = weak.lock();
-    if (!p || p->generation != gen)
-      return result{status::closed, 0, 0};
-    return p->complete(wi, s, Clock::now() + timeout);
-  });
+  if (self.workers[wi].slots[s].state != SlotState::InFlight) {
+    a.ready_ = r;
+    a.state_ = async_result::state::ready;
+    return a;
+  }
+  // The weak pointer and the generation make a result outliving its
+  // allocation (or executor) harmless.
+  a.owner_ = impl_;
+  a.generation_ = self.generation;
+  a.worker_ = wi;
+  a.slot_ = s;
+  a.timeout_ = self.deadlines.invocation;
+  a.state_ = async_result::state::pending;
+  return a;
+}
+
+void executor::impl::discard(uint32_t wi, uint32_t s) noexcept {
+  Slot &sl = workers[wi].slots[s];
+  if (sl.state == SlotState::InFlight)
+    abandon(sl); // Free once the late result (or the link's end) is in
+  else if (sl.state == SlotState::Done)
+    sl.state = SlotState::Free;
+}
+
+// ---- async_result ----------------------------------------------------------------
+
+async_result::async_result(async_result &&other) noexcept
+    : owner_(std::move(other.owner_)), generation_(other.generation_), worker_(other.worker_),
+      slot_(other.slot_), timeout_(other.timeout_), ready_(other.ready_), state_(other.state_) {
+  other.state_ = state::empty;
+}
+
+async_result &async_result::operator=(async_result &&other) noexcept {
+  if (this != &other) {
+    abandon();
+    owner_ = std::move(other.owner_);
+    generation_ = other.generation_;
+    worker_ = other.worker_;
+    slot_ = other.slot_;
+    timeout_ = other.timeout_;
+    ready_ = other.ready_;
+    state_ = other.state_;
+    other.state_ = state::empty;
+  }
+  return *this;
+}
+
+async_result::~async_result() { abandon(); }
+
+void async_result::abandon() noexcept {
+  if (state_ != state::pending)
+    return;
+  state_ = state::empty;
+  std::shared_ptr<executor::impl> p = owner_.lock();
+  owner_.reset();
+  if (p && p->generation == generation_)
+    p->discard(worker_, slot_);
+}
+
+result async_result::get() {
+  if (state_ == state::ready) {
+    state_ = state::empty;
+    return ready_;
+  }
+  if (state_ != state::pending)
+    throw std::future_error(std::future_errc::no_state);
+  state_ = state::empty;
+  std::shared_ptr<executor::impl> p = owner_.lock();
+  owner_.reset();
+  if (!p || p->generation != generation_)
+    return result{status::closed, 0, 0};
+  return p->complete(worker_, slot_, timeout_);
+}
+
+void async_result::wait() {
+  if (state_ == state::ready)
+    return;
+  ready_ = get();
+  state_ = state::ready;
+}
+
+async_result::operator std::future<result>() && {
+  if (!valid())
+    return std::future<result>();
+  return std::async(std::launch::deferred, [r = std::move(*this)]() mutable { return r.get(); });
 }
 
 const copy_counters &executor::copies() const noexcept {

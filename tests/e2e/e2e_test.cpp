@@ -238,6 +238,41 @@ TEST_F(E2E, SyncAsyncParallel) {
     EXPECT_EQ(outs[i], ins[i]) << i;
   }
 
+  // Dropped before get(): the invocation is abandoned (its output is never
+  // written) and its slot serves again once the late result is in.
+  for (std::vector<uint8_t> &o : outs)
+    std::fill(o.begin(), o.end(), uint8_t(0));
+  for (size_t i = 0; i < n; ++i)
+    ex.async("echo", ins[i], outs[i]);
+  std::vector<std::vector<uint8_t>> outs2;
+  for (size_t i = 0; i < n; ++i)
+    outs2.emplace_back(ins[i].size());
+  std::vector<rfaas::async_result> again(n);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  for (size_t i = 0; i < n; ++i) {
+    for (;;) {
+      again[i] = ex.async("echo", ins[i], outs2[i]);
+      // Posted: deferred until get()/wait(). Refused: ready, busy.
+      if (again[i].wait_for(0s) == std::future_status::deferred)
+        break;
+      ASSERT_EQ(again[i].get().status, rfaas::status::busy);
+      ASSERT_LT(std::chrono::steady_clock::now(), until)
+          << "slot of invocation " << i << " never came back";
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    again[i].wait();
+    EXPECT_EQ(again[i].wait_for(0s), std::future_status::ready);
+    rfaas::result ar = again[i].get();
+    ASSERT_TRUE(ar.ok()) << i << ": " << rfaas::to_string(ar.status);
+    EXPECT_EQ(outs2[i], ins[i]) << i;
+    EXPECT_FALSE(again[i].valid());
+    EXPECT_THROW(again[i].get(), std::future_error);
+  }
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_TRUE(std::all_of(outs[i].begin(), outs[i].end(), [](uint8_t b) { return b == 0; }))
+        << "the abandoned invocation " << i << " wrote its output";
+
   // Parallel: more inputs than slots, queued over every worker.
   const size_t m = 3 * n + 1;
   std::vector<std::vector<uint64_t>> pins(m);

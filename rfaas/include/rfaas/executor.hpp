@@ -138,6 +138,8 @@ struct copy_counters {
   uint64_t targets_revoked = 0;
 };
 
+class async_result;
+
 class executor {
 public:
   /// Open the network on `dev` and start the client's listener. Throws
@@ -200,13 +202,13 @@ public:
                  std::chrono::milliseconds timeout);
 
   /// Start `function` on a free slot and return at once; the invocation runs
-  /// remotely meanwhile. The future is deferred: its get()/wait() drive the
-  /// network on the calling thread, so call them from the thread that uses
-  /// this executor; wait_for() reports std::future_status::deferred. `input`
-  /// and `output` must stay valid until get() returned. A future consumed
-  /// after deallocate() yields status `closed`. When every slot is busy the
-  /// future is ready at once with status `busy`.
-  std::future<result> async(std::string_view function, const_buffer input, mutable_buffer output);
+  /// remotely meanwhile. The async_result is deferred: its get()/wait() drive
+  /// the network on the calling thread, so call them from the thread that
+  /// uses this executor. `input` and `output` must stay valid until get()
+  /// returned (or the async_result is destroyed). One consumed after
+  /// deallocate() yields status `closed`. When every slot is busy it is ready
+  /// at once with status `busy`. It converts to std::future<result>.
+  async_result async(std::string_view function, const_buffer input, mutable_buffer output);
 
   /// Run `function` once per input, spread over every worker and slot (input
   /// i on worker i % workers() first), outputs[i] receiving input i's output.
@@ -233,6 +235,59 @@ public:
 
 private:
   std::shared_ptr<impl> impl_;
+};
+
+/// The pending result of one executor::async() invocation, collected once
+/// with get() on the thread that uses the executor (like a std::future of
+/// std::async(std::launch::deferred): get() and wait() poll the network
+/// there). Unlike such a future it allocates nothing and makes no system
+/// call: every std::future value is set through std::call_once, whose
+/// pthread_once ends in a futex wake-up (glibc), and that system call took
+/// longer than the rest of a pipelined shared-memory invocation on the
+/// client. Converts to std::future<result> (at that cost) for code that
+/// keeps those. Move-only.
+class async_result {
+public:
+  async_result() noexcept = default;
+  async_result(async_result &&other) noexcept;
+  async_result &operator=(async_result &&other) noexcept;
+  async_result(const async_result &) = delete;
+  async_result &operator=(const async_result &) = delete;
+  /// An invocation never collected is abandoned: its late result is read by
+  /// nobody and never reaches `output`, and its slot is free again once that
+  /// result has arrived.
+  ~async_result();
+
+  /// True until get() (or a move) took the result.
+  bool valid() const noexcept { return state_ != state::empty; }
+  /// The invocation's result (waiting for it as execute() does, up to the
+  /// executor's invocation deadline); afterwards valid() is false. Throws
+  /// std::future_error (no_state) when !valid().
+  result get();
+  /// Wait for the result without taking it: get() then returns at once.
+  /// Throws std::future_error (no_state) when !valid().
+  void wait();
+  /// std::future_status::ready when the result is known (refused at once,
+  /// or seen by wait()), otherwise deferred: as for a deferred std::future,
+  /// nothing polls before get() or wait().
+  template <class Rep, class Period>
+  std::future_status wait_for(const std::chrono::duration<Rep, Period> &) const noexcept {
+    return state_ == state::ready ? std::future_status::ready : std::future_status::deferred;
+  }
+  /// A deferred std::future whose get() calls this one's.
+  operator std::future<result>() &&;
+
+private:
+  friend class executor;
+  enum class state : uint8_t { empty, pending, ready };
+  void abandon() noexcept;
+
+  std::weak_ptr<executor::impl> owner_;
+  uint64_t generation_ = 0;
+  uint32_t worker_ = 0, slot_ = 0;
+  std::chrono::milliseconds timeout_{0};
+  result ready_{};
+  state state_ = state::empty;
 };
 
 } // namespace rfaas
