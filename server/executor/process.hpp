@@ -133,6 +133,10 @@ private:
 
   /// The client cannot be reached (`why`): log it once and end serving.
   void client_unreachable(const char *why) noexcept;
+  /// The client's link ended before its Shutdown arrived: where that means
+  /// the client is gone (end_means_lost_), say so (the executor then exits
+  /// with ExitClientLost and the manager drops the client's own link).
+  void link_ended() noexcept;
 
   /// Serve the invocation announced by `imm`; `done` is set to when the
   /// function's result was posted (left unchanged when no function ran).
@@ -193,7 +197,7 @@ private:
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;
   const FunctionLibrary *lib_ = nullptr;
-  bool probe_peer_ = false, probing_ = false;
+  bool end_means_lost_ = false, probing_ = false;
   uint32_t idle_spins_ = 0;
   Clock::time_point probe_sent_{};
 };

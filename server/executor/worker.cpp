@@ -91,15 +91,19 @@ void Worker::setup_and_serve() {
   output_.protect_guards();
   conn_.attach(input_mr_);
   conn_.attach(output_mr_);
-  // Reliable-datagram links report no disconnect: a client killed without
-  // a goodbye would leave this worker waiting forever. serve() then reads a
-  // few bytes of the client's result buffer when the link has been quiet,
-  // and a read that fails says the client is gone.
-  probe_peer_ = caps.endpoint == rdmalib::EndpointType::ReliableDatagram;
-  if (probe_peer_) {
-    probe_ = rdmalib::Buffer<char>(s_.fabric, kProbeBytes, rdmalib::AccessLocal);
-    conn_.attach(probe_.region());
-  }
+  // A client killed without a goodbye is not always reported: reliable-
+  // datagram links report no disconnect at all, and on verbs the dying
+  // process's disconnect request is sent once, never again if it is lost.
+  // Either would leave this worker waiting forever, so serve() reads a few
+  // bytes of the client's result buffer when the link has been quiet, and a
+  // read that fails says the client is gone.
+  probe_ = rdmalib::Buffer<char>(s_.fabric, kProbeBytes, rdmalib::AccessLocal);
+  conn_.attach(probe_.region());
+  // On connected links a client that leaves sends Shutdown first, and its
+  // send completed before it closed: a link that ends without one ended
+  // because the client died or was cut off. Reliable-datagram links may
+  // report a dead peer process before its last messages were read (shm).
+  end_means_lost_ = caps.endpoint == rdmalib::EndpointType::Connected;
   ops_ = conn_.ops();
   proto::ControlOptions copts;
   copts.receives = static_cast<uint32_t>(nrecv_);
@@ -284,7 +288,7 @@ void Worker::serve() {
       if (++idle_spins_ < kClockSpins)
         continue;
       idle_spins_ = 0;
-      if (probe_peer_ && !probe_client(idle_start)) {
+      if (!probe_client(idle_start)) {
         client_unreachable(probing_ ? "a liveness probe got no answer in time"
                                     : "a liveness probe could not be posted");
         ending = true;
@@ -305,8 +309,10 @@ void Worker::serve() {
       rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, comps, 16, 200);
       if (w.status == rdmalib::Status::Timeout)
         continue;
-      if (w.status != rdmalib::Status::Ok)
+      if (w.status != rdmalib::Status::Ok) {
+        link_ended();
         break;
+      }
       n = w.count;
     }
     // Set when the previous completion of this batch was an invocation that
@@ -317,6 +323,7 @@ void Worker::serve() {
     for (size_t i = 0; i < n && !ending; ++i) {
       const rdmalib::Completion &c = comps[i];
       if (c.status != rdmalib::Status::Ok || c.kind == rdmalib::OpKind::PeerClosed) {
+        link_ended();
         ending = true;
         break;
       }
@@ -325,6 +332,8 @@ void Worker::serve() {
         // reposts its receive (Closed when that fails).
         proto::ChannelStatus cs = ctrl_.take(c).status;
         if (cs == proto::ChannelStatus::Shutdown || cs == proto::ChannelStatus::Closed) {
+          if (cs == proto::ChannelStatus::Closed)
+            link_ended();
           ending = true;
           break;
         }
@@ -381,6 +390,11 @@ void Worker::serve() {
       // The client may be gone already.
     }
   }
+}
+
+void Worker::link_ended() noexcept {
+  if (end_means_lost_)
+    client_unreachable("its link ended without a Shutdown");
 }
 
 void Worker::client_unreachable(const char *why) noexcept {
