@@ -492,13 +492,11 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
   // already; kInvocationHeaderSize >= kResultHeaderSize).
   const bool from_input = over_input && res.status == proto::ErrorCode::Ok;
   char *out = from_input ? input_.output(s) - proto::kResultHeaderSize : output_.slot(s);
-  proto::encode(res, out, proto::kResultHeaderSize + res.output_size);
   const size_t len = proto::kResultHeaderSize + res.output_size;
-  const rdmalib::LocalRef src =
-      from_input ? input_mr_.local(size_t(s) * input_.stride() + proto::kInvocationHeaderSize -
-                                       proto::kResultHeaderSize,
-                                   len)
-                 : output_mr_.local(output_.offset(s), len);
+  proto::encode(res, out, len);
+  // Offsets from where each region's registration starts (input_: slot 0).
+  const rdmalib::LocalRef src = from_input ? input_mr_.local(size_t(out - input_.slot(0)), len)
+                                           : output_mr_.local(size_t(out - output_.base()), len);
   rdmalib::Status st;
   if (to_target && res.status == proto::ErrorCode::Ok) {
     target_ids_[s] = id;
