@@ -94,6 +94,7 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
 
   nworkers = o.cores;
   nslots = o.slots;
+  rr_worker = rr_slot = 0;
   max_input = o.max_input_size;
   max_output = o.max_output_size;
   input_slot = static_cast<uint32_t>(proto::kInvocationHeaderSize + round8(max_input));

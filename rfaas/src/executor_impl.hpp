@@ -175,8 +175,8 @@ struct executor::impl {
   uint32_t input_slot = 0, result_slot = 0, nrecv = 0;
   std::vector<Worker> workers;
   uint64_t next_id = 0;
-  uint32_t rr = 0;
-  rdmalib::Completion comp_buf[16]; // progress()'s, see there
+  uint32_t rr_worker = 0, rr_slot = 0; // find_free()'s cursor
+  rdmalib::Completion comp_buf[16];    // progress()'s, see there
   cold_start cold;
   copy_counters counters;
 
