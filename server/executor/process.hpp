@@ -15,6 +15,7 @@
 #include <rdmalib/rdmalib.hpp>
 
 #include "common/launch_spec.hpp"
+#include "executor/arrival_clock.hpp"
 #include "executor/function_library.hpp"
 #include "executor/slot_area.hpp"
 #include "protocol/control_channel.hpp"
@@ -34,8 +35,12 @@ constexpr uint32_t kRefusedRetries = 3;
 /// serving when they see it.
 extern volatile sig_atomic_t g_terminate;
 
+/// b - a in nanoseconds; 0 when b is not after a (an arrival dated from the
+/// TSC may lie a few nanoseconds off the steady_clock reading beside it).
 inline uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+  return b > a ? static_cast<uint64_t>(
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count())
+               : 0;
 }
 
 /// Counters one worker publishes for the accounting thread. Written only by
@@ -129,7 +134,7 @@ private:
   /// buffer (the client does not see reads). False when the client is
   /// unreachable: the read cannot be posted, or is still pending after
   /// kProbeDeadline. A failed read completion is handled with the others.
-  bool probe_client(Clock::time_point last_activity) noexcept;
+  bool probe_client(Clock::time_point now, Clock::time_point last_activity) noexcept;
 
   /// The client cannot be reached (`why`): log it once and end serving.
   void client_unreachable(const char *why) noexcept;
@@ -200,6 +205,8 @@ private:
   bool end_means_lost_ = false, probing_ = false;
   uint32_t idle_spins_ = 0;
   Clock::time_point probe_sent_{};
+  /// Dates an invocation's arrival (see arrival_clock.hpp).
+  ArrivalClock arrival_;
 };
 
 /// The main thread's link to the manager: accounting increments.

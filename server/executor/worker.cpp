@@ -256,6 +256,7 @@ void Worker::serve() {
   rdmalib::Completion comps[16], scomps[16];
   bool warm = hot_ms == 0;
   Clock::time_point idle_start = Clock::now();
+  arrival_.note(idle_start);
   bool ending = false;
   bool stopped = false; // ended by this executor, not by the client
 
@@ -288,7 +289,9 @@ void Worker::serve() {
       if (++idle_spins_ < kClockSpins)
         continue;
       idle_spins_ = 0;
-      if (!probe_client(idle_start)) {
+      const Clock::time_point now = Clock::now();
+      arrival_.note(now);
+      if (!probe_client(now, idle_start)) {
         client_unreachable(probing_ ? "a liveness probe got no answer in time"
                                     : "a liveness probe could not be posted");
         ending = true;
@@ -297,7 +300,6 @@ void Worker::serve() {
       if (hot_ms < 0)
         continue;
       if (!warm) {
-        Clock::time_point now = Clock::now();
         if (now - idle_start < hot_budget)
           continue;
         hot_ns += ns_between(idle_start, now);
@@ -314,6 +316,8 @@ void Worker::serve() {
         break;
       }
       n = w.count;
+      // Asleep for up to a wait slice: date the arrival from a fresh reading.
+      arrival_.note(Clock::now());
     }
     // Set when the previous completion of this batch was an invocation that
     // ran: its end (a clock read after its result was posted) is the next
@@ -341,13 +345,14 @@ void Worker::serve() {
       }
       if (c.kind != rdmalib::OpKind::RemoteWriteImm)
         continue;
-      // Clock reads: arrival (ends hot polling, starts execution) and once
-      // the result is posted (ends execution, starts the next hot-polling
-      // period). Reading the second one after the post keeps it off the
-      // client's round trip; execution time includes the post. Invocations
-      // that arrived together run back to back: one read each, the end of
-      // one being the start of the next (a clock read costs ~40 ns in a VM).
-      Clock::time_point t0 = chained ? last_end : Clock::now();
+      // Two times: the arrival (ends hot polling, starts execution), dated
+      // by arrival_ from the TSC because it lies on the client's round trip,
+      // and a steady_clock reading once the result is posted (ends
+      // execution, starts the next hot-polling period, anchors arrival_),
+      // after the post and so off the round trip; execution time includes
+      // the post. Invocations that arrived together run back to back: the
+      // end of one is the start of the next.
+      Clock::time_point t0 = chained ? last_end : arrival_.now();
       if (!warm)
         hot_ns += ns_between(idle_start, t0);
       Clock::time_point t1 = t0;
@@ -356,6 +361,8 @@ void Worker::serve() {
       // invoke() reads the clock only for a function that ran.
       chained = t1 != t0;
       last_end = t1;
+      if (chained)
+        arrival_.note(t1);
       ++invocations;
       pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
       pub.exec_ns.store(exec_ns, std::memory_order_relaxed);
@@ -403,8 +410,7 @@ void Worker::client_unreachable(const char *why) noexcept {
                  s_.spec.allocation_id, index_, why);
 }
 
-bool Worker::probe_client(Clock::time_point last_activity) noexcept {
-  Clock::time_point now = Clock::now();
+bool Worker::probe_client(Clock::time_point now, Clock::time_point last_activity) noexcept {
   if (probing_)
     return now - probe_sent_ < kProbeDeadline;
   Clock::time_point since = std::max(last_activity, probe_sent_);
