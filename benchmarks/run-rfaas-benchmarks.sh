@@ -12,6 +12,12 @@
 # With --repeat N the invocation benchmark and the raw ping-pong run N times,
 # alternating; diff and ratio are the medians of the N pairs run back to back
 # (the round trip of a shared host can change level between runs).
+# The raw ping-pong also runs at the sizes rFaaS puts on the wire for each
+# payload (a 64-byte invocation header out, a 32-byte result header back):
+# "wire" is the mean of the raw round trips at payload+64 and payload+32 bytes,
+# and "rfaas-wire" what rFaaS adds beyond moving those bytes. On shm the round
+# trip grows in steps with the message size (docs/BACKEND-BUGS.md), so at
+# small payloads the headers alone can cost more than the code around them.
 #
 #   benchmarks/run-rfaas-benchmarks.sh --build-dir build
 #   benchmarks/run-rfaas-benchmarks.sh --devices-list "lo-tcp lo-shm" --hot-timeout 0 --csv out.csv
@@ -106,6 +112,19 @@ print(next(d.get("provider", "") for d in db["devices"] if d["name"] == sys.argv
     "$devices_db" "$1"
 }
 
+# The payload sizes in bytes, and beside each the two sizes on rFaaS's wire.
+raw_sizes=$(python3 - "$sizes" <<'PY'
+import re, sys
+mult = {"": 1, "k": 1 << 10, "m": 1 << 20}
+out = []
+for t in sys.argv[1].split(","):
+    m = re.fullmatch(r"(\d+)([kKmM]?)(i?[bB])?", t.strip())
+    n = int(m.group(1)) * mult[m.group(2).lower()]
+    out += [n, n + 64, n + 32]
+print(",".join(str(n) for n in dict.fromkeys(out)))
+PY
+) || { echo "run-rfaas-benchmarks.sh: cannot read --sizes $sizes" >&2; exit 2; }
+
 for dev in $devices_list; do
   provider=$(provider_of "$dev")
   echo "==> $dev (provider ${provider:-auto}): executor manager, worker on CPU $last"
@@ -141,7 +160,7 @@ for dev in $devices_list; do
         tail -n +2 "$work/one.csv" | sed "s/^/rfaas-csv,$r,/" >>"$rows"
       else
         "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm \
-          -s "$sizes" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
+          -s "$raw_sizes" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
           --no-csv-header "${jarg[@]}" >/dev/null
         sed "s/^/raw-csv,$r,/" "$work/one.csv" >>"$rows"
       fi
@@ -172,16 +191,24 @@ med = statistics.median
 reps = max((len(v) for v in rf.values()), default=0)
 print(f"\n{dev}: {function} through rFaaS vs raw write-with-immediate round trip (us; medians over "
       f"{reps} run(s) of each; diff and ratio: medians of the runs paired back to back)")
-print(f"{'size':>8} {'raw':>10} {'rfaas':>10} {'rfaas p99':>10} {'diff':>8} {'ratio':>7}")
+print(f"{'size':>8} {'raw':>10} {'rfaas':>10} {'rfaas p99':>10} {'diff':>8} {'ratio':>7} "
+      f"{'wire':>8} {'rfaas-wire':>10}")
 for size in sorted(rf):
     ms = [v[0] for v in rf[size].values()]
     p99 = med([v[1] for v in rf[size].values()])
     pairs = [(rf[size][k][0], raw[size][k][0]) for k in rf[size] if k in raw.get(size, {})]
+    # Raw at rFaaS's wire sizes, from the same runs: (out + back) / 2.
+    out_t, back_t = raw.get(size + 64, {}), raw.get(size + 32, {})
+    wire = [(rf[size][k][0], (out_t[k][0] + back_t[k][0]) / 2) for k in rf[size]
+            if k in out_t and k in back_t]
+    wcols = (f" {med([w for _, w in wire]):>8.2f} {med([a - w for a, w in wire]):>10.2f}"
+             if wire else "")
     if pairs:
         rm = med([b for _, b in pairs])
         diff = med([a - b for a, b in pairs])
         ratio = med([a / b for a, b in pairs])
-        print(f"{size:>8} {rm:>10.2f} {med(ms):>10.2f} {p99:>10.2f} {diff:>8.2f} {ratio:>7.3f}")
+        print(f"{size:>8} {rm:>10.2f} {med(ms):>10.2f} {p99:>10.2f} {diff:>8.2f} {ratio:>7.3f}"
+              + wcols)
     else:
         print(f"{size:>8} {'-':>10} {med(ms):>10.2f} {p99:>10.2f}")
 rtt = med([v[0] for v in raw[8].values()]) if 8 in raw else None
