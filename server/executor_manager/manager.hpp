@@ -115,6 +115,13 @@ private:
   Clock::time_point last_periodic_report_{};
   /// When the loop last looked for connection requests.
   Clock::time_point last_accept_look_{};
+  /// Messages, connection requests and zygote reports handled (events_),
+  /// the count at the end of the previous round, and when the loop last saw
+  /// one or an allocation or client in transition: its poll interval.
+  uint64_t events_ = 0, events_seen_ = 0;
+  Clock::time_point last_activity_{};
+  /// Every allocation serving, every client with its allocation.
+  bool settled() const;
   void report_live_leases();
 };
 
