@@ -12,12 +12,12 @@
 # With --repeat N the invocation benchmark and the raw ping-pong run N times,
 # alternating; diff and ratio are the medians of the N pairs run back to back
 # (the round trip of a shared host can change level between runs).
-# The raw ping-pong also runs at the sizes rFaaS puts on the wire for each
-# payload (a 64-byte invocation header out, a 32-byte result header back):
-# "wire" is the mean of the raw round trips at payload+64 and payload+32 bytes,
-# and "rfaas-wire" what rFaaS adds beyond moving those bytes. On shm the round
-# trip grows in steps with the message size (docs/BACKEND-BUGS.md), so at
-# small payloads the headers alone can cost more than the code around them.
+# The raw ping-pong also runs at the size rFaaS puts on the wire for each
+# payload, both ways for echo (docs/protocol.md: 16 bytes of header when
+# header + data fit 32 bytes, else the slot's whole 64-byte prefix): "wire" is
+# the raw round trip at that size, and "rfaas-wire" what rFaaS adds beyond
+# moving those bytes. On shm the round trip depends on the message size in
+# steps (docs/BACKEND-BUGS.md), which the wire sizes are chosen for.
 #
 #   benchmarks/run-rfaas-benchmarks.sh --build-dir build
 #   benchmarks/run-rfaas-benchmarks.sh --devices-list "lo-tcp lo-shm" --hot-timeout 0 --csv out.csv
@@ -112,7 +112,8 @@ print(next(d.get("provider", "") for d in db["devices"] if d["name"] == sys.argv
     "$devices_db" "$1"
 }
 
-# The payload sizes in bytes, and beside each the two sizes on rFaaS's wire.
+# The payload sizes in bytes, and beside each the size on rFaaS's wire
+# (wire_size below and in the summary: protocol::slot_write_lead).
 raw_sizes=$(python3 - "$sizes" <<'PY'
 import re, sys
 mult = {"": 1, "k": 1 << 10, "m": 1 << 20}
@@ -120,7 +121,7 @@ out = []
 for t in sys.argv[1].split(","):
     m = re.fullmatch(r"(\d+)([kKmM]?)(i?[bB])?", t.strip())
     n = int(m.group(1)) * mult[m.group(2).lower()]
-    out += [n, n + 64, n + 32]
+    out += [n, n + (16 if n + 16 <= 32 else 64)]
 print(",".join(str(n) for n in dict.fromkeys(out)))
 PY
 ) || { echo "run-rfaas-benchmarks.sh: cannot read --sizes $sizes" >&2; exit 2; }
@@ -197,10 +198,11 @@ for size in sorted(rf):
     ms = [v[0] for v in rf[size].values()]
     p99 = med([v[1] for v in rf[size].values()])
     pairs = [(rf[size][k][0], raw[size][k][0]) for k in rf[size] if k in raw.get(size, {})]
-    # Raw at rFaaS's wire sizes, from the same runs: (out + back) / 2.
-    out_t, back_t = raw.get(size + 64, {}), raw.get(size + 32, {})
-    wire = [(rf[size][k][0], (out_t[k][0] + back_t[k][0]) / 2) for k in rf[size]
-            if k in out_t and k in back_t]
+    # Raw at rFaaS's wire size, from the same runs: the invocation and its
+    # result (echo: as large as the payload) each carry 16 bytes of header
+    # when header + data fit 32 bytes, else the slot's 64-byte prefix.
+    wire_t = raw.get(size + (16 if size + 16 <= 32 else 64), {})
+    wire = [(rf[size][k][0], wire_t[k][0]) for k in rf[size] if k in wire_t]
     wcols = (f" {med([w for _, w in wire]):>8.2f} {med([a - w for a, w in wire]):>10.2f}"
              if wire else "")
     if pairs:

@@ -28,9 +28,9 @@ WireResult check_results(const AllocationRequest &m, const BufferDescriptor &d,
   if (d.slots < m.input_slots)
     return {WireError::Inconsistent, 0,
             "AllocationRequest result descriptor has fewer slots than input_slots"};
-  if (d.slot_size < sizeof(ResultHeader))
+  if (d.slot_size < kSlotPrefix)
     return {WireError::Inconsistent, 0,
-            "AllocationRequest result descriptor slot_size cannot hold a ResultHeader"};
+            "AllocationRequest result descriptor slot_size cannot hold the 64-byte header prefix"};
   return {};
 }
 
@@ -196,9 +196,9 @@ WireResult AllocationRequest::validate() const noexcept {
     return {WireError::InvalidField, 0, "AllocationRequest.input_slots must be at least 1"};
   if (input_slots > kMaxSlots)
     return {WireError::TooLarge, 0, "AllocationRequest.input_slots must be at most 256"};
-  if (input_slot_size < sizeof(InvocationHeader))
+  if (input_slot_size < kSlotPrefix)
     return {WireError::InvalidField, 0,
-            "AllocationRequest.input_slot_size cannot hold an InvocationHeader"};
+            "AllocationRequest.input_slot_size cannot hold the 64-byte header prefix"};
   if (input_slot_size > kMaxSlotSize)
     return {WireError::TooLarge, 0, "AllocationRequest.input_slot_size exceeds 2^30"};
   if (library_size == 0)
@@ -226,6 +226,14 @@ WireResult AllocationResponse::validate() const noexcept {
     return {WireError::InvalidField, 0, "AllocationResponse.message is not NUL-terminated"};
   if (status == ErrorCode::Ok && (workers == 0 || workers > kMaxWorkers))
     return {WireError::TooLarge, 0, "AllocationResponse.workers must be 1..256"};
+  return {};
+}
+
+WireResult ResultTarget::validate() const noexcept {
+  if (capacity < sizeof(ResultHeader) || capacity > kMaxSlotSize)
+    return {WireError::InvalidField, 0, "ResultTarget.capacity must be 16..2^30"};
+  if (offset > target.size || target.size - offset < capacity)
+    return {WireError::Inconsistent, 0, "ResultTarget.offset + capacity exceed the target"};
   return {};
 }
 

@@ -1,4 +1,4 @@
-// The rFaaS wire protocol, version 2: every message exchanged by clients,
+// The rFaaS wire protocol, version 4: every message exchanged by clients,
 // executor managers and executors, defined once.
 //
 // Rules (docs/protocol.md explains the flow and the reasons):
@@ -35,7 +35,7 @@ namespace rfaas::protocol {
 constexpr uint32_t kMagic = 0x53414652u;
 /// The version this code speaks. A peer speaking another version is answered
 /// with ErrorCode::VersionMismatch and closed; the Header layout never changes.
-constexpr uint16_t kVersion = 3;
+constexpr uint16_t kVersion = 4;
 
 /// Most worker threads (leased cores) per allocation.
 constexpr uint32_t kMaxWorkers = 256;
@@ -155,7 +155,7 @@ struct WireResult {
 const char *to_string(MessageType t) noexcept;
 const char *to_string(ErrorCode c) noexcept;
 const char *to_string(WireError e) noexcept;
-/// "protocol: version mismatch: Header.version is not 2" style sentence.
+/// "protocol: version mismatch: Header.version is not 4" style sentence.
 std::string describe(const WireResult &r);
 /// The status to answer a malformed message with: VersionMismatch for a
 /// version mismatch, BadRequest otherwise (Ok for Ok).
@@ -498,78 +498,132 @@ struct Ready {
   WireResult validate() const noexcept;
 };
 
-/// Client -> worker: written at the start of an input slot, immediately
-/// followed by `payload_size` bytes, with one write_imm (see make_immediate).
+/// Bytes of every slot (a worker's input slots, a client's result slots, the
+/// prefix of a librfaas registered block) before its data, payload or output.
+/// The headers are written at the end of this prefix, right before the data:
+/// one write carries headers and data, and the data is at the same place of
+/// the slot whichever headers precede it.
+constexpr size_t kSlotPrefix = 64;
+
+/// Slot writes of at most this many bytes carry only their headers and data
+/// (see slot_write_lead).
+constexpr size_t kSmallSlotWrite = 32;
+
+/// Where a slot write starts, in bytes before its data, for `headers` bytes of
+/// headers followed by `data` bytes. A small write (kSmallSlotWrite bytes in
+/// all) starts at its headers: shm copies up to 32 bytes inline within one
+/// cache line, and an 8-byte call with 16 bytes of headers stays there. A
+/// larger one starts at the slot's start, its prefix padded: it then covers
+/// whole cache lines from a line boundary, the same lines it touches anyway,
+/// which shm copies faster than a write that starts or ends inside a line
+/// (docs/BACKEND-BUGS.md) and a NIC writes without a partial line.
+constexpr size_t slot_write_lead(size_t headers, uint64_t data) noexcept {
+  return headers + data <= kSmallSlotWrite ? headers : kSlotPrefix;
+}
+
+/// InvocationHeader::flags.
+enum InvocationFlags : uint16_t {
+  /// A ResultTarget precedes the header in the slot: the result goes there,
+  /// and the worker keeps it as this slot's target.
+  kWithTarget = 1u << 0,
+  /// The result goes to the target the last kWithTarget invocation of this
+  /// slot named (the client saves 40 bytes per call when it reuses an output).
+  kSameTarget = 1u << 1,
+};
+constexpr uint16_t kKnownInvocationFlags = kWithTarget | kSameTarget;
+
+/// Client -> worker: the last 16 bytes of an input slot's prefix, immediately
+/// followed by `payload_size` bytes, with one write_imm (see make_immediate)
+/// that starts slot_write_lead() bytes before the payload.
+/// Slot-resident headers carry no Header: the link's version was settled by
+/// the hellos, the immediate says which slot was written, and every field is
+/// checked against it and against the slot.
 ///
-/// Result target (version 2): when target_capacity is not 0, the client asks
-/// for the result to be written in place, into its own registered memory,
-/// instead of into its result slot: a successful result of n output bytes
-/// with n + 32 <= target_capacity is written as ResultHeader + output at
-/// (target, target_offset) with one write_imm whose status bits say "in
-/// place" (kImmInPlace). Every other outcome (an error, an output larger than
-/// the target) goes to the result slot as without a target.
+/// Result target: with kWithTarget (or kSameTarget), the client asks for the
+/// result to be written in place, into its own registered memory, instead of
+/// into its result slot: a successful result of n output bytes with n + 16 <=
+/// capacity is written as ResultHeader + output at the ResultTarget with one
+/// write_imm whose status bits say "in place" (kImmInPlace). Every other
+/// outcome (an error, an output larger than the target) goes to the result
+/// slot as without a target.
 struct InvocationHeader {
   static constexpr MessageType kType = MessageType::Invocation;
   static constexpr const char *kName = "InvocationHeader";
   /// Decoded from a slot: data beyond the slot is "too large", not "truncated".
   static constexpr bool kInSlot = true;
-  Header header{kMagic, kVersion, kType};
-  /// Chosen by the client, unique per allocation (a counter).
-  uint64_t invocation_id = 0;
+  /// Chosen by the client, unique among its recent invocations (the low 32
+  /// bits of a counter); its low 20 bits are the immediate's sequence.
+  uint32_t invocation_id = 0;
   /// function_hash() of the function's name.
   uint32_t function = 0;
   uint32_t payload_size = 0;
   /// The input slot this header is in (must match the immediate).
   uint16_t slot = 0;
-  Reserved<uint16_t> reserved0;
-  /// Bytes the target holds for ResultHeader + output; 0 = no target.
-  uint32_t target_capacity = 0;
-  /// The client's registered region the result may be written into
-  /// (remote-writable), addressed like every RemoteBuffer: (target, offset).
-  rdmalib::RemoteBuffer target;
-  /// Where in `target` the ResultHeader goes; the output follows it.
-  uint64_t target_offset = 0;
+  /// InvocationFlags.
+  uint16_t flags = 0;
 
   template <class S, class F> static void fields(S &s, F &f) {
-    f(s.header);
     f(s.invocation_id);
     f(s.function);
     f(s.payload_size);
     f(s.slot);
-    f(s.reserved0);
-    f(s.target_capacity);
-    f(s.target);
-    f(s.target_offset);
+    f(s.flags);
   }
   WireResult validate() const noexcept {
     if (slot >= kMaxSlots)
       return {WireError::TooLarge, 0, "InvocationHeader.slot must be below 256"};
-    if (payload_size > kMaxSlotSize - 64)
+    if (payload_size > kMaxSlotSize - kSlotPrefix)
       return {WireError::TooLarge, 0, "InvocationHeader.payload_size exceeds the largest slot"};
-    if (target_capacity != 0) {
-      if (target_capacity < 32 || target_capacity > kMaxSlotSize)
-        return {WireError::InvalidField, 0,
-                "InvocationHeader.target_capacity must be 0 or 32..2^30"};
-      if (target_offset > target.size || target.size - target_offset < target_capacity)
-        return {WireError::Inconsistent, 0,
-                "InvocationHeader.target_offset + target_capacity exceed the target"};
-    }
+    if (flags & ~kKnownInvocationFlags)
+      return {WireError::InvalidField, 0, "InvocationHeader.flags has unknown bits"};
+    if ((flags & kWithTarget) && (flags & kSameTarget))
+      return {WireError::Inconsistent, 0,
+              "InvocationHeader.flags names a new target and the previous one"};
     return {};
   }
-  /// Whether the client named a result target.
-  bool has_target() const noexcept { return target_capacity != 0; }
+  /// Whether the client named a result target (new or the slot's previous).
+  bool has_target() const noexcept { return flags != 0; }
   uint64_t trailing_bytes() const noexcept { return payload_size; }
 };
 
-/// Worker -> client: written at the start of the client's result slot (same
-/// index as the input slot), immediately followed by `output_size` bytes, with
-/// one write_imm. On an error status output_size is 0.
+/// Where a result may be written in place: the client's registered region
+/// (remote-writable), addressed like every RemoteBuffer, (target, offset).
+/// Sent in the slot right before the InvocationHeader that sets kWithTarget.
+struct ResultTarget {
+  static constexpr MessageType kType = MessageType::Invocation;
+  static constexpr const char *kName = "ResultTarget";
+  rdmalib::RemoteBuffer target;
+  /// Where in `target` the ResultHeader goes; the output follows it.
+  uint64_t offset = 0;
+  /// Bytes the target holds for ResultHeader + output.
+  uint32_t capacity = 0;
+  Reserved<uint32_t> reserved0;
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.target);
+    f(s.offset);
+    f(s.capacity);
+    f(s.reserved0);
+  }
+  WireResult validate() const noexcept;
+  bool operator==(const ResultTarget &o) const noexcept {
+    return target.addr == o.target.addr && target.key == o.target.key &&
+           target.size == o.target.size && offset == o.offset && capacity == o.capacity;
+  }
+  bool operator!=(const ResultTarget &o) const noexcept { return !(*this == o); }
+};
+
+/// Worker -> client: the last 16 bytes of the prefix of the client's result
+/// slot (same index as the input slot), or at the invocation's ResultTarget,
+/// immediately followed by `output_size` bytes, with one write_imm (starting
+/// slot_write_lead() bytes before the output). On an error status
+/// output_size is 0. No Header, like InvocationHeader.
 struct ResultHeader {
   static constexpr MessageType kType = MessageType::Result;
   static constexpr const char *kName = "ResultHeader";
   static constexpr bool kInSlot = true;
-  Header header{kMagic, kVersion, kType};
-  uint64_t invocation_id = 0;
+  /// The InvocationHeader's.
+  uint32_t invocation_id = 0;
   uint32_t output_size = 0;
   ErrorCode status = ErrorCode::Ok;
   uint16_t slot = 0;
@@ -577,23 +631,20 @@ struct ResultHeader {
   /// function returned (OutputTooLarge), the largest payload (PayloadTooLarge),
   /// the unknown hash (UnknownFunction); 0 otherwise.
   uint32_t detail = 0;
-  Reserved<uint32_t> reserved0;
 
   template <class S, class F> static void fields(S &s, F &f) {
-    f(s.header);
     f(s.invocation_id);
     f(s.output_size);
     f(s.status);
     f(s.slot);
     f(s.detail);
-    f(s.reserved0);
   }
   WireResult validate() const noexcept {
     if (!is_known(status))
       return {WireError::InvalidField, 0, "ResultHeader.status is not an ErrorCode"};
     if (slot >= kMaxSlots)
       return {WireError::TooLarge, 0, "ResultHeader.slot must be below 256"};
-    if (output_size > kMaxSlotSize - 32)
+    if (output_size > kMaxSlotSize - kSlotPrefix)
       return {WireError::TooLarge, 0, "ResultHeader.output_size exceeds the largest slot"};
     return {};
   }
@@ -740,21 +791,24 @@ RFAAS_WIRE_OFFSET(Ready, worker, 12);
 RFAAS_WIRE_OFFSET(Ready, function_count, 16);
 RFAAS_WIRE_OFFSET(Ready, message, 24);
 
-RFAAS_WIRE_LAYOUT(InvocationHeader, 64);
-RFAAS_WIRE_OFFSET(InvocationHeader, invocation_id, 8);
-RFAAS_WIRE_OFFSET(InvocationHeader, function, 16);
-RFAAS_WIRE_OFFSET(InvocationHeader, payload_size, 20);
-RFAAS_WIRE_OFFSET(InvocationHeader, slot, 24);
-RFAAS_WIRE_OFFSET(InvocationHeader, target_capacity, 28);
-RFAAS_WIRE_OFFSET(InvocationHeader, target, 32);
-RFAAS_WIRE_OFFSET(InvocationHeader, target_offset, 56);
+RFAAS_WIRE_LAYOUT(InvocationHeader, 16);
+RFAAS_WIRE_OFFSET(InvocationHeader, invocation_id, 0);
+RFAAS_WIRE_OFFSET(InvocationHeader, function, 4);
+RFAAS_WIRE_OFFSET(InvocationHeader, payload_size, 8);
+RFAAS_WIRE_OFFSET(InvocationHeader, slot, 12);
+RFAAS_WIRE_OFFSET(InvocationHeader, flags, 14);
 
-RFAAS_WIRE_LAYOUT(ResultHeader, 32);
-RFAAS_WIRE_OFFSET(ResultHeader, invocation_id, 8);
-RFAAS_WIRE_OFFSET(ResultHeader, output_size, 16);
-RFAAS_WIRE_OFFSET(ResultHeader, status, 20);
-RFAAS_WIRE_OFFSET(ResultHeader, slot, 22);
-RFAAS_WIRE_OFFSET(ResultHeader, detail, 24);
+RFAAS_WIRE_LAYOUT(ResultTarget, 40);
+RFAAS_WIRE_OFFSET(ResultTarget, target, 0);
+RFAAS_WIRE_OFFSET(ResultTarget, offset, 24);
+RFAAS_WIRE_OFFSET(ResultTarget, capacity, 32);
+
+RFAAS_WIRE_LAYOUT(ResultHeader, 16);
+RFAAS_WIRE_OFFSET(ResultHeader, invocation_id, 0);
+RFAAS_WIRE_OFFSET(ResultHeader, output_size, 4);
+RFAAS_WIRE_OFFSET(ResultHeader, status, 8);
+RFAAS_WIRE_OFFSET(ResultHeader, slot, 10);
+RFAAS_WIRE_OFFSET(ResultHeader, detail, 12);
 
 RFAAS_WIRE_LAYOUT(AccountingCounters, 32);
 RFAAS_WIRE_OFFSET(AccountingCounters, allocation_ns, 0);
@@ -784,7 +838,13 @@ static_assert(sizeof(ClientHello) <= kMinPrivateData && sizeof(ExecutorHello) <=
 
 /// Payload / output bytes start right after the slot headers.
 constexpr size_t kInvocationHeaderSize = sizeof(InvocationHeader);
+constexpr size_t kResultTargetSize = sizeof(ResultTarget);
 constexpr size_t kResultHeaderSize = sizeof(ResultHeader);
+static_assert(kResultTargetSize + kInvocationHeaderSize <= kSlotPrefix,
+              "an invocation's headers fit the input slot's prefix");
+static_assert(kInvocationHeaderSize < kSmallSlotWrite && kResultHeaderSize < kSmallSlotWrite &&
+                  kSmallSlotWrite <= kSlotPrefix,
+              "a small write starts inside the prefix");
 
 /// Receive buffers for control messages (everything except AllocationRequest,
 /// code and slot traffic) need this many bytes. It also covers the 16-byte
@@ -982,6 +1042,8 @@ template <class M, class = void> struct in_slot : std::false_type {};
 template <class M>
 struct in_slot<M, std::void_t<decltype(M::kInSlot)>> : std::integral_constant<bool, M::kInSlot> {};
 
+static_assert(kVersion == 4, "check_header's texts name the version");
+
 /// Header checks shared by decode() and peek(); fills `h` even on failure.
 /// Inline: it runs for every invocation.
 inline WireResult check_header(const void *in, size_t len, Header &h) noexcept {
@@ -992,11 +1054,16 @@ inline WireResult check_header(const void *in, size_t len, Header &h) noexcept {
   if (h.magic != kMagic)
     return {WireError::BadMagic, 0, "Header.magic is not \"RFAS\""};
   if (h.version != kVersion)
-    return {WireError::VersionMismatch, 0, "Header.version is not 2"};
+    return {WireError::VersionMismatch, 0, "Header.version is not 4"};
   if (!is_known(h.type))
-    return {WireError::UnknownType, 0, "Header.type is not a version 2 message type"};
+    return {WireError::UnknownType, 0, "Header.type is not a version 4 message type"};
   return {WireError::Ok, sizeof(Header), ""};
 }
+
+/// Whether M starts with a Header (all but the slot-resident messages).
+template <class M, class = void> struct has_header : std::false_type {};
+template <class M>
+struct has_header<M, std::void_t<decltype(std::declval<M &>().header)>> : std::true_type {};
 
 template <class M> WireResult encode_fixed(const M &m, void *out, size_t capacity) noexcept {
   WireResult v = m.validate();
@@ -1006,19 +1073,27 @@ template <class M> WireResult encode_fixed(const M &m, void *out, size_t capacit
     return {WireError::BufferTooSmall, 0, M::kName};
   if (in_slot<M>::value && sizeof(M) + trailing_of(m) > capacity)
     return {WireError::TooLarge, 0, "the payload does not fit the slot"};
-  M copy = m;
-  copy.header = Header{kMagic, kVersion, M::kType};
   Writer w{static_cast<uint8_t *>(out)};
-  M::fields(static_cast<const M &>(copy), w);
+  if constexpr (has_header<M>::value) {
+    M copy = m;
+    copy.header = Header{kMagic, kVersion, M::kType};
+    M::fields(static_cast<const M &>(copy), w);
+  } else {
+    M::fields(m, w);
+  }
   return {WireError::Ok, sizeof(M), ""};
 }
 
 template <class M> WireResult decode_fixed(const void *in, size_t len, M &out) noexcept {
-  WireResult h = check_header(in, len, out.header);
-  if (!h)
-    return h;
-  if (out.header.type != M::kType)
-    return {WireError::UnexpectedType, 0, M::kName};
+  if constexpr (has_header<M>::value) {
+    WireResult h = check_header(in, len, out.header);
+    if (!h)
+      return h;
+    if (out.header.type != M::kType)
+      return {WireError::UnexpectedType, 0, M::kName};
+  } else if (in == nullptr) {
+    return {WireError::Truncated, 0, M::kName};
+  }
   if (len < sizeof(M))
     return {WireError::Truncated, 0, M::kName};
   Reader r{static_cast<const uint8_t *>(in)};
@@ -1048,7 +1123,8 @@ inline WireResult peek(const void *in, size_t len, Header &out) noexcept {
 
 /// Write `m` (fixed part; header set to this version and M's type) at `out`.
 /// For slot-resident headers (InvocationHeader, ResultHeader) `capacity` is the
-/// slot size and TooLarge means the payload would not fit. Returns the bytes
+/// bytes from `out` to the slot's end, and TooLarge means the payload would
+/// not fit. Returns the bytes
 /// written (sizeof(M)); the caller places any payload right after them.
 template <class M> WireResult encode(const M &m, void *out, size_t capacity) noexcept {
   if constexpr (std::is_same<M, AllocationRequest>::value) {
@@ -1062,7 +1138,8 @@ template <class M> WireResult encode(const M &m, void *out, size_t capacity) noe
 
 /// Parse and validate a message of type M from `len` bytes at `in`. Returns the
 /// bytes it occupies (fixed part plus declared payload). On VersionMismatch
-/// out.header holds the peer's header.
+/// out.header holds the peer's header. A slot-resident header is decoded from
+/// where it starts to the end of its slot (`len`).
 template <class M> WireResult decode(const void *in, size_t len, M &out) noexcept {
   if constexpr (std::is_same<M, AllocationRequest>::value) {
     static_assert(detail::dependent_false<M>::value,
@@ -1071,6 +1148,47 @@ template <class M> WireResult decode(const void *in, size_t len, M &out) noexcep
   } else {
     return detail::decode_fixed(in, len, out);
   }
+}
+
+/// Write an invocation's headers right before its payload at `payload` (in
+/// an input slot's image, kSlotPrefix into it, or in a registered block's
+/// prefix): the InvocationHeader, and before it `target` when h sets
+/// kWithTarget. Returns how many bytes before `payload` the headers start (16
+/// or 56): the write of the invocation starts there. 0 when h or target is
+/// invalid (nothing useful was written).
+inline size_t encode_input_headers(void *payload, const InvocationHeader &h,
+                                   const ResultTarget &target) noexcept {
+  uint8_t *p = static_cast<uint8_t *>(payload) - kInvocationHeaderSize;
+  if (!encode(h, p, kInvocationHeaderSize + h.payload_size))
+    return 0;
+  if (!(h.flags & kWithTarget))
+    return kInvocationHeaderSize;
+  if (!encode(target, p - kResultTargetSize, kResultTargetSize))
+    return 0;
+  return kInvocationHeaderSize + kResultTargetSize;
+}
+
+/// Read the headers of the invocation in an input slot of `slot_size` bytes
+/// (the whole slot, as the worker holds it): the InvocationHeader that ends
+/// kSlotPrefix bytes in, and, when it sets kWithTarget, the ResultTarget
+/// right before it, into `target` (left alone otherwise). `h` is filled as
+/// far as it was read, also on failure. The size returned counts from the
+/// slot's start to the payload's end.
+inline WireResult decode_input_slot(const void *slot, size_t slot_size, InvocationHeader &h,
+                                    ResultTarget &target) noexcept {
+  if (slot == nullptr || slot_size < kSlotPrefix)
+    return {WireError::Truncated, 0, "an input slot is shorter than its 64-byte prefix"};
+  const uint8_t *header = static_cast<const uint8_t *>(slot) + kSlotPrefix - kInvocationHeaderSize;
+  WireResult r = decode(header, slot_size - kSlotPrefix + kInvocationHeaderSize, h);
+  if (!r)
+    return r;
+  if (h.flags & kWithTarget) {
+    WireResult t = decode(header - kResultTargetSize, kResultTargetSize, target);
+    if (!t)
+      return t;
+  }
+  r.size += kSlotPrefix - kInvocationHeaderSize;
+  return r;
 }
 
 /// Bytes an AllocationRequest with `cores` descriptors occupies.

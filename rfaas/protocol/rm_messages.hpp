@@ -1,4 +1,4 @@
-// The resource-manager messages of the rFaaS wire protocol (version 2): what
+// The resource-manager messages of the rFaaS wire protocol (version 4): what
 // executor managers (nodes) and clients say to the resource manager, and what
 // a client shows an executor manager to prove its lease.
 //

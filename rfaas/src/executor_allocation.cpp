@@ -97,8 +97,8 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   rr_worker = rr_slot = 0;
   max_input = o.max_input_size;
   max_output = o.max_output_size;
-  input_slot = static_cast<uint32_t>(proto::kInvocationHeaderSize + round8(max_input));
-  result_slot = static_cast<uint32_t>(proto::kResultHeaderSize + round8(max_output));
+  input_slot = static_cast<uint32_t>(proto::kSlotPrefix + round8(max_input));
+  result_slot = static_cast<uint32_t>(proto::kSlotPrefix + round8(max_output));
   nrecv = nslots + kExtraRecvs;
   // The workers connect back once the manager answered; where opening an
   // endpoint is slow (shm), one for their links opens meanwhile.

@@ -4,11 +4,12 @@
 // blocks of rfaas::allocator), written against rdmalib's public API only.
 //
 // Per worker the client keeps three registered buffers:
-//   results  slots x (32 + max_output)  remote-writable: the worker's results,
+//   results  slots x (64 + max_output)  remote-writable: the worker's results,
 //                                       unless written in place (a result
 //                                       target in rfaas::allocator memory)
-//   staging  slots x (64 + max_input)   header + copied payload for inputs that
-//                                       are not rfaas::allocator memory
+//   staging  slots x (64 + max_input)   headers (at the end of the 64-byte
+//                                       prefix) + copied payload for inputs
+//                                       that are not rfaas::allocator memory
 //   control  (recvs + 1) x 256          a ControlChannel: receives for control
 //                                       messages and write_imm notifications,
 //                                       one send area
@@ -115,6 +116,11 @@ struct Slot {
   /// Registered block the result may be written into in place (its prefix
   /// receives the ResultHeader); nullptr when results come to the slot.
   detail::Registration *target = nullptr;
+  /// The ResultTarget the worker keeps for this slot: the last one an
+  /// invocation here sent (kWithTarget). An invocation naming the same one
+  /// sends only kSameTarget. Unset until the first one was posted.
+  proto::ResultTarget sent_target;
+  bool target_sent = false;
 };
 
 struct Worker {

@@ -17,13 +17,13 @@
 namespace rfaas::detail {
 
 /// One block: [base, base + kPrefix) is the prefix room, the user's bytes
-/// follow. The prefix holds the InvocationHeader when the block is sent as
-/// input without a copy, and the ResultHeader (its last 32 bytes, right before
-/// the user's bytes) when a result is written into the block in place: the
-/// header and the output then arrive with one write.
+/// follow. The end of the prefix holds the invocation's headers when the block
+/// is sent as input without a copy, and the ResultHeader (its last 16 bytes,
+/// right before the user's bytes) when a result is written into the block in
+/// place: headers and data then travel with one write.
 struct Registration {
-  /// Room before the user's bytes: the 64-byte InvocationHeader, which also
-  /// keeps the user's data 64-byte aligned.
+  /// Room before the user's bytes, as much as an input slot's
+  /// (proto::kSlotPrefix), which also keeps the user's data 64-byte aligned.
   static constexpr size_t kPrefix = 64;
   void *base = nullptr;
   size_t user_bytes = 0;

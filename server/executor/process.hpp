@@ -185,8 +185,15 @@ private:
   uint64_t nrecv_ = 0;
   uint32_t outstanding_ = 0;
   proto::BufferDescriptor rdesc_;
-  /// Invocation id of the result last written in place from each slot.
-  std::vector<uint64_t> target_ids_;
+  /// Per input slot: the result target the client last sent there
+  /// (kWithTarget), which later invocations name again with kSameTarget, and
+  /// the id of the result last written in place from the slot.
+  struct SlotTarget {
+    proto::ResultTarget target;
+    bool known = false;
+    uint32_t last_id = 0;
+  };
+  std::vector<SlotTarget> targets_;
   // Buffers before the connection: members die in reverse order, and closing
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).

@@ -55,7 +55,7 @@ void Worker::setup_and_serve() {
   rdesc_ = s_.results[index_];
   rslot_ = rdesc_.slot_size;
   nrecv_ = worker_link_options(slots_).recv_depth;
-  target_ids_.assign(slots_, 0);
+  targets_.assign(slots_, SlotTarget{});
 
   proto::WorkerHello hello;
   hello.allocation_id = s_.spec.allocation_id;
@@ -80,12 +80,12 @@ void Worker::setup_and_serve() {
   // A function writes straight into its result slot, or an in-place one over
   // its input slot (no copy either way), so both kinds of slots sit between
   // guard pages: writing past the capacity faults.
-  input_ = SlotArea(slots_, islot_, static_cast<uint32_t>(proto::kInvocationHeaderSize));
+  input_ = SlotArea(slots_, islot_, static_cast<uint32_t>(proto::kSlotPrefix));
   const size_t input_span = size_t(slots_ - 1) * input_.stride() + islot_;
   input_mr_ =
       rdmalib::MemoryRegion(s_.fabric, input_.slot(0), input_span, rdmalib::AccessRemoteWrite);
   input_.protect_guards();
-  output_ = SlotArea(slots_, rslot_, static_cast<uint32_t>(proto::kResultHeaderSize));
+  output_ = SlotArea(slots_, rslot_, static_cast<uint32_t>(proto::kSlotPrefix));
   output_mr_ =
       rdmalib::MemoryRegion(s_.fabric, output_.base(), output_.length(), rdmalib::AccessLocal);
   output_.protect_guards();
@@ -426,25 +426,34 @@ bool Worker::probe_client(Clock::time_point now, Clock::time_point last_activity
 }
 
 static_assert(proto::kInvocationHeaderSize >= proto::kResultHeaderSize,
-              "an in-place result header goes over the end of the invocation header");
+              "an in-place result header goes over the invocation header");
 
 int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
   const proto::Immediate im = proto::parse_immediate(imm);
   const uint32_t s = im.slot;
   if (s >= slots_)
     return 0; // outside the input buffer: nothing to answer into
-  char *in = input_.slot(s);
   proto::InvocationHeader h;
-  proto::WireResult r = proto::decode(in, islot_, h);
+  SlotTarget &slot_target = targets_[s];
+  proto::WireResult r = proto::decode_input_slot(input_.slot(s), islot_, h, slot_target.target);
+  // The result target: a new one is kept for the slot (a malformed one
+  // forgets the old), kSameTarget names it again.
+  if (h.flags & proto::kWithTarget)
+    slot_target.known = r.ok();
+  if (r && (h.flags & proto::kSameTarget) && !slot_target.known)
+    r = {proto::WireError::Inconsistent, 0,
+         "InvocationHeader.flags names the slot's previous result target, but it has none"};
+  const proto::ResultTarget *target = r && h.has_target() ? &slot_target.target : nullptr;
+  char *in = input_.output(s); // the payload, kSlotPrefix into the slot
   proto::ResultHeader res;
   res.slot = static_cast<uint16_t>(s);
-  uint64_t id = im.sequence;
+  uint32_t id = im.sequence;
   int crashed = 0;
   bool ran = false, over_input = false;
   if (!r) {
     if (r.error == proto::WireError::TooLarge) {
       res.status = proto::ErrorCode::PayloadTooLarge;
-      res.detail = islot_ - static_cast<uint32_t>(proto::kInvocationHeaderSize);
+      res.detail = islot_ - static_cast<uint32_t>(proto::kSlotPrefix);
       id = h.invocation_id;
     } else {
       res.status = proto::reply_code(r.error);
@@ -461,11 +470,10 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
       // An in-place function gets its input slot as its output, so that
       // nothing is copied; the others get the result slot.
       over_input = fn->in_place;
-      char *dst = over_input ? input_.output(s) : output_.output(s);
+      char *dst = over_input ? in : output_.output(s);
       const uint32_t cap = over_input ? input_.capacity() : output_.capacity();
       uint32_t produced = 0;
-      crashed = CrashGuard::run(fn->function, in + proto::kInvocationHeaderSize, h.payload_size,
-                                dst, cap, produced);
+      crashed = CrashGuard::run(fn->function, in, h.payload_size, dst, cap, produced);
       ran = true;
       if (crashed) {
         res.status = proto::ErrorCode::FunctionCrashed;
@@ -485,31 +493,38 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
   // only the client's provider can check: a refusal comes back as a failed
   // completion, see target_refused). The output was written into a guarded
   // slot and goes out from there either way.
-  const bool to_target = r && h.has_target() && res.status == proto::ErrorCode::Ok;
-  const uint64_t room = to_target ? h.target_capacity : rslot_;
-  if (res.status == proto::ErrorCode::Ok &&
-      proto::kResultHeaderSize + uint64_t(res.output_size) > room) {
-    res.status = proto::ErrorCode::OutputTooLarge; // only an in-place output can exceed rslot_
+  const uint64_t room = target && res.status == proto::ErrorCode::Ok
+                            ? target->capacity - proto::kResultHeaderSize
+                            : rslot_ - proto::kSlotPrefix;
+  if (res.status == proto::ErrorCode::Ok && res.output_size > room) {
+    res.status = proto::ErrorCode::OutputTooLarge; // only an in-place output can exceed the slot
     res.detail = res.output_size;
     res.output_size = 0;
   }
-  // The result header goes right before the output: in the result slot's
-  // header, or over the end of the invocation header in the input slot (read
-  // already; kInvocationHeaderSize >= kResultHeaderSize).
+  const bool to_target = target && res.status == proto::ErrorCode::Ok;
+  // The result header goes right before the output: at the end of the result
+  // slot's prefix, or over the invocation header in the input slot (read
+  // already). The write starts slot_write_lead() before the output, where a
+  // target leaves room for that.
   const bool from_input = over_input && res.status == proto::ErrorCode::Ok;
-  char *out = from_input ? input_.output(s) - proto::kResultHeaderSize : output_.slot(s);
-  const size_t len = proto::kResultHeaderSize + res.output_size;
-  proto::encode(res, out, len);
+  char *data = from_input ? in : output_.output(s);
+  proto::encode(res, data - proto::kResultHeaderSize,
+                proto::kResultHeaderSize + size_t(res.output_size));
+  size_t lead = proto::slot_write_lead(proto::kResultHeaderSize, res.output_size);
+  if (to_target && lead > proto::kResultHeaderSize + target->offset)
+    lead = proto::kResultHeaderSize;
+  const size_t len = lead + res.output_size;
   // Offsets from where each region's registration starts (input_: slot 0).
-  const rdmalib::LocalRef src = from_input ? input_mr_.local(size_t(out - input_.slot(0)), len)
-                                           : output_mr_.local(size_t(out - output_.base()), len);
+  const rdmalib::LocalRef src = from_input
+                                    ? input_mr_.local(size_t(data - lead - input_.slot(0)), len)
+                                    : output_mr_.local(size_t(data - lead - output_.base()), len);
   rdmalib::Status st;
-  if (to_target && res.status == proto::ErrorCode::Ok) {
-    target_ids_[s] = id;
-    st = ops_.write_imm(src, h.target, h.target_offset, proto::make_in_place_immediate(s, id),
-                        kTargetCtx | s);
+  if (to_target) {
+    targets_[s].last_id = id;
+    st = ops_.write_imm(src, target->target, target->offset + proto::kResultHeaderSize - lead,
+                        proto::make_in_place_immediate(s, id), kTargetCtx | s);
   } else {
-    st = ops_.write_imm(src, rdesc_.buffer, uint64_t(s) * rslot_,
+    st = ops_.write_imm(src, rdesc_.buffer, uint64_t(s) * rslot_ + proto::kSlotPrefix - lead,
                         proto::make_immediate(s, id, res.status), kResultCtx);
   }
   if (ran)
@@ -547,13 +562,14 @@ bool Worker::target_refused(uint32_t s) noexcept {
                 s_.spec.allocation_id, index_, s);
   proto::ResultHeader res;
   res.slot = static_cast<uint16_t>(s);
-  res.invocation_id = target_ids_[s];
+  res.invocation_id = targets_[s].last_id;
   res.status = proto::ErrorCode::BadRequest;
-  char *out = output_.slot(s);
-  proto::encode(res, out, rslot_);
+  char *out = output_.output(s) - proto::kResultHeaderSize;
+  proto::encode(res, out, proto::kResultHeaderSize);
   rdmalib::Status st = ops_.write_imm(
-      output_mr_.local(output_.offset(s), proto::kResultHeaderSize), rdesc_.buffer,
-      uint64_t(s) * rslot_, proto::make_immediate(s, res.invocation_id, res.status), kResultCtx);
+      output_mr_.local(size_t(out - output_.base()), proto::kResultHeaderSize), rdesc_.buffer,
+      uint64_t(s) * rslot_ + proto::kSlotPrefix - proto::kResultHeaderSize,
+      proto::make_immediate(s, res.invocation_id, res.status), kResultCtx);
   if (st != rdmalib::Status::Ok)
     return false;
   ++outstanding_;

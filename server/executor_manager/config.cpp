@@ -138,8 +138,7 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
     Node l = root["limits"];
     l.expect_object({"max_input_slots", "max_slot_size", "max_library_size", "default_memory_mib"});
     l.optional("max_input_slots", c.max_input_slots, 1, protocol::kMaxSlots);
-    l.optional("max_slot_size", c.max_slot_size, protocol::kInvocationHeaderSize + 1,
-               protocol::kMaxSlotSize);
+    l.optional("max_slot_size", c.max_slot_size, protocol::kSlotPrefix + 1, protocol::kMaxSlotSize);
     l.optional("max_library_size", c.max_library_size, 1, protocol::kMaxLibrarySize);
     l.optional("default_memory_mib", c.default_memory_mib, 16, 1u << 24);
     if (c.default_memory_mib > c.memory_mib)

@@ -670,11 +670,10 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     return reply(c, E::ResourcesUnavailable, 0, 0,
                  "input_slots above this manager's limit of " +
                      std::to_string(cfg_.max_input_slots));
-  if (req.input_slot_size <= proto::kInvocationHeaderSize ||
-      req.input_slot_size > cfg_.max_slot_size)
+  if (req.input_slot_size <= proto::kSlotPrefix || req.input_slot_size > cfg_.max_slot_size)
     return reply(c, E::ResourcesUnavailable, 0, 0,
-                 "input_slot_size must be " + std::to_string(proto::kInvocationHeaderSize + 1) +
-                     ".." + std::to_string(cfg_.max_slot_size));
+                 "input_slot_size must be " + std::to_string(proto::kSlotPrefix + 1) + ".." +
+                     std::to_string(cfg_.max_slot_size));
   for (const auto &d : results)
     if (d.slot_size > cfg_.max_slot_size)
       return reply(c, E::ResourcesUnavailable, 0, 0,

@@ -885,10 +885,10 @@ TEST_F(E2E, SpareExecutorTakesTheNextAllocation) {
 }
 
 TEST_F(E2E, VersionMismatchIsAnswered) {
-  // Version 2 is the protocol before input slots were spaced by a stride.
-  Process probe({g.probe, g.devices, g.device, g.address, "2"}, g.workdir + "/probe.log");
+  // Version 3 is the protocol before the slot headers lost their Header.
+  Process probe({g.probe, g.devices, g.device, g.address, "3"}, g.workdir + "/probe.log");
   std::string line = probe.wait_for_line("probe: ", 30s);
-  EXPECT_NE(line.find("reply version_mismatch version 3"), std::string::npos)
+  EXPECT_NE(line.find("reply version_mismatch version 4"), std::string::npos)
       << "probe said: \"" << line << "\"";
   probe.stop();
 }

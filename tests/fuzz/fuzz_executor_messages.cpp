@@ -10,8 +10,8 @@
 //  * the ConnectReply private data of the client and of the manager;
 //  * a control message in a kControlMessageMax buffer: Shutdown or CodeHeader
 //    (worker 0), BufferAdvertisement (the accounting record);
-//  * an input slot: the InvocationHeader decoded from the whole slot, whose
-//    payload must then lie inside the slot.
+//  * an input slot: the invocation's headers decoded from the whole slot
+//    (decode_input_slot), whose payload must then lie inside the slot.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -52,7 +52,7 @@ void spec_text(const uint8_t *data, size_t size) {
   }
   FUZZ_CHECK(results.size() == req.cores);
   for (uint32_t i = 0; i < req.cores; ++i)
-    FUZZ_CHECK(results[i].slots >= req.input_slots && results[i].slot_size >= 32);
+    FUZZ_CHECK(results[i].slots >= req.input_slots && results[i].slot_size >= proto::kSlotPrefix);
 }
 
 void control_message(const uint8_t *data, size_t size) {
@@ -82,19 +82,20 @@ void control_message(const uint8_t *data, size_t size) {
 void input_slot(const uint8_t *data, size_t size) {
   // The slot is the whole input (its size is the allocation's input_slot_size).
   proto::InvocationHeader h;
-  proto::WireResult r = proto::decode(data, size, h);
+  proto::ResultTarget t;
+  proto::WireResult r = proto::decode_input_slot(data, size, h, t);
   if (!r) {
     (void)proto::reply_code(r.error);
     return;
   }
-  FUZZ_CHECK(proto::kInvocationHeaderSize + uint64_t(h.payload_size) <= size);
+  FUZZ_CHECK(proto::kSlotPrefix + uint64_t(h.payload_size) <= size);
   FUZZ_CHECK(h.slot < proto::kMaxSlots);
   // A result target the worker accepts lies inside the region it names and
   // holds at least the result header.
-  if (h.has_target()) {
-    FUZZ_CHECK(h.target_capacity >= proto::kResultHeaderSize);
-    FUZZ_CHECK(h.target_offset <= h.target.size);
-    FUZZ_CHECK(h.target_offset + h.target_capacity <= h.target.size);
+  if (h.flags & proto::kWithTarget) {
+    FUZZ_CHECK(t.capacity >= proto::kResultHeaderSize);
+    FUZZ_CHECK(t.offset <= t.target.size);
+    FUZZ_CHECK(t.offset + t.capacity <= t.target.size);
   }
 }
 

@@ -39,8 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_cores(c.cores);
     FUZZ_CHECK(c.default_memory_mib <= c.memory_mib);
     FUZZ_CHECK(c.max_input_slots >= 1 && c.max_input_slots <= proto::kMaxSlots);
-    FUZZ_CHECK(c.max_slot_size > proto::kInvocationHeaderSize &&
-               c.max_slot_size <= proto::kMaxSlotSize);
+    FUZZ_CHECK(c.max_slot_size > proto::kSlotPrefix && c.max_slot_size <= proto::kMaxSlotSize);
     FUZZ_CHECK(c.max_library_size >= 1 && c.max_library_size <= proto::kMaxLibrarySize);
     FUZZ_CHECK(c.max_allocations >= 1);
   } catch (const rfaas::manager::ConfigError &) {

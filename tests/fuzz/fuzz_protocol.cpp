@@ -8,8 +8,10 @@
 //  * what decode() accepts, encode() accepts (validate() agrees both ways);
 //  * encode(decode(x)) decodes to the same message (a stable round trip);
 //  * peek() agrees with decode() about the header.
-// For the slot-resident headers the input is the whole slot (as the executor
-// and the client read them), so `size` is also the slot size.
+// For the slot-resident headers, which carry no Header, the input is the slot
+// from where the header starts (as the executor and the client read them),
+// so `size` is also the room to the slot's end; decode_input_slot() reads the
+// input as a whole input slot.
 #include <cstring>
 #include <vector>
 
@@ -37,7 +39,8 @@ void one(const uint8_t *data, size_t size, const proto::Header &peeked, bool pee
     (void)proto::reply_code(r.error);
     return;
   }
-  FUZZ_CHECK(peek_ok && peeked.type == M::kType);
+  if constexpr (proto::detail::has_header<M>::value)
+    FUZZ_CHECK(peek_ok && peeked.type == M::kType);
   FUZZ_CHECK(r.size >= sizeof(M) && r.size <= size);
   FUZZ_CHECK(m.validate().ok());
   // In a slot the capacity is the slot; elsewhere the fixed part suffices.
@@ -55,16 +58,32 @@ void one(const uint8_t *data, size_t size, const proto::Header &peeked, bool pee
   FUZZ_CHECK(first == second);
 }
 
-/// The result target of an accepted InvocationHeader is inside the region it
-/// names (offset + capacity computed without overflow) and holds the header.
-void invocation_target(const uint8_t *data, size_t size) {
+/// The input as a whole input slot: an accepted invocation's payload lies in
+/// the slot, and a result target it sends lies inside the region it names
+/// (offset + capacity computed without overflow) and holds the header.
+void input_slot(const uint8_t *data, size_t size) {
   proto::InvocationHeader m;
-  if (!proto::decode(data, size, m) || !m.has_target())
+  proto::ResultTarget t;
+  t.capacity = 1; // not a valid target: must not survive a kWithTarget decode
+  proto::WireResult r = proto::decode_input_slot(data, size, m, t);
+  if (!r)
     return;
-  FUZZ_CHECK(m.target_capacity >= proto::kResultHeaderSize);
-  FUZZ_CHECK(m.target_capacity <= proto::kMaxSlotSize);
-  FUZZ_CHECK(m.target_offset <= m.target.size &&
-             m.target.size - m.target_offset >= m.target_capacity);
+  FUZZ_CHECK(r.size == proto::kSlotPrefix + uint64_t(m.payload_size) && r.size <= size);
+  if (!(m.flags & proto::kWithTarget)) {
+    FUZZ_CHECK(t.capacity == 1);
+    return;
+  }
+  FUZZ_CHECK(t.capacity >= proto::kResultHeaderSize);
+  FUZZ_CHECK(t.capacity <= proto::kMaxSlotSize);
+  FUZZ_CHECK(t.offset <= t.target.size && t.target.size - t.offset >= t.capacity);
+  // What the client writes for it reads back the same.
+  std::vector<uint8_t> again(size);
+  const size_t headers = proto::encode_input_headers(again.data() + proto::kSlotPrefix, m, t);
+  FUZZ_CHECK(headers == proto::kInvocationHeaderSize + proto::kResultTargetSize);
+  proto::InvocationHeader m2;
+  proto::ResultTarget t2;
+  FUZZ_CHECK(proto::decode_input_slot(again.data(), again.size(), m2, t2).ok());
+  FUZZ_CHECK(t2 == t && m2.invocation_id == m.invocation_id && m2.flags == m.flags);
 }
 
 void allocation_request(const uint8_t *data, size_t size, const proto::Header &peeked,
@@ -132,7 +151,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   one<proto::CodeHeader>(data, size, h, peek_ok);
   one<proto::Ready>(data, size, h, peek_ok);
   one<proto::InvocationHeader>(data, size, h, peek_ok);
-  invocation_target(data, size);
+  one<proto::ResultTarget>(data, size, h, peek_ok);
+  input_slot(data, size);
   one<proto::ResultHeader>(data, size, h, peek_ok);
   one<proto::Accounting>(data, size, h, peek_ok);
   one<proto::Shutdown>(data, size, h, peek_ok);

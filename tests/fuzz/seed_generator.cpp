@@ -113,30 +113,34 @@ int main(int argc, char **argv) {
   proto::Ready ready;
   ready.worker = 1;
   ready.function_count = 3;
+  // Input slots as the worker holds them: the headers end kSlotPrefix in.
   proto::InvocationHeader invocation;
-  invocation.invocation_id = 0x100000001ull;
+  invocation.invocation_id = 0x10000001u;
   invocation.function = proto::function_hash("echo");
   invocation.payload_size = 8;
   invocation.slot = 3;
-  std::vector<uint8_t> invocation_slot = bytes_of(invocation, proto::kInvocationHeaderSize + 8);
+  std::vector<uint8_t> invocation_slot(proto::kSlotPrefix + 8);
   for (size_t i = 0; i < 8; ++i)
-    invocation_slot[proto::kInvocationHeaderSize + i] = static_cast<uint8_t>('a' + i);
-  // With a result target (version 2): the prefix of a client's block.
+    invocation_slot[proto::kSlotPrefix + i] = static_cast<uint8_t>('a' + i);
+  std::vector<uint8_t> invocation_target = invocation_slot;
+  proto::encode_input_headers(invocation_slot.data() + proto::kSlotPrefix, invocation, {});
+  // With a result target: the prefix of a client's block.
   proto::InvocationHeader targeted = invocation;
-  targeted.target = {0x7f0000200000ull, 0x1234, 4096 + 64};
-  targeted.target_offset = 32;
-  targeted.target_capacity = 32 + 4096;
-  std::vector<uint8_t> invocation_target = bytes_of(targeted, proto::kInvocationHeaderSize + 8);
-  std::copy(invocation_slot.begin() + proto::kInvocationHeaderSize, invocation_slot.end(),
-            invocation_target.begin() + proto::kInvocationHeaderSize);
+  targeted.flags = proto::kWithTarget;
+  proto::ResultTarget target;
+  target.target = {0x7f0000200000ull, 0x1234, 4096 + 64};
+  target.offset = 48;
+  target.capacity = 16 + 4096;
+  proto::encode_input_headers(invocation_target.data() + proto::kSlotPrefix, targeted, target);
   // The same target one byte past its region: refused.
   std::vector<uint8_t> invocation_target_outside = invocation_target;
-  invocation_target_outside[56] = 33; // target_offset, little-endian
+  invocation_target_outside[proto::kSlotPrefix - proto::kInvocationHeaderSize -
+                            proto::kResultTargetSize + 24] = 49; // offset, little-endian
   proto::ResultHeader result;
   result.invocation_id = 5;
   result.output_size = 4;
   result.slot = 1;
-  std::vector<uint8_t> result_slot = bytes_of(result, 48);
+  std::vector<uint8_t> result_slot = bytes_of(result, 32);
   proto::Accounting accounting;
   accounting.allocation_id = 0x1122334455667788ull;
   accounting.counters = {1000, 200, 300, 4};

@@ -492,6 +492,19 @@ public:
     check(functions_ > 0, "allocation ready with the library loaded");
   }
 
+  /// Where a ResultHeader is in a result slot: right before the output.
+  static constexpr size_t kResultHeaderAt = proto::kSlotPrefix - proto::kResultHeaderSize;
+
+  /// Write `h` and `h.payload_size` bytes of `payload` into a slot image at
+  /// `slot`, laid out as the worker's input slot: the header ends where the
+  /// payload starts, kSlotPrefix into the slot. Returns the offset of the
+  /// header in the slot, where the write starts.
+  static size_t stage(char *slot, const proto::InvocationHeader &h, const void *payload) {
+    std::memcpy(slot + proto::kSlotPrefix, payload, h.payload_size);
+    return proto::kSlotPrefix -
+           proto::encode_input_headers(slot + proto::kSlotPrefix, h, proto::ResultTarget{});
+  }
+
   /// One invocation on worker w, slot 0. Returns the result header; output in
   /// the result slot.
   proto::ResultHeader invoke(uint32_t w, const std::string &fn, const void *payload, uint32_t size,
@@ -500,24 +513,29 @@ public:
     Link &l = workers_[w];
     char *slot = inputs_[w].data();
     proto::InvocationHeader h;
-    h.invocation_id = ++invocation_;
+    h.invocation_id = static_cast<uint32_t>(++invocation_);
     h.function = proto::function_hash(fn);
     h.payload_size = size;
     h.slot = 0;
-    proto::encode(h, slot, o_.slot_size);
+    h.flags = same_target_ ? proto::kSameTarget : 0;
+    size_t first = stage(slot, h, payload);
     if (claimed_size) // forge a header announcing more than the slot holds
-      std::memcpy(slot + 20, &claimed_size, 4);
+      std::memcpy(slot + proto::kSlotPrefix - proto::kInvocationHeaderSize + 8, &claimed_size, 4);
     if (forged_target_) { // raw bytes: encode() would refuse some of these
-      std::memcpy(slot + 28, &forged_capacity_, 4);
-      std::memcpy(slot + 32, &forged_.addr, 8);
-      std::memcpy(slot + 40, &forged_.key, 8);
-      std::memcpy(slot + 48, &forged_.size, 8);
-      std::memcpy(slot + 56, &forged_offset_, 8);
+      const uint16_t flags = proto::kWithTarget;
+      std::memcpy(slot + proto::kSlotPrefix - 2, &flags, 2); // InvocationHeader.flags
+      char *t = slot + proto::kSlotPrefix - proto::kInvocationHeaderSize - proto::kResultTargetSize;
+      std::memcpy(t, &forged_.addr, 8);
+      std::memcpy(t + 8, &forged_.key, 8);
+      std::memcpy(t + 16, &forged_.size, 8);
+      std::memcpy(t + 24, &forged_offset_, 8);
+      std::memcpy(t + 32, &forged_capacity_, 4);
+      std::memset(t + 36, 0, 4);
+      first = static_cast<size_t>(t - slot);
     }
-    std::memcpy(slot + proto::kInvocationHeaderSize, payload, size);
     uint32_t imm = proto::make_immediate(0, h.invocation_id);
-    l.ops.write_imm(inputs_[w].local_bytes(0, proto::kInvocationHeaderSize + size), l.input.buffer,
-                    0, imm, 1);
+    l.ops.write_imm(inputs_[w].local_bytes(first, proto::kSlotPrefix - first + size),
+                    l.input.buffer, first, imm, 1);
     rdmalib::Completion c[4];
     auto deadline = Clock::now() + milliseconds(timeout_ms);
     bool got = false, sent = false;
@@ -527,7 +545,9 @@ public:
       size_t n = l.ops.poll(rdmalib::Queue::Recv, c, 4);
       for (size_t i = 0; i < n; ++i) {
         if (c[i].kind == rdmalib::OpKind::RemoteWriteImm) {
-          got = proto::decode(results_[w].data(), o_.slot_size, res).ok() &&
+          got = proto::decode(results_[w].data() + kResultHeaderAt, o_.slot_size - kResultHeaderAt,
+                              res)
+                    .ok() &&
                 proto::immediate_matches(c[i].imm, h.invocation_id);
           if (fabric_.capabilities().write_consumes_receive)
             l.repost(c[i].context);
@@ -557,7 +577,7 @@ public:
       proto::ResultHeader r = invoke(i % o_.cores, "echo", payload.data(), o_.payload);
       auto t1 = Clock::now();
       if (r.status != proto::ErrorCode::Ok || r.output_size != o_.payload ||
-          std::memcmp(results_[i % o_.cores].data() + proto::kResultHeaderSize, payload.data(),
+          std::memcmp(results_[i % o_.cores].data() + proto::kSlotPrefix, payload.data(),
                       o_.payload) != 0) {
         ok = false;
         std::printf("invocation %u: %s\n", i, proto::to_string(r.status));
@@ -580,24 +600,24 @@ public:
   void pipeline() {
     Link &l = workers_[0];
     const uint32_t S = o_.slots, size = o_.slot_size;
-    std::vector<uint64_t> slot_id(S);
+    std::vector<uint32_t> slot_id(S);
     uint64_t issued = 0, done = 0, total = o_.iterations;
     bool ok = true;
     auto post = [&](uint32_t s) {
       char *slot = inputs_[0].data() + size_t(s) * size;
       proto::InvocationHeader h;
-      h.invocation_id = ++invocation_;
+      h.invocation_id = static_cast<uint32_t>(++invocation_);
       h.function = proto::function_hash("echo");
       h.payload_size = 8;
       h.slot = static_cast<uint16_t>(s);
-      proto::encode(h, slot, size);
-      std::memcpy(slot + proto::kInvocationHeaderSize, &h.invocation_id, 8);
+      const uint64_t payload = h.invocation_id;
+      const size_t first = stage(slot, h, &payload);
       slot_id[s] = h.invocation_id;
       ++issued;
       return l.ops.write_imm(
-                 inputs_[0].local_bytes(size_t(s) * size, proto::kInvocationHeaderSize + 8),
-                 l.input.buffer, l.input.offset(s), proto::make_immediate(s, h.invocation_id),
-                 100 + s) == rdmalib::Status::Ok;
+                 inputs_[0].local_bytes(size_t(s) * size + first, proto::kSlotPrefix - first + 8),
+                 l.input.buffer, l.input.offset(s) + first,
+                 proto::make_immediate(s, h.invocation_id), 100 + s) == rdmalib::Status::Ok;
     };
     auto t0 = Clock::now();
     for (uint32_t s = 0; s < S && issued < total; ++s)
@@ -616,10 +636,11 @@ public:
         proto::ResultHeader r;
         const char *res = results_[0].data() + size_t(s) * size;
         uint64_t echoed = 0;
-        ok = s < S && proto::decode(res, size, r).ok() && r.status == proto::ErrorCode::Ok &&
-             r.invocation_id == slot_id[s] && r.slot == s && r.output_size == 8;
+        ok = s < S && proto::decode(res + kResultHeaderAt, size - kResultHeaderAt, r).ok() &&
+             r.status == proto::ErrorCode::Ok && r.invocation_id == slot_id[s] && r.slot == s &&
+             r.output_size == 8;
         if (ok)
-          std::memcpy(&echoed, res + proto::kResultHeaderSize, 8);
+          std::memcpy(&echoed, res + proto::kSlotPrefix, 8);
         ok = ok && echoed == slot_id[s];
         if (fabric_.capabilities().write_consumes_receive)
           l.repost(c[i].context);
@@ -658,8 +679,14 @@ public:
     forged_offset_ = 0;
     forged_capacity_ = 8; // cannot hold the result header
     r = invoke(0, "echo", b, 8);
-    check(r.status == proto::ErrorCode::BadRequest, "result target below 32 bytes -> bad_request");
+    check(r.status == proto::ErrorCode::BadRequest, "result target below 16 bytes -> bad_request");
     forged_target_ = false;
+    // The slot's previous target was refused: there is none to name again.
+    same_target_ = true;
+    r = invoke(0, "echo", b, 8);
+    same_target_ = false;
+    check(r.status == proto::ErrorCode::BadRequest,
+          "the slot's previous target when it has none -> bad_request");
     r = invoke(0, "echo", b, 8);
     check(r.status == proto::ErrorCode::Ok, "the worker still serves after errors");
     if (o_.scenario != "errors")
@@ -723,14 +750,13 @@ public:
     Link &l = workers_[0];
     char *slot = inputs_[0].data();
     proto::InvocationHeader h;
-    h.invocation_id = ++invocation_;
+    h.invocation_id = static_cast<uint32_t>(++invocation_);
     h.function = proto::function_hash("sleep_ms");
     h.payload_size = 4;
-    proto::encode(h, slot, o_.slot_size);
     uint32_t ms = 20000;
-    std::memcpy(slot + proto::kInvocationHeaderSize, &ms, 4);
-    l.ops.write_imm(inputs_[0].local_bytes(0, proto::kInvocationHeaderSize + 4), l.input.buffer, 0,
-                    proto::make_immediate(0, h.invocation_id), 1);
+    const size_t first = stage(slot, h, &ms);
+    l.ops.write_imm(inputs_[0].local_bytes(first, proto::kSlotPrefix - first + 4), l.input.buffer,
+                    first, proto::make_immediate(0, h.invocation_id), 1);
     rdmalib::Completion c;
     l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
     vanish();
@@ -751,6 +777,8 @@ private:
   std::vector<rdmalib::Buffer<char>> results_, inputs_;
   /// invoke() writes this result target into the header when forged_target_.
   bool forged_target_ = false;
+  /// invoke() names the slot's previous target (kSameTarget) when set.
+  bool same_target_ = false;
   rdmalib::RemoteBuffer forged_;
   uint64_t forged_offset_ = 0;
   uint32_t forged_capacity_ = 0;

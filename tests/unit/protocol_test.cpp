@@ -144,7 +144,7 @@ std::vector<uint8_t> encoded_request(const p::AllocationRequest &r,
   return b;
 }
 
-p::InvocationHeader invocation(uint64_t id, uint32_t payload, uint16_t slot) {
+p::InvocationHeader invocation(uint32_t id, uint32_t payload, uint16_t slot) {
   p::InvocationHeader h;
   h.invocation_id = id;
   h.function = p::function_hash("echo");
@@ -161,8 +161,8 @@ template <class M> class MessageLayout : public ::testing::Test {};
 using AllMessages =
     ::testing::Types<p::ClientHello, p::ExecutorHello, p::WorkerHello, p::ConnectReply,
                      p::AllocationRequest, p::AllocationResponse, p::BufferAdvertisement,
-                     p::CodeHeader, p::Ready, p::InvocationHeader, p::ResultHeader, p::Accounting,
-                     p::Shutdown>;
+                     p::CodeHeader, p::Ready, p::InvocationHeader, p::ResultTarget, p::ResultHeader,
+                     p::Accounting, p::Shutdown>;
 TYPED_TEST_SUITE(MessageLayout, AllMessages);
 
 TYPED_TEST(MessageLayout, FieldsListedInLayoutOrderWithoutGaps) {
@@ -171,7 +171,16 @@ TYPED_TEST(MessageLayout, FieldsListedInLayoutOrderWithoutGaps) {
     ADD_FAILURE() << TypeParam::kName << ": " << e;
 }
 
-TYPED_TEST(MessageLayout, HeaderCarriesMagicVersionAndType) {
+// Every message but the slot-resident ones, which travel on a link whose
+// version the hellos settled.
+template <class M> class HeaderMessage : public ::testing::Test {};
+using HeaderMessages =
+    ::testing::Types<p::ClientHello, p::ExecutorHello, p::WorkerHello, p::ConnectReply,
+                     p::AllocationRequest, p::AllocationResponse, p::BufferAdvertisement,
+                     p::CodeHeader, p::Ready, p::Accounting, p::Shutdown>;
+TYPED_TEST_SUITE(HeaderMessage, HeaderMessages);
+
+TYPED_TEST(HeaderMessage, HeaderCarriesMagicVersionAndType) {
   TypeParam m{};
   std::vector<uint8_t> b(p::kMaxAllocationRequestSize);
   p::WireResult r;
@@ -206,16 +215,18 @@ TYPED_TEST(MessageLayout, HeaderCarriesMagicVersionAndType) {
 }
 
 TEST(ProtocolLayout, FieldsAreLittleEndianAtFixedOffsets) {
-  p::InvocationHeader h = invocation(0x0102030405060708ull, 0x0a0b0c0d, 0x1e1f);
+  p::InvocationHeader h = invocation(0x01020304u, 0x0a0b0c0d, 0x1e1f);
   h.slot = 200;
   h.payload_size = 100;
+  h.flags = p::kSameTarget;
   std::vector<uint8_t> slot(256);
   ASSERT_TRUE(p::encode(h, slot.data(), slot.size()).ok());
-  const uint8_t id[] = {8, 7, 6, 5, 4, 3, 2, 1};
-  EXPECT_EQ(0, std::memcmp(&slot[8], id, 8));
-  EXPECT_EQ(le32(&slot[16]), p::function_hash("echo"));
-  EXPECT_EQ(le32(&slot[20]), 100u);
-  EXPECT_EQ(le16(&slot[24]), 200u);
+  const uint8_t id[] = {4, 3, 2, 1};
+  EXPECT_EQ(0, std::memcmp(&slot[0], id, 4));
+  EXPECT_EQ(le32(&slot[4]), p::function_hash("echo"));
+  EXPECT_EQ(le32(&slot[8]), 100u);
+  EXPECT_EQ(le16(&slot[12]), 200u);
+  EXPECT_EQ(le16(&slot[14]), 2u);
 
   p::BufferAdvertisement a;
   a.descriptor = descriptor(3, 2, 1024);
@@ -437,68 +448,88 @@ TEST(ProtocolRoundTrip, Ready) {
 }
 
 TEST(ProtocolRoundTrip, InvocationHeaderInItsSlot) {
+  // Decoded from where it starts, 16 bytes before the payload, to the slot's
+  // end: the payload may fill the rest.
   std::vector<uint8_t> slot(1024);
-  p::InvocationHeader h = invocation(0xffffffffffull, 1024 - 64, 5);
-  p::WireResult w = p::encode(h, slot.data(), slot.size());
+  const size_t at = p::kSlotPrefix - p::kInvocationHeaderSize;
+  p::InvocationHeader h = invocation(0xffffffffu, 1024 - 64, 5);
+  p::WireResult w = p::encode(h, slot.data() + at, slot.size() - at);
   ASSERT_TRUE(w.ok()) << p::describe(w);
   EXPECT_EQ(w.size, p::kInvocationHeaderSize);
   p::InvocationHeader back;
-  p::WireResult r = p::decode(slot.data(), slot.size(), back);
+  p::WireResult r = p::decode(slot.data() + at, slot.size() - at, back);
   ASSERT_TRUE(r.ok()) << p::describe(r);
-  EXPECT_EQ(r.size, 1024u);
-  EXPECT_EQ(back.invocation_id, 0xffffffffffull);
+  EXPECT_EQ(r.size, 1024u - at);
+  EXPECT_EQ(back.invocation_id, 0xffffffffu);
   EXPECT_EQ(back.function, p::function_hash("echo"));
   EXPECT_EQ(back.payload_size, 1024u - 64);
   EXPECT_EQ(back.slot, 5);
   EXPECT_FALSE(back.has_target());
+  // Both target flags, or unknown ones, are refused.
+  for (uint16_t flags :
+       {uint16_t(p::kWithTarget | p::kSameTarget), uint16_t(4), uint16_t(0x8000)}) {
+    put16(&slot[at + 14], flags);
+    EXPECT_FALSE(p::decode(slot.data() + at, slot.size() - at, back).ok()) << flags;
+    p::InvocationHeader m = h;
+    m.flags = flags;
+    EXPECT_FALSE(p::encode(m, slot.data() + at, slot.size() - at).ok()) << flags;
+  }
+  for (uint16_t flags : {uint16_t(p::kWithTarget), uint16_t(p::kSameTarget)}) {
+    put16(&slot[at + 14], flags);
+    ASSERT_TRUE(p::decode(slot.data() + at, slot.size() - at, back).ok()) << flags;
+    EXPECT_TRUE(back.has_target());
+  }
 }
 
-TEST(ProtocolRoundTrip, InvocationHeaderWithAResultTarget) {
-  std::vector<uint8_t> slot(256);
-  p::InvocationHeader h = invocation(7, 16, 1);
-  h.target = remote(0x7f0000001000ull, 0x1122334455667788ull, 64 + 4096);
-  h.target_offset = 32;
-  h.target_capacity = 32 + 4096;
-  ASSERT_TRUE(p::encode(h, slot.data(), slot.size()).ok());
-  EXPECT_EQ(le32(&slot[28]), 32u + 4096);
-  EXPECT_EQ(le64(&slot[32]), 0x7f0000001000ull);
-  EXPECT_EQ(le64(&slot[40]), 0x1122334455667788ull);
-  EXPECT_EQ(le64(&slot[48]), 64u + 4096);
-  EXPECT_EQ(le64(&slot[56]), 32u);
-  p::InvocationHeader back;
-  ASSERT_TRUE(p::decode(slot.data(), slot.size(), back).ok());
-  EXPECT_TRUE(back.has_target());
+TEST(ProtocolRoundTrip, ResultTarget) {
+  std::vector<uint8_t> b(p::kResultTargetSize);
+  p::ResultTarget t;
+  t.target = remote(0x7f0000001000ull, 0x1122334455667788ull, 64 + 4096);
+  t.offset = 48;
+  t.capacity = 16 + 4096;
+  ASSERT_TRUE(p::encode(t, b.data(), b.size()).ok());
+  EXPECT_EQ(le64(&b[0]), 0x7f0000001000ull);
+  EXPECT_EQ(le64(&b[8]), 0x1122334455667788ull);
+  EXPECT_EQ(le64(&b[16]), 64u + 4096);
+  EXPECT_EQ(le64(&b[24]), 48u);
+  EXPECT_EQ(le32(&b[32]), 16u + 4096);
+  p::ResultTarget back;
+  ASSERT_TRUE(p::decode(b.data(), b.size(), back).ok());
+  EXPECT_TRUE(back == t);
   EXPECT_EQ(back.target.key, 0x1122334455667788ull);
-  EXPECT_EQ(back.target_offset, 32u);
-  EXPECT_EQ(back.target_capacity, 32u + 4096);
+  EXPECT_EQ(back.offset, 48u);
+  EXPECT_EQ(back.capacity, 16u + 4096);
+  EXPECT_EQ(p::decode(b.data(), b.size() - 1, back).error, p::WireError::Truncated);
 
   // Targets a worker must refuse: too small for the result header, past the
   // region's end (also when offset + capacity would overflow), too large.
   auto refused = [&](uint64_t offset, uint32_t capacity, uint64_t size) {
-    p::InvocationHeader m = h;
+    p::ResultTarget m = t;
     m.target.size = size;
-    m.target_offset = offset;
-    m.target_capacity = capacity;
-    std::vector<uint8_t> b(256);
-    p::encode(h, b.data(), b.size());
-    std::memcpy(&b[28], &capacity, 4); // raw: encode() validates too
-    std::memcpy(&b[48], &size, 8);
-    std::memcpy(&b[56], &offset, 8);
-    p::InvocationHeader out;
-    return !p::decode(b.data(), b.size(), out).ok() && !p::encode(m, b.data(), b.size()).ok();
+    m.offset = offset;
+    m.capacity = capacity;
+    std::vector<uint8_t> raw(p::kResultTargetSize);
+    p::encode(t, raw.data(), raw.size());
+    std::memcpy(&raw[16], &size, 8); // raw: encode() validates too
+    std::memcpy(&raw[24], &offset, 8);
+    std::memcpy(&raw[32], &capacity, 4);
+    p::ResultTarget out;
+    return !p::decode(raw.data(), raw.size(), out).ok() &&
+           !p::encode(m, raw.data(), raw.size()).ok();
   };
-  EXPECT_TRUE(refused(0, 31, 4096));
+  EXPECT_TRUE(refused(0, 15, 4096));
   EXPECT_TRUE(refused(4096 - 63, 64, 4096));
   EXPECT_TRUE(refused(~0ull - 10, 64, 4096));
-  EXPECT_TRUE(refused(4097, 32, 4096));
+  EXPECT_TRUE(refused(4097, 16, 4096));
   EXPECT_TRUE(refused(0, (1u << 30) + 1, ~0ull));
   EXPECT_FALSE(refused(4096 - 64, 64, 4096));
+  EXPECT_FALSE(refused(4096 - 16, 16, 4096));
 }
 
 TEST(ProtocolRoundTrip, ResultHeaderInItsSlot) {
   std::vector<uint8_t> slot(64);
   p::ResultHeader h;
-  h.invocation_id = 1ull << 40;
+  h.invocation_id = 0xfedcba98u;
   h.output_size = 0;
   h.status = p::ErrorCode::FunctionCrashed;
   h.slot = 255;
@@ -507,8 +538,8 @@ TEST(ProtocolRoundTrip, ResultHeaderInItsSlot) {
   p::ResultHeader back;
   p::WireResult r = p::decode(slot.data(), slot.size(), back);
   ASSERT_TRUE(r.ok()) << p::describe(r);
-  EXPECT_EQ(r.size, 32u);
-  EXPECT_EQ(back.invocation_id, 1ull << 40);
+  EXPECT_EQ(r.size, 16u);
+  EXPECT_EQ(back.invocation_id, 0xfedcba98u);
   EXPECT_EQ(back.status, p::ErrorCode::FunctionCrashed);
   EXPECT_EQ(back.slot, 255);
   EXPECT_EQ(back.detail, 11u);
@@ -574,16 +605,19 @@ TEST(ProtocolReject, BadMagic) {
 TEST(ProtocolReject, WrongVersionReportsThePeersVersion) {
   p::ClientHello m;
   auto b = bytes_of(m);
-  put16(&b[4], 4);
+  put16(&b[4], 5);
   p::ClientHello back;
   p::WireResult r = p::decode(b.data(), b.size(), back);
   EXPECT_EQ(r.error, p::WireError::VersionMismatch);
-  EXPECT_EQ(back.header.version, 4);
+  EXPECT_EQ(back.header.version, 5);
   EXPECT_EQ(p::reply_code(r.error), p::ErrorCode::VersionMismatch);
   p::Header h;
   EXPECT_EQ(p::peek(b.data(), b.size(), h).error, p::WireError::VersionMismatch);
-  EXPECT_EQ(h.version, 4);
-  // Versions 1 (before result targets) and 2 (packed input slots) are refused too.
+  EXPECT_EQ(h.version, 5);
+  // Versions 1 (before result targets), 2 (packed input slots) and 3 (64-byte
+  // invocation headers) are refused too.
+  put16(&b[4], 3);
+  EXPECT_EQ(p::decode(b.data(), b.size(), back).error, p::WireError::VersionMismatch);
   put16(&b[4], 2);
   EXPECT_EQ(p::decode(b.data(), b.size(), back).error, p::WireError::VersionMismatch);
   put16(&b[4], 1);
@@ -655,20 +689,21 @@ TEST(ProtocolReject, OversizedLengthsAndCounts) {
   expect_decode(8, 0, p::WireError::InvalidField);                // cores
   expect_decode(20, p::kMaxSlots + 1, p::WireError::TooLarge);    // input_slots
   expect_decode(24, p::kMaxSlotSize + 1, p::WireError::TooLarge); // input_slot_size
-  expect_decode(24, 31, p::WireError::InvalidField);              // input_slot_size < header
+  expect_decode(24, 63, p::WireError::InvalidField);              // input_slot_size < prefix
   expect_decode(16, static_cast<uint32_t>(-2), p::WireError::InvalidField); // hot timeout
   // library_size above 1 GiB (high word of the 64-bit field)
   expect_decode(36, 1, p::WireError::TooLarge);
 
-  // A payload larger than its slot: the header claims more than the slot has.
+  // A payload larger than its slot: the header claims more than the slot has
+  // after it.
   std::vector<uint8_t> slot(256);
   ASSERT_TRUE(p::encode(invocation(1, 10, 0), slot.data(), slot.size()).ok());
-  put32(&slot[20], 256 - 64 + 1);
+  put32(&slot[8], 256 - 16 + 1);
   p::InvocationHeader h;
   EXPECT_EQ(p::decode(slot.data(), slot.size(), h).error, p::WireError::TooLarge);
-  put32(&slot[20], 0xffffffffu);
+  put32(&slot[8], 0xffffffffu);
   EXPECT_EQ(p::decode(slot.data(), slot.size(), h).error, p::WireError::TooLarge);
-  put32(&slot[20], 256 - 64);
+  put32(&slot[8], 256 - 16);
   EXPECT_TRUE(p::decode(slot.data(), slot.size(), h).ok());
 
   // Buffer advertisement: too many slots, slots larger than the buffer.
@@ -711,7 +746,7 @@ TEST(ProtocolReject, InconsistentAllocationDescriptors) {
   EXPECT_EQ(p::encode(m, results, b.data(), b.size()).error, p::WireError::Inconsistent);
 
   results = results_for(m);
-  results[0] = descriptor(0, m.input_slots, 16); // cannot hold a ResultHeader
+  results[0] = descriptor(0, m.input_slots, 63); // cannot hold the header prefix
   EXPECT_EQ(p::encode(m, results, b.data(), b.size()).error, p::WireError::Inconsistent);
 
   // The same checks on the decoding side, on bytes a bad peer could send.
@@ -756,7 +791,7 @@ TEST(ProtocolReject, InvalidFields) {
   std::vector<uint8_t> slot(64);
   p::ResultHeader rh;
   ASSERT_TRUE(p::encode(rh, slot.data(), slot.size()).ok());
-  put16(&slot[20], p::kMaxErrorCode + 1);
+  put16(&slot[8], p::kMaxErrorCode + 1);
   p::ResultHeader rback;
   EXPECT_EQ(p::decode(slot.data(), slot.size(), rback).error, p::WireError::InvalidField);
 
@@ -780,12 +815,13 @@ TEST(ProtocolEncode, RefusesSmallBuffersAndPayloadsThatDoNotFit) {
   p::Shutdown s;
   EXPECT_EQ(p::encode(s, small.data(), 23).error, p::WireError::BufferTooSmall);
   EXPECT_EQ(p::encode(s, nullptr, 100).error, p::WireError::BufferTooSmall);
-  EXPECT_EQ(p::encode(invocation(1, 0, 0), small.data(), small.size()).error,
-            p::WireError::BufferTooSmall);
+  EXPECT_EQ(p::encode(invocation(1, 0, 0), small.data(), 15).error, p::WireError::BufferTooSmall);
+  p::ResultHeader r;
+  EXPECT_EQ(p::encode(r, small.data(), 15).error, p::WireError::BufferTooSmall);
 
   std::vector<uint8_t> slot(128);
-  EXPECT_TRUE(p::encode(invocation(1, 64, 0), slot.data(), slot.size()).ok());
-  EXPECT_EQ(p::encode(invocation(1, 65, 0), slot.data(), slot.size()).error,
+  EXPECT_TRUE(p::encode(invocation(1, 112, 0), slot.data(), slot.size()).ok());
+  EXPECT_EQ(p::encode(invocation(1, 113, 0), slot.data(), slot.size()).error,
             p::WireError::TooLarge);
 
   p::AllocationRequest m = allocation_request(2);
