@@ -90,11 +90,12 @@
 //       Only when caps.wait_fd: sleep up to slice_ms until a completion of
 //       the queue arrives; returns the completions read (0 when none).
 //   bool peer_gone();
-//       Cheap and rate-limited: whether the peer is known gone in a way that
-//       makes entering the provider unsafe (a dead peer's lock held for
-//       ever); then sets peer_closed, and reap()/block()/make_room() no
-//       longer enter the provider. Operations::wait calls it before each
-//       look. False where the backend has no such case.
+//       Cheap: whether the peer is known gone in a way that makes entering
+//       the provider unsafe (a dead peer's lock held for ever); then sets
+//       peer_closed, and reap()/block()/make_room() no longer enter the
+//       provider. Operations::wait calls it before each look, so it must
+//       see a death before the next entry wherever it can do so cheaply.
+//       False where the backend has no such case.
 //   int wait_slice_ms() const;
 //       The longest single sleep in Operations::wait, so that check_peer()
 //       runs often enough (events that do not wake the sleep).

@@ -150,6 +150,10 @@ struct HandshakeMessage {
 void self_process(uint32_t &pid, uint64_t &pid_namespace);
 /// True when process `pid` (same pid namespace) no longer runs: gone or a zombie.
 bool process_gone(uint32_t pid);
+/// A pidfd for process `pid` (pidfd_open), or -1 where the kernel has none.
+int open_pidfd(uint32_t pid) noexcept;
+/// True when the process of `pidfd` has ended (also while it is a zombie).
+bool pidfd_exited(int pidfd) noexcept;
 
 // ---------------------------------------------------------------------------
 // Per-operation context. Every post carries a pointer to one of these as its
@@ -476,9 +480,14 @@ struct ConnectionImpl final : LinkCore {
   [[gnu::always_inline]] size_t reap(Queue q, Completion *out, size_t max) noexcept;
   void make_room(Queue q) noexcept;
   bool check_peer() noexcept;
-  /// Quirks::dead_peer_can_hang_progress: the peer process is gone (checked
-  /// at most once per millisecond); the provider is not entered any more.
-  bool peer_gone() noexcept { return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(); }
+  /// Quirks::dead_peer_can_hang_progress: the peer process is gone; the
+  /// provider is not entered any more. Asked before every entry where that
+  /// is exact and cheap (a pidfd: one poll()), else at most once per
+  /// millisecond: a peer that dies holding the provider's lock wedges the
+  /// first entry after its death for good, however soon it comes.
+  bool peer_gone() noexcept {
+    return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(peer_pidfd >= 0);
+  }
   size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   /// block() on a link whose queues share `waitset`.
   size_t block_on_wait_set(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
@@ -606,9 +615,13 @@ struct ConnectionImpl final : LinkCore {
   /// Remember the peer's process for Quirks::dead_peer_can_hang_progress.
   void set_peer_process(uint32_t pid, uint64_t pid_namespace);
   /// Quirks::dead_peer_can_hang_progress: true (and the link marked closed) when
-  /// the peer process is known to be gone. Rate-limited; cheap when not needed.
-  bool peer_process_gone() noexcept;
+  /// the peer process is known to be gone. Looks at most once per millisecond
+  /// unless `now` (which needs peer_pidfd); cheap when not needed.
+  bool peer_process_gone(bool now = false) noexcept;
   uint32_t peer_pid = 0;
+  /// A pidfd of peer_pid (-1 when none could be opened): exact liveness for
+  /// one poll(). Closed with the connection.
+  int peer_pidfd = -1;
   /// The peer process is gone: its lock in the provider may be held for
   /// ever, so reap(), block() and drive() no longer call into the provider.
   bool peer_dead = false;

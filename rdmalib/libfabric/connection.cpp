@@ -7,6 +7,8 @@
 // opens a fresh endpoint for the connection and answers ACCEPT from it (its raw
 // address and the reply private data). From then on each side has exactly one
 // peer in its address vector, and every operation names it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <mutex>
 #include <random>
@@ -74,6 +76,8 @@ void forget_local(std::string &name) {
 ConnectionImpl::~ConnectionImpl() {
   leave_shared();
   forget_local(local_name);
+  if (peer_pidfd >= 0)
+    ::close(peer_pidfd);
 }
 
 } // namespace detail
@@ -317,8 +321,12 @@ void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
   uint64_t ns = 0;
   lf::self_process(self, ns);
   // A pid from another pid namespace names some other process here.
-  if (ns != 0 && ns == pid_namespace && pid != self)
+  if (ns != 0 && ns == pid_namespace && pid != self) {
     peer_pid = pid;
+    if (peer_pidfd >= 0)
+      ::close(peer_pidfd);
+    peer_pidfd = lf::open_pidfd(pid);
+  }
 }
 
 void ConnectionImpl::guard_connreqs() noexcept {
@@ -383,14 +391,18 @@ std::string FabricImpl::sink_name(Fabric *handle) noexcept {
   return shm_sink_name;
 }
 
-bool ConnectionImpl::peer_process_gone() noexcept {
+bool ConnectionImpl::peer_process_gone(bool now) noexcept {
   if (!peer_pid)
     return false;
-  auto now = std::chrono::steady_clock::now();
-  if (now < next_liveness_check)
-    return false;
-  next_liveness_check = now + std::chrono::milliseconds(1);
-  if (!lf::process_gone(peer_pid))
+  if (peer_dead)
+    return true;
+  if (!now || peer_pidfd < 0) {
+    auto t = std::chrono::steady_clock::now();
+    if (t < next_liveness_check)
+      return false;
+    next_liveness_check = t + std::chrono::milliseconds(1);
+  }
+  if (!(peer_pidfd >= 0 ? lf::pidfd_exited(peer_pidfd) : lf::process_gone(peer_pid)))
     return false;
   set_error("peer process %u is gone", peer_pid);
   peer_closed = true;

@@ -10,11 +10,13 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <random>
 #include <set>
 #include <sstream>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/logging.hpp"
@@ -50,6 +52,22 @@ bool process_gone(uint32_t pid) {
   buf[n] = 0;
   const char *close_paren = std::strrchr(buf, ')');
   return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+int open_pidfd(uint32_t pid) noexcept {
+#ifdef SYS_pidfd_open
+  // Close-on-exec by definition.
+  long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  return fd >= 0 ? static_cast<int>(fd) : -1;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+bool pidfd_exited(int pidfd) noexcept {
+  pollfd p{pidfd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
 std::string fi_error_text(int ret) {
