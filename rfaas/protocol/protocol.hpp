@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <rdmalib/buffer.hpp>
+#include <rfaas/function_name.hpp>
 
 namespace rfaas::protocol {
 
@@ -201,14 +202,10 @@ template <size_t N> std::string_view get_text(const char (&field)[N]) noexcept {
 
 // ---- hashes -----------------------------------------------------------------------
 
-/// 32-bit FNV-1a of a function name: how invocations name functions.
+/// 32-bit FNV-1a of a function name: how invocations name functions. Defined
+/// with rfaas::function_name, which applications use to hash a name once.
 constexpr uint32_t function_hash(std::string_view name) noexcept {
-  uint32_t h = 2166136261u;
-  for (char c : name) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 16777619u;
-  }
-  return h;
+  return rfaas::function_name::hash(name);
 }
 
 /// 64-bit FNV-1a over a library's bytes: CodeHeader::checksum.

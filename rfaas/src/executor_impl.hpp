@@ -263,12 +263,13 @@ struct executor::impl {
                   "the executor holds no allocation; call allocate() first");
   }
 
-  result execute(std::string_view fn, const_buffer in, mutable_buffer out, milliseconds timeout);
+  result execute(const function_name &fn, const_buffer in, mutable_buffer out,
+                 milliseconds timeout);
 
   /// The wire carries a hash of the name; the caller needs the name itself.
-  static void warn_unknown_function(std::string_view fn);
+  static void warn_unknown_function(const function_name &fn);
 
-  std::vector<result> execute_parallel(std::string_view fn, const std::vector<const_buffer> &in,
+  std::vector<result> execute_parallel(const function_name &fn, const std::vector<const_buffer> &in,
                                        const std::vector<mutable_buffer> &out);
 };
 

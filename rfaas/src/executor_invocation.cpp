@@ -325,7 +325,7 @@ bool executor::impl::find_free(uint32_t &wi, uint32_t &s) noexcept {
   return false;
 }
 
-result executor::impl::execute(std::string_view fn, const_buffer in, mutable_buffer out,
+result executor::impl::execute(const function_name &fn, const_buffer in, mutable_buffer out,
                                milliseconds timeout) {
   require_allocated();
   uint32_t wi, s;
@@ -335,7 +335,7 @@ result executor::impl::execute(std::string_view fn, const_buffer in, mutable_buf
     if (!find_free(wi, s))
       return result{status::busy, 0, 0};
   }
-  result r = post(wi, s, proto::function_hash(fn), in, out);
+  result r = post(wi, s, fn.hash(), in, out);
   if (workers[wi].slots[s].state == SlotState::InFlight)
     r = complete(wi, s, timeout);
   if (r.status == status::unknown_function)
@@ -343,14 +343,14 @@ result executor::impl::execute(std::string_view fn, const_buffer in, mutable_buf
   return r;
 }
 
-void executor::impl::warn_unknown_function(std::string_view fn) {
+void executor::impl::warn_unknown_function(const function_name &fn) {
   rfaas::logger().warn("unknown_function: \"{}\" is not a function of the shipped library "
                        "(name hash {:08x}); check the name against the library's exports "
                        "(nm -D --defined-only LIBRARY)",
-                       fn, proto::function_hash(fn));
+                       fn.name(), fn.hash());
 }
 
-std::vector<result> executor::impl::execute_parallel(std::string_view fn,
+std::vector<result> executor::impl::execute_parallel(const function_name &fn,
                                                      const std::vector<const_buffer> &in,
                                                      const std::vector<mutable_buffer> &out) {
   require_allocated();
@@ -360,7 +360,7 @@ std::vector<result> executor::impl::execute_parallel(std::string_view fn,
       r.status = status::invalid_argument;
     return results;
   }
-  const uint32_t hash = proto::function_hash(fn);
+  const uint32_t hash = fn.hash();
   const Clock::time_point deadline = Clock::now() + deadlines.invocation;
   // Which input each (worker, slot) currently runs; SIZE_MAX = none of ours.
   std::vector<size_t> owner(size_t(nworkers) * nslots, SIZE_MAX);
@@ -421,16 +421,17 @@ std::vector<result> executor::impl::execute_parallel(std::string_view fn,
 
 // ---- executor: invocations -------------------------------------------------------
 
-result executor::execute(std::string_view function, const_buffer input, mutable_buffer output) {
+result executor::execute(const function_name &function, const_buffer input, mutable_buffer output) {
   return impl_->execute(function, input, output, impl_->deadlines.invocation);
 }
 
-result executor::execute(std::string_view function, const_buffer input, mutable_buffer output,
+result executor::execute(const function_name &function, const_buffer input, mutable_buffer output,
                          std::chrono::milliseconds timeout) {
   return impl_->execute(function, input, output, timeout);
 }
 
-async_result executor::async(std::string_view function, const_buffer input, mutable_buffer output) {
+async_result executor::async(const function_name &function, const_buffer input,
+                             mutable_buffer output) {
   impl_->require_allocated();
   async_result a;
   impl &self = *impl_;
@@ -444,7 +445,7 @@ async_result executor::async(std::string_view function, const_buffer input, muta
       return a;
     }
   }
-  result r = self.post(wi, s, protocol::function_hash(function), input, output);
+  result r = self.post(wi, s, function.hash(), input, output);
   if (self.workers[wi].slots[s].state != SlotState::InFlight) {
     a.ready_ = r;
     a.state_ = async_result::state::ready;
@@ -537,7 +538,7 @@ const copy_counters &executor::copies() const noexcept {
   return impl_ ? impl_->counters : none;
 }
 
-std::vector<result> executor::execute_parallel(std::string_view function,
+std::vector<result> executor::execute_parallel(const function_name &function,
                                                const std::vector<const_buffer> &inputs,
                                                const std::vector<mutable_buffer> &outputs) {
   return impl_->execute_parallel(function, inputs, outputs);

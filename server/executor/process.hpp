@@ -149,6 +149,20 @@ private:
   /// could not be posted.
   int invoke(uint32_t imm, Clock::time_point &done) noexcept;
 
+  /// The library's entry for name hash `hash`, or nullptr. The last one
+  /// found is kept: calls mostly repeat a function, and the library's binary
+  /// search cost ~50 instructions on the critical path of every call.
+  const FunctionEntry *function_entry(uint32_t hash) noexcept {
+    if (last_entry_ && hash == last_hash_)
+      return last_entry_;
+    const FunctionEntry *e = lib_->entry_hash(hash);
+    if (e) {
+      last_hash_ = hash;
+      last_entry_ = e;
+    }
+    return e;
+  }
+
   /// Log a crash of the function with name hash `hash` in slot `s`, and say
   /// whether it was a write that ran off the slot into a guard page. Such a
   /// crash stopped at the first byte past the slot (or before it): no memory
@@ -209,6 +223,8 @@ private:
   rdmalib::Connection conn_;
   rdmalib::Operations ops_;
   const FunctionLibrary *lib_ = nullptr;
+  const FunctionEntry *last_entry_ = nullptr; // function_entry()'s
+  uint32_t last_hash_ = 0;
   bool end_means_lost_ = false, probing_ = false;
   uint32_t idle_spins_ = 0;
   Clock::time_point probe_sent_{};

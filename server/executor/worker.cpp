@@ -460,7 +460,7 @@ int Worker::invoke(uint32_t imm, Clock::time_point &done) noexcept {
     }
   } else {
     id = h.invocation_id;
-    const FunctionEntry *fn = h.slot == s ? lib_->entry_hash(h.function) : nullptr;
+    const FunctionEntry *fn = h.slot == s ? function_entry(h.function) : nullptr;
     if (h.slot != s) {
       res.status = proto::ErrorCode::BadRequest;
     } else if (!fn) {

@@ -572,8 +572,21 @@ TEST_F(E2E, UnknownFunction) {
   std::vector<uint8_t> in(16, 1), out(16);
   rfaas::result r = ex.execute("does_not_exist", in, out);
   EXPECT_EQ(r.status, rfaas::status::unknown_function);
-  // The executor keeps serving.
+  EXPECT_EQ(r.detail, rfaas::function_name("does_not_exist").hash());
+  // The executor keeps serving, also calls by a name hashed once, and the
+  // worker's remembered entry follows the name from call to call.
   ASSERT_RESULT(ex.execute("echo", in, out));
+  static constexpr rfaas::function_name echo("echo"), missing("missing");
+  for (int i = 0; i < 3; ++i) {
+    in[0] = static_cast<uint8_t>(i);
+    ASSERT_RESULT(ex.execute(echo, in, out));
+    EXPECT_EQ(out[0], in[0]);
+    EXPECT_EQ(ex.execute(missing, in, out).status, rfaas::status::unknown_function);
+    std::vector<uint8_t> squares(16);
+    rfaas::result sq = ex.execute("sum_squares", in, squares);
+    ASSERT_TRUE(sq.ok()) << rfaas::to_string(sq.status);
+    EXPECT_EQ(sq.output_size, 8u); // not echo's 16: the entry followed the name
+  }
 }
 
 TEST_F(E2E, OversizedPayloadAndOutput) {

@@ -869,6 +869,22 @@ TEST(ProtocolHash, Fnv1aReferenceValues) {
   EXPECT_EQ(p::library_checksum("foobar", 6), 0x85944171f73967e8ull);
 }
 
+TEST(ProtocolHash, FunctionNameCarriesTheWireHash) {
+  // Hashed once, at compile time, by the type applications name calls with.
+  static constexpr rfaas::function_name echo("echo");
+  static_assert(echo.hash() == p::function_hash("echo"), "the wire's hash");
+  static_assert(rfaas::function_name("foobar").hash() == 0xbf9cf968u, "FNV-1a");
+  // Every spelling of a name converts, and keeps the characters it names.
+  const std::string owned = "sum_squares";
+  const std::string_view view = owned;
+  for (const rfaas::function_name &f : {rfaas::function_name(owned), rfaas::function_name(view),
+                                        rfaas::function_name(owned.c_str())}) {
+    EXPECT_EQ(f.hash(), p::function_hash("sum_squares"));
+    EXPECT_EQ(f.name(), "sum_squares");
+  }
+  EXPECT_NE(rfaas::function_name("echo").hash(), rfaas::function_name("echo ").hash());
+}
+
 TEST(ProtocolToken, ConstantTimeEquality) {
   p::Token a = token_with(1), b = token_with(1);
   EXPECT_TRUE(p::equal(a, b));

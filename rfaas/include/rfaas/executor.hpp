@@ -35,6 +35,7 @@
 #include <rfaas/buffer.hpp>
 #include <rfaas/devices.hpp>
 #include <rfaas/errors.hpp>
+#include <rfaas/function_name.hpp>
 #include <rfaas/servers.hpp>
 
 namespace rfaas {
@@ -196,9 +197,11 @@ public:
   /// result slot and is copied into `output`. Either way the bytes of
   /// `output` past result::output_size are unspecified. After a timeout the
   /// late result never lands in `output` (docs/runtime.md).
-  /// The hot path allocates nothing and takes no lock.
-  result execute(std::string_view function, const_buffer input, mutable_buffer output);
-  result execute(std::string_view function, const_buffer input, mutable_buffer output,
+  /// The hot path allocates nothing and takes no lock. `function` is a name
+  /// ("echo") or, to skip hashing the name on every call, a function_name
+  /// made once (rfaas/function_name.hpp).
+  result execute(const function_name &function, const_buffer input, mutable_buffer output);
+  result execute(const function_name &function, const_buffer input, mutable_buffer output,
                  std::chrono::milliseconds timeout);
 
   /// Start `function` on a free slot and return at once; the invocation runs
@@ -208,13 +211,13 @@ public:
   /// returned (or the async_result is destroyed). One consumed after
   /// deallocate() yields status `closed`. When every slot is busy it is ready
   /// at once with status `busy`. It converts to std::future<result>.
-  async_result async(std::string_view function, const_buffer input, mutable_buffer output);
+  async_result async(const function_name &function, const_buffer input, mutable_buffer output);
 
   /// Run `function` once per input, spread over every worker and slot (input
   /// i on worker i % workers() first), outputs[i] receiving input i's output.
   /// More inputs than workers x slots are queued. Returns one result per input,
   /// in order; invalid_argument (for each) when the counts differ.
-  std::vector<result> execute_parallel(std::string_view function,
+  std::vector<result> execute_parallel(const function_name &function,
                                        const std::vector<const_buffer> &inputs,
                                        const std::vector<mutable_buffer> &outputs);
 
