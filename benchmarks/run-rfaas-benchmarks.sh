@@ -39,6 +39,7 @@ output=registered
 function=echo
 cold_reps=20
 repeat=3
+iters=0
 csv=""
 json_dir=""
 
@@ -54,6 +55,9 @@ usage() {
   echo "  --function F          echo (copies input to output) or echo_in_place (no copy; default: $function)"
   echo "  --cold-reps N         allocations in the cold benchmark (default: $cold_reps)"
   echo "  --repeat N            invocation + raw runs, paired (default: $repeat)"
+  echo "  --iters N             measured calls per size and run (default: the programs' own);"
+  echo "                        many short pairs (--repeat 40 --iters 3000) see fewer of the"
+  echo "                        host's level changes inside a pair than a few long ones"
   echo "  --csv FILE            append every row (rfaas, raw, cold) as CSV"
   echo "  --json-dir DIR        keep every program run's JSON there (<device>-<program>-<n>.json)"
 }
@@ -69,6 +73,7 @@ while [[ $# -gt 0 ]]; do
   --function) function=$2; shift 2 ;;
   --cold-reps) cold_reps=$2; shift 2 ;;
   --repeat) repeat=$2; shift 2 ;;
+  --iters) iters=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
   --json-dir) json_dir=$2; mkdir -p "$json_dir"; shift 2 ;;
   -h | --help) usage; exit 0 ;;
@@ -77,6 +82,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "run-rfaas-benchmarks.sh: --repeat needs a positive integer" >&2; exit 2; }
+[[ $iters =~ ^[0-9]+$ ]] || { echo "run-rfaas-benchmarks.sh: --iters needs a number" >&2; exit 2; }
 
 if [[ -z $build && -x $here/rfaas_invocation_benchmark ]]; then
   build=$here/..
@@ -154,14 +160,16 @@ for dev in $devices_list; do
       if [[ $which == rfaas ]]; then
         "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
           --manager "$address" --library "$library" --sizes "$sizes" --hot-timeout "$hot" \
-          --output "$output" --function "$function" --csv "$work/one.csv" "${jarg[@]}" \
+          --output "$output" --function "$function" --iters "$iters" --csv "$work/one.csv" "${jarg[@]}" \
           >"$work/inv.out"
         # The first run's own table is shown; the others only feed the summary.
         ((r > 0)) || cat "$work/inv.out"
         tail -n +2 "$work/one.csv" | sed "s/^/rfaas-csv,$r,/" >>"$rows"
       else
+        raw_iters=()
+        ((iters == 0)) || raw_iters=(-n "$iters")
         "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm \
-          -s "$raw_sizes" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
+          -s "$raw_sizes" "${raw_iters[@]}" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
           --no-csv-header "${jarg[@]}" >/dev/null
         sed "s/^/raw-csv,$r,/" "$work/one.csv" >>"$rows"
       fi

@@ -336,12 +336,7 @@ void executor::impl::accept_workers(Clock::time_point deadline) {
       w.control = proto::ControlChannel(fabric, w.conn, copts);
       // Slot traffic seen while a control message is awaited (results and
       // write completions at deallocation) is accounted, not lost.
-      w.control.on_data([this, &w](const rdmalib::Completion &c) {
-        if (c.kind == rdmalib::OpKind::RemoteWriteImm)
-          on_result(w, c.imm);
-        else if (c.context & kWriteCtx)
-          on_write_done(w, c);
-      });
+      w.control.on_data([this, &w](const rdmalib::Completion &c) { on_slot_completion(w, c); });
     } catch (const rdmalib::Error &e) {
       fail(phase::workers, from_rdmalib(e),
            "accepting worker " + std::to_string(hello.worker) + ": " + e.what());

@@ -231,6 +231,12 @@ struct executor::impl {
 
   void on_result(Worker &w, uint32_t imm) noexcept;
 
+  /// A result or a write completion that a control channel read while it
+  /// awaited a message: on_result() or on_write_done(). The data path's own
+  /// functions are expanded in executor_invocation.cpp, the only file that
+  /// calls them; this is the way in for the others.
+  void on_slot_completion(Worker &w, const rdmalib::Completion &c) noexcept;
+
   /// Reap what arrived on one worker's connection. No allocation, no lock.
   /// With `block_ms` > 0, sleeps up to that long in the provider for the next
   /// completion on the queue `block_on` instead of polling it (for providers
