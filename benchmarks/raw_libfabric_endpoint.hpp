@@ -231,6 +231,11 @@ public:
       // Blocking reads time out every 100 ms to look at the deadline.
       if (read_cq(rxcq_, true, block_ ? 100 : 0) == 0 && block_)
         watchdog().check();
+      // Busy polling reaps a transmit's completion while it waits for the
+      // reply: reaped after the reply, it was one more progress pass on the
+      // round trip (tcp: ~0.5-1 us of system calls; shm ~0.05-0.1 us).
+      if (!block_ && rx_head_ == rx_tail_ && tx_done_ < tx_posted_)
+        read_cq(txcq_, false, 0);
       spin_check();
     }
     return rxq_[rx_head_++ % kRxQueue];

@@ -153,6 +153,10 @@ public:
     while (rx_head_ == rx_tail_) {
       if (fetch(rdmalib::Queue::Recv) == 0 && block_)
         watchdog().check();
+      // As raw_libfabric_pingpong: the transmit's completion is reaped while
+      // the reply is awaited (busy polling).
+      if (!block_ && rx_head_ == rx_tail_ && tx_done_ < tx_posted_)
+        fetch(rdmalib::Queue::Send);
       spin_check();
     }
     return rxq_[rx_head_++ % kRxQueue];
