@@ -151,7 +151,11 @@ void self_process(uint32_t &pid, uint64_t &pid_namespace);
 /// True when process `pid` (same pid namespace) no longer runs: gone or a zombie.
 bool process_gone(uint32_t pid);
 /// A pidfd for process `pid` (pidfd_open), or -1 where the kernel has none.
-int open_pidfd(uint32_t pid) noexcept;
+/// Shared by every link to the same live process, so that a manager serving
+/// many links of one client holds one descriptor for them; give it back with
+/// release_pidfd().
+int acquire_pidfd(uint32_t pid) noexcept;
+void release_pidfd(int pidfd) noexcept;
 /// True when the process of `pidfd` has ended (also while it is a zombie).
 bool pidfd_exited(int pidfd) noexcept;
 

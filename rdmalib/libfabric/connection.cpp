@@ -77,7 +77,7 @@ ConnectionImpl::~ConnectionImpl() {
   leave_shared();
   forget_local(local_name);
   if (peer_pidfd >= 0)
-    ::close(peer_pidfd);
+    lf::release_pidfd(peer_pidfd);
 }
 
 } // namespace detail
@@ -324,8 +324,8 @@ void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
   if (ns != 0 && ns == pid_namespace && pid != self) {
     peer_pid = pid;
     if (peer_pidfd >= 0)
-      ::close(peer_pidfd);
-    peer_pidfd = lf::open_pidfd(pid);
+      lf::release_pidfd(peer_pidfd);
+    peer_pidfd = lf::acquire_pidfd(pid);
   }
 }
 

@@ -54,6 +54,8 @@ bool process_gone(uint32_t pid) {
   return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
+namespace {
+
 int open_pidfd(uint32_t pid) noexcept {
 #ifdef SYS_pidfd_open
   // Close-on-exec by definition.
@@ -63,6 +65,56 @@ int open_pidfd(uint32_t pid) noexcept {
   (void)pid;
   return -1;
 #endif
+}
+
+/// The shared pidfds: by descriptor (its process and holders), and the one
+/// handed out for each pid. A pid whose process ended gets a fresh pidfd
+/// when a new process has its number: the old one stays with its holders.
+struct PidfdTable {
+  std::mutex m;
+  std::unordered_map<int, std::pair<uint32_t, int>> by_fd; // fd -> (pid, refs)
+  std::unordered_map<uint32_t, int> current;               // pid -> fd
+};
+
+PidfdTable &pidfds() {
+  static PidfdTable *t = new PidfdTable; // never destroyed: links may outlive statics
+  return *t;
+}
+
+} // namespace
+
+int acquire_pidfd(uint32_t pid) noexcept {
+  PidfdTable &t = pidfds();
+  std::lock_guard<std::mutex> g(t.m);
+  auto it = t.current.find(pid);
+  if (it != t.current.end() && !pidfd_exited(it->second)) {
+    ++t.by_fd[it->second].second;
+    return it->second;
+  }
+  const int fd = open_pidfd(pid);
+  if (fd < 0)
+    return -1;
+  try {
+    t.by_fd[fd] = {pid, 1};
+    t.current[pid] = fd;
+  } catch (...) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void release_pidfd(int pidfd) noexcept {
+  PidfdTable &t = pidfds();
+  std::lock_guard<std::mutex> g(t.m);
+  auto it = t.by_fd.find(pidfd);
+  if (it == t.by_fd.end() || --it->second.second > 0)
+    return;
+  auto cur = t.current.find(it->second.first);
+  if (cur != t.current.end() && cur->second == pidfd)
+    t.current.erase(cur);
+  t.by_fd.erase(it);
+  ::close(pidfd);
 }
 
 bool pidfd_exited(int pidfd) noexcept {
