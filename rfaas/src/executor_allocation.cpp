@@ -61,6 +61,18 @@ void executor::impl::fail_worker(phase ph, uint32_t index, proto::ChannelStatus 
   }
 }
 
+void executor::impl::fail_unless_refused(proto::ChannelStatus st, status fallback,
+                                         const std::string &what) {
+  proto::AllocationResponse refusal;
+  if (st != proto::ChannelStatus::Timeout &&
+      manager_channel.await(refusal, Clock::now() + deadlines.connect) ==
+          proto::ChannelStatus::Ok &&
+      refusal.status != proto::ErrorCode::Ok)
+    fail(phase::allocation, from_wire(refusal.status),
+         std::string(proto::get_text(refusal.message)));
+  fail(phase::allocation, fallback, what);
+}
+
 void executor::impl::allocate(const server &m, const allocation_options &o) {
   if (allocated)
     throw Error(phase::usage, m.endpoint(), status::invalid_argument,
@@ -188,21 +200,10 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
     if (!proto::set_text(proof.client, o.lease_client))
       fail(phase::allocation, status::invalid_argument, "the lease's client name is too long");
     proto::ChannelStatus ps = manager_channel.send(proof, Clock::now() + deadlines.connect);
-    if (ps != proto::ChannelStatus::Ok) {
-      // The manager may have refused the lease and hung up before this side
-      // saw its send complete (it also refuses, unasked, when the resource
-      // manager tells it the lease ended while this client connects): the
-      // refusal is then waiting in the receive ring, and names the cause.
-      proto::AllocationResponse refusal;
-      if (ps != proto::ChannelStatus::Timeout &&
-          manager_channel.await(refusal, Clock::now() + deadlines.connect) ==
-              proto::ChannelStatus::Ok &&
-          refusal.status != proto::ErrorCode::Ok)
-        fail(phase::allocation, from_wire(refusal.status),
-             std::string(proto::get_text(refusal.message)));
-      fail(phase::allocation, status::network_error,
-           std::string("cannot present the lease (LeaseProof): ") + proto::to_string(ps));
-    }
+    if (ps != proto::ChannelStatus::Ok)
+      fail_unless_refused(ps, status::network_error,
+                          std::string("cannot present the lease (LeaseProof): ") +
+                              proto::to_string(ps));
   }
   proto::AllocationRequest req;
   req.cores = nworkers;
@@ -231,11 +232,14 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
     fail(phase::allocation, status::timeout, "no AllocationResponse in time");
   case proto::ChannelStatus::Closed:
   case proto::ChannelStatus::Shutdown:
-    fail(phase::allocation, status::closed,
-         "the executor manager closed the connection before answering");
+    // A LeaseProof refused after its send completed closes the connection
+    // under the AllocationRequest (seen on soft-RoCE).
+    fail_unless_refused(cs, status::closed,
+                        "the executor manager closed the connection before answering");
   case proto::ChannelStatus::SendFailed:
-    fail(phase::allocation, status::network_error,
-         std::string("the AllocationRequest could not be sent: ") + manager_channel.last_error());
+    fail_unless_refused(cs, status::network_error,
+                        std::string("the AllocationRequest could not be sent: ") +
+                            manager_channel.last_error());
   default:
     fail(phase::allocation, from_channel(cs, rw),
          "unreadable AllocationResponse: " + proto::describe(rw));

@@ -202,6 +202,15 @@ struct executor::impl {
 
   void allocate(const server &m, const allocation_options &o);
 
+  /// A call on the manager's connection failed with `st`: the manager may
+  /// have refused the lease or the request and hung up before this side saw
+  /// its send complete or read the answer (it also refuses, unasked, when the
+  /// resource manager tells it the lease ended while this client connects).
+  /// The refusal is then waiting in the receive ring and names the cause:
+  /// fail with it, or else with `fallback` and `what`.
+  [[noreturn]] void fail_unless_refused(proto::ChannelStatus st, status fallback,
+                                        const std::string &what);
+
   void accept_workers(Clock::time_point deadline);
 
   void collect_ready(Clock::time_point deadline);
