@@ -49,6 +49,9 @@
 #                             these space-separated shell patterns (for example
 #                             'libfabric-verbs-smoke-*'; names in
 #                             tests/softroce/README.md); the builds still run
+#   GTEST_REPEAT, GTEST_BREAK_ON_FAILURE  passed to the VM's gtest suites, to
+#                             chase an intermittent failure in one step (with
+#                             RFAAS_VERBS_STEPS and a longer step timeout)
 #   RFAAS_VERBS_STEP_TIMEOUT  seconds per step inside the VM (default 300; the
 #                             longest required steps, the conformance and
 #                             end-to-end suites, take ~15-25 s; the conformance
@@ -142,7 +145,7 @@ tests/softroce/runner-test.sh || { note "FAILED: the VM runner's fallback test";
 note "runner test done in $(elapsed "$t") s"
 note "booting the soft-RoCE VM (rxe0 + rxe1)"
 vm_env=()
-for v in RFAAS_VERBS_STEPS RFAAS_VERBS_STEP_TIMEOUT; do
+for v in RFAAS_VERBS_STEPS RFAAS_VERBS_STEP_TIMEOUT GTEST_REPEAT GTEST_BREAK_ON_FAILURE; do
   [[ -n ${!v:-} ]] && vm_env+=(-e "$v=${!v}")
 done
 run_vm() {

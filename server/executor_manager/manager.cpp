@@ -97,6 +97,8 @@ struct Manager::Client {
   uint64_t lease_id = 0;
   proto::Token token;
   bool lease_ok = false;
+  // Why its lease ended before it asked for an allocation (empty while live).
+  std::string lease_ended;
   uint32_t lease_cores = 0;
   uint64_t lease_memory_mib = 0;
   Admission::Ticket ticket = 0; // pending until granted (admission.hpp)
@@ -815,7 +817,9 @@ void Manager::poll_clients() {
                  m.header.type == proto::MessageType::AllocationRequest) {
         if (rm_ && !c.lease_ok) {
           reply(c, proto::ErrorCode::LeaseInvalid, 0, 0,
-                "lease_invalid: present the lease (LeaseProof) before the AllocationRequest");
+                !c.lease_ended.empty() ? c.lease_ended
+                                       : "lease_invalid: present the lease (LeaseProof) before the "
+                                         "AllocationRequest");
           client_left(c, false);
           break;
         }
@@ -1035,14 +1039,21 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       a.kill_at = now + milliseconds(cfg_.shutdown_grace_ms);
     }
   }
-  // A client of this lease that has no allocation yet learns why.
+  // A client of this lease that has not asked for an allocation yet learns
+  // why in the answer to its request. Nothing is sent unasked: the client may
+  // still be connecting, with no receive posted (a reliable-connected
+  // provider then retries and drops the message), and a close right after
+  // would lose the reason. A client that never asks is closed at the
+  // admission request deadline.
   for (auto &c : clients_)
     if (!c->closed && c->lease_id == e.lease_id) {
-      if (!c->requested)
-        reply(*c, proto::ErrorCode::LeaseInvalid, 0, 0,
-              "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
-                  proto::to_string(e.why) + ")");
-      client_left(*c, false);
+      if (c->requested) {
+        client_left(*c, false);
+        continue;
+      }
+      c->lease_ok = false;
+      c->lease_ended = "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
+                       proto::to_string(e.why) + ")";
     }
   if (!live)
     report_lease(e.lease_id, true);

@@ -353,7 +353,8 @@ void expect_refused(const rfaas::lease &l, const rfaas::allocation_options &o, c
     ex.allocate(l.server(part), o);
     ADD_FAILURE() << what << ": allocated";
   } catch (const rfaas::Error &e) {
-    EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << what << ": " << e.what();
+    EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << what << ": " << e.what() << "\n"
+                                                      << manager_log();
   }
 }
 
