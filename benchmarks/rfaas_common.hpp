@@ -12,9 +12,11 @@
 #include "cli.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rfaas::bench {
@@ -34,6 +36,29 @@ inline void add_common_options(rfaas::cli::Options &cli) {
      rfaas::cli::value<std::string>()->default_value(""));
   // clang-format on
   rfaas::cli::add_standard_options(cli);
+}
+
+/// --settle-ms, for the benchmarks that measure a hot allocation.
+inline void add_settle_option(rfaas::cli::Options &cli) {
+  // clang-format off
+  cli.add_options()
+    ("settle-ms", "pause after the allocation before measuring, so that the background work it "
+     "starts is not measured (0 = none)", rfaas::cli::value<uint32_t>()->default_value("1000"));
+  // clang-format on
+}
+
+/// Waits --settle-ms after an allocation. An allocation starts work that
+/// finishes behind it: about 100 ms after their endpoints were taken, the
+/// client and the manager open the next ones ahead and the zygote forks the
+/// next spare executor (docs/rdmalib.md, Fabric::prepare). On shm each such
+/// endpoint is a 16 MiB region to fill, milliseconds of a core; on a 2-core
+/// host it preempts the pinned, busy-polling client or worker, and the
+/// invocations it lands on take milliseconds. A hot-invocation figure is
+/// taken after that; the cold benchmark measures the allocation itself.
+inline void settle(const rfaas::cli::ParseResult &args) {
+  const uint32_t ms = args["settle-ms"].as<uint32_t>();
+  if (ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 /// Parses the command line and applies --log-level; answers --help and

@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
   rfaas::cli::Options cli("rfaas_invocation_benchmark",
                           "Hot/warm invocation latency through librfaas (echo), per payload size.");
   rfaas::bench::add_common_options(cli);
+  rfaas::bench::add_settle_option(cli);
   // clang-format off
   cli.add_options()
     ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8,1K,64K,1M"))
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
     o.max_input_size = static_cast<uint32_t>(largest);
     o.max_output_size = static_cast<uint32_t>(largest);
     ex.allocate(rfaas::bench::parse_manager(args["manager"].as<std::string>()), o);
+    rfaas::bench::settle(args);
 
     const std::string provider = dev.provider.empty() ? dev.name : dev.provider;
     const std::string wait = "hot" + std::to_string(o.hot_timeout_ms);

@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
   rfaas::cli::Options cli("rfaas_parallel_benchmark",
                           "execute_parallel on every leased core against one execute(), echo.");
   rfaas::bench::add_common_options(cli);
+  rfaas::bench::add_settle_option(cli);
   // clang-format off
   cli.add_options()
     ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8,1K,64K"))
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
     o.max_input_size = static_cast<uint32_t>(largest);
     o.max_output_size = static_cast<uint32_t>(largest);
     ex.allocate(rfaas::bench::parse_manager(args["manager"].as<std::string>()), o);
+    rfaas::bench::settle(args);
     const uint32_t cores = ex.workers();
     const size_t iters = std::max<size_t>(1, args["iters"].as<size_t>());
     const double budget_s = args["budget"].as<double>();

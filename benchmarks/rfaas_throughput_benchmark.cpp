@@ -128,6 +128,7 @@ int client_main(const rfaas::cli::ParseResult &args, const Params &p, Pipe &pare
   o.max_input_size = static_cast<uint32_t>(std::max<size_t>(largest, 8));
   o.max_output_size = o.max_input_size;
   ex.allocate(rfaas::bench::parse_manager(args["manager"].as<std::string>()), o);
+  rfaas::bench::settle(args);
   parent.send("net " + ex.describe_network());
 
   const size_t depth = size_t(p.workers) * p.window;
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
   rfaas::cli::Options cli("rfaas_throughput_benchmark",
                           "Pipelined asynchronous invocations per second through librfaas (echo).");
   rfaas::bench::add_common_options(cli);
+  rfaas::bench::add_settle_option(cli);
   // clang-format off
   cli.add_options()
     ("s,sizes", "payload sizes (suffix K, M)", rfaas::cli::value<std::string>()->default_value("8"))
