@@ -184,8 +184,8 @@ public:
   /// the link already closed, does not end the wait: a peer that refuses may
   /// answer and hang up before this side sees its send complete, or before
   /// this side even sends (a refusal of an earlier message that has no answer
-  /// of its own); its answer is still in the receive ring. A closed link without a reply ends in
-  /// Closed.
+  /// of its own); its answer is still in the receive ring. A closed link
+  /// without a reply ends in Closed.
   template <class M, class R>
   ChannelStatus send_and_await(const M &m, R &reply, ControlClock::time_point deadline,
                                WireResult *wire = nullptr) {

@@ -206,8 +206,8 @@ struct executor::impl {
   /// have refused the lease or the request and hung up before this side saw
   /// its send complete or read the answer (a LeaseProof is refused that way:
   /// it has no answer of its own, so the refusal precedes the
-  /// AllocationRequest's). The refusal is then waiting in the receive ring and names the cause:
-  /// fail with it, or else with `fallback` and `what`.
+  /// AllocationRequest's). The refusal is then waiting in the receive ring
+  /// and names the cause: fail with it, or else with `fallback` and `what`.
   [[noreturn]] void fail_unless_refused(proto::ChannelStatus st, status fallback,
                                         const std::string &what);
 

@@ -1040,11 +1040,11 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
     }
   }
   // A client of this lease that has not asked for an allocation yet learns
-  // why in the answer to its request. Nothing is sent unasked: the client may
-  // still be connecting, with no receive posted (a reliable-connected
-  // provider then retries and drops the message), and a close right after
-  // would lose the reason. A client that never asks is closed at the
-  // admission request deadline.
+  // why in the answer to its request. Nothing is sent unasked: the client
+  // posts its receives only once its connect() returned, so a message sent
+  // right after our accept may find none, and a close right after it would
+  // leave the client with nothing but the close. A client that never asks is
+  // closed at the admission request deadline.
   for (auto &c : clients_)
     if (!c->closed && c->lease_id == e.lease_id) {
       if (c->requested) {
