@@ -158,6 +158,9 @@ std::string version_text(const char *program);
 struct ExtraOptions {
   std::function<void(rfaas::cli::Options &)> add;
   std::function<void(const rfaas::cli::ParseResult &)> read;
+  /// --help text of -n, -w and --budget for a program that counts them
+  /// otherwise (raw_vs_rdmalib_pingpong: per block); empty = the shared text.
+  std::string iters_help, warmup_help, budget_help;
 };
 
 /// Parse the command line shared by the raw and rdmalib programs. Prints help
@@ -165,6 +168,9 @@ struct ExtraOptions {
 inline Options parse_options(int argc, char **argv, const char *program, const char *what,
                              const ExtraOptions &extra = {}) {
   rfaas::cli::Options spec(program, what);
+  auto help_or = [](const std::string &own, const char *shared) {
+    return own.empty() ? std::string(shared) : own;
+  };
   // clang-format off
   spec.add_options()
     ("p,provider", "libfabric provider or alias: tcp, shm, sockets, \"tcp;ofi_rxm\", ...",
@@ -184,9 +190,11 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
      rfaas::cli::value<std::string>()->default_value("send,writeimm"))
     ("s,sizes", "comma-separated payload sizes (suffix K, M)",
      rfaas::cli::value<std::string>()->default_value("8,1K,64K,1M"))
-    ("n,iters", "measured round trips per size (0 = 10000 up to 1 KiB, 2000 up to 64 KiB, 300 above)",
+    ("n,iters", help_or(extra.iters_help, "measured round trips per size (0 = 10000 up to 1 KiB, "
+     "2000 up to 64 KiB, 300 above)"),
      rfaas::cli::value<size_t>()->default_value("0"))
-    ("w,warmup", "unmeasured round trips before each size (0 = about a tenth of iters)",
+    ("w,warmup", help_or(extra.warmup_help, "unmeasured round trips before each size (0 = about "
+     "a tenth of iters)"),
      rfaas::cli::value<size_t>()->default_value("0"))
     ("wait", "completion wait: busy (spin on the CQ), block (sleep in the provider), auto",
      rfaas::cli::value<std::string>()->default_value("auto"))
@@ -195,8 +203,9 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
     ("no-pin", "do not pin the processes")
     ("t,timeout", "overall deadline in seconds; both processes exit with an error after it",
      rfaas::cli::value<int>()->default_value("60"))
-    ("b,budget", "seconds per (mode,size) after which measuring stops early, once at least "
-     "min(iters,500) round trips are in (0 = never; the table shows the count measured)",
+    ("b,budget", help_or(extra.budget_help, "seconds per (mode,size) after which measuring "
+     "stops early, once at least min(iters,500) round trips are in (0 = never; the table shows "
+     "the count measured)"),
      rfaas::cli::value<double>()->default_value("1"))
     ("csv", "append one CSV row per (mode,size) to this file", rfaas::cli::value<std::string>())
     ("json", "write the run (metadata, rows, latency CDFs) as JSON to this file",

@@ -9,9 +9,13 @@
 #   benchmarks/run-pingpong.sh                       # tcp and shm, all sizes
 #   benchmarks/run-pingpong.sh --providers "tcp shm sockets tcp;ofi_rxm" --csv out.csv
 #   benchmarks/run-pingpong.sh --sizes 8,1K --repeat 3 -- --no-pin --budget 0
+#   benchmarks/run-pingpong.sh --interleaved --rounds 40 --sizes 8,1K
 #
 # Arguments after "--" go to both programs (see their --help). With --repeat N
 # each figure is the median over the N runs of that run's median (or p99).
+# With --interleaved, one run of raw_vs_rdmalib_pingpong per provider instead:
+# both implementations in the same processes, alternating blocks, --rounds
+# rounds; lib/raw is then the median over rounds of the per-round ratio.
 # Every run has a deadline; nothing is left running on exit or Ctrl-C.
 set -euo pipefail
 
@@ -25,10 +29,12 @@ json_dir=""
 json_n=0
 repeat=1
 timeout_s=60
+interleaved=0
+rounds=40
 extra=()
 
 usage() {
-  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<EOF
 Options:
   --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
@@ -37,9 +43,13 @@ Options:
   --sizes LIST       comma-separated sizes (default: $sizes)
   --modes LIST       send,writeimm (default: $modes)
   --repeat N         runs of each program per provider (default: $repeat)
+  --interleaved      run raw_vs_rdmalib_pingpong (both in the same processes,
+                     alternating blocks) once per provider instead of the pair
+  --rounds N         with --interleaved: rounds per (mode, size) (default: $rounds)
   --timeout S        deadline of one program run in seconds (default: $timeout_s)
   --csv FILE         write the comparison as CSV
-  --json-dir DIR     keep each program run's JSON there (<impl>-<provider>-<n>.json)
+  --json-dir DIR     keep each program run's JSON there (<impl>-<provider>-<n>.json,
+                     interleaved-<provider>.json)
 EOF
 }
 
@@ -50,6 +60,8 @@ while [[ $# -gt 0 ]]; do
     --sizes) sizes="$2"; shift 2 ;;
     --modes) modes="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
+    --interleaved) interleaved=1; shift ;;
+    --rounds) rounds="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
     --csv) csv="$2"; shift 2 ;;
     --json-dir) json_dir="$2"; mkdir -p "$json_dir"; shift 2 ;;
@@ -60,17 +72,27 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --repeat needs a positive integer" >&2; exit 1; }
 [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --timeout needs a positive integer" >&2; exit 1; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --rounds needs a positive integer" >&2; exit 1; }
+if [[ $interleaved -eq 1 && $repeat -ne 1 ]]; then
+  echo "run-pingpong.sh: --repeat runs the pair of programs; with --interleaved use --rounds" >&2
+  exit 1
+fi
 
+programs=(raw_libfabric_pingpong rdmalib_pingpong)
+[[ $interleaved -eq 1 ]] && programs=(raw_vs_rdmalib_pingpong)
 find_bins() {
-  local d
+  local d p ok
   for d in "$bin_dir" "$here" "$here"/../build*/benchmarks; do
-    [[ -n "$d" && -x "$d/raw_libfabric_pingpong" && -x "$d/rdmalib_pingpong" ]] && { echo "$d"; return 0; }
+    [[ -n "$d" ]] || continue
+    ok=1
+    for p in "${programs[@]}"; do [[ -x "$d/$p" ]] || ok=0; done
+    [[ $ok -eq 1 ]] && { echo "$d"; return 0; }
   done
   return 1
 }
 if ! bin_dir="$(find_bins)"; then
-  echo "run-pingpong.sh: raw_libfabric_pingpong and rdmalib_pingpong not found; build them" >&2
-  echo "  (cmake --build <build-dir> --target raw_libfabric_pingpong rdmalib_pingpong)" >&2
+  echo "run-pingpong.sh: ${programs[*]} not found; build them" >&2
+  echo "  (cmake --build <build-dir> --target ${programs[*]})" >&2
   echo "  or pass --bin-dir <build-dir>/benchmarks" >&2
   exit 1
 fi
@@ -111,6 +133,24 @@ run_one() { # impl provider wait csvfile
   child=""
 }
 
+# --interleaved: one run of raw_vs_rdmalib_pingpong, whose CSV rows carry the
+# comparison already (it appends to csvfile).
+run_interleaved() { # provider wait csvfile
+  local log="$work/log" json=()
+  [[ -n "$json_dir" ]] && json=(--json "$json_dir/interleaved-${1//;/+}.json")
+  timeout -k 5 $((timeout_s + 10)) "$bin_dir/raw_vs_rdmalib_pingpong" --provider "$1" \
+    --wait "$2" --sizes "$sizes" --modes "$modes" --rounds "$rounds" --timeout "$timeout_s" \
+    --csv "$3" --quiet "${json[@]}" "${extra[@]}" >"$log" 2>&1 &
+  child=$!
+  if ! wait "$child"; then
+    child=""
+    echo "run-pingpong.sh: raw_vs_rdmalib_pingpong --provider '$1' failed:" >&2
+    sed 's/^/  /' "$log" >&2
+    return 1
+  fi
+  child=""
+}
+
 # Median over the runs, per key: input "key,value" lines; output "key,median".
 median_by_key() {
   sort -t, -k1,1 -k2,2g | awk -F, '
@@ -132,6 +172,10 @@ for provider in $providers; do
   # the baseline the same environment so that only the library differs.
   if [[ "$provider" == "tcp;ofi_rxm" || "$provider" == rxm ]]; then
     export FI_OFI_RXM_CM_PROGRESS_INTERVAL="${FI_OFI_RXM_CM_PROGRESS_INTERVAL:-100}"
+  fi
+  if [[ $interleaved -eq 1 ]]; then
+    run_interleaved "$provider" "$wait_policy" "$work/interleaved.csv" || status=1
+    continue
   fi
   raw_csv="$work/raw.csv" lib_csv="$work/lib.csv"
   rm -f "$raw_csv" "$lib_csv"
@@ -184,7 +228,27 @@ for provider in $providers; do
     "$work/ratio" "$lib_csv" >>"$results"
 done
 
-if [[ -s "$results" ]]; then
+if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
+  # Columns: provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,
+  # raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,
+  # round_ratio_median,round_ratio_min,round_ratio_max
+  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s\n' provider ep mode size block \
+    raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max"
+  tail -n +2 "$work/interleaved.csv" | tr -d '"' |
+    while IFS=, read -r prov ep _ mode size _ block _ _ _ rmed rp99 lmed lp99 rom rmed_r rmin rmax; do
+      printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f\n' \
+        "$prov" "$ep" "$mode" "$size" "$block" "$rmed" "$rp99" "$lmed" "$lp99" "$rom" "$rmed_r" \
+        "$rmin" "$rmax"
+    done
+  echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation,"
+  echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"
+  echo " lib/raw = median over the rounds of rdmalib's block median / raw's block median of the"
+  echo " same round, with its range; block = round trips measured per block)"
+  if [[ -n "$csv" ]]; then
+    cp "$work/interleaved.csv" "$csv"
+    echo "wrote $csv"
+  fi
+elif [[ -s "$results" ]]; then
   printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s\n' provider ep mode size iters \
     raw_med raw_p99 lib_med lib_p99 lib/raw
   while IFS=, read -r prov ep w mode size rn ln rmed rp99 lmed lp99 ratio; do
