@@ -188,9 +188,13 @@ public:
     }
   }
 
-  void post_send(size_t size) {
+  void post_send(size_t size) { post_send_from(send_buf(), size); }
+
+  /// Send `size` bytes from `src`, which must lie in our registered region
+  /// (an echo replies from the receive slot it was given).
+  void post_send_from(const char *src, size_t size) {
     for (;;) {
-      ssize_t ret = fi_send(ep_, send_buf(), size, desc_, peer_addr_, &send_ctx_);
+      ssize_t ret = fi_send(ep_, src, size, desc_, peer_addr_, &send_ctx_);
       if (ret == 0)
         break;
       // tcp;ofi_rxm and shm return -FI_EAGAIN on a first post (connection or
@@ -204,15 +208,26 @@ public:
     ++tx_posted_;
   }
 
-  void post_writedata(size_t size, uint64_t imm) { post_writedata(size, imm, &write_ctx_); }
+  void post_writedata(size_t size, uint64_t imm) {
+    post_writedata_from(send_buf(), size, imm, &write_ctx_);
+  }
 
   /// Write-with-data with the caller's context: an operation of a window,
   /// where each outstanding one needs its own (FI_CONTEXT).
   void post_writedata(size_t size, uint64_t imm, fi_context *ctx) {
+    post_writedata_from(send_buf(), size, imm, ctx);
+  }
+
+  /// Write-with-data of `size` bytes from `src` (in our registered region)
+  /// into the peer's RMA target.
+  void post_writedata_from(const char *src, size_t size, uint64_t imm) {
+    post_writedata_from(src, size, imm, &write_ctx_);
+  }
+
+  void post_writedata_from(const char *src, size_t size, uint64_t imm, fi_context *ctx) {
     uint64_t dst = peer_.base + (1 + static_cast<uint64_t>(rx_slots_)) * slot_bytes_;
     for (;;) {
-      ssize_t ret =
-          fi_writedata(ep_, send_buf(), size, desc_, imm, peer_addr_, dst, peer_.key, ctx);
+      ssize_t ret = fi_writedata(ep_, src, size, desc_, imm, peer_addr_, dst, peer_.key, ctx);
       if (ret == 0)
         break;
       if (ret != -FI_EAGAIN)

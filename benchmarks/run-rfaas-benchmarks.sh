@@ -12,6 +12,11 @@
 # With --repeat N the invocation benchmark and the raw ping-pong run N times,
 # alternating; diff and ratio are the medians of the N pairs run back to back
 # (the round trip of a shared host can change level between runs).
+# The raw ping-pong runs twice per pair: its server answering from its own
+# buffer ("raw", the fastest raw program), and answering with the bytes it
+# received ("echo", raw_libfabric_pingpong --reply echo), which moves the data
+# the way an echo function must: the client reads what the server's core has
+# just written. rFaaS is given as a ratio to both.
 # The raw ping-pong also runs at the size rFaaS puts on the wire for each
 # payload, both ways for echo (docs/protocol.md: 16 bytes of header when
 # header + data fit 32 bytes, else the slot's whole 64-byte prefix): "wire" is
@@ -44,7 +49,7 @@ csv=""
 json_dir=""
 
 usage() {
-  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "Options:"
   echo "  --build-dir DIR       build tree (default: the first build*/ holding the binaries)"
   echo "  --devices FILE        device database (default: config/devices.json)"
@@ -153,8 +158,8 @@ for dev in $devices_list; do
     [[ -z $json_dir ]] || jarg=(--json "$json_dir/$dev-$1.json")
   }
   for ((r = 0; r < repeat; r++)); do
-    # Alternate which goes first, so that a drift in load favours neither.
-    for which in $( ((r % 2 == 0)) && echo "rfaas raw" || echo "raw rfaas"); do
+    # Alternate the order, so that a drift in load favours none of them.
+    for which in $( ((r % 2 == 0)) && echo "rfaas raw echo" || echo "echo raw rfaas"); do
       rm -f "$work/one.csv"
       json "$which-$r"
       if [[ $which == rfaas ]]; then
@@ -168,10 +173,12 @@ for dev in $devices_list; do
       else
         raw_iters=()
         ((iters == 0)) || raw_iters=(-n "$iters")
+        raw_args=(-s "$raw_sizes" --reply own)
+        [[ $which == raw ]] || raw_args=(-s "$sizes" --reply echo)
         "${raw_env[@]}" "$bench/raw_libfabric_pingpong" -p "${provider:-tcp}" -m writeimm \
-          -s "$raw_sizes" "${raw_iters[@]}" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
+          "${raw_args[@]}" "${raw_iters[@]}" --server-core "$last" --client-core "$first" --csv "$work/one.csv" \
           --no-csv-header "${jarg[@]}" >/dev/null
-        sed "s/^/raw-csv,$r,/" "$work/one.csv" >>"$rows"
+        sed "s/^/$which-csv,$r,/" "$work/one.csv" >>"$rows"
       fi
     done
   done
@@ -185,8 +192,8 @@ for dev in $devices_list; do
   python3 - "$rows" "$dev" "$csv" "$function" <<'PY'
 import csv, os, statistics, sys
 rows, dev, out, function = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-# rf[size][rep] / raw[size][rep] = (median, p99, row); cold = rows
-rf, raw, cold = {}, {}, []
+# rf / raw / echo [size][rep] = (median, p99, row); cold = rows
+rf, raw, echo, cold = {}, {}, {}, []
 with open(rows) as f:
     for line in f:
         tag, rep, rest = line.rstrip("\n").split(",", 2)
@@ -194,14 +201,14 @@ with open(rows) as f:
         if tag == "cold-csv":
             cold.append(r)
             continue
-        table = rf if tag == "rfaas-csv" else raw
+        table = {"rfaas-csv": rf, "raw-csv": raw, "echo-csv": echo}[tag]
         table.setdefault(int(r[5]), {})[int(rep)] = (float(r[7]), float(r[8]), r)
 med = statistics.median
 reps = max((len(v) for v in rf.values()), default=0)
 print(f"\n{dev}: {function} through rFaaS vs raw write-with-immediate round trip (us; medians over "
       f"{reps} run(s) of each; diff and ratio: medians of the runs paired back to back)")
 print(f"{'size':>8} {'raw':>10} {'rfaas':>10} {'rfaas p99':>10} {'diff':>8} {'ratio':>7} "
-      f"{'wire':>8} {'rfaas-wire':>10}")
+      f"{'wire':>8} {'rfaas-wire':>10} {'echo':>8} {'/echo':>7}")
 for size in sorted(rf):
     ms = [v[0] for v in rf[size].values()]
     p99 = med([v[1] for v in rf[size].values()])
@@ -212,7 +219,11 @@ for size in sorted(rf):
     wire_t = raw.get(size + (16 if size + 16 <= 32 else 64), {})
     wire = [(rf[size][k][0], wire_t[k][0]) for k in rf[size] if k in wire_t]
     wcols = (f" {med([w for _, w in wire]):>8.2f} {med([a - w for a, w in wire]):>10.2f}"
-             if wire else "")
+             if wire else f" {'-':>8} {'-':>10}")
+    # The raw echo of the same pair: the same data movement as an echo function.
+    ech = [(rf[size][k][0], echo[size][k][0]) for k in rf[size] if k in echo.get(size, {})]
+    if ech:
+        wcols += f" {med([e for _, e in ech]):>8.2f} {med([a / e for a, e in ech]):>7.3f}"
     if pairs:
         rm = med([b for _, b in pairs])
         diff = med([a - b for a, b in pairs])
@@ -234,10 +245,11 @@ if out:
         if fresh:
             f.write("device,repetition,impl,provider,endpoint,wait,mode,size,iters,"
                     "median_us,p99_us,min_us,mean_us\n")
-        for table in (rf, raw):
+        for table, impl in ((rf, None), (raw, None), (echo, "raw-echo")):
             for size in sorted(table):
                 for rep, v in sorted(table[size].items()):
-                    f.write(f"{dev},{rep}," + ",".join(v[2]) + "\n")
+                    row = [impl or v[2][0]] + v[2][1:]
+                    f.write(f"{dev},{rep}," + ",".join(row) + "\n")
         for r in cold:
             f.write(f"{dev},0," + ",".join(r) + "\n")
 PY
