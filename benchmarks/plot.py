@@ -52,6 +52,17 @@ def human_size(n):
     return f"{n} B"
 
 
+def impls_of(doc):
+    """The implementations a document's latency rows come from: more than one
+    in raw_vs_rdmalib_pingpong, whose lines must not be joined."""
+    return {r.get("impl") for r in doc.get("results", []) if r.get("kind") == "latency"}
+
+
+def row_label(doc, r):
+    impl = f"{r.get('impl')} " if len(impls_of(doc)) > 1 else ""
+    return f"{impl}{r.get('mode', '')}"
+
+
 def latency_rows(doc, sizes):
     for r in doc.get("results", []):
         if r.get("kind") in ("latency", "phase") and (not sizes or r.get("size") in sizes):
@@ -65,7 +76,7 @@ def draw_cdf(ax, docs, sizes):
             if not cdf.get("us"):
                 continue
             ax.plot(cdf["us"], cdf["q"], drawstyle="steps-post",
-                    label=label_of(doc, f"{r.get('mode', '')} {human_size(r['size'])}"))
+                    label=label_of(doc, f"{row_label(doc, r)} {human_size(r['size'])}"))
     ax.set_xscale("log")
     ax.set_xlabel("latency (µs, log)")
     ax.set_ylabel("fraction of calls")
@@ -81,7 +92,7 @@ def draw_sweep(ax, docs):
         for r in latency_rows(doc, None):
             if r.get("kind") != "latency":
                 continue
-            lines.setdefault(r.get("mode", ""), []).append(r)
+            lines.setdefault(row_label(doc, r), []).append(r)
         for mode, rows in lines.items():
             rows.sort(key=lambda r: r["size"])
             if len(rows) < 2:
