@@ -96,6 +96,9 @@ struct Options {
   std::vector<std::string> argv;
   bool csv_header = true;
   bool quiet = false;
+  /// A program's own options that both sides of a two-host run must share
+  /// (ExtraOptions::fingerprint), compared with the shared ones.
+  std::string extra_fingerprint;
 };
 
 /// Iterations measured for one size: enough for a stable median and a
@@ -161,6 +164,9 @@ struct ExtraOptions {
   /// --help text of -n, -w and --budget for a program that counts them
   /// otherwise (raw_vs_rdmalib_pingpong: per block); empty = the shared text.
   std::string iters_help, warmup_help, budget_help;
+  /// After read: the program's own options that the two sides of a two-host
+  /// run must agree on, as text (run_fingerprint).
+  std::function<std::string()> fingerprint;
 };
 
 /// Parse the command line shared by the raw and rdmalib programs. Prints help
@@ -304,6 +310,8 @@ inline Options parse_options(int argc, char **argv, const char *program, const c
   o.quiet = r.count("quiet") != 0;
   if (extra.read)
     extra.read(r);
+  if (extra.fingerprint)
+    o.extra_fingerprint = extra.fingerprint();
   return o;
 }
 
@@ -653,6 +661,8 @@ inline std::string run_fingerprint(const Options &o) {
     f += std::to_string(z) + ",";
   f += " iters=" + std::to_string(o.iters) + " warmup=" + std::to_string(o.warmup) +
        " wait=" + wait_name(o.wait) + " budget=" + std::to_string(o.budget_s);
+  if (!o.extra_fingerprint.empty())
+    f += " " + o.extra_fingerprint;
   return f;
 }
 

@@ -185,6 +185,7 @@ int main(int argc, char **argv) {
       throw std::invalid_argument("--reply must be own or echo, not '" + reply + "'");
     echo = reply == "echo";
   };
+  extra.fingerprint = [] { return std::string("reply=") + (echo ? "echo" : "own"); };
   return guarded_main(
       argc, argv, "raw_libfabric_pingpong",
       "Ping-pong written directly against libfabric: the baseline for rdmalib_pingpong.",

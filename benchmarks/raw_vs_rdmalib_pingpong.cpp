@@ -31,6 +31,8 @@
 //
 // Includes libfabric headers (through raw_libfabric_endpoint.hpp), which
 // DESIGN.md §2 allows outside rdmalib/ only in raw baselines: its name says "raw".
+#include <memory>
+
 #include <rdmalib/rdmalib.hpp>
 
 #include <spdlog/spdlog.h>
@@ -45,6 +47,10 @@ using namespace pingpong;
 
 /// --rounds: rounds per (mode, size), each one block of each implementation.
 size_t g_rounds = 40;
+/// --self-check: the rdmalib blocks run on a second raw endpoint instead, so
+/// every ratio compares raw with raw and shows what the method itself adds
+/// (1.000 when blocks, order and placement favour neither side).
+bool g_self_check = false;
 
 enum class Impl { Raw, Rdmalib };
 
@@ -185,7 +191,7 @@ void ping_block(Ep &ep, Mode mode, size_t size, Schedule sched, Oob &oob, uint32
 
 /// What both sides must agree on beyond pingpong::run_fingerprint (two-host runs).
 void compare_own_options(Oob &oob) {
-  std::string mine = "rounds=" + std::to_string(g_rounds);
+  std::string mine = "rounds=" + std::to_string(g_rounds) + (g_self_check ? " self-check" : "");
   oob.send_blob(std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<uint8_t> theirs_b = oob.recv_blob("the peer's --rounds");
   std::string theirs(theirs_b.begin(), theirs_b.end());
@@ -202,14 +208,27 @@ std::string libfabric_version() {
 struct Both {
   rdside::Side lib;
   raw::RawEndpoint raw;
-  Both(const Options &o, bool server) : lib(o, server), raw(o, server) {}
+  /// --self-check: what runs in rdmalib's place.
+  std::unique_ptr<raw::RawEndpoint> raw2;
+  Both(const Options &o, bool server) : lib(o, server), raw(o, server) {
+    if (g_self_check)
+      raw2 = std::make_unique<raw::RawEndpoint>(o, server);
+  }
+  void establish(Oob &oob, bool server) {
+    if (server)
+      lib.establish_server(oob);
+    else
+      lib.establish_client(oob);
+    raw.establish(oob);
+    if (raw2)
+      raw2->establish(oob);
+  }
 };
 
 void server(const Options &o, Oob &oob) {
   compare_own_options(oob);
   Both b(o, true);
-  b.lib.establish_server(oob);
-  b.raw.establish(oob);
+  b.establish(oob, true);
   uint32_t tag = 0;
   for (Mode mode : o.modes) {
     for (size_t size : o.sizes) {
@@ -217,6 +236,8 @@ void server(const Options &o, Oob &oob) {
         for (int k = 0; k < 2; ++k) {
           if (impl_of(round, k) == Impl::Raw)
             serve_block(b.raw, mode, size, oob, tag);
+          else if (b.raw2)
+            serve_block(*b.raw2, mode, size, oob, tag);
           else
             serve_block(b.lib, mode, size, oob, tag);
         }
@@ -269,6 +290,9 @@ void print_header(const Options &o, const Setup &s) {
     std::printf("# per (mode,size): raw and rdmalib median and p99 over all blocks (us); "
                 "lib/raw = ratio of those medians;\n# rnd_med, rnd_min, rnd_max = median, min, "
                 "max over rounds of (rdmalib block median / raw block median)\n");
+    if (g_self_check)
+      std::printf("# --self-check: the rdmalib blocks ran on a second raw endpoint; every "
+                  "\"lib\" column is raw\n");
   }
   std::printf("%-9s %9s %6s %6s %9s %9s %9s %9s %7s %7s %7s %7s\n", "mode", "size", "rounds",
               "block", "raw_med", "raw_p99", "lib_med", "lib_p99", "lib/raw", "rnd_med", "rnd_min",
@@ -339,6 +363,7 @@ void write_json(const Options &o, const Setup &s, const std::vector<Comparison> 
   p["server_core"] = o.server_core;
   p["client_core"] = o.client_core;
   p["rounds"] = g_rounds;
+  p["self_check"] = g_self_check;
   p["block"] = o.iters; // 0 = per-size default (the results say what ran)
   p["warmup"] = o.warmup;
   p["budget_s"] = o.budget_s;
@@ -383,8 +408,7 @@ void write_json(const Options &o, const Setup &s, const std::vector<Comparison> 
 void client(const Options &o, Oob &oob) {
   compare_own_options(oob);
   Both b(o, false);
-  b.lib.establish_client(oob);
-  b.raw.establish(oob);
+  b.establish(oob, false);
   Setup s;
   s.raw_provider = b.raw.provider_name();
   s.raw_endpoint = b.raw.endpoint_name();
@@ -428,6 +452,8 @@ void client(const Options &o, Oob &oob) {
           Impl impl = impl_of(round, k);
           if (impl == Impl::Raw)
             ping_block(b.raw, mode, size, sched, oob, tag, block_us);
+          else if (b.raw2)
+            ping_block(*b.raw2, mode, size, sched, oob, tag, block_us);
           else
             ping_block(b.lib, mode, size, sched, oob, tag, block_us);
           std::vector<double> &all = impl == Impl::Raw ? raw_all : lib_all;
@@ -470,12 +496,16 @@ int main(int argc, char **argv) {
     spec.add_options()("rounds",
                        "rounds per (mode,size); each runs one block on raw and one on rdmalib, "
                        "raw first in even rounds, rdmalib first in odd ones",
-                       rfaas::cli::value<size_t>()->default_value("40"));
+                       rfaas::cli::value<size_t>()->default_value("40"))(
+        "self-check",
+        "run a second raw endpoint in rdmalib's blocks: every ratio then compares raw with "
+        "raw and shows the method's own bias (expect 1.000)");
   };
   extra.read = [](const rfaas::cli::ParseResult &r) {
     g_rounds = r["rounds"].as<size_t>();
     if (g_rounds < 1 || g_rounds > 1000000)
       throw std::invalid_argument("--rounds must be between 1 and 1000000");
+    g_self_check = r.count("self-check") != 0;
   };
   extra.iters_help = "measured round trips per block (0 = 1000 up to 1 KiB, 200 up to 64 KiB, "
                      "30 above)";
