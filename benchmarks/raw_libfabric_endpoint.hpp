@@ -651,4 +651,29 @@ private:
   uint64_t rx_head_ = 0, rx_tail_ = 0;
 };
 
+// ---- the ping-pong's checks (raw_libfabric_pingpong, raw_vs_rdmalib_pingpong) ----
+
+/// What a ping-pong expects of a receive-side event: a message of `size`
+/// bytes, or a write-with-data carrying the sequence number.
+inline void check_event(const RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
+  if (mode == Mode::Send) {
+    if (ev.remote_write || ev.slot < 0)
+      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
+    if (ev.len != size)
+      die("received %zu bytes, expected %zu", ev.len, size);
+  } else {
+    if (!ev.remote_write)
+      die("expected a write-with-data, got a message of %zu bytes", ev.len);
+    if (ev.data != (seq & 0xffffffffu))
+      die("write-with-data carried %llu, expected %llu", static_cast<unsigned long long>(ev.data),
+          static_cast<unsigned long long>(seq & 0xffffffffu));
+  }
+}
+
+/// Repost the receive slot an event consumed, if it consumed one.
+inline void repost_if_consumed(RawEndpoint &ep, const RxEvent &ev) {
+  if (ev.slot >= 0)
+    ep.post_recv(ev.slot);
+}
+
 } // namespace raw

@@ -37,26 +37,6 @@ using namespace raw;
 
 // ---- the ping-pong ---------------------------------------------------------------------
 
-void check_event(const RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
-  if (mode == Mode::Send) {
-    if (ev.remote_write || ev.slot < 0)
-      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
-    if (ev.len != size)
-      die("received %zu bytes, expected %zu", ev.len, size);
-  } else {
-    if (!ev.remote_write)
-      die("expected a write-with-data, got a message of %zu bytes", ev.len);
-    if (ev.data != (seq & 0xffffffffu))
-      die("write-with-data carried %llu, expected %llu", static_cast<unsigned long long>(ev.data),
-          static_cast<unsigned long long>(seq & 0xffffffffu));
-  }
-}
-
-void repost_if_consumed(RawEndpoint &ep, const RxEvent &ev) {
-  if (ev.slot >= 0)
-    ep.post_recv(ev.slot);
-}
-
 /// --reply echo: the server answers with the bytes it received.
 bool echo = false;
 

@@ -94,27 +94,8 @@ Schedule block_schedule(const Options &o, size_t size) {
 // Overloads, resolved at compile time: the loops below are the loops of
 // raw_libfabric_pingpong and rdmalib_pingpong, with the same calls.
 
-// The raw checks, as in raw_libfabric_pingpong.cpp.
-void check_event(const raw::RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
-  if (mode == Mode::Send) {
-    if (ev.remote_write || ev.slot < 0)
-      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
-    if (ev.len != size)
-      die("received %zu bytes, expected %zu", ev.len, size);
-  } else {
-    if (!ev.remote_write)
-      die("expected a write-with-data, got a message of %zu bytes", ev.len);
-    if (ev.data != (seq & 0xffffffffu))
-      die("write-with-data carried %llu, expected %llu", static_cast<unsigned long long>(ev.data),
-          static_cast<unsigned long long>(seq & 0xffffffffu));
-  }
-}
-
-void repost_if_consumed(raw::RawEndpoint &ep, const raw::RxEvent &ev) {
-  if (ev.slot >= 0)
-    ep.post_recv(ev.slot);
-}
-
+using raw::check_event;
+using raw::repost_if_consumed;
 using rdside::check_event;
 using rdside::repost_if_consumed;
 
