@@ -21,8 +21,8 @@ packages=(
   libspdlog-dev libcxxopts-dev libpistache-dev libreaderwriterqueue-dev nlohmann-json3-dev
   # resource manager: lease tokens (MACs), its SQLite store; curl for its REST tests
   libsodium-dev libsqlite3-dev curl
-  # tests and benchmarks
-  libgtest-dev libbenchmark-dev
+  # tests and benchmarks; gdb: a test that times out prints the stacks of what hung
+  libgtest-dev libbenchmark-dev gdb
   # soft-RoCE VM runner (verbs backend tests) and network namespaces
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2
   # format check, sanitizer runtime for clang builds
