@@ -87,6 +87,10 @@ Connection Connection::connect(Fabric &fabric, const Address &remote, const void
     } catch (const Error &e) {
       logger().debug("connecting to {} over {} failed after {} ms: {}", remote.to_string(),
                      fabric.provider(), ms(), e.what());
+      if (options.cancel && *options.cancel)
+        throw Error(ErrorKind::Timeout, "rdmalib: connection to " + remote.to_string() + " over " +
+                                            fabric.provider() +
+                                            " cancelled (ConnectionOptions::cancel)");
       // Only a refusal is worth another request, and only while the caller's
       // deadline leaves room for the pause and a useful attempt after it.
       left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -104,7 +108,7 @@ Connection Connection::connect_once(Fabric &fabric, const Address &remote, const
                                     const ConnectionOptions &options) {
   detail::LinkPtr c = detail::new_link(fabric, options);
   c->remote = remote;
-  c->connect(remote, private_data, private_len, detail::Deadline(timeout));
+  c->connect(remote, private_data, private_len, detail::Deadline(timeout, options.cancel));
   c->open = true;
   return Connection(c.release());
 }

@@ -28,21 +28,23 @@ volatile sig_atomic_t g_terminate = 0;
 
 namespace {
 /// Set once the main thread's loop runs, which ends the process within about
-/// 500 ms of SIGTERM. Before that the main thread may be inside a step that
-/// waits up to connect_ms (the accounting link's handshake, whose answer
-/// never comes when the manager dropped the setup), longer than the
-/// manager's grace between SIGTERM and SIGKILL: the handler ends the process
-/// itself. Nothing is owed to the manager yet (no accounting link, so no
-/// accounting reported and no goodbye due).
+/// 500 ms of SIGTERM. Before that, SIGTERM only sets g_terminate: the setup's
+/// connections watch it (ConnectionOptions::cancel) and give up at their next
+/// look, between two provider calls, within about 100 ms; the loop then ends
+/// the process. Ending the process from the handler could end it inside a
+/// provider call that holds a lock in another process's shared memory (shm
+/// takes the receiver's region lock to deliver a message): the manager's
+/// listener, mid-handshake, would then spin for ever, and every client that
+/// connects after it (docs/BACKEND-BUGS.md, "a killed peer can hang
+/// progress").
 volatile sig_atomic_t g_serving = 0;
 
 void on_term(int) {
   g_terminate = 1;
   if (!g_serving) {
-    static const char line[] = "executor: SIGTERM during setup; exiting\n";
+    static const char line[] = "executor: SIGTERM during setup; ending\n";
     ssize_t ignored = ::write(2, line, sizeof line - 1);
     (void)ignored;
-    _exit(ExitTerminated);
   }
 }
 } // namespace
@@ -52,6 +54,7 @@ rdmalib::ConnectionOptions accounting_link_options() {
   opts.refused_retries = kRefusedRetries;
   // The main thread polls it between its other duties (SIGTERM among them).
   opts.check_peer_before_poll = true;
+  opts.cancel = &g_terminate;
   return opts;
 }
 
@@ -62,6 +65,7 @@ rdmalib::ConnectionOptions worker_link_options(uint32_t input_slots) {
   opts.send_depth = input_slots + 8;
   opts.recv_depth = input_slots + 8;
   opts.refused_retries = kRefusedRetries;
+  opts.cancel = &g_terminate;
   return opts;
 }
 
@@ -108,14 +112,18 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
       threads.emplace_back([w = workers.back().get()] { w->run(); });
     }
     AccountingLink link(shared);
-    bool manager_gone = false;
-    try {
-      link.connect();
-    } catch (const std::exception &e) {
-      // Serving the client matters more than accounting: keep going.
-      spdlog::error("executor {:x}: no accounting link to the manager: {}", spec.allocation_id,
-                    e.what());
-      manager_gone = true;
+    // Terminated already: nothing is owed to the manager yet.
+    bool manager_gone = g_terminate != 0;
+    if (!manager_gone) {
+      try {
+        link.connect();
+      } catch (const std::exception &e) {
+        // Serving the client matters more than accounting: keep going.
+        if (!g_terminate)
+          spdlog::error("executor {:x}: no accounting link to the manager: {}", spec.allocation_id,
+                        e.what());
+        manager_gone = true;
+      }
     }
     // This endpoint may be the process's first on some providers: keep the
     // crash guard in front of whatever handler the network installed.

@@ -19,7 +19,12 @@ void Worker::run() noexcept {
   try {
     setup_and_serve();
   } catch (const std::exception &e) {
-    spdlog::error("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, e.what());
+    // After SIGTERM a setup step gives up on purpose (ConnectionOptions::cancel).
+    if (g_terminate)
+      spdlog::debug("executor {:x}: worker {}: ended by SIGTERM: {}", s_.spec.allocation_id, index_,
+                    e.what());
+    else
+      spdlog::error("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, e.what());
     s_.setup_failed.store(true);
     s_.end_all(); // an allocation with a missing worker is of no use
   }

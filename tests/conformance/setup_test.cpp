@@ -4,6 +4,7 @@
 #include "common.hpp"
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -171,6 +172,47 @@ TEST_P(Setup, HandshakeAbandonedBeforeTheListenerReadItLeavesItWorking) {
         EXPECT_TRUE(c.is_open());
         EXPECT_EQ(c.peer_private_data(), pd);
       });
+}
+
+/// ConnectionOptions::cancel: a connect that would wait for its whole timeout
+/// (the listener never takes the request) gives up soon after the flag is set
+/// from elsewhere, as a signal handler would, and at once when it is set
+/// already.
+TEST_P(Setup, ConnectGivesUpWhenCancelled) {
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  const Address where = listener.address();
+  auto pd = pattern_vector(32, 8);
+  volatile std::sig_atomic_t flag = 0;
+  ConnectionOptions opts;
+  opts.cancel = &flag;
+  const auto timeout = std::chrono::milliseconds(10000);
+  // The slowest look between provider calls: verbs waits for connection
+  // manager events in slices of up to a second.
+  const auto soon = std::chrono::milliseconds(3000);
+  auto attempt = [&](const char *when) {
+    auto t0 = Clock::now();
+    try {
+      Connection c =
+          Connection::connect(*client_fabric_, where, pd.data(), pd.size(), timeout, opts);
+      c.close();
+      return false; // the provider completed the handshake alone
+    } catch (const Error &e) {
+      std::string msg = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::Timeout) << when << ": " << kind_name(e.kind()) << ": " << msg;
+      EXPECT_NE(msg.find("cancelled"), std::string::npos) << when << ": " << msg;
+      EXPECT_LT(Clock::now() - t0, soon) << when << ": the connect did not give up soon: " << msg;
+    }
+    return true;
+  };
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    flag = 1;
+  });
+  bool waited = attempt("flag set during the connect");
+  setter.join();
+  if (!waited)
+    GTEST_SKIP() << GetParam().text << " completed the handshake without the listener";
+  attempt("flag set before the connect");
 }
 
 TEST_P(Setup, OversizedPrivateDataIsConfigError) {

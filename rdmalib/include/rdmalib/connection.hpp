@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,6 +59,16 @@ struct ConnectionOptions {
   /// and, once per millisecond, a look at /proc or the event queue: leave it
   /// off on busy-polling data paths. wait() always looks.
   bool check_peer_before_poll = false;
+  /// Active side: when set, connect() gives up as soon as *cancel is
+  /// non-zero (Error kind Timeout, "cancelled"), at its next look between two
+  /// provider calls: within about 100 ms, and never from inside the provider.
+  /// For a process that must end on a signal: its handler sets the flag, the
+  /// connect returns, and the process ends where no provider call is under
+  /// way. Ending inside one can leave a lock held in another process's shared
+  /// memory (shm: the peer's region lock, taken to deliver a message) and
+  /// wedge that process (docs/BACKEND-BUGS.md, "a killed peer can hang
+  /// progress"). Must stay valid while connect() runs.
+  const volatile std::sig_atomic_t *cancel = nullptr;
 };
 
 class Connection {
