@@ -170,17 +170,6 @@ void ping_block(Ep &ep, Mode mode, size_t size, Schedule sched, Oob &oob, uint32
 
 // ---- setup ----------------------------------------------------------------------------
 
-/// What both sides must agree on beyond pingpong::run_fingerprint (two-host runs).
-void compare_own_options(Oob &oob) {
-  std::string mine = "rounds=" + std::to_string(g_rounds) + (g_self_check ? " self-check" : "");
-  oob.send_blob(std::vector<uint8_t>(mine.begin(), mine.end()));
-  std::vector<uint8_t> theirs_b = oob.recv_blob("the peer's --rounds");
-  std::string theirs(theirs_b.begin(), theirs_b.end());
-  if (theirs != mine)
-    die("the two sides were started with different options: this side %s, the peer %s",
-        mine.c_str(), theirs.c_str());
-}
-
 std::string libfabric_version() {
   return std::to_string(FI_MAJOR(fi_version())) + "." + std::to_string(FI_MINOR(fi_version()));
 }
@@ -207,7 +196,6 @@ struct Both {
 };
 
 void server(const Options &o, Oob &oob) {
-  compare_own_options(oob);
   Both b(o, true);
   b.establish(oob, true);
   uint32_t tag = 0;
@@ -387,7 +375,6 @@ void write_json(const Options &o, const Setup &s, const std::vector<Comparison> 
 }
 
 void client(const Options &o, Oob &oob) {
-  compare_own_options(oob);
   Both b(o, false);
   b.establish(oob, false);
   Setup s;
@@ -487,6 +474,10 @@ int main(int argc, char **argv) {
     if (g_rounds < 1 || g_rounds > 1000000)
       throw std::invalid_argument("--rounds must be between 1 and 1000000");
     g_self_check = r.count("self-check") != 0;
+  };
+  // Both sides of a two-host run must agree on these too (run_fingerprint).
+  extra.fingerprint = [] {
+    return "rounds=" + std::to_string(g_rounds) + (g_self_check ? " self-check" : "");
   };
   extra.iters_help = "measured round trips per block (0 = 1000 up to 1 KiB, 200 up to 64 KiB, "
                      "30 above)";
