@@ -571,9 +571,10 @@ inline void print_row(const Row &r) {
   std::fflush(stdout);
 }
 
-inline void write_csv(const Options &o, const RunInfo &info, const std::vector<Row> &rows) {
-  if (o.csv.empty())
-    return;
+/// --csv: the file opened for appending, with `header` (one line, newline
+/// included) written first when the file is new or empty and the header is
+/// wanted (--no-csv-header).
+inline std::ofstream open_csv(const Options &o, const char *header) {
   bool fresh = true;
   {
     std::ifstream in(o.csv);
@@ -583,7 +584,15 @@ inline void write_csv(const Options &o, const RunInfo &info, const std::vector<R
   if (!out)
     die("cannot open %s for writing", o.csv.c_str());
   if (fresh && o.csv_header)
-    out << "impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,min_us,mean_us\n";
+    out << header;
+  return out;
+}
+
+inline void write_csv(const Options &o, const RunInfo &info, const std::vector<Row> &rows) {
+  if (o.csv.empty())
+    return;
+  std::ofstream out =
+      open_csv(o, "impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,min_us,mean_us\n");
   char line[512];
   for (const Row &r : rows) {
     std::snprintf(line, sizeof line, "%s,\"%s\",%s,%s,%s,%zu,%zu,%.3f,%.3f,%.3f,%.3f\n",

@@ -202,17 +202,8 @@ void client(const Options &o, const RateOptions &ro, Oob &oob) {
 
   RunInfo info{"raw", ep.provider_name(), ep.endpoint_name(), ep.wait_policy(), ""};
   if (!o.csv.empty()) {
-    bool fresh = true;
-    {
-      std::ifstream in(o.csv);
-      fresh = !in.good() || in.peek() == std::ifstream::traits_type::eof();
-    }
-    std::ofstream out(o.csv, std::ios::app);
-    if (!out)
-      die("cannot open %s for writing", o.csv.c_str());
-    if (fresh && o.csv_header)
-      out << "impl,provider,endpoint,wait,pattern,size,window,clients,workers,ops,seconds,"
-             "ops_per_s\n";
+    std::ofstream out = open_csv(o, "impl,provider,endpoint,wait,pattern,size,window,clients,"
+                                    "workers,ops,seconds,ops_per_s\n");
     for (const RateRow &r : rows)
       out << "raw,\"" << info.provider << "\"," << info.endpoint << "," << info.wait << ","
           << r.pattern << "," << r.size << "," << r.window << ",1,1," << r.ops << "," << r.seconds

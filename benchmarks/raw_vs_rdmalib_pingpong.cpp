@@ -280,18 +280,10 @@ void print_row(const Comparison &c) {
 void write_csv(const Options &o, const Setup &s, const std::vector<Comparison> &rows) {
   if (o.csv.empty())
     return;
-  bool fresh = true;
-  {
-    std::ifstream in(o.csv);
-    fresh = !in.good() || in.peek() == std::ifstream::traits_type::eof();
-  }
-  std::ofstream out(o.csv, std::ios::app);
-  if (!out)
-    die("cannot open %s for writing", o.csv.c_str());
-  if (fresh && o.csv_header)
-    out << "provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,"
-           "raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,"
-           "round_ratio_median,round_ratio_min,round_ratio_max\n";
+  std::ofstream out =
+      open_csv(o, "provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,"
+                  "raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,"
+                  "round_ratio_median,round_ratio_min,round_ratio_max\n");
   char line[768];
   for (const Comparison &c : rows) {
     std::snprintf(line, sizeof line,
