@@ -19,7 +19,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-#include "pingpong_common.hpp"
+#include "pingpong_loop.hpp"
 
 namespace raw {
 
@@ -37,6 +37,11 @@ inline uint32_t api_version() {
   }();
   return v;
 }
+/// The libfabric library loaded at run time, as MAJOR.MINOR.
+inline std::string libfabric_version() {
+  return std::to_string(FI_MAJOR(fi_version())) + "." + std::to_string(FI_MINOR(fi_version()));
+}
+
 constexpr size_t kCqBatch = 8;
 
 [[noreturn]] inline void fi_die(const char *call, int ret) {
@@ -71,13 +76,6 @@ inline void close_fid(fid_t f, const char *what) {
   if (ret)
     std::fprintf(stderr, "[%s] warning: fi_close(%s): %s\n", side_name(), what, fi_strerror(-ret));
 }
-
-struct RxEvent {
-  bool remote_write = false; // a peer's write-with-data (else a message)
-  int slot = -1;             // receive slot consumed, or -1
-  uint64_t data = 0;         // remote CQ data
-  size_t len = 0;            // message length (messages only)
-};
 
 /// What the peer needs to reach our memory, sent out of band.
 struct RemoteInfo {
@@ -188,32 +186,25 @@ public:
     }
   }
 
-  void post_send(size_t size) { post_send_from(send_buf(), size); }
+  void post_send(size_t size) { post_send_from(send_buf(), size, &send_ctx_); }
+
+  /// Send with the caller's context: an operation of a window, where each
+  /// outstanding one needs its own (FI_CONTEXT).
+  void post_send(size_t size, fi_context *ctx) { post_send_from(send_buf(), size, ctx); }
 
   /// Send `size` bytes from `src`, which must lie in our registered region
   /// (an echo replies from the receive slot it was given).
-  void post_send_from(const char *src, size_t size) {
-    for (;;) {
-      ssize_t ret = fi_send(ep_, src, size, desc_, peer_addr_, &send_ctx_);
-      if (ret == 0)
-        break;
-      // tcp;ofi_rxm and shm return -FI_EAGAIN on a first post (connection or
-      // resource setup): drive progress by reading the CQs and retry.
-      if (ret != -FI_EAGAIN)
-        fi_die("fi_send", static_cast<int>(ret));
-      progress();
-      watchdog().what = "fi_send to accept the post";
-      spin_check();
-    }
-    ++tx_posted_;
+  void post_send_from(const char *src, size_t size) { post_send_from(src, size, &send_ctx_); }
+
+  void post_send_from(const char *src, size_t size, fi_context *ctx) {
+    post_until_taken("fi_send", [&] { return fi_send(ep_, src, size, desc_, peer_addr_, ctx); });
   }
 
   void post_writedata(size_t size, uint64_t imm) {
     post_writedata_from(send_buf(), size, imm, &write_ctx_);
   }
 
-  /// Write-with-data with the caller's context: an operation of a window,
-  /// where each outstanding one needs its own (FI_CONTEXT).
+  /// Write-with-data with the caller's context (see post_send).
   void post_writedata(size_t size, uint64_t imm, fi_context *ctx) {
     post_writedata_from(send_buf(), size, imm, ctx);
   }
@@ -226,17 +217,9 @@ public:
 
   void post_writedata_from(const char *src, size_t size, uint64_t imm, fi_context *ctx) {
     uint64_t dst = peer_.base + (1 + static_cast<uint64_t>(rx_slots_)) * slot_bytes_;
-    for (;;) {
-      ssize_t ret = fi_writedata(ep_, src, size, desc_, imm, peer_addr_, dst, peer_.key, ctx);
-      if (ret == 0)
-        break;
-      if (ret != -FI_EAGAIN)
-        fi_die("fi_writedata", static_cast<int>(ret));
-      progress();
-      watchdog().what = "fi_writedata to accept the post";
-      spin_check();
-    }
-    ++tx_posted_;
+    post_until_taken("fi_writedata", [&] {
+      return fi_writedata(ep_, src, size, desc_, imm, peer_addr_, dst, peer_.key, ctx);
+    });
   }
 
   /// Wait for the next receive-side event (message or remote write).
@@ -265,21 +248,6 @@ public:
         watchdog().check();
       spin_check();
     }
-  }
-
-  /// Send with the caller's context (see post_writedata).
-  void post_send(size_t size, fi_context *ctx) {
-    for (;;) {
-      ssize_t ret = fi_send(ep_, send_buf(), size, desc_, peer_addr_, ctx);
-      if (ret == 0)
-        break;
-      if (ret != -FI_EAGAIN)
-        fi_die("fi_send", static_cast<int>(ret));
-      progress();
-      watchdog().what = "fi_send to accept the post";
-      spin_check();
-    }
-    ++tx_posted_;
   }
 
   /// Windows of operations: what the retry loop of a post read meanwhile
@@ -591,6 +559,23 @@ private:
     }
   }
 
+  /// Post a transmit until the provider takes it: tcp;ofi_rxm and shm return
+  /// -FI_EAGAIN on a first post (connection or resource setup), so drive
+  /// progress by reading the CQs and retry.
+  template <class Post> void post_until_taken(const char *call, Post &&post) {
+    for (;;) {
+      ssize_t ret = post();
+      if (ret == 0)
+        break;
+      if (ret != -FI_EAGAIN)
+        fi_die(call, static_cast<int>(ret));
+      progress();
+      watchdog().what = "the provider to accept a transmit";
+      spin_check();
+    }
+    ++tx_posted_;
+  }
+
   RxEvent make_event(const fi_cq_data_entry &e) const {
     RxEvent ev;
     const fi_context *ctx = static_cast<const fi_context *>(e.op_context);
@@ -651,29 +636,22 @@ private:
   uint64_t rx_head_ = 0, rx_tail_ = 0;
 };
 
-// ---- the ping-pong's checks (raw_libfabric_pingpong, raw_vs_rdmalib_pingpong) ----
+// ---- the ping-pong's posts (pingpong_loop.hpp) -------------------------------------
 
-/// What a ping-pong expects of a receive-side event: a message of `size`
-/// bytes, or a write-with-data carrying the sequence number.
-inline void check_event(const RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
-  if (mode == Mode::Send) {
-    if (ev.remote_write || ev.slot < 0)
-      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
-    if (ev.len != size)
-      die("received %zu bytes, expected %zu", ev.len, size);
-  } else {
-    if (!ev.remote_write)
-      die("expected a write-with-data, got a message of %zu bytes", ev.len);
-    if (ev.data != (seq & 0xffffffffu))
-      die("write-with-data carried %llu, expected %llu", static_cast<unsigned long long>(ev.data),
-          static_cast<unsigned long long>(seq & 0xffffffffu));
-  }
+/// A ping or reply of `size` bytes from our send buffer.
+inline void post(RawEndpoint &ep, Mode mode, size_t size, uint64_t seq) {
+  if (mode == Mode::Send)
+    ep.post_send(size);
+  else
+    ep.post_writedata(size, seq & 0xffffffffu);
 }
 
-/// Repost the receive slot an event consumed, if it consumed one.
-inline void repost_if_consumed(RawEndpoint &ep, const RxEvent &ev) {
-  if (ev.slot >= 0)
-    ep.post_recv(ev.slot);
+/// The reply of an echo: the bytes the ping left, from where they landed.
+inline void post_echo(RawEndpoint &ep, Mode mode, size_t size, uint64_t seq, const RxEvent &ping) {
+  if (mode == Mode::Send)
+    ep.post_send_from(ep.slot_buf(ping.slot), size);
+  else
+    ep.post_writedata_from(ep.target_buf(), size, seq & 0xffffffffu);
 }
 
 } // namespace raw

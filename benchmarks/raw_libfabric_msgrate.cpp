@@ -122,8 +122,7 @@ void client(const Options &o, const RateOptions &ro, Oob &oob) {
   RawEndpoint ep(o, false, ro.window);
   ep.establish(oob);
   ep.track_tx_contexts();
-  const std::string libfabric =
-      std::to_string(FI_MAJOR(fi_version())) + "." + std::to_string(FI_MINOR(fi_version()));
+  const std::string libfabric = libfabric_version();
   if (!o.quiet)
     std::printf("# raw_libfabric_msgrate impl=raw provider=%s endpoint=%s wait=%s pattern=%s "
                 "window=%d libfabric=%s\n",
@@ -248,9 +247,8 @@ void client(const Options &o, const RateOptions &ro, Oob &oob) {
 } // namespace
 
 std::string pingpong::version_text(const char *program) {
-  uint32_t v = fi_version();
   return std::string(program) + " (rFaaS " RFAAS_VERSION "), network backend libfabric " +
-         std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + " (raw, no rdmalib)";
+         raw::libfabric_version() + " (raw, no rdmalib)";
 }
 
 int main(int argc, char **argv) {

@@ -89,90 +89,12 @@ Schedule block_schedule(const Options &o, size_t size) {
   return s;
 }
 
-// ---- the two implementations behind one round-trip loop --------------------------
-//
-// Overloads, resolved at compile time: the loops below are the loops of
-// raw_libfabric_pingpong and rdmalib_pingpong, with the same calls.
-
-using raw::check_event;
-using raw::repost_if_consumed;
-using rdside::check_event;
-using rdside::repost_if_consumed;
-
-void post(raw::RawEndpoint &ep, Mode mode, size_t size, size_t i) {
-  if (mode == Mode::Send)
-    ep.post_send(size);
-  else
-    ep.post_writedata(size, i & 0xffffffffu);
-}
-
-void post(rdside::Side &side, Mode mode, size_t size, size_t i) {
-  if (mode == Mode::Send)
-    side.send(size);
-  else
-    side.write_imm(size, static_cast<uint32_t>(i));
-}
-
-/// The server's side of one block.
-template <class Ep> void serve_block(Ep &ep, Mode mode, size_t size, Oob &oob, uint32_t &tag) {
-  oob.barrier(++tag, "the client to start a block");
-  for (size_t i = 0;; ++i) {
-    auto ev = ep.wait_rx("the client's ping");
-    check_event(ev, mode, size, i);
-    // The client marks its last ping in the first payload byte.
-    const char *got = mode == Mode::Send ? ep.slot_buf(ev.slot) : ep.target_buf();
-    bool last = static_cast<unsigned char>(got[0]) == kLastMarker;
-    post(ep, mode, size, i);
-    repost_if_consumed(ep, ev);
-    ep.wait_tx("the server's reply to complete");
-    if (last)
-      break;
-  }
-  oob.barrier(++tag, "the client to finish a block");
-}
-
-/// The client's side of one block: its measured round trips land in `us` (cleared first).
-template <class Ep>
-void ping_block(Ep &ep, Mode mode, size_t size, Schedule sched, Oob &oob, uint32_t &tag,
-                std::vector<double> &us) {
-  us.clear();
-  // Clear where the reply lands, to check the first one carried the bytes.
-  // (No data is in flight here: the server waits at the barrier.)
-  char *landing = ep.target_buf();
-  landing[0] = landing[size - 1] = 0;
-  for (int s = 0; s < 2; ++s)
-    ep.slot_buf(s)[0] = ep.slot_buf(s)[size - 1] = 0;
-  oob.barrier(++tag, "the server to start a block");
-  for (size_t i = 0;; ++i) {
-    auto t0 = Clock::now();
-    bool last = sched.last(i, t0);
-    // Our previous ping has completed (wait_tx), so its buffer is ours.
-    ep.send_buf()[0] = static_cast<char>(last ? kLastMarker : kClientFill);
-    post(ep, mode, size, i);
-    auto ev = ep.wait_rx("the server's reply");
-    repost_if_consumed(ep, ev);
-    ep.wait_tx("the client's ping to complete");
-    auto t1 = Clock::now();
-    check_event(ev, mode, size, i);
-    if (i == 0) {
-      const char *got = mode == Mode::Send ? ep.slot_buf(ev.slot) : landing;
-      if (static_cast<unsigned char>(got[0]) != kServerFill ||
-          static_cast<unsigned char>(got[size - 1]) != kServerFill)
-        die("%s of %zu bytes: the reply's bytes did not arrive", mode_name(mode), size);
-    }
-    if (i >= sched.warm)
-      us.push_back(elapsed_us(t0, t1));
-    if (last)
-      break;
-  }
-  oob.barrier(++tag, "the server to finish a block");
-}
+// The round-trip loops are pingpong_loop.hpp's serve_block and ping_block,
+// the loops of raw_libfabric_pingpong and rdmalib_pingpong: the same calls,
+// over each implementation's post and post_echo (found by argument-dependent
+// lookup in namespaces raw and rdside).
 
 // ---- setup ----------------------------------------------------------------------------
-
-std::string libfabric_version() {
-  return std::to_string(FI_MAJOR(fi_version())) + "." + std::to_string(FI_MINOR(fi_version()));
-}
 
 /// Both implementations of one side, connected: rdmalib first (see the top).
 struct Both {
@@ -204,11 +126,11 @@ void server(const Options &o, Oob &oob) {
       for (size_t round = 0; round < g_rounds; ++round) {
         for (int k = 0; k < 2; ++k) {
           if (impl_of(round, k) == Impl::Raw)
-            serve_block(b.raw, mode, size, oob, tag);
+            serve_block(b.raw, mode, size, oob, tag, g_reply);
           else if (b.raw2)
-            serve_block(*b.raw2, mode, size, oob, tag);
+            serve_block(*b.raw2, mode, size, oob, tag, g_reply);
           else
-            serve_block(b.lib, mode, size, oob, tag);
+            serve_block(b.lib, mode, size, oob, tag, g_reply);
         }
       }
     }
@@ -250,12 +172,12 @@ struct Setup {
 
 void print_header(const Options &o, const Setup &s) {
   if (!o.quiet) {
-    std::printf("# %s provider=%s endpoint=%s wait=%s pin=%s rounds=%zu raw: libfabric=%s; %s\n",
-                o.program.c_str(), s.provider.c_str(), s.endpoint.c_str(), s.wait.c_str(),
-                o.pin
-                    ? (std::to_string(o.server_core) + "," + std::to_string(o.client_core)).c_str()
-                    : "no",
-                g_rounds, s.raw_detail.c_str(), s.lib_detail.c_str());
+    std::printf(
+        "# %s provider=%s endpoint=%s wait=%s pin=%s rounds=%zu reply=%s raw: libfabric=%s; %s\n",
+        o.program.c_str(), s.provider.c_str(), s.endpoint.c_str(), s.wait.c_str(),
+        o.pin ? (std::to_string(o.server_core) + "," + std::to_string(o.client_core)).c_str()
+              : "no",
+        g_rounds, reply_name(g_reply), s.raw_detail.c_str(), s.lib_detail.c_str());
     std::printf("# per (mode,size): raw and rdmalib median and p99 over all blocks (us); "
                 "lib/raw = ratio of those medians;\n# rnd_med, rnd_min, rnd_max = median, min, "
                 "max over rounds of (rdmalib block median / raw block median)\n");
@@ -310,11 +232,12 @@ void write_json(const Options &o, const Setup &s, const std::vector<Comparison> 
                             rdmalib::Fabric::backend_version(), s.provider, s.endpoint, o.argv});
   bench_json::Value &p = doc["parameters"];
   p["impl"] = "raw_vs_rdmalib";
+  p["reply"] = reply_name(g_reply);
   p["wait"] = s.wait;
   p["raw_provider"] = s.raw_provider;
   p["raw_endpoint"] = s.raw_endpoint;
   p["raw_wait"] = s.raw_wait;
-  p["raw_libfabric_version"] = libfabric_version();
+  p["raw_libfabric_version"] = raw::libfabric_version();
   p["rdmalib_provider"] = s.lib_provider;
   p["rdmalib_endpoint"] = s.lib_endpoint;
   p["rdmalib_wait"] = s.lib_wait;
@@ -373,7 +296,7 @@ void client(const Options &o, Oob &oob) {
   s.raw_provider = b.raw.provider_name();
   s.raw_endpoint = b.raw.endpoint_name();
   s.raw_wait = b.raw.wait_policy();
-  s.raw_detail = libfabric_version();
+  s.raw_detail = raw::libfabric_version();
   s.lib_provider = b.lib.fabric().provider();
   s.lib_endpoint = b.lib.endpoint_name();
   s.lib_wait = b.lib.wait_policy();
@@ -411,11 +334,11 @@ void client(const Options &o, Oob &oob) {
         for (int k = 0; k < 2; ++k) {
           Impl impl = impl_of(round, k);
           if (impl == Impl::Raw)
-            ping_block(b.raw, mode, size, sched, oob, tag, block_us);
+            ping_block(b.raw, mode, size, sched, oob, tag, block_us, g_reply);
           else if (b.raw2)
-            ping_block(*b.raw2, mode, size, sched, oob, tag, block_us);
+            ping_block(*b.raw2, mode, size, sched, oob, tag, block_us, g_reply);
           else
-            ping_block(b.lib, mode, size, sched, oob, tag, block_us);
+            ping_block(b.lib, mode, size, sched, oob, tag, block_us, g_reply);
           std::vector<double> &all = impl == Impl::Raw ? raw_all : lib_all;
           all.insert(all.end(), block_us.begin(), block_us.end());
           med[impl == Impl::Raw ? 0 : 1] = median_of(block_us);
@@ -447,12 +370,13 @@ void client(const Options &o, Oob &oob) {
 std::string pingpong::version_text(const char *program) {
   return std::string(program) + " (rFaaS " RFAAS_VERSION "), network backend " +
          rdmalib::Fabric::backend_name() + " " + rdmalib::Fabric::backend_version() +
-         ", raw baseline libfabric " + libfabric_version();
+         ", raw baseline libfabric " + raw::libfabric_version();
 }
 
 int main(int argc, char **argv) {
   ExtraOptions extra;
   extra.add = [](rfaas::cli::Options &spec) {
+    add_reply_option(spec);
     spec.add_options()("rounds",
                        "rounds per (mode,size); each runs one block on raw and one on rdmalib, "
                        "raw first in even rounds, rdmalib first in odd ones",
@@ -466,10 +390,12 @@ int main(int argc, char **argv) {
     if (g_rounds < 1 || g_rounds > 1000000)
       throw std::invalid_argument("--rounds must be between 1 and 1000000");
     g_self_check = r.count("self-check") != 0;
+    read_reply_option(r);
   };
   // Both sides of a two-host run must agree on these too (run_fingerprint).
   extra.fingerprint = [] {
-    return "rounds=" + std::to_string(g_rounds) + (g_self_check ? " self-check" : "");
+    return "rounds=" + std::to_string(g_rounds) + (g_self_check ? " self-check" : "") + " " +
+           reply_fingerprint();
   };
   extra.iters_help = "measured round trips per block (0 = 1000 up to 1 KiB, 200 up to 64 KiB, "
                      "30 above)";

@@ -11,7 +11,7 @@
 
 #include <rdmalib/rdmalib.hpp>
 
-#include "pingpong_common.hpp"
+#include "pingpong_loop.hpp"
 
 namespace rdside {
 
@@ -39,13 +39,6 @@ inline constexpr uint64_t kSendContext = 0x5e4d;
 /// benchmark. Receive slots are at least 64 bytes so that rdmalib's 16-byte
 /// control messages (emulated immediates, goodbyes) always fit.
 inline size_t slot_bytes_for(const Options &o) { return std::max<size_t>(max_size(o), 64); }
-
-struct RxEvent {
-  bool remote_write = false;
-  int slot = -1;
-  uint32_t imm = 0;
-  size_t len = 0;
-};
 
 class Side {
 public:
@@ -113,28 +106,32 @@ public:
   const char *wait_policy() const { return block_ ? "block" : "busy"; }
 
   char *send_buf() { return buf_.data(); }
-  char *slot_buf(int slot) { return buf_.data() + (1 + slot) * slot_bytes_; }
-  char *target_buf() { return buf_.data() + 3 * slot_bytes_; }
+  char *slot_buf(int slot) { return buf_.data() + slot_offset(slot); }
+  char *target_buf() { return buf_.data() + target_offset(); }
+  size_t slot_offset(int slot) const { return (1 + slot) * slot_bytes_; }
+  size_t target_offset() const { return 3 * slot_bytes_; }
 
   // ---- data path -------------------------------------------------------------------
 
   void post_recv(int slot) {
     rdmalib::Status st =
-        ops_.post_recv(buf_.local_bytes((1 + slot) * slot_bytes_, slot_bytes_), uint64_t(slot));
+        ops_.post_recv(buf_.local_bytes(slot_offset(slot), slot_bytes_), uint64_t(slot));
     if (st != rdmalib::Status::Ok)
       die("post_recv: %s: %s", rdmalib::to_string(st), ops_.last_error());
   }
 
-  void send(size_t size) {
-    rdmalib::Status st = ops_.send(buf_.local_bytes(0, size), kSendContext);
+  /// Send `size` bytes from `offset` in our buffer (0: the send buffer).
+  void send(size_t size, size_t offset = 0) {
+    rdmalib::Status st = ops_.send(buf_.local_bytes(offset, size), kSendContext);
     if (st != rdmalib::Status::Ok)
       die("send: %s: %s", rdmalib::to_string(st), ops_.last_error());
     ++tx_posted_;
   }
 
-  void write_imm(size_t size, uint32_t imm) {
+  /// Write `size` bytes from `offset` in our buffer into the peer's target.
+  void write_imm(size_t size, uint32_t imm, size_t offset = 0) {
     rdmalib::Status st =
-        ops_.write_imm(buf_.local_bytes(0, size), peer_, 3 * slot_bytes_, imm, kSendContext);
+        ops_.write_imm(buf_.local_bytes(offset, size), peer_, target_offset(), imm, kSendContext);
     if (st != rdmalib::Status::Ok)
       die("write_imm: %s: %s", rdmalib::to_string(st), ops_.last_error());
     ++tx_posted_;
@@ -211,7 +208,7 @@ private:
       ev.remote_write = c.kind == rdmalib::OpKind::RemoteWriteImm;
       bool owns_slot = !ev.remote_write || caps_.write_consumes_receive;
       ev.slot = owns_slot && c.context < 2 ? static_cast<int>(c.context) : -1;
-      ev.imm = c.imm;
+      ev.data = c.imm;
       ev.len = c.length;
       if (rx_tail_ - rx_head_ >= kRxQueue)
         die("receive event queue overflow (the peer sent more than expected)");
@@ -241,23 +238,22 @@ private:
   uint64_t rx_head_ = 0, rx_tail_ = 0;
 };
 
-inline void check_event(const RxEvent &ev, Mode mode, size_t size, uint64_t seq) {
-  if (mode == Mode::Send) {
-    if (ev.remote_write || ev.slot < 0)
-      die("expected a message, got a %s", ev.remote_write ? "remote write" : "stray completion");
-    if (ev.len != size)
-      die("received %zu bytes, expected %zu", ev.len, size);
-  } else {
-    if (!ev.remote_write)
-      die("expected a write-with-immediate, got a message of %zu bytes", ev.len);
-    if (ev.imm != static_cast<uint32_t>(seq))
-      die("write-with-immediate carried %u, expected %u", ev.imm, static_cast<uint32_t>(seq));
-  }
+// ---- the ping-pong's posts (pingpong_loop.hpp) -------------------------------------
+
+/// A ping or reply of `size` bytes from our send buffer.
+inline void post(Side &side, Mode mode, size_t size, uint64_t seq) {
+  if (mode == Mode::Send)
+    side.send(size);
+  else
+    side.write_imm(size, static_cast<uint32_t>(seq));
 }
 
-inline void repost_if_consumed(Side &s, const RxEvent &ev) {
-  if (ev.slot >= 0)
-    s.post_recv(ev.slot);
+/// The reply of an echo: the bytes the ping left, from where they landed.
+inline void post_echo(Side &side, Mode mode, size_t size, uint64_t seq, const RxEvent &ping) {
+  if (mode == Mode::Send)
+    side.send(size, side.slot_offset(ping.slot));
+  else
+    side.write_imm(size, static_cast<uint32_t>(seq), side.target_offset());
 }
 
 } // namespace rdside
