@@ -231,19 +231,20 @@ done
 if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   # Columns: provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,
   # raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,
-  # round_ratio_median,round_ratio_min,round_ratio_max
-  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s\n' provider ep mode size block \
-    raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max"
+  # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median
+  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s\n' provider ep mode size \
+    block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm
   tail -n +2 "$work/interleaved.csv" | tr -d '"' |
-    while IFS=, read -r prov ep _ mode size _ block _ _ _ rmed rp99 lmed lp99 rom rmed_r rmin rmax; do
-      printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f\n' \
+    while IFS=, read -r prov ep _ mode size _ block _ _ _ rmed rp99 lmed lp99 rom rmed_r rmin rmax riqm; do
+      printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f\n' \
         "$prov" "$ep" "$mode" "$size" "$block" "$rmed" "$rp99" "$lmed" "$lp99" "$rom" "$rmed_r" \
-        "$rmin" "$rmax"
+        "$rmin" "$rmax" "$riqm"
     done
   echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation,"
   echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"
   echo " lib/raw = median over the rounds of rdmalib's block median / raw's block median of the"
-  echo " same round, with its range; block = round trips measured per block)"
+  echo " same round, with its range; iqm = the same ratio of the blocks' interquartile means;"
+  echo " block = round trips measured per block)"
   if [[ -n "$csv" ]]; then
     cp "$work/interleaved.csv" "$csv"
     echo "wrote $csv"
