@@ -39,7 +39,7 @@ alive() { kill -0 "$MPID" 2>/dev/null || fail "executor_manager died"; }
 # deadline, append every thread's stack (gdb, where installed) to OUT, so that
 # a hang says where it was, then kill it. Returns COMMAND's status, 124 on timeout.
 bounded() {
-  local limit=$1 out=$2 pid status
+  local limit=$1 out=$2 pid
   shift 2
   "$@" >"$out" 2>&1 &
   pid=$!
@@ -59,8 +59,6 @@ bounded() {
     return 124
   fi
   wait "$pid"
-  status=$?
-  return $status
 }
 legit() { # a normal lease with a few invocations; its output goes to $1
   timeout 60 "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
