@@ -13,9 +13,14 @@
 #
 # Arguments after "--" go to both programs (see their --help). With --repeat N
 # each figure is the median over the N runs of that run's median (or p99).
-# With --interleaved, one run of raw_vs_rdmalib_pingpong per provider instead:
-# both implementations in the same processes, alternating blocks, --rounds
-# rounds; lib/raw is then the median over rounds of the per-round ratio.
+# With --interleaved, runs of raw_vs_rdmalib_pingpong instead: both
+# implementations in the same processes, alternating blocks, --rounds rounds;
+# lib/raw is then the median over rounds of the per-round ratio. With
+# --repeat N it runs N pairs of processes per provider and prints each
+# figure's median over them, with every run's ratio: a run's ratio also
+# carries where that pair of processes landed (a raw-against-raw run,
+# --self-check, gives 0.98-1.05 on shm on these VMs), which no number of
+# rounds inside one run averages out.
 # Every run has a deadline; nothing is left running on exit or Ctrl-C.
 set -euo pipefail
 
@@ -42,14 +47,15 @@ Options:
   --providers LIST   space-separated providers (default: "$providers")
   --sizes LIST       comma-separated sizes (default: $sizes)
   --modes LIST       send,writeimm (default: $modes)
-  --repeat N         runs of each program per provider (default: $repeat)
+  --repeat N         runs of each program per provider, or with --interleaved
+                     runs of raw_vs_rdmalib_pingpong (default: $repeat)
   --interleaved      run raw_vs_rdmalib_pingpong (both in the same processes,
-                     alternating blocks) once per provider instead of the pair
+                     alternating blocks) per provider instead of the pair
   --rounds N         with --interleaved: rounds per (mode, size) (default: $rounds)
   --timeout S        deadline of one program run in seconds (default: $timeout_s)
   --csv FILE         write the comparison as CSV
   --json-dir DIR     keep each program run's JSON there (<impl>-<provider>-<n>.json,
-                     interleaved-<provider>.json)
+                     interleaved-<provider>-<n>.json)
 EOF
 }
 
@@ -73,11 +79,6 @@ done
 [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --repeat needs a positive integer" >&2; exit 1; }
 [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --timeout needs a positive integer" >&2; exit 1; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --rounds needs a positive integer" >&2; exit 1; }
-if [[ $interleaved -eq 1 && $repeat -ne 1 ]]; then
-  echo "run-pingpong.sh: --repeat runs the pair of programs; with --interleaved use --rounds" >&2
-  exit 1
-fi
-
 programs=(raw_libfabric_pingpong rdmalib_pingpong)
 [[ $interleaved -eq 1 ]] && programs=(raw_vs_rdmalib_pingpong)
 find_bins() {
@@ -135,9 +136,9 @@ run_one() { # impl provider wait csvfile
 
 # --interleaved: one run of raw_vs_rdmalib_pingpong, whose CSV rows carry the
 # comparison already (it appends to csvfile).
-run_interleaved() { # provider wait csvfile
+run_interleaved() { # provider wait csvfile run
   local log="$work/log" json=()
-  [[ -n "$json_dir" ]] && json=(--json "$json_dir/interleaved-${1//;/+}.json")
+  [[ -n "$json_dir" ]] && json=(--json "$json_dir/interleaved-${1//;/+}-$4.json")
   timeout -k 5 $((timeout_s + 10)) "$bin_dir/raw_vs_rdmalib_pingpong" --provider "$1" \
     --wait "$2" --sizes "$sizes" --modes "$modes" --rounds "$rounds" --timeout "$timeout_s" \
     --csv "$3" --quiet "${json[@]}" "${extra[@]}" >"$log" 2>&1 &
@@ -174,7 +175,9 @@ for provider in $providers; do
     export FI_OFI_RXM_CM_PROGRESS_INTERVAL="${FI_OFI_RXM_CM_PROGRESS_INTERVAL:-100}"
   fi
   if [[ $interleaved -eq 1 ]]; then
-    run_interleaved "$provider" "$wait_policy" "$work/interleaved.csv" || status=1
+    for ((r = 0; r < repeat; r++)); do
+      run_interleaved "$provider" "$wait_policy" "$work/interleaved.csv" "$r" || { status=1; break; }
+    done
     continue
   fi
   raw_csv="$work/raw.csv" lib_csv="$work/lib.csv"
@@ -232,19 +235,37 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   # Columns: provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,
   # raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,
   # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median
-  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s\n' provider ep mode size \
-    block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm
-  tail -n +2 "$work/interleaved.csv" | tr -d '"' |
-    while IFS=, read -r prov ep _ mode size _ block _ _ _ rmed rp99 lmed lp99 rom rmed_r rmin rmax riqm; do
-      printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f\n' \
-        "$prov" "$ep" "$mode" "$size" "$block" "$rmed" "$rp99" "$lmed" "$lp99" "$rom" "$rmed_r" \
-        "$rmin" "$rmax" "$riqm"
-    done
+  # One line per (provider, mode, size) in the order of the runs: each figure
+  # is its median over the --repeat runs; "runs" lists every run's iqm ratio.
+  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s  %s\n' provider ep mode \
+    size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm runs
+  tail -n +2 "$work/interleaved.csv" | tr -d '"' | awk -F, '
+    function med(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    {
+      k = $1 SUBSEP $4 SUBSEP $5
+      if (!(k in ep)) { order[++nk] = k; ep[k] = $2; mode[k] = $4; size[k] = $5; prov[k] = $1; block[k] = $7 }
+      for (c = 11; c <= 19; c++) col[k, c] = col[k, c] " " $c
+      runs[k] = runs[k] (runs[k] == "" ? "" : " ") sprintf("%.3f", $19)
+    }
+    END {
+      for (i = 1; i <= nk; i++) {
+        k = order[i]
+        printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f  %s\n",
+          prov[k], ep[k], mode[k], size[k], block[k], med(col[k, 11]), med(col[k, 12]),
+          med(col[k, 13]), med(col[k, 14]), med(col[k, 15]), med(col[k, 16]), med(col[k, 17]),
+          med(col[k, 18]), med(col[k, 19]), runs[k]
+      }
+    }'
   echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation,"
   echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"
   echo " lib/raw = median over the rounds of rdmalib's block median / raw's block median of the"
   echo " same round, with its range; iqm = the same ratio of the blocks' interquartile means;"
-  echo " block = round trips measured per block)"
+  echo " block = round trips measured per block; every figure is the median over $repeat run(s),"
+  echo " each a new pair of processes, and runs = each run's iqm)"
   if [[ -n "$csv" ]]; then
     cp "$work/interleaved.csv" "$csv"
     echo "wrote $csv"
