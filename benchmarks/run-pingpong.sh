@@ -236,7 +236,8 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   # raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,
   # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median
   # One line per (provider, mode, size) in the order of the runs: each figure
-  # is its median over the --repeat runs; "runs" lists every run's iqm ratio.
+  # is its median over the --repeat runs, but the range of the per-round
+  # ratios spans all of them; "runs" lists every run's iqm ratio.
   printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s  %s\n' provider ep mode \
     size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm runs
   tail -n +2 "$work/interleaved.csv" | tr -d '"' | awk -F, '
@@ -245,6 +246,8 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
       for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
+    function lo(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 < m + 0) m = a[i]; return m }
+    function hi(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 > m + 0) m = a[i]; return m }
     {
       k = $1 SUBSEP $4 SUBSEP $5
       if (!(k in ep)) { order[++nk] = k; ep[k] = $2; mode[k] = $4; size[k] = $5; prov[k] = $1; block[k] = $7 }
@@ -256,17 +259,18 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
         k = order[i]
         printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f  %s\n",
           prov[k], ep[k], mode[k], size[k], block[k], med(col[k, 11]), med(col[k, 12]),
-          med(col[k, 13]), med(col[k, 14]), med(col[k, 15]), med(col[k, 16]), med(col[k, 17]),
-          med(col[k, 18]), med(col[k, 19]), runs[k]
+          med(col[k, 13]), med(col[k, 14]), med(col[k, 15]), med(col[k, 16]), lo(col[k, 17]),
+          hi(col[k, 18]), med(col[k, 19]), runs[k]
       }
     }'
   echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation,"
   echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"
   echo " lib/raw = median over the rounds of rdmalib's block median / raw's block median of the"
   echo " same round, with its range; iqm = the same ratio of the blocks' interquartile means;"
-  echo " block = round trips measured per block; every figure is the median over $repeat run(s),"
-  echo " each a new pair of processes, and runs = each run's iqm)"
+  echo " block = round trips measured per block; each figure is the median over $repeat run(s),"
+  echo " each a new pair of processes, the range spans all of them, and runs = each run's iqm)"
   if [[ -n "$csv" ]]; then
+    # One row per run and (mode, size), as raw_vs_rdmalib_pingpong wrote them.
     cp "$work/interleaved.csv" "$csv"
     echo "wrote $csv"
   fi
