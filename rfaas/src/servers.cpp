@@ -53,6 +53,14 @@ server_database server_database::parse(const std::string &json_text, const std::
       if (rdmalib::Address::opaque_text(s.address)) {
         // An ofi: name is the whole endpoint: a "port" beside it may only be 0.
         e.optional("port", s.port, 0, 0);
+        // Kept as rdmalib spells it (lower-case hex), which is how managers
+        // print their names and how endpoint() and server::parse give it
+        // back: "ofi:efa:FE80" and "ofi:efa:fe80" are one manager.
+        try {
+          s.address = rdmalib::Address::parse(s.address).host_text();
+        } catch (const rdmalib::Error &bad) {
+          address.fail(bad.what());
+        }
       } else {
         s.port = static_cast<uint16_t>(
             e.required("port", "the manager's listening port, 1..65535").integer(1, 65535));
@@ -84,8 +92,16 @@ server_database server_database::load(const std::string &path) {
 }
 
 const server &server_database::find(const std::string &name) const {
+  // An opaque name may be asked for in either case of its hex digits.
+  std::string endpoint = name;
+  if (rdmalib::Address::opaque_text(name)) {
+    try {
+      endpoint = rdmalib::Address::parse(name).to_string();
+    } catch (const rdmalib::Error &) {
+    }
+  }
   for (const server &s : servers_)
-    if (s.name == name || s.endpoint() == name)
+    if (s.name == name || s.endpoint() == endpoint)
       return s;
   std::string known;
   for (const server &s : servers_)

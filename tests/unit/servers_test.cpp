@@ -94,6 +94,20 @@ TEST(ServerDatabase, OpaqueAddressesNeedNoPort) {
   EXPECT_EQ(db.servers()[0].name, "ofi:efa:00ff");
 }
 
+// An opaque name written with upper-case hex digits is the same name: it is
+// kept as managers print it, so that it reads back from endpoint() unchanged.
+TEST(ServerDatabase, OpaqueNamesAreKeptInLowerCase) {
+  auto db = rfaas::server_database::parse(
+      R"({"executor_managers": [ {"name": "efa", "address": "ofi:efa:Fe8018"} ]})", "servers.json");
+  ASSERT_EQ(db.servers().size(), 1u);
+  const rfaas::server &s = db.servers()[0];
+  EXPECT_EQ(s.address, "ofi:efa:fe8018");
+  EXPECT_EQ(s.endpoint(), "ofi:efa:fe8018");
+  EXPECT_EQ(rfaas::server::parse(s.endpoint()).address, s.address);
+  EXPECT_EQ(db.find("ofi:efa:fe8018").name, "efa");
+  EXPECT_EQ(db.find("ofi:efa:FE8018").name, "efa");
+}
+
 TEST(Server, ParseTakesWhatAManagerPrints) {
   rfaas::server ip = rfaas::server::parse("10.0.0.7:7000");
   EXPECT_EQ(ip.address, "10.0.0.7");
