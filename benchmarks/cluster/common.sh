@@ -96,5 +96,15 @@ raw_host() { # node
   if [[ -n $RFAAS_IFACE ]]; then fabric_address "$1"; else echo 127.0.0.1; fi
 }
 
+# For the scripts' summaries: an awk function, median(list), of a list of
+# numbers separated by spaces; put it before the awk program that calls it.
+awk_median='
+  function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 2; i <= n; ++i) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+'
+
 echo "nodes: server $server_node, client $client_node; provider $RFAAS_PROVIDER" \
   "($RFAAS_ENDPOINT); results in $RFAAS_OUT"
