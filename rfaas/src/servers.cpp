@@ -53,14 +53,6 @@ server_database server_database::parse(const std::string &json_text, const std::
       if (rdmalib::Address::opaque_text(s.address)) {
         // An ofi: name is the whole endpoint: a "port" beside it may only be 0.
         e.optional("port", s.port, 0, 0);
-        // Kept as rdmalib spells it (lower-case hex), which is how managers
-        // print their names and how endpoint() and server::parse give it
-        // back: "ofi:efa:FE80" and "ofi:efa:fe80" are one manager.
-        try {
-          s.address = rdmalib::Address::parse(s.address).host_text();
-        } catch (const rdmalib::Error &bad) {
-          address.fail(bad.what());
-        }
       } else {
         s.port = static_cast<uint16_t>(
             e.required("port", "the manager's listening port, 1..65535").integer(1, 65535));
@@ -69,7 +61,12 @@ server_database server_database::parse(const std::string &json_text, const std::
       // entry, not at the first connection: the address must be one that
       // rfaas::server::parse reads back from endpoint().
       try {
-        rdmalib::Address::parse(s.endpoint());
+        const rdmalib::Address a = rdmalib::Address::parse(s.endpoint());
+        // An opaque name is kept as rdmalib spells it (lower-case hex), as
+        // managers print it and server::parse gives it back: "ofi:efa:FE80"
+        // and "ofi:efa:fe80" are one manager.
+        if (a.opaque())
+          s.address = a.host_text();
       } catch (const rdmalib::Error &bad) {
         address.fail(bad.what());
       }
