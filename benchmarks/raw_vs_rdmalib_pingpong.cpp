@@ -24,6 +24,13 @@
 // every block, outside the timed region. Both sides derive which
 // implementation runs a block from the round number.
 //
+// --endpoints K opens K connections of each implementation and runs round r
+// on the (r mod K)-th of each. On shm a pair of endpoints carries an offset
+// of its own for the whole run (where its shared-memory regions, queues and
+// buffers land: raw against a second raw endpoint gives 0.98-1.10 from run
+// to run), so the ratio of one run with one endpoint each is partly the
+// ratio of two placements; K of each average that out within the run.
+//
 // The rdmalib fabric is opened before the raw endpoint: rdmalib sets its
 // provider environment defaults (FI_OFI_RXM_*, provider_table.cpp) before
 // libfabric first initialises, as it does in rdmalib_pingpong, and the raw
@@ -32,6 +39,7 @@
 // Includes libfabric headers (through raw_libfabric_endpoint.hpp), which
 // DESIGN.md §2 allows outside rdmalib/ only in raw baselines: its name says "raw".
 #include <memory>
+#include <vector>
 
 #include <rdmalib/rdmalib.hpp>
 
@@ -51,6 +59,9 @@ size_t g_rounds = 40;
 /// every ratio compares raw with raw and shows what the method itself adds
 /// (1.000 when blocks, order and placement favour neither side).
 bool g_self_check = false;
+/// --endpoints: connections of each implementation; round r runs on the
+/// (r mod K)-th of each (see the top).
+size_t g_endpoints = 1;
 
 enum class Impl { Raw, Rdmalib };
 
@@ -96,24 +107,40 @@ Schedule block_schedule(const Options &o, size_t size) {
 
 // ---- setup ----------------------------------------------------------------------------
 
-/// Both implementations of one side, connected: rdmalib first (see the top).
+/// Both implementations of one side, --endpoints connections of each,
+/// connected: rdmalib first (see the top).
 struct Both {
-  rdside::Side lib;
-  raw::RawEndpoint raw;
+  std::vector<std::unique_ptr<rdside::Side>> lib;
+  std::vector<std::unique_ptr<raw::RawEndpoint>> raw;
   /// --self-check: what runs in rdmalib's place.
-  std::unique_ptr<raw::RawEndpoint> raw2;
-  Both(const Options &o, bool server) : lib(o, server), raw(o, server) {
+  std::vector<std::unique_ptr<raw::RawEndpoint>> raw2;
+  Both(const Options &o, bool server) {
+    for (size_t i = 0; i < g_endpoints; ++i)
+      lib.push_back(std::make_unique<rdside::Side>(o, server));
+    for (size_t i = 0; i < g_endpoints; ++i)
+      raw.push_back(std::make_unique<raw::RawEndpoint>(o, server));
     if (g_self_check)
-      raw2 = std::make_unique<raw::RawEndpoint>(o, server);
+      for (size_t i = 0; i < g_endpoints; ++i)
+        raw2.push_back(std::make_unique<raw::RawEndpoint>(o, server));
   }
   void establish(Oob &oob, bool server) {
-    if (server)
-      lib.establish_server(oob);
-    else
-      lib.establish_client(oob);
-    raw.establish(oob);
-    if (raw2)
-      raw2->establish(oob);
+    for (auto &l : lib) {
+      if (server)
+        l->establish_server(oob);
+      else
+        l->establish_client(oob);
+    }
+    for (auto &r : raw)
+      r->establish(oob);
+    for (auto &r : raw2)
+      r->establish(oob);
+  }
+  rdside::Side &lib_of(size_t round) { return *lib[round % lib.size()]; }
+  raw::RawEndpoint &raw_of(size_t round) { return *raw[round % raw.size()]; }
+  raw::RawEndpoint &raw2_of(size_t round) { return *raw2[round % raw2.size()]; }
+  void close() {
+    for (auto &l : lib)
+      l->close();
   }
 };
 
@@ -126,17 +153,17 @@ void server(const Options &o, Oob &oob) {
       for (size_t round = 0; round < g_rounds; ++round) {
         for (int k = 0; k < 2; ++k) {
           if (impl_of(round, k) == Impl::Raw)
-            serve_block(b.raw, mode, size, oob, tag, g_reply);
-          else if (b.raw2)
-            serve_block(*b.raw2, mode, size, oob, tag, g_reply);
+            serve_block(b.raw_of(round), mode, size, oob, tag, g_reply);
+          else if (!b.raw2.empty())
+            serve_block(b.raw2_of(round), mode, size, oob, tag, g_reply);
           else
-            serve_block(b.lib, mode, size, oob, tag, g_reply);
+            serve_block(b.lib_of(round), mode, size, oob, tag, g_reply);
         }
       }
     }
   }
   oob.barrier(~0u, "the client to finish");
-  b.lib.close();
+  b.close();
 }
 
 // ---- results --------------------------------------------------------------------------
@@ -196,11 +223,12 @@ struct Setup {
 void print_header(const Options &o, const Setup &s) {
   if (!o.quiet) {
     std::printf(
-        "# %s provider=%s endpoint=%s wait=%s pin=%s rounds=%zu reply=%s raw: libfabric=%s; %s\n",
+        "# %s provider=%s endpoint=%s wait=%s pin=%s rounds=%zu endpoints=%zu reply=%s raw: "
+        "libfabric=%s; %s\n",
         o.program.c_str(), s.provider.c_str(), s.endpoint.c_str(), s.wait.c_str(),
         o.pin ? (std::to_string(o.server_core) + "," + std::to_string(o.client_core)).c_str()
               : "no",
-        g_rounds, reply_name(g_reply), s.raw_detail.c_str(), s.lib_detail.c_str());
+        g_rounds, g_endpoints, reply_name(g_reply), s.raw_detail.c_str(), s.lib_detail.c_str());
     std::printf("# per (mode,size): raw and rdmalib median and p99 over all blocks (us); "
                 "lib/raw = ratio of those medians;\n# rnd_med, rnd_min, rnd_max = median, min, "
                 "max over rounds of (rdmalib block median / raw block median);\n# rnd_iqm = "
@@ -227,19 +255,19 @@ void print_row(const Comparison &c) {
 void write_csv(const Options &o, const Setup &s, const std::vector<Comparison> &rows) {
   if (o.csv.empty())
     return;
-  std::ofstream out =
-      open_csv(o, "provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,"
-                  "raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,"
-                  "round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median\n");
+  std::ofstream out = open_csv(
+      o, "provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,"
+         "raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,"
+         "round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median,endpoints\n");
   char line[768];
   for (const Comparison &c : rows) {
     std::snprintf(line, sizeof line,
                   "\"%s\",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,"
-                  "%.4f,%.4f\n",
+                  "%.4f,%.4f,%zu\n",
                   s.provider.c_str(), s.endpoint.c_str(), s.wait.c_str(), mode_name(c.mode), c.size,
                   c.round_ratios.size(), c.block, c.warm, c.raw.iters, c.lib.iters, c.raw.median_us,
                   c.raw.p99_us, c.lib.median_us, c.lib.p99_us, c.ratio_of_medians, c.round_median,
-                  c.round_min, c.round_max, c.round_iqm_median);
+                  c.round_min, c.round_max, c.round_iqm_median, g_endpoints);
     out << line;
   }
   if (!out)
@@ -272,6 +300,7 @@ void write_json(const Options &o, const Setup &s, const std::vector<Comparison> 
   p["server_core"] = o.server_core;
   p["client_core"] = o.client_core;
   p["rounds"] = g_rounds;
+  p["endpoints"] = g_endpoints;
   p["self_check"] = g_self_check;
   p["block"] = o.iters; // 0 = per-size default (the results say what ran)
   p["warmup"] = o.warmup;
@@ -320,14 +349,14 @@ void client(const Options &o, Oob &oob) {
   Both b(o, false);
   b.establish(oob, false);
   Setup s;
-  s.raw_provider = b.raw.provider_name();
-  s.raw_endpoint = b.raw.endpoint_name();
-  s.raw_wait = b.raw.wait_policy();
+  s.raw_provider = b.raw_of(0).provider_name();
+  s.raw_endpoint = b.raw_of(0).endpoint_name();
+  s.raw_wait = b.raw_of(0).wait_policy();
   s.raw_detail = raw::libfabric_version();
-  s.lib_provider = b.lib.fabric().provider();
-  s.lib_endpoint = b.lib.endpoint_name();
-  s.lib_wait = b.lib.wait_policy();
-  s.lib_detail = b.lib.fabric().describe();
+  s.lib_provider = b.lib_of(0).fabric().provider();
+  s.lib_endpoint = b.lib_of(0).endpoint_name();
+  s.lib_wait = b.lib_of(0).wait_policy();
+  s.lib_detail = b.lib_of(0).fabric().describe();
   s.provider = both_or_each(s.raw_provider, s.lib_provider);
   s.endpoint = both_or_each(s.raw_endpoint, s.lib_endpoint);
   s.wait = both_or_each(s.raw_wait, s.lib_wait);
@@ -361,11 +390,11 @@ void client(const Options &o, Oob &oob) {
         for (int k = 0; k < 2; ++k) {
           Impl impl = impl_of(round, k);
           if (impl == Impl::Raw)
-            ping_block(b.raw, mode, size, sched, oob, tag, block_us, g_reply);
-          else if (b.raw2)
-            ping_block(*b.raw2, mode, size, sched, oob, tag, block_us, g_reply);
+            ping_block(b.raw_of(round), mode, size, sched, oob, tag, block_us, g_reply);
+          else if (!b.raw2.empty())
+            ping_block(b.raw2_of(round), mode, size, sched, oob, tag, block_us, g_reply);
           else
-            ping_block(b.lib, mode, size, sched, oob, tag, block_us, g_reply);
+            ping_block(b.lib_of(round), mode, size, sched, oob, tag, block_us, g_reply);
           std::vector<double> &all = impl == Impl::Raw ? raw_all : lib_all;
           all.insert(all.end(), block_us.begin(), block_us.end());
           // One sort for both statistics (ping_block clears block_us first).
@@ -395,7 +424,7 @@ void client(const Options &o, Oob &oob) {
   write_csv(o, s, rows);
   write_json(o, s, rows);
   oob.barrier(~0u, "the server to finish");
-  b.lib.close();
+  b.close();
 }
 
 } // namespace
@@ -414,6 +443,10 @@ int main(int argc, char **argv) {
                        "rounds per (mode,size); each runs one block on raw and one on rdmalib, "
                        "raw first in even rounds, rdmalib first in odd ones",
                        rfaas::cli::value<size_t>()->default_value("40"))(
+        "endpoints",
+        "connections of each implementation; round r runs on the (r mod N)-th of each, so "
+        "that one pair of endpoints' placement (a few % on shm) averages out within the run",
+        rfaas::cli::value<size_t>()->default_value("1"))(
         "self-check",
         "run a second raw endpoint in rdmalib's blocks: every ratio then compares raw with "
         "raw and shows the method's own bias (expect 1.000)");
@@ -422,13 +455,16 @@ int main(int argc, char **argv) {
     g_rounds = r["rounds"].as<size_t>();
     if (g_rounds < 1 || g_rounds > 1000000)
       throw std::invalid_argument("--rounds must be between 1 and 1000000");
+    g_endpoints = r["endpoints"].as<size_t>();
+    if (g_endpoints < 1 || g_endpoints > 16)
+      throw std::invalid_argument("--endpoints must be between 1 and 16");
     g_self_check = r.count("self-check") != 0;
     read_reply_option(r);
   };
   // Both sides of a two-host run must agree on these too (run_fingerprint).
   extra.fingerprint = [] {
-    return "rounds=" + std::to_string(g_rounds) + (g_self_check ? " self-check" : "") + " " +
-           reply_fingerprint();
+    return "rounds=" + std::to_string(g_rounds) + " endpoints=" + std::to_string(g_endpoints) +
+           (g_self_check ? " self-check" : "") + " " + reply_fingerprint();
   };
   extra.iters_help = "measured round trips per block (0 = 1000 up to 1 KiB, 200 up to 64 KiB, "
                      "30 above)";

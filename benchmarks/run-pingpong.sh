@@ -18,9 +18,12 @@
 # lib/raw is then the median over rounds of the per-round ratio. With
 # --repeat N it runs N pairs of processes per provider and prints each
 # figure's median over them, with every run's ratio: a run's ratio also
-# carries where that pair of processes landed (a raw-against-raw run,
+# carries where its pair of endpoints landed (a raw-against-raw run,
 # --self-check, gives 0.98-1.05 on shm on these VMs), which no number of
-# rounds inside one run averages out.
+# rounds inside one run averages out. --endpoints K makes each run open K
+# connections of each implementation and rotate the rounds over them, which
+# averages the placement of one pair of endpoints out within the run (raw
+# against raw on shm: 0.99-1.01 with K=4; use K=4 on shm).
 # Every run has a deadline; nothing is left running on exit or Ctrl-C.
 set -euo pipefail
 
@@ -36,10 +39,11 @@ repeat=1
 timeout_s=60
 interleaved=0
 rounds=40
+endpoints=""
 extra=()
 
 usage() {
-  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<EOF
 Options:
   --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
@@ -52,6 +56,8 @@ Options:
   --interleaved      run raw_vs_rdmalib_pingpong (both in the same processes,
                      alternating blocks) per provider instead of the pair
   --rounds N         with --interleaved: rounds per (mode, size) (default: $rounds)
+  --endpoints K      with --interleaved: connections of each implementation per
+                     run, rounds rotating over them (default: the program's, 1)
   --timeout S        deadline of one program run in seconds (default: $timeout_s)
   --csv FILE         write the comparison as CSV
   --json-dir DIR     keep each program run's JSON there (<impl>-<provider>-<n>.json,
@@ -68,6 +74,7 @@ while [[ $# -gt 0 ]]; do
     --repeat) repeat="$2"; shift 2 ;;
     --interleaved) interleaved=1; shift ;;
     --rounds) rounds="$2"; shift 2 ;;
+    --endpoints) endpoints="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
     --csv) csv="$2"; shift 2 ;;
     --json-dir) json_dir="$2"; mkdir -p "$json_dir"; shift 2 ;;
@@ -79,6 +86,10 @@ done
 [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --repeat needs a positive integer" >&2; exit 1; }
 [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --timeout needs a positive integer" >&2; exit 1; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --rounds needs a positive integer" >&2; exit 1; }
+if [[ -n "$endpoints" ]]; then
+  [[ $interleaved -eq 1 ]] || { echo "run-pingpong.sh: --endpoints needs --interleaved" >&2; exit 1; }
+  [[ "$endpoints" =~ ^[1-9][0-9]*$ ]] || { echo "run-pingpong.sh: --endpoints needs a positive integer" >&2; exit 1; }
+fi
 programs=(raw_libfabric_pingpong rdmalib_pingpong)
 [[ $interleaved -eq 1 ]] && programs=(raw_vs_rdmalib_pingpong)
 find_bins() {
@@ -137,11 +148,12 @@ run_one() { # impl provider wait csvfile
 # --interleaved: one run of raw_vs_rdmalib_pingpong, whose CSV rows carry the
 # comparison already (it appends to csvfile).
 run_interleaved() { # provider wait csvfile run
-  local log="$work/log" json=()
+  local log="$work/log" json=() eps=()
   [[ -n "$json_dir" ]] && json=(--json "$json_dir/interleaved-${1//;/+}-$4.json")
+  [[ -n "$endpoints" ]] && eps=(--endpoints "$endpoints")
   timeout -k 5 $((timeout_s + 10)) "$bin_dir/raw_vs_rdmalib_pingpong" --provider "$1" \
     --wait "$2" --sizes "$sizes" --modes "$modes" --rounds "$rounds" --timeout "$timeout_s" \
-    --csv "$3" --quiet "${json[@]}" "${extra[@]}" >"$log" 2>&1 &
+    --csv "$3" --quiet "${eps[@]}" "${json[@]}" "${extra[@]}" >"$log" 2>&1 &
   child=$!
   if ! wait "$child"; then
     child=""
@@ -234,7 +246,7 @@ done
 if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   # Columns: provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,
   # raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,
-  # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median
+  # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median,endpoints
   # One line per (provider, mode, size) in the order of the runs: each figure
   # is its median over the --repeat runs, but the range of the per-round
   # ratios spans all of them; "runs" lists every run's iqm ratio.
@@ -263,7 +275,8 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
           hi(col[k, 18]), med(col[k, 19]), runs[k]
       }
     }'
-  echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation,"
+  echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation"
+  echo " (over ${endpoints:-1} connection(s) of each),"
   echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"
   echo " lib/raw = median over the rounds of rdmalib's block median / raw's block median of the"
   echo " same round, with its range; iqm = the same ratio of the blocks' interquartile means;"

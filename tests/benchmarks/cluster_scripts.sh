@@ -70,8 +70,14 @@ rows=$(wc -l <"$tmp/out-separate/pingpong.csv")
 port=$((port + 8))
 
 if [[ -x $build/benchmarks/raw_vs_rdmalib_pingpong ]]; then
-  run pingpong.sbatch interleaved RFAAS_INTERLEAVED=1 RFAAS_ROUNDS=3 || fail "pingpong.sbatch (RFAAS_INTERLEAVED=1) failed"
+  # Two connections of each implementation, the rounds rotating over them.
+  run pingpong.sbatch interleaved RFAAS_INTERLEAVED=1 RFAAS_ROUNDS=4 RFAAS_ENDPOINTS=2 ||
+    fail "pingpong.sbatch (RFAAS_INTERLEAVED=1) failed"
   check_rows interleaved
+  grep -q "over 2 connection(s) of each implementation" "$tmp/interleaved.log" ||
+    fail "interleaved: the summary does not say it used 2 connections of each"
+  awk -F, 'NR > 1 && $NF != 2 { bad = 1 } END { exit bad }' "$tmp/out-interleaved/raw_vs_rdmalib_pingpong-1.csv" ||
+    fail "interleaved: the CSV does not record --endpoints 2"
   # Every run's ratio is listed: two per row.
   for mode in send writeimm; do
     n=$(grep -E "^$mode +8 " "$tmp/interleaved.log" | awk '{ print NF - 5 }')
@@ -84,6 +90,9 @@ fi
 
 if run pingpong.sbatch bad RFAAS_INTERLEAVED=yes; then fail "RFAAS_INTERLEAVED=yes was accepted"; fi
 grep -q "RFAAS_INTERLEAVED must be 0 or 1" "$tmp/bad.log" || fail "no clear error for RFAAS_INTERLEAVED=yes"
+if run pingpong.sbatch bad RFAAS_INTERLEAVED=1 RFAAS_ENDPOINTS=0; then fail "RFAAS_ENDPOINTS=0 was accepted"; fi
+grep -q "RFAAS_ENDPOINTS must be an integer from 1 to 16" "$tmp/bad.log" ||
+  fail "no clear error for RFAAS_ENDPOINTS=0"
 
 # An executor manager on the "first node", the invocation benchmark and the
 # raw write-with-immediate ping-pong from the "second"; one worker core.
