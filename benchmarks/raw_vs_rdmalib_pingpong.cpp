@@ -27,7 +27,7 @@
 // --endpoints K opens K connections of each implementation and runs round r
 // on the (r mod K)-th of each. On shm a pair of endpoints carries an offset
 // of its own for the whole run (where its shared-memory regions, queues and
-// buffers land: raw against a second raw endpoint gives 0.98-1.10 from run
+// buffers land: raw against a second raw endpoint gives 0.94-1.10 from run
 // to run), so the ratio of one run with one endpoint each is partly the
 // ratio of two placements; K of each average that out within the run.
 //

@@ -10,6 +10,7 @@
 #   benchmarks/run-pingpong.sh --providers "tcp shm sockets tcp;ofi_rxm" --csv out.csv
 #   benchmarks/run-pingpong.sh --sizes 8,1K --repeat 3 -- --no-pin --budget 0
 #   benchmarks/run-pingpong.sh --interleaved --rounds 40 --sizes 8,1K
+#   benchmarks/run-pingpong.sh --interleaved --repeat 9 --rounds 200 --endpoints 4 --sizes 8,1K
 #
 # Arguments after "--" go to both programs (see their --help). With --repeat N
 # each figure is the median over the N runs of that run's median (or p99).
@@ -18,12 +19,12 @@
 # lib/raw is then the median over rounds of the per-round ratio. With
 # --repeat N it runs N pairs of processes per provider and prints each
 # figure's median over them, with every run's ratio: a run's ratio also
-# carries where its pair of endpoints landed (a raw-against-raw run,
-# --self-check, gives 0.98-1.05 on shm on these VMs), which no number of
-# rounds inside one run averages out. --endpoints K makes each run open K
+# carries where its pair of endpoints landed, which no number of rounds
+# inside one run averages out. --endpoints K makes each run open K
 # connections of each implementation and rotate the rounds over them, which
-# averages the placement of one pair of endpoints out within the run (raw
-# against raw on shm: 0.99-1.01 with K=4; use K=4 on shm).
+# averages that out within the run (raw against raw, --self-check, shm 8 B,
+# ten runs on these VMs: 0.94-1.03 with one connection of each, 0.99-1.01
+# with four; use --endpoints 4 on shm).
 # Every run has a deadline; nothing is left running on exit or Ctrl-C.
 set -euo pipefail
 
@@ -43,7 +44,7 @@ endpoints=""
 extra=()
 
 usage() {
-  sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<EOF
 Options:
   --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
