@@ -3,16 +3,88 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 namespace rdmalib {
 
 ConfigNode::ConfigNode(const nlohmann::json &root, std::string origin)
     : value_(&root), origin_(std::move(origin)) {}
 
+namespace {
+
+/// Where the parser is, for naming a duplicate key the way ConfigNode names
+/// values ("devices[1].port"): one frame per open object or array.
+class KeyTracker {
+public:
+  explicit KeyTracker(const std::string &origin) : origin_(origin) {}
+
+  /// nlohmann's parser callback. JSON allows a key twice in one object and
+  /// nlohmann keeps the last value, so `{"port": 1, "port": 2}` would read as
+  /// port 2 without a word: a strict reader refuses it instead.
+  bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json &parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+    case E::object_start:
+    case E::array_start:
+      count_element();
+      frames_.push_back(Frame{event == E::object_start, {}, {}, 0});
+      break;
+    case E::object_end:
+    case E::array_end:
+      if (!frames_.empty())
+        frames_.pop_back();
+      break;
+    case E::key: {
+      Frame &f = frames_.back();
+      f.key = parsed.get<std::string>();
+      if (!f.keys.insert(f.key).second)
+        throw Error(ErrorKind::Config, origin_ + ": " + path() +
+                                           ": duplicate key; a key may appear once in an object "
+                                           "(the later value would silently replace the earlier)");
+      break;
+    }
+    case E::value:
+      count_element();
+      break;
+    }
+    return true;
+  }
+
+private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys; // objects: the keys seen so far
+    std::string key;            // objects: the key being read
+    size_t count;               // arrays: elements begun so far
+  };
+
+  void count_element() {
+    if (!frames_.empty() && !frames_.back().object)
+      ++frames_.back().count;
+  }
+
+  std::string path() const {
+    std::string p;
+    for (const Frame &f : frames_) {
+      if (f.object)
+        p += (p.empty() ? "" : ".") + f.key;
+      else
+        p += "[" + std::to_string(f.count - 1) + "]";
+    }
+    return p;
+  }
+
+  const std::string &origin_;
+  std::vector<Frame> frames_;
+};
+
+} // namespace
+
 nlohmann::json ConfigNode::parse(const std::string &text, const std::string &origin) {
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, KeyTracker(origin));
   } catch (const nlohmann::json::parse_error &e) {
     // e.what() says "parse error at line 3, column 5"; the byte offset is
     // what editors jump to.

@@ -97,8 +97,13 @@ const server &server_database::find(const std::string &name) const {
     } catch (const rdmalib::Error &) {
     }
   }
+  // A name first: an unnamed entry is named by its endpoint, and an earlier
+  // entry for the same endpoint must not answer for it.
   for (const server &s : servers_)
-    if (s.name == name || s.endpoint() == endpoint)
+    if (s.name == name)
+      return s;
+  for (const server &s : servers_)
+    if (s.endpoint() == endpoint)
       return s;
   std::string known;
   for (const server &s : servers_)

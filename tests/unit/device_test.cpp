@@ -284,6 +284,16 @@ TEST(DeviceDatabase, MissingOrEmptyName) {
   expect_load_error(R"({"devices": [ {"name": ""} ]})", {"devices[0].name", "empty"});
 }
 
+// A key twice in one object: JSON allows it and the last value would win; the
+// reader names it instead (every configuration file goes through ConfigNode).
+TEST(DeviceDatabase, DuplicateKeyInOneObject) {
+  expect_load_error(
+      R"({"devices": [ {"name": "a"}, {"name": "b", "port": 1, "provider": "tcp", "port": 2} ]})",
+      {"devices[1].port: duplicate key"});
+  expect_load_error(R"({"devices": [ {"name": "a", "name": "a"} ]})",
+                    {"devices[0].name: duplicate key"});
+}
+
 TEST(DeviceDatabase, DuplicateName) {
   expect_load_error(R"({"devices": [ {"name": "a"}, {"name": "a"} ]})",
                     {"devices[1].name", "duplicate", "devices[0]"});

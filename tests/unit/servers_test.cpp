@@ -108,6 +108,35 @@ TEST(ServerDatabase, OpaqueNamesAreKeptInLowerCase) {
   EXPECT_EQ(db.find("ofi:efa:FE8018").name, "efa");
 }
 
+// An entry without a name is named by its endpoint; an earlier entry for the
+// same manager under another name must not answer for that name (found by
+// fuzzing).
+TEST(ServerDatabase, FindPrefersANameOverAnEarlierEndpoint) {
+  auto db = rfaas::server_database::parse(
+      R"({"executor_managers": [ {"name": "a", "address": "10.0.0.7", "port": 7000},
+                                 {"address": "10.0.0.7", "port": 7000} ]})",
+      "servers.json");
+  ASSERT_EQ(db.servers().size(), 2u);
+  EXPECT_EQ(&db.find("10.0.0.7:7000"), &db.servers()[1]);
+  EXPECT_EQ(&db.find("a"), &db.servers()[0]);
+}
+
+// JSON allows a key twice in one object and the parser keeps the last value:
+// the strict reader refuses it, naming where (found by fuzzing).
+TEST(ServerDatabase, DuplicateKeyIsRefused) {
+  EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "a", "port": 1},
+                                               {"address": "b", "port": 2, "port": 3} ]})"),
+            "servers.json: executor_managers[1].port: duplicate key; a key may appear once in an "
+            "object (the later value would silently replace the earlier)");
+  EXPECT_EQ(line_of(R"({"executor_managers": [], "executor_managers": []})"),
+            "servers.json: executor_managers: duplicate key; a key may appear once in an object "
+            "(the later value would silently replace the earlier)");
+  // The same key in two objects is fine.
+  EXPECT_EQ(line_of(R"({"executor_managers": [ {"address": "a", "port": 1},
+                                               {"address": "b", "port": 2} ]})"),
+            "(accepted)");
+}
+
 TEST(Server, ParseTakesWhatAManagerPrints) {
   rfaas::server ip = rfaas::server::parse("10.0.0.7:7000");
   EXPECT_EQ(ip.address, "10.0.0.7");

@@ -39,7 +39,9 @@ public:
   /// The document's root; `origin` names the file (or option) in messages.
   ConfigNode(const nlohmann::json &root, std::string origin);
 
-  /// Parse `text`; a syntax error throws naming `origin` and the byte offset.
+  /// Parse `text`; a syntax error throws naming `origin` and the byte offset,
+  /// a key given twice in one object naming `origin` and the key's path (JSON
+  /// allows it, but the later value would silently win).
   static nlohmann::json parse(const std::string &text, const std::string &origin);
   /// Read a whole file; throws naming the file, the system's reason and
   /// `hint` (what the file is and how to get one) when it cannot be read.

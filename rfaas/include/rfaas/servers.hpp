@@ -48,8 +48,8 @@ public:
   const std::vector<server> &servers() const noexcept { return servers_; }
   bool empty() const noexcept { return servers_.empty(); }
 
-  /// The entry called `name` (or whose "address:port", or opaque ofi: name
-  /// in either case of its hex digits, equals it). Throws
+  /// The first entry called `name`, else the first whose "address:port", or
+  /// opaque ofi: name in either case of its hex digits, equals it. Throws
   /// rfaas::Error(phase::configuration) listing the known names.
   const server &find(const std::string &name) const;
 
