@@ -16,7 +16,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <set>
 #include <sstream>
 
 #include <rdmalib/rdmalib.hpp>
@@ -44,6 +43,11 @@ using Clock = std::chrono::steady_clock;
 /// its fabric and endpoints takes a core for ~10 ms, which must not fall in
 /// the setup of the allocation that just started (~20-40 ms on shm).
 constexpr std::chrono::milliseconds kSpareDelay(100);
+
+/// How long a dropped spare has to close its endpoints and exit before it is
+/// killed. Closing takes milliseconds; a kill leaves its shm regions behind
+/// (16 MiB files in /dev/shm that only a later reclaim frees).
+constexpr std::chrono::milliseconds kSpareGrace(2000);
 
 /// The spare executor's side: open the fabric and the endpoints of its links
 /// ahead of need, say on `fd` whether that pays ('1') or not ('0'), then wait
@@ -115,12 +119,16 @@ public:
                      {open ? 0 : -1, POLLIN, 0},
                      {spare_unheard ? spare_fd_ : -1, POLLIN, 0}};
       int timeout = 1000;
-      if (spare_due_ != Clock::time_point{}) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(spare_due_ - Clock::now());
+      auto until = [&timeout](Clock::time_point t) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now());
         timeout =
             static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(timeout, left.count() + 1)));
-      }
+      };
+      if (spare_due_ != Clock::time_point{})
+        until(spare_due_);
+      for (const auto &d : dropped_)
+        if (d.second != Clock::time_point::max())
+          until(d.second);
       int rc = ::poll(p, 3, timeout);
       if (rc < 0 && errno != EINTR)
         break;
@@ -132,6 +140,7 @@ public:
       if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
         hear_spare();
       reap();
+      kill_overdue_spares();
       if (spare_due_ != Clock::time_point{} && Clock::now() >= spare_due_) {
         spare_due_ = {};
         fork_spare();
@@ -240,15 +249,31 @@ private:
     drop_spare();
   }
 
-  /// Kill the spare (it is reaped without a report).
+  /// Let the spare go: end of file on its socket, without a spec, makes it
+  /// close its fabric and exit, which removes its shm regions. It is killed
+  /// only if it has not exited within kSpareGrace, and reaped without a
+  /// report.
   void drop_spare() {
     if (spare_pid_ <= 0)
       return;
-    ::kill(spare_pid_, SIGKILL);
-    dropped_.insert(spare_pid_);
+    dropped_[spare_pid_] = Clock::now() + kSpareGrace;
     ::close(spare_fd_);
     spare_fd_ = -1;
     spare_pid_ = -1;
+  }
+
+  /// Dropped spares still there after their grace: killed once (they are
+  /// our unreaped children, so the pid is still theirs).
+  void kill_overdue_spares() {
+    const auto now = Clock::now();
+    for (auto &d : dropped_) {
+      if (d.second > now)
+        continue;
+      spdlog::warn("zygote: the dropped spare executor {} did not exit within {} ms; killing it",
+                   d.first, kSpareGrace.count());
+      ::kill(d.first, SIGKILL);
+      d.second = Clock::time_point::max();
+    }
   }
 
   /// Give `text` to the spare; its pid on success, -1 if there is none or it
@@ -413,8 +438,9 @@ private:
   bool spare_heard_ = false;
   uint32_t spare_input_slots_ = kFirstSpareInputSlots;
   Clock::time_point spare_due_{};
-  /// Spares killed unused, reaped without a report.
-  std::set<pid_t> dropped_;
+  /// Spares let go unused, reaped without a report: each with the time it is
+  /// killed at if it has not exited (time_point::max() once killed).
+  std::map<pid_t, Clock::time_point> dropped_;
 };
 
 } // namespace

@@ -87,6 +87,8 @@ done
 [ "$STARTED" -ge 1 ] || fail "no allocation was made"
 
 CHILDREN=$(pgrep -P "$MPID" | tr '\n' ' ')
+# The zygote's children too (the spare executor, opened ahead on shm).
+GRANDCHILDREN=$(for c in $CHILDREN; do pgrep -P "$c"; done | tr '\n' ' ')
 T0=$(date +%s%N)
 kill -TERM "$MPID"
 for _ in $(seq 500); do
@@ -104,5 +106,16 @@ MPID=
 for pid in $CHILDREN; do
   [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status && fail "process $pid outlived the manager"
 done
+# Nor a shared-memory region (shm names an endpoint's region by its pid, or
+# the listener's by its address): every process the manager started, logged
+# or still running at the stop, ended with its endpoints closed.
+PIDS="$MPID $CHILDREN $GRANDCHILDREN $(grep -o '\[\(manager\|zygote\|executor\) [0-9]*\]' \
+  "$WORK/manager.err" | tr -dc '0-9\n' | sort -u | tr '\n' ' ')"
+for pid in $PIDS; do
+  LEFT=$(ls /dev/shm | grep "^$pid:")
+  [ -z "$LEFT" ] || fail "process $pid left shared-memory regions behind:" $LEFT
+done
+PORT=${ADDRESS##*:}
+[ -e "/dev/shm/rdmalib-127.0.0.1-$PORT" ] && fail "the listener's region rdmalib-127.0.0.1-$PORT is left"
 grep 'ended:' "$WORK/manager.err"
 echo "e2e: PASS"
