@@ -14,6 +14,20 @@ ConfigNode::ConfigNode(const nlohmann::json &root, std::string origin)
 
 namespace {
 
+// The JSON paths and the one-line message of every configuration error,
+// written once for ConfigNode and the parser callback below.
+std::string member_path(const std::string &parent, const std::string &key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+std::string element_path(const std::string &parent, size_t i) {
+  return parent + "[" + std::to_string(i) + "]";
+}
+
+Error config_error(const std::string &origin, const std::string &path, const std::string &what) {
+  return Error(ErrorKind::Config, origin + ": " + path + ": " + what);
+}
+
 /// Where the parser is, for naming a duplicate key the way ConfigNode names
 /// values ("devices[1].port"): one frame per open object or array.
 class KeyTracker {
@@ -40,9 +54,9 @@ public:
       Frame &f = frames_.back();
       f.key = parsed.get<std::string>();
       if (!f.keys.insert(f.key).second)
-        throw Error(ErrorKind::Config, origin_ + ": " + path() +
-                                           ": duplicate key; a key may appear once in an object "
-                                           "(the later value would silently replace the earlier)");
+        throw config_error(origin_, path(),
+                           "duplicate key; a key may appear once in an object (the later value "
+                           "would silently replace the earlier)");
       break;
     }
     case E::value:
@@ -67,12 +81,8 @@ private:
 
   std::string path() const {
     std::string p;
-    for (const Frame &f : frames_) {
-      if (f.object)
-        p += (p.empty() ? "" : ".") + f.key;
-      else
-        p += "[" + std::to_string(f.count - 1) + "]";
-    }
+    for (const Frame &f : frames_)
+      p = f.object ? member_path(p, f.key) : element_path(p, f.count - 1);
     return p;
   }
 
@@ -113,9 +123,7 @@ std::string ConfigNode::read_file(const std::string &path, const std::string &hi
 
 std::string ConfigNode::path() const { return path_.empty() ? "(top level)" : path_; }
 
-void ConfigNode::fail(const std::string &what) const {
-  throw Error(ErrorKind::Config, origin_ + ": " + path() + ": " + what);
-}
+void ConfigNode::fail(const std::string &what) const { throw config_error(origin_, path(), what); }
 
 std::string ConfigNode::shown() const {
   std::string s = value_->dump();
@@ -136,7 +144,7 @@ void ConfigNode::expect_object(std::initializer_list<const char *> keys) const {
     std::string list;
     for (const char *k : keys)
       list += (list.empty() ? "" : ", ") + std::string(k);
-    ConfigNode(&it.value(), origin_, path_.empty() ? it.key() : path_ + "." + it.key())
+    ConfigNode(&it.value(), origin_, member_path(path_, it.key()))
         .fail("unknown key; valid keys here: " + list);
   }
 }
@@ -146,7 +154,7 @@ bool ConfigNode::has(const char *key) const {
 }
 
 ConfigNode ConfigNode::operator[](const char *key) const {
-  std::string child = path_.empty() ? key : path_ + "." + key;
+  std::string child = member_path(path_, key);
   auto it = value_->find(key);
   if (it == value_->end())
     ConfigNode(value_, origin_, child).fail("missing required key");
@@ -155,7 +163,7 @@ ConfigNode ConfigNode::operator[](const char *key) const {
 
 ConfigNode ConfigNode::required(const char *key, const std::string &expected) const {
   if (!has(key))
-    ConfigNode(value_, origin_, path_.empty() ? key : path_ + "." + key)
+    ConfigNode(value_, origin_, member_path(path_, key))
         .fail("missing required key; expected " + expected);
   return (*this)[key];
 }
@@ -167,7 +175,7 @@ size_t ConfigNode::expect_array() const {
 }
 
 ConfigNode ConfigNode::operator[](size_t i) const {
-  return ConfigNode(&(*value_)[i], origin_, path_ + "[" + std::to_string(i) + "]");
+  return ConfigNode(&(*value_)[i], origin_, element_path(path_, i));
 }
 
 std::string ConfigNode::typed_string(const char *expected) const {
