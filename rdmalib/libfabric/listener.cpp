@@ -69,6 +69,20 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, uint32_t tag, const lf::Han
     lf::throw_fi("completing the " + what, -err);
 }
 
+/// Quirks::receiver_keeps_senders_mapped: let go of what the provider mapped
+/// of the endpoint that sent hello `h` to the listener `hs`. Only the
+/// connection's own endpoint answers the client, and the client sends the
+/// listener nothing more; reject() enters it again for its answer.
+void forget_hello_sender(ConnectionImpl &hs, const lf::HandshakeMessage &h) noexcept {
+  // A string address must end inside the hello: the provider reads it to
+  // its terminating zero.
+  if (hs.fab->addr_format == FI_ADDR_STR && !std::memchr(h.address, 0, h.address_len))
+    return;
+  fi_addr_t a = FI_ADDR_UNSPEC;
+  if (fi_av_insert(hs.av.get(), h.address, 1, &a, 0, nullptr) == 1)
+    fi_av_remove(hs.av.get(), &a, 1, 0);
+}
+
 } // namespace
 
 Address RequestImpl::remote_address() const {
@@ -388,6 +402,8 @@ RequestImpl *ListenerImpl::next(const Deadline &dl) {
       rdmalib::logger().warn("rdmalib: listener {}: handshake version {} (expected {})",
                              l.address.to_string(), h.version, lf::kHandshakeVersion);
     }
+    if (l.fab->quirks.receiver_keeps_senders_mapped)
+      forget_hello_sender(hs, h);
     auto *req = new RequestImpl;
     req->listener = &l;
     req->fabric_handle = l.fabric_handle;

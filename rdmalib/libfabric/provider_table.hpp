@@ -84,6 +84,16 @@ struct QuirkColumns {
   /// such commands at a live endpoint of its own (ShmConnreqGuard) before
   /// each progress call on a handshake or connecting endpoint.
   Versions connreq_names_vanished_peer;
+  /// The first message from a new sender makes the receiving endpoint map
+  /// the sender's region, with no address-vector entry; only fi_av_remove of
+  /// that sender or closing the address vector unmaps it (shm 1.17,
+  /// unchanged in 2.6: smr_progress_connreq). A listener's endpoint lives as
+  /// long as the listener, so every client endpoint that ever said hello
+  /// stayed mapped: 16 MiB of address space and ~84 KiB of /dev/shm each,
+  /// for the life of the listening process. The listener enters each hello's
+  /// sender in its address vector and removes it at once; a client sends the
+  /// listener nothing after its hello.
+  Versions receiver_keeps_senders_mapped;
   /// A send to a name without a listener is queued and never completes
   /// (shm 1.17). Every endpoint rdmalib names has its region at
   /// /dev/shm/<name>: connect() answers Refused at once when the listener's
@@ -161,6 +171,7 @@ struct Quirks {
   bool dead_peer_can_hang_progress = false;
   bool truncation_hangs_receiver = false;
   bool connreq_names_vanished_peer = false;
+  bool receiver_keeps_senders_mapped = false;
   bool send_to_absent_name_never_completes = false;
   bool contexts_survive_fork = false;
   bool links_share_endpoint = false;

@@ -593,6 +593,74 @@ TEST_P(Peers, IdleLinksHoldFewDescriptorsAndReturnThem) {
                << kib_per_side << " KiB resident per idle link and side)";
 }
 
+namespace {
+
+/// This process's mappings of shared-memory files (/dev/shm), its own
+/// endpoints' regions and those of peers it mapped.
+size_t shm_mappings() {
+  std::FILE *f = std::fopen("/proc/self/maps", "r");
+  if (!f)
+    return 0;
+  size_t n = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f))
+    n += std::strstr(line, " /dev/shm/") != nullptr;
+  std::fclose(f);
+  return n;
+}
+
+} // namespace
+
+/// A listener keeps nothing of a client process that connected, closed and
+/// exited. On shm the provider maps the region of every endpoint that writes
+/// to the listener's endpoint (16 MiB of address space and ~84 KiB of
+/// /dev/shm each) and, left alone, keeps it mapped for the listener's life:
+/// a manager's memory would grow with every client it ever served.
+TEST_P(Peers, ListenerKeepsNothingOfClientsThatHaveGone) {
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  Buffer<uint8_t> out(*server_fabric_, 1);
+  auto serve_one = [&](uint64_t seed) {
+    ChildProcess peer(peer_args("--connect", listener.address().to_string(), seed));
+    Connection conn = accept_from(listener, peer, seed);
+    ASSERT_TRUE(conn.is_open());
+    attach_if_needed(conn, out.region());
+    ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"))
+        << "peer never reported its receives posted";
+    out[0] = 'Q';
+    ASSERT_EQ(conn.ops().send(out.local_bytes(0, 1), 1), Status::Ok) << conn.ops().last_error();
+    // Delivered or overtaken by the peer's close (see exercise_peer); the
+    // peer's clean exit is what proves it arrived.
+    Completion c;
+    conn.ops().wait(Queue::Send, &c, 1, kDeadlineMs);
+    expect_clean_exit(peer);
+  };
+  // The first client pays for what the listening side sets up once (an
+  // endpoint opened ahead of need, say).
+  serve_one(41);
+  ASSERT_FALSE(HasFailure());
+  const size_t maps_before = shm_mappings();
+  const size_t fds_before = open_descriptors();
+  constexpr uint64_t kClients = 4;
+  for (uint64_t i = 0; i < kClients; ++i) {
+    serve_one(42 + i);
+    ASSERT_FALSE(HasFailure()) << "client " << i;
+  }
+  size_t maps_after = shm_mappings(), fds_after = open_descriptors();
+  // Providers with threads of their own (sockets) close some descriptors
+  // shortly after.
+  for (auto until = Clock::now() + kDeadline;
+       (fds_after > fds_before || maps_after > maps_before) && Clock::now() < until;) {
+    std::this_thread::sleep_for(10ms);
+    maps_after = shm_mappings();
+    fds_after = open_descriptors();
+  }
+  EXPECT_LE(maps_after, maps_before)
+      << kClients << " clients that have gone left " << maps_after - maps_before
+      << " shared-memory mappings in the listening process";
+  EXPECT_LE(fds_after, fds_before) << kClients << " clients that have gone left "
+                                   << fds_after - fds_before << " descriptors open";
+}
+
 /// Links of one fabric to one peer, each driven by its own thread that
 /// sleeps in wait(), see only their own messages, in order (where links
 /// share one endpoint and its queues, a thread reads the others'

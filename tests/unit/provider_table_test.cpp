@@ -23,8 +23,9 @@ bool any(const Quirks &q) {
   return q.prefers_blocking_wait || q.cq_sread_ignores_timeout || q.atomic_operands_by_value ||
          q.cm_data_header_byte || q.in_process_peer_must_be_alive ||
          q.dead_peer_can_hang_progress || q.truncation_hangs_receiver ||
-         q.connreq_names_vanished_peer || q.send_to_absent_name_never_completes ||
-         q.contexts_survive_fork || q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
+         q.connreq_names_vanished_peer || q.receiver_keeps_senders_mapped ||
+         q.send_to_absent_name_never_completes || q.contexts_survive_fork ||
+         q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
 }
 
 TEST(ProviderTable, VersionRanges) {
@@ -47,6 +48,7 @@ TEST(ProviderTable, QuirksResolveByProviderAndRelease) {
   EXPECT_TRUE(shm.in_process_peer_must_be_alive);
   EXPECT_TRUE(shm.dead_peer_can_hang_progress);
   EXPECT_TRUE(shm.connreq_names_vanished_peer);
+  EXPECT_TRUE(shm.receiver_keeps_senders_mapped);
   EXPECT_TRUE(shm.send_to_absent_name_never_completes);
   EXPECT_TRUE(shm.endpoint_open_is_slow);
   EXPECT_FALSE(shm.prefers_blocking_wait);
