@@ -425,8 +425,8 @@ struct ConnectionImpl final : LinkCore {
   // match `link_id`.
   lf::SharedRdm *sh = nullptr;
   uint32_t link_id = 0, peer_link = 0;
-  // Quirks::in_process_peer_must_be_alive: this endpoint's and the peer's raw
-  // names, when the provider needs in-process endpoints tracked.
+  // Quirks::in_process_peer_must_be_alive: this endpoint's raw name, and the
+  // peer's when the peer is an endpoint of this process.
   std::string local_name, peer_name;
   bool ended_here = false; // peer_closed set by this side (a truncated receive)
   // ConnectionOptions::accept_in_background: the handshake answer (in a
@@ -614,8 +614,10 @@ struct ConnectionImpl final : LinkCore {
                                      size_t max) noexcept;
   Completion convert_error(Queue q, fid_cq *cq) noexcept;
   Completion convert_error_entry(Queue q, const fi_cq_err_entry &err, const char *ptext) noexcept;
-  /// Remember the peer's raw address (RDM) for the in-process liveness quirk.
-  void set_peer_name(const void *raw, size_t len);
+  /// Remember the peer's raw address (RDM) for the in-process liveness quirk,
+  /// when the peer is an endpoint of this process.
+  /// `pid` and `pid_namespace` are the peer's, from its handshake message.
+  void set_peer_name(const void *raw, size_t len, uint32_t pid, uint64_t pid_namespace);
   /// Remember the peer's process for Quirks::dead_peer_can_hang_progress.
   void set_peer_process(uint32_t pid, uint64_t pid_namespace);
   /// Quirks::dead_peer_can_hang_progress: true (and the link marked closed) when

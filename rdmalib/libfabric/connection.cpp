@@ -14,7 +14,6 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "common/logging.hpp"
 #include <spdlog/spdlog.h>
@@ -31,24 +30,25 @@ namespace detail {
 
 namespace {
 
-/// Endpoints of this process, by raw name, for
-/// Quirks::in_process_peer_must_be_alive. Leaked on purpose: connections owned by
-/// static objects may close after a function-local static would be destroyed.
+/// Endpoints of this process that are open, by raw name, for
+/// Quirks::in_process_peer_must_be_alive. Only open ones: a connection
+/// learns whether its peer is in this process from the peer's handshake
+/// message (set_peer_name), so nothing of a closed endpoint is kept, however
+/// many a long-running server opens. Leaked on purpose: connections owned by static
+/// objects may close after a function-local static would be destroyed.
 struct LocalEndpoints {
   std::mutex m;
   std::unordered_map<std::string, int> live;
-  std::unordered_set<std::string> seen;
 };
 LocalEndpoints &local_endpoints() {
   static auto *r = new LocalEndpoints;
   return *r;
 }
 
-/// True when `name` was an endpoint of this process and none by that name is
-/// open any more. The caller holds the registry's mutex.
+/// True when no endpoint of this process by the name `name` (one that was
+/// open when the peer's name was learnt) is open any more. The caller holds
+/// the registry's mutex.
 bool closed_in_this_process(LocalEndpoints &r, const std::string &name) {
-  if (!r.seen.count(name))
-    return false;
   auto it = r.live.find(name);
   return it == r.live.end() || it->second == 0;
 }
@@ -309,9 +309,26 @@ void ConnectionImpl::close_shared() noexcept {
   leave_shared();
 }
 
-void ConnectionImpl::set_peer_name(const void *raw, size_t len) {
-  if (fab->quirks.in_process_peer_must_be_alive)
-    peer_name.assign(static_cast<const char *>(raw), len);
+void ConnectionImpl::set_peer_name(const void *raw, size_t len, uint32_t pid,
+                                   uint64_t pid_namespace) {
+  if (!fab->quirks.in_process_peer_must_be_alive)
+    return;
+  // The peer is an endpoint of this process when its hello or answer gives
+  // this process's id and namespace (it may have closed already by the time
+  // that is read), or, from a peer that sent no process id, when an endpoint
+  // of this process by its name is open.
+  uint32_t self = 0;
+  uint64_t ns = 0;
+  lf::self_process(self, ns);
+  std::string name(static_cast<const char *>(raw), len);
+  bool local = pid != 0 && pid == self && pid_namespace == ns;
+  if (!local) {
+    LocalEndpoints &r = local_endpoints();
+    std::lock_guard<std::mutex> g(r.m);
+    local = r.live.count(name) > 0;
+  }
+  if (local)
+    peer_name = std::move(name);
 }
 
 void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
@@ -548,7 +565,6 @@ void ConnectionImpl::create_endpoint(fi_info *info) {
       LocalEndpoints &r = local_endpoints();
       std::lock_guard<std::mutex> g(r.m);
       ++r.live[local_name];
-      r.seen.insert(local_name);
     }
   }
 }
@@ -953,7 +969,7 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       if (ret != 1)
         throw_connect(f, remote, ret < 0 ? -ret : FI_EINVAL,
                       "inserting the server's connection endpoint", timeout_ms);
-      c->set_peer_name(ans.address, ans.address_len);
+      c->set_peer_name(ans.address, ans.address_len, ans.pid, ans.pid_namespace);
       c->set_peer_process(ans.pid, ans.pid_namespace);
       c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
       break;

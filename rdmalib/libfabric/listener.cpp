@@ -187,7 +187,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
       ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
     if (ret != 1)
       lf::throw_fi("inserting the client's address", ret < 0 ? ret : -FI_EINVAL);
-    c->set_peer_name(h.address, h.address_len);
+    c->set_peer_name(h.address, h.address_len, h.pid, h.pid_namespace);
     c->set_peer_process(h.pid, h.pid_namespace);
     lf::HandshakeMessage m{};
     m.magic = lf::kHandshakeMagic;
