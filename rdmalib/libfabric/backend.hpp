@@ -33,6 +33,7 @@
 #include "frontend/contract.hpp"
 #include "provider_table.hpp"
 #include "shm_connreq_guard.hpp"
+#include "shm_stale_names.hpp"
 
 namespace rdmalib::detail {
 struct ConnectionImpl;
@@ -682,6 +683,9 @@ struct ListenerImpl final : ListenerCore {
   int wait_fd = -1;
   // FabricImpl::doorbell(): the socket that connecting processes poke.
   int bell = -1;
+  // Quirks::closed_names_stay_local: the name of the handshake endpoint's
+  // region, whose address range is kept when the listener closes.
+  std::string region_name;
 
   ~ListenerImpl();
 

@@ -826,6 +826,14 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
                       "); if the server listens with another provider (its start-up line names "
                       "it), use a device entry with that provider",
                   FI_ECONNREFUSED);
+    const size_t scheme = shm_name.find("://");
+    const std::string region = scheme == std::string::npos ? shm_name : shm_name.substr(scheme + 3);
+    std::string why;
+    if (f.quirks.closed_names_stay_local && !lf::refresh_retired_name(region, why))
+      throw Error(ErrorKind::Unsupported,
+                  "rdmalib: cannot connect to " + remote.to_string() +
+                      " over shm from this process, which had a listener there before: " + why +
+                      " (docs/BACKEND-BUGS.md); connect from another process");
   }
   std::vector<uint8_t> raw = f.raw_address(remote);
 

@@ -226,6 +226,14 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
 ListenerImpl::~ListenerImpl() {
   if (bell >= 0)
     ::close(bell);
+  if (hs && !region_name.empty()) {
+    // The guard's own mapping of the region goes first, so that the one
+    // left is the provider's.
+    hs->connreq_guard.reset();
+    const lf::MappedRange where = lf::provider_mapping(region_name);
+    hs.reset();
+    lf::retire_named_region(region_name, where);
+  }
 }
 
 void ListenerImpl::listen(const Address &bind) {
@@ -313,6 +321,12 @@ void ListenerImpl::listen(const Address &bind) {
         l.address.port = a.port;
     }
     hs->open = true;
+    if (f.quirks.closed_names_stay_local && f.addr_format == FI_ADDR_STR) {
+      const char *text = reinterpret_cast<const char *>(name);
+      std::string full(text, strnlen(text, len));
+      size_t scheme = full.find("://");
+      l.region_name = scheme == std::string::npos ? full : full.substr(scheme + 3);
+    }
     l.hs = std::move(hs);
     break;
   }

@@ -93,6 +93,7 @@ QuirkColumns shm_quirks() {
   q.truncation_hangs_receiver = kFromOldest;
   q.connreq_names_vanished_peer = kFromOldest;
   q.receiver_keeps_senders_mapped = kFromOldest;
+  q.closed_names_stay_local = kFromOldest;
   q.send_to_absent_name_never_completes = kFromOldest;
   q.endpoint_open_is_slow = kFromOldest;
   q.region_padding_zero_filled = releases(1, 12, 2, 4);
@@ -213,6 +214,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.truncation_hangs_receiver = c.truncation_hangs_receiver.contains(version);
   q.connreq_names_vanished_peer = c.connreq_names_vanished_peer.contains(version);
   q.receiver_keeps_senders_mapped = c.receiver_keeps_senders_mapped.contains(version);
+  q.closed_names_stay_local = c.closed_names_stay_local.contains(version);
   q.send_to_absent_name_never_completes = c.send_to_absent_name_never_completes.contains(version);
   q.contexts_survive_fork = c.contexts_survive_fork.contains(version);
   q.links_share_endpoint = c.links_share_endpoint.contains(version);

@@ -94,6 +94,15 @@ struct QuirkColumns {
   /// sender in its address vector and removes it at once; a client sends the
   /// listener nothing after its hello.
   Versions receiver_keeps_senders_mapped;
+  /// Every endpoint leaves its name, with the address its region was mapped
+  /// at, on a process-wide list that is searched first when a peer's region is
+  /// mapped (shm 1.17, unchanged in 2.6: ep_name_list, never pruned). A
+  /// process that closed a named endpoint (a listener) and then connects to
+  /// that name again, opened anew here or elsewhere, gets the closed region's
+  /// address: its send spun for ever or faulted. rdmalib reserves the range of
+  /// a closed listener's region and maps the live region of that name there
+  /// before connecting to it (shm_stale_names.hpp).
+  Versions closed_names_stay_local;
   /// A send to a name without a listener is queued and never completes
   /// (shm 1.17). Every endpoint rdmalib names has its region at
   /// /dev/shm/<name>: connect() answers Refused at once when the listener's
@@ -172,6 +181,7 @@ struct Quirks {
   bool truncation_hangs_receiver = false;
   bool connreq_names_vanished_peer = false;
   bool receiver_keeps_senders_mapped = false;
+  bool closed_names_stay_local = false;
   bool send_to_absent_name_never_completes = false;
   bool contexts_survive_fork = false;
   bool links_share_endpoint = false;

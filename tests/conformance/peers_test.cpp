@@ -230,6 +230,38 @@ TEST_P(Peers, PeerProcessListensOnReportedPort) {
   expect_clean_exit(peer);
 }
 
+/// A peer process listening at an address where this process had a listener
+/// before, now closed. (shm hands this process the closed listener's old
+/// region for that name unless rdmalib keeps it valid:
+/// Quirks::closed_names_stay_local; Setup.ListenerReopenedAtTheSameAddress...
+/// covers a listener of this process.)
+TEST_P(Peers, PeerListensWhereThisProcessListenedBefore) {
+  if (opaque_addresses())
+    GTEST_SKIP() << "the provider names listeners itself here: none can be opened again";
+  Address where;
+  {
+    Listener mine(*server_fabric_, Address{server_ip(), 0});
+    where = mine.address();
+  }
+  const uint64_t seed = 31;
+  ChildProcess peer(peer_args("--listen", where.to_string(), seed));
+  auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
+  ASSERT_TRUE(line && line->rfind("ADDRESS ", 0) == 0)
+      << "peer never printed its address; " << ChildProcess::describe_status(peer.wait_exit(0ms));
+  ASSERT_EQ(Address::parse(line->substr(8)).to_string(), where.to_string());
+  auto request = test_private_data(seed);
+  Connection conn =
+      Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
+  PeerHello hello;
+  ASSERT_EQ(conn.peer_private_data().size(), sizeof hello);
+  std::memcpy(&hello, conn.peer_private_data().data(), sizeof hello);
+  ASSERT_TRUE(hello_valid(hello, seed));
+  Slots slots(*client_fabric_, conn, kPeerSlots, kPeerSlotSize);
+  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
+  exercise_peer(*client_fabric_, conn, slots, hello, seed);
+  expect_clean_exit(peer);
+}
+
 TEST_P(Peers, PeerKilledMidStreamIsReported) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   const uint64_t seed = 29;

@@ -24,8 +24,8 @@ bool any(const Quirks &q) {
          q.cm_data_header_byte || q.in_process_peer_must_be_alive ||
          q.dead_peer_can_hang_progress || q.truncation_hangs_receiver ||
          q.connreq_names_vanished_peer || q.receiver_keeps_senders_mapped ||
-         q.send_to_absent_name_never_completes || q.contexts_survive_fork ||
-         q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
+         q.closed_names_stay_local || q.send_to_absent_name_never_completes ||
+         q.contexts_survive_fork || q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
 }
 
 TEST(ProviderTable, VersionRanges) {
@@ -49,6 +49,7 @@ TEST(ProviderTable, QuirksResolveByProviderAndRelease) {
   EXPECT_TRUE(shm.dead_peer_can_hang_progress);
   EXPECT_TRUE(shm.connreq_names_vanished_peer);
   EXPECT_TRUE(shm.receiver_keeps_senders_mapped);
+  EXPECT_TRUE(shm.closed_names_stay_local);
   EXPECT_TRUE(shm.send_to_absent_name_never_completes);
   EXPECT_TRUE(shm.endpoint_open_is_slow);
   EXPECT_FALSE(shm.prefers_blocking_wait);
