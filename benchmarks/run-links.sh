@@ -121,7 +121,7 @@ incomplete=0
   echo "device,links,opened,open_ms,manager_fds_per_link,manager_rss_kib_per_link,client_fds_per_link,client_rss_kib_per_link,shm_kib_per_link,manager_fds_after,manager_rss_kib_after,manager_deleted_shm_maps_after,rounds,manager_rss_kib_per_link_last_round" >"$csv"
 
 for dev in $devices_list; do
-  one_ms= link_kib=
+  one_ms='' link_kib=''
   for n in $links; do
     # Both processes grow with every link on providers that open an endpoint
     # per link: skip a count that would not fit in the memory available now,
@@ -154,7 +154,7 @@ for dev in $devices_list; do
     settle "$manager_pid"
     base_mgr_fd=$(fds "$manager_pid") base_mgr_rss=$(rss_kib "$manager_pid")
     base_shm=$(shm_kib)
-    prev_rss= last_rss=
+    prev_rss='' last_rss=''
     for round in $(seq "$rounds"); do
       rm -f "$work/hold" "$work/flood.out"
       mkfifo "$work/hold"
