@@ -615,12 +615,11 @@ struct ConnectionImpl final : LinkCore {
                                      size_t max) noexcept;
   Completion convert_error(Queue q, fid_cq *cq) noexcept;
   Completion convert_error_entry(Queue q, const fi_cq_err_entry &err, const char *ptext) noexcept;
-  /// Remember the peer's raw address (RDM) for the in-process liveness quirk,
-  /// when the peer is an endpoint of this process.
-  /// `pid` and `pid_namespace` are the peer's, from its handshake message.
-  void set_peer_name(const void *raw, size_t len, uint32_t pid, uint64_t pid_namespace);
-  /// Remember the peer's process for Quirks::dead_peer_can_hang_progress.
-  void set_peer_process(uint32_t pid, uint64_t pid_namespace);
+  /// Remember who the peer is (RDM), from its handshake message: its raw
+  /// address `raw` (`len` bytes) when it is an endpoint of this process, for
+  /// Quirks::in_process_peer_must_be_alive, and its process `pid` in
+  /// `pid_namespace`, for Quirks::dead_peer_can_hang_progress.
+  void set_peer(const void *raw, size_t len, uint32_t pid, uint64_t pid_namespace);
   /// Quirks::dead_peer_can_hang_progress: true (and the link marked closed) when
   /// the peer process is known to be gone. Looks at most once per millisecond
   /// unless `now` (which needs peer_pidfd); cheap when not needed.

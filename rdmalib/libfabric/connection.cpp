@@ -33,7 +33,7 @@ namespace {
 /// Endpoints of this process that are open, by raw name, for
 /// Quirks::in_process_peer_must_be_alive. Only open ones: a connection
 /// learns whether its peer is in this process from the peer's handshake
-/// message (set_peer_name), so nothing of a closed endpoint is kept, however
+/// message (set_peer), so nothing of a closed endpoint is kept, however
 /// many a long-running server opens. Leaked on purpose: connections owned by static
 /// objects may close after a function-local static would be destroyed.
 struct LocalEndpoints {
@@ -309,36 +309,30 @@ void ConnectionImpl::close_shared() noexcept {
   leave_shared();
 }
 
-void ConnectionImpl::set_peer_name(const void *raw, size_t len, uint32_t pid,
-                                   uint64_t pid_namespace) {
-  if (!fab->quirks.in_process_peer_must_be_alive)
+void ConnectionImpl::set_peer(const void *raw, size_t len, uint32_t pid, uint64_t pid_namespace) {
+  const lf::Quirks &q = fab->quirks;
+  if (!q.in_process_peer_must_be_alive && !q.dead_peer_can_hang_progress)
     return;
-  // The peer is an endpoint of this process when its hello or answer gives
-  // this process's id and namespace (it may have closed already by the time
-  // that is read), or, from a peer that sent no process id, when an endpoint
-  // of this process by its name is open.
   uint32_t self = 0;
   uint64_t ns = 0;
   lf::self_process(self, ns);
-  std::string name(static_cast<const char *>(raw), len);
-  bool local = pid != 0 && pid == self && pid_namespace == ns;
-  if (!local) {
-    LocalEndpoints &r = local_endpoints();
-    std::lock_guard<std::mutex> g(r.m);
-    local = r.live.count(name) > 0;
+  if (q.in_process_peer_must_be_alive) {
+    // The peer is an endpoint of this process when its hello or answer gives
+    // this process's id and namespace (it may have closed already by the
+    // time that is read), or, from a peer that sent no process id, when an
+    // endpoint of this process by its name is open.
+    std::string name(static_cast<const char *>(raw), len);
+    bool local = pid != 0 && pid == self && pid_namespace == ns;
+    if (!local) {
+      LocalEndpoints &r = local_endpoints();
+      std::lock_guard<std::mutex> g(r.m);
+      local = r.live.count(name) > 0;
+    }
+    if (local)
+      peer_name = std::move(name);
   }
-  if (local)
-    peer_name = std::move(name);
-}
-
-void ConnectionImpl::set_peer_process(uint32_t pid, uint64_t pid_namespace) {
-  if (!fab->quirks.dead_peer_can_hang_progress || pid == 0)
-    return;
-  uint32_t self = 0;
-  uint64_t ns = 0;
-  lf::self_process(self, ns);
   // A pid from another pid namespace names some other process here.
-  if (ns != 0 && ns == pid_namespace && pid != self) {
+  if (q.dead_peer_can_hang_progress && pid != 0 && ns != 0 && ns == pid_namespace && pid != self) {
     peer_pid = pid;
     if (peer_pidfd >= 0)
       lf::release_pidfd(peer_pidfd);
@@ -356,10 +350,7 @@ void ConnectionImpl::guard_connreqs() noexcept {
     size_t len = sizeof name;
     if (fi_getname(&ep->fid, name, &len) != 0 || len > sizeof name)
       throw Error(ErrorKind::Backend, "no name for the endpoint");
-    std::string region(reinterpret_cast<const char *>(name),
-                       strnlen(reinterpret_cast<const char *>(name), len));
-    if (auto p = region.find("://"); p != std::string::npos)
-      region.erase(0, p + 3);
+    const std::string region = lf::shm_region_name(name, len);
     // The sink is opened only when a sweep finds a command to redirect: an
     // endpoint costs milliseconds on shm (Quirks::endpoint_open_is_slow), and
     // most processes never meet a vanished peer.
@@ -826,10 +817,9 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
                       "); if the server listens with another provider (its start-up line names "
                       "it), use a device entry with that provider",
                   FI_ECONNREFUSED);
-    const size_t scheme = shm_name.find("://");
-    const std::string region = scheme == std::string::npos ? shm_name : shm_name.substr(scheme + 3);
     std::string why;
-    if (f.quirks.closed_names_stay_local && !lf::refresh_retired_name(region, why))
+    if (f.quirks.closed_names_stay_local &&
+        !lf::refresh_retired_name(lf::shm_region_name(shm_name.data(), shm_name.size()), why))
       throw Error(ErrorKind::Unsupported,
                   "rdmalib: cannot connect to " + remote.to_string() +
                       " over shm from this process, which had a listener there before: " + why +
@@ -977,8 +967,7 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       if (ret != 1)
         throw_connect(f, remote, ret < 0 ? -ret : FI_EINVAL,
                       "inserting the server's connection endpoint", timeout_ms);
-      c->set_peer_name(ans.address, ans.address_len, ans.pid, ans.pid_namespace);
-      c->set_peer_process(ans.pid, ans.pid_namespace);
+      c->set_peer(ans.address, ans.address_len, ans.pid, ans.pid_namespace);
       c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
       break;
     }

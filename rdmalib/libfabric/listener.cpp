@@ -187,8 +187,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
       ret = fi_av_insert(c->av.get(), h.address, 1, &c->peer, 0, nullptr);
     if (ret != 1)
       lf::throw_fi("inserting the client's address", ret < 0 ? ret : -FI_EINVAL);
-    c->set_peer_name(h.address, h.address_len, h.pid, h.pid_namespace);
-    c->set_peer_process(h.pid, h.pid_namespace);
+    c->set_peer(h.address, h.address_len, h.pid, h.pid_namespace);
     lf::HandshakeMessage m{};
     m.magic = lf::kHandshakeMagic;
     m.version = lf::kHandshakeVersion;
@@ -321,12 +320,8 @@ void ListenerImpl::listen(const Address &bind) {
         l.address.port = a.port;
     }
     hs->open = true;
-    if (f.quirks.closed_names_stay_local && f.addr_format == FI_ADDR_STR) {
-      const char *text = reinterpret_cast<const char *>(name);
-      std::string full(text, strnlen(text, len));
-      size_t scheme = full.find("://");
-      l.region_name = scheme == std::string::npos ? full : full.substr(scheme + 3);
-    }
+    if (f.quirks.closed_names_stay_local && f.addr_format == FI_ADDR_STR)
+      l.region_name = lf::shm_region_name(name, len);
     l.hs = std::move(hs);
     break;
   }

@@ -248,6 +248,14 @@ std::string named_endpoint(const std::string &host, unsigned port) {
   return "rdmalib-" + host + "-" + std::to_string(port);
 }
 
+std::string shm_region_name(const void *raw, size_t len) {
+  const char *text = static_cast<const char *>(raw);
+  std::string name(text, strnlen(text, len));
+  if (size_t scheme = name.find("://"); scheme != std::string::npos)
+    name.erase(0, scheme + 3);
+  return name;
+}
+
 namespace {
 
 /// Where shm keeps the region of the endpoint named `name`, or "" when `name`
@@ -269,12 +277,7 @@ bool named_endpoint_absent(const std::string &name) {
 
 void release_region_padding(const std::string &endpoint_name) noexcept {
   try {
-    std::string name = endpoint_name;
-    size_t scheme = name.find("://");
-    if (scheme != std::string::npos)
-      name.erase(0, scheme + 3);
-    while (!name.empty() && name.back() == '\0')
-      name.pop_back();
+    const std::string name = shm_region_name(endpoint_name.data(), endpoint_name.size());
     const std::string path = shm_region_path(name);
     if (path.empty())
       return;

@@ -242,6 +242,11 @@ bool rxm_shared_receive_context();
 /// is how a port conflict shows.
 std::string named_endpoint(const std::string &host, unsigned port);
 
+/// The name of the file in /dev/shm behind an endpoint whose raw name (what
+/// fi_getname reports, or a peer's address) is `len` bytes at `raw`: the text
+/// up to its first zero byte, without a "fi_shm://"-style scheme.
+std::string shm_region_name(const void *raw, size_t len);
+
 /// Quirks::send_to_absent_name_never_completes: true when the region of the
 /// endpoint named `name` (named_endpoint()'s, or an opaque FI_ADDR_STR
 /// address's text) is absent: nothing listens there over shm.
