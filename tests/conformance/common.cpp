@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -628,5 +629,22 @@ std::string ChildProcess::describe_status(std::optional<int> status) {
 }
 
 std::string peer_binary() { return RFAAS_PEER_BINARY; }
+
+std::vector<std::pair<uintptr_t, size_t>> shm_mappings(const std::string &name) {
+  std::vector<std::pair<uintptr_t, size_t>> out;
+  std::ifstream maps("/proc/self/maps");
+  const std::string dir = " /dev/shm/";
+  std::string line;
+  while (std::getline(maps, line)) {
+    size_t at = line.find(dir);
+    if (at == std::string::npos ||
+        (!name.empty() && line.compare(at + dir.size(), std::string::npos, name) != 0))
+      continue;
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && hi > lo)
+      out.emplace_back(lo, hi - lo);
+  }
+  return out;
+}
 
 } // namespace conformance

@@ -12,11 +12,13 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -233,5 +235,11 @@ private:
 
 /// Path of the helper peer binary (compile-time from CMake).
 std::string peer_binary();
+
+/// This process's mappings of shared-memory files: start and length of each
+/// mapping of /dev/shm/`name`, or with an empty `name` of every file in
+/// /dev/shm (its own endpoints' regions, those of peers it mapped, and files
+/// deleted since).
+std::vector<std::pair<uintptr_t, size_t>> shm_mappings(const std::string &name = "");
 
 } // namespace conformance

@@ -188,6 +188,33 @@ void exercise_peer(Fabric &fabric, Connection &conn, Slots &slots, const PeerHel
     EXPECT_EQ(w.status, Status::Closed) << "quit: wait returned " << to_string(w.status);
 }
 
+/// The address a peer started with --listen reports, read from its output
+/// as text only, as between real nodes; nullopt after adding a failure.
+std::optional<Address> reported_address(ChildProcess &peer) {
+  auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
+  if (!line || line->rfind("ADDRESS ", 0) != 0) {
+    ADD_FAILURE() << "peer never printed its address; "
+                  << ChildProcess::describe_status(peer.wait_exit(0ms));
+    return std::nullopt;
+  }
+  return Address::parse(line->substr(8));
+}
+
+/// Connect from `fabric` to the listening peer at `where`, check its private
+/// data, exercise the link and see the peer exit cleanly.
+void connect_and_exercise(Fabric &fabric, ChildProcess &peer, const Address &where, uint64_t seed) {
+  auto request = test_private_data(seed);
+  Connection conn = Connection::connect(fabric, where, request.data(), request.size(), kDeadline);
+  ASSERT_EQ(conn.peer_private_data().size(), sizeof(PeerHello));
+  PeerHello hello;
+  std::memcpy(&hello, conn.peer_private_data().data(), sizeof hello);
+  ASSERT_TRUE(hello_valid(hello, seed));
+  Slots slots(fabric, conn, kPeerSlots, kPeerSlotSize);
+  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
+  exercise_peer(fabric, conn, slots, hello, seed);
+  expect_clean_exit(peer);
+}
+
 TEST_P(Peers, PeerProcessConnectsBackAndEchoes) {
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   const uint64_t seed = 17;
@@ -205,29 +232,16 @@ TEST_P(Peers, PeerProcessListensOnReportedPort) {
   const uint64_t seed = 23;
   ChildProcess peer(peer_args(
       "--listen", opaque_addresses() ? "default" : Address{server_ip(), 0}.to_string(), seed));
-  auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
-  ASSERT_TRUE(line && line->rfind("ADDRESS ", 0) == 0)
-      << "peer never printed its address; " << ChildProcess::describe_status(peer.wait_exit(0ms));
-  // Another process's address travels as text only, as between real nodes.
-  Address where = Address::parse(line->substr(8));
+  std::optional<Address> reported = reported_address(peer);
+  ASSERT_TRUE(reported);
+  const Address &where = *reported;
   if (opaque_addresses()) {
     ASSERT_TRUE(where.opaque()) << where.to_string();
   } else {
     ASSERT_GT(where.port, 0) << "a listener must report its real port";
     ASSERT_EQ(where.host, server_ip());
   }
-
-  auto request = test_private_data(seed);
-  Connection conn =
-      Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
-  ASSERT_EQ(conn.peer_private_data().size(), sizeof(PeerHello));
-  PeerHello hello;
-  std::memcpy(&hello, conn.peer_private_data().data(), sizeof hello);
-  ASSERT_TRUE(hello_valid(hello, seed));
-  Slots slots(*client_fabric_, conn, kPeerSlots, kPeerSlotSize);
-  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
-  exercise_peer(*client_fabric_, conn, slots, hello, seed);
-  expect_clean_exit(peer);
+  connect_and_exercise(*client_fabric_, peer, where, seed);
 }
 
 /// A peer process listening at an address where this process had a listener
@@ -245,21 +259,10 @@ TEST_P(Peers, PeerListensWhereThisProcessListenedBefore) {
   }
   const uint64_t seed = 31;
   ChildProcess peer(peer_args("--listen", where.to_string(), seed));
-  auto line = peer.read_line(kPeerLinePrefix, kDeadline + std::chrono::seconds(5));
-  ASSERT_TRUE(line && line->rfind("ADDRESS ", 0) == 0)
-      << "peer never printed its address; " << ChildProcess::describe_status(peer.wait_exit(0ms));
-  ASSERT_EQ(Address::parse(line->substr(8)).to_string(), where.to_string());
-  auto request = test_private_data(seed);
-  Connection conn =
-      Connection::connect(*client_fabric_, where, request.data(), request.size(), kDeadline);
-  PeerHello hello;
-  ASSERT_EQ(conn.peer_private_data().size(), sizeof hello);
-  std::memcpy(&hello, conn.peer_private_data().data(), sizeof hello);
-  ASSERT_TRUE(hello_valid(hello, seed));
-  Slots slots(*client_fabric_, conn, kPeerSlots, kPeerSlotSize);
-  ASSERT_TRUE(peer.read_line(kPeerLinePrefix, kDeadline) == std::string("CONNECTED"));
-  exercise_peer(*client_fabric_, conn, slots, hello, seed);
-  expect_clean_exit(peer);
+  std::optional<Address> reported = reported_address(peer);
+  ASSERT_TRUE(reported);
+  ASSERT_EQ(reported->to_string(), where.to_string());
+  connect_and_exercise(*client_fabric_, peer, where, seed);
 }
 
 TEST_P(Peers, PeerKilledMidStreamIsReported) {
@@ -625,24 +628,6 @@ TEST_P(Peers, IdleLinksHoldFewDescriptorsAndReturnThem) {
                << kib_per_side << " KiB resident per idle link and side)";
 }
 
-namespace {
-
-/// This process's mappings of shared-memory files (/dev/shm), its own
-/// endpoints' regions and those of peers it mapped.
-size_t shm_mappings() {
-  std::FILE *f = std::fopen("/proc/self/maps", "r");
-  if (!f)
-    return 0;
-  size_t n = 0;
-  char line[4096];
-  while (std::fgets(line, sizeof line, f))
-    n += std::strstr(line, " /dev/shm/") != nullptr;
-  std::fclose(f);
-  return n;
-}
-
-} // namespace
-
 /// A listener keeps nothing of a client process that connected, closed and
 /// exited. On shm the provider maps the region of every endpoint that writes
 /// to the listener's endpoint (16 MiB of address space and ~84 KiB of
@@ -670,20 +655,20 @@ TEST_P(Peers, ListenerKeepsNothingOfClientsThatHaveGone) {
   // endpoint opened ahead of need, say).
   serve_one(41);
   ASSERT_FALSE(HasFailure());
-  const size_t maps_before = shm_mappings();
+  const size_t maps_before = shm_mappings().size();
   const size_t fds_before = open_descriptors();
   constexpr uint64_t kClients = 4;
   for (uint64_t i = 0; i < kClients; ++i) {
     serve_one(42 + i);
     ASSERT_FALSE(HasFailure()) << "client " << i;
   }
-  size_t maps_after = shm_mappings(), fds_after = open_descriptors();
+  size_t maps_after = shm_mappings().size(), fds_after = open_descriptors();
   // Providers with threads of their own (sockets) close some descriptors
   // shortly after.
   for (auto until = Clock::now() + kDeadline;
        (fds_after > fds_before || maps_after > maps_before) && Clock::now() < until;) {
     std::this_thread::sleep_for(10ms);
-    maps_after = shm_mappings();
+    maps_after = shm_mappings().size();
     fds_after = open_descriptors();
   }
   EXPECT_LE(maps_after, maps_before)

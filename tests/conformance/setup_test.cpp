@@ -52,23 +52,6 @@ private:
   uint16_t port_ = 0;
 };
 
-/// This process's mappings of /dev/shm/<name>: start and length of each.
-std::vector<std::pair<uintptr_t, size_t>> shm_mappings(const std::string &name) {
-  std::vector<std::pair<uintptr_t, size_t>> out;
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  const std::string suffix = "/dev/shm/" + name;
-  while (std::getline(maps, line)) {
-    if (line.size() < suffix.size() ||
-        line.compare(line.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && hi > lo)
-      out.emplace_back(lo, hi - lo);
-  }
-  return out;
-}
-
 /// Address ranges reserved inaccessible for the life of the object.
 class Fences {
 public:
