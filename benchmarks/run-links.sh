@@ -198,7 +198,7 @@ for dev in $devices_list; do
       fi
     done
     # The figures while the links are held are the first round's.
-    t0=0 t1=${first[0]} opened=${first[1]} mgr_fd=${first[2]} mgr_rss=${first[3]}
+    open_ms=${first[0]} opened=${first[1]} mgr_fd=${first[2]} mgr_rss=${first[3]}
     cli_fd=${first[4]} cli_rss=${first[5]} shm=${first[6]}
     maps_after=$(deleted_maps "$manager_pid")
     growth=-
@@ -213,7 +213,7 @@ for dev in $devices_list; do
     # The client's own baseline is not measurable before its first link: its
     # per-link figures are totals over N (they include the process itself,
     # which a large N amortises).
-    row=("$dev" "$n" "$opened" "$((t1 - t0))" "$(per "$mgr_fd" "$base_mgr_fd")"
+    row=("$dev" "$n" "$opened" "$open_ms" "$(per "$mgr_fd" "$base_mgr_fd")"
       "$(per "$mgr_rss" "$base_mgr_rss")" "$(per "$cli_fd" 0)" "$(per "$cli_rss" 0)"
       "$(per "$shm" "$base_shm")" "$((after_fd - base_mgr_fd))" "$((after_rss - base_mgr_rss))"
       "$maps_after" "$rounds" "$growth")
