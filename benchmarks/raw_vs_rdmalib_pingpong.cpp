@@ -489,6 +489,7 @@ int main(int argc, char **argv) {
         // The start-up line (Fabric::describe) goes into our header;
         // keep rdmalib's own info logging out of the table.
         spdlog::set_level(spdlog::level::warn);
+        rdside::reclaim_stale_regions();
         return run_pair(
             o, [&](Oob &oob) { server(o, oob); }, [&](Oob &oob) { client(o, oob); });
       },

@@ -32,6 +32,22 @@ inline size_t poll_batch() {
   }();
   return b;
 }
+
+/// Free what earlier runs killed at their deadline left in /dev/shm: on shm
+/// every endpoint of both implementations is a 16 MiB region there, and a
+/// SIGKILL (run-pingpong.sh's hard deadline) leaves it for good, so that a
+/// campaign with a few killed runs fills the tmpfs. The rule the executor
+/// manager applies when it starts: this user's regions that no process maps
+/// and that have not changed for 30 s.
+inline void reclaim_stale_regions() {
+  const rdmalib::Fabric::ReclaimReport r = rdmalib::Fabric::reclaim_stale();
+  if (!r.names.empty())
+    std::fprintf(stderr,
+                 "reclaimed %zu stale shared-memory region(s), %llu MiB, left by killed "
+                 "processes\n",
+                 r.names.size(), static_cast<unsigned long long>(r.bytes >> 20));
+}
+
 /// Send context of our own pings / replies.
 inline constexpr uint64_t kSendContext = 0x5e4d;
 
