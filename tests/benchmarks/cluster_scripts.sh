@@ -39,9 +39,36 @@ echo localhost
 EOF
 chmod +x "$tmp/bin/srun" "$tmp/bin/scontrol"
 
-# A base port the kernel says is free; each run takes the next even one.
-port=$(/usr/bin/env python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null)
-[[ -n $port ]] || port=$((20000 + $$ % 20000))
+# A base port for the scripts' fixed ports (RFAAS_PORT and the next few; each
+# run below moves on by 8). It lies below the kernel's ephemeral range, so
+# that no connection another test opens meanwhile is given one of them: a
+# base the kernel handed out (bind to port 0) is in that range, and a port a
+# few above it was taken by the time the executor manager listened ("Address
+# already in use"). The 32 ports from the base are free now.
+port=$(/usr/bin/env python3 - 2>/dev/null <<'PY'
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except OSError:
+    low = 32768
+for _ in range(100):
+    base = random.randrange(10000, max(10002, low - 64), 2)
+    held = []
+    try:
+        for p in range(base, base + 32):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in held:
+            s.close()
+    print(base)
+    break
+PY
+)
+[[ -n $port ]] || port=$((20000 + $$ % 10000))
 client_core=0
 (($(nproc) > 1)) && client_core=1
 
