@@ -175,9 +175,14 @@ struct Comparison {
   Row raw, lib;                         // over every measured round trip of all blocks
   std::vector<double> round_ratios;     // per round: rdmalib block median / raw block median
   std::vector<double> round_iqm_ratios; // per round: the same of the interquartile means
+  // Per round: rdmalib's block interquartile mean minus raw's, in ns. What
+  // rdmalib adds per round trip in absolute terms, which carries over to a
+  // fabric whose round trip is longer (a ratio does not).
+  std::vector<double> round_iqm_extra_ns;
   double ratio_of_medians = 0;
   double round_median = 0, round_min = 0, round_max = 0;
   double round_iqm_median = 0; // median over rounds of round_iqm_ratios
+  double round_extra_ns = 0;   // median over rounds of round_iqm_extra_ns
 };
 
 /// The median of values already sorted.
@@ -233,22 +238,23 @@ void print_header(const Options &o, const Setup &s) {
                 "lib/raw = ratio of those medians;\n# rnd_med, rnd_min, rnd_max = median, min, "
                 "max over rounds of (rdmalib block median / raw block median);\n# rnd_iqm = "
                 "median over rounds of (rdmalib / raw block interquartile mean: not bound to "
-                "the clock's steps)\n");
+                "the clock's steps);\n# +ns = median over rounds of (rdmalib - raw block "
+                "interquartile mean), in ns per round trip\n");
     if (g_self_check)
       std::printf("# --self-check: the rdmalib blocks ran on a second raw endpoint; every "
                   "\"lib\" column is raw\n");
   }
-  std::printf("%-9s %9s %6s %6s %9s %9s %9s %9s %7s %7s %7s %7s %7s\n", "mode", "size", "rounds",
-              "block", "raw_med", "raw_p99", "lib_med", "lib_p99", "lib/raw", "rnd_med", "rnd_min",
-              "rnd_max", "rnd_iqm");
+  std::printf("%-9s %9s %6s %6s %9s %9s %9s %9s %7s %7s %7s %7s %7s %7s\n", "mode", "size",
+              "rounds", "block", "raw_med", "raw_p99", "lib_med", "lib_p99", "lib/raw", "rnd_med",
+              "rnd_min", "rnd_max", "rnd_iqm", "+ns");
   std::fflush(stdout);
 }
 
 void print_row(const Comparison &c) {
-  std::printf("%-9s %9zu %6zu %6zu %9.2f %9.2f %9.2f %9.2f %7.3f %7.3f %7.3f %7.3f %7.3f\n",
+  std::printf("%-9s %9zu %6zu %6zu %9.2f %9.2f %9.2f %9.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.1f\n",
               mode_name(c.mode), c.size, c.round_ratios.size(), c.block, c.raw.median_us,
               c.raw.p99_us, c.lib.median_us, c.lib.p99_us, c.ratio_of_medians, c.round_median,
-              c.round_min, c.round_max, c.round_iqm_median);
+              c.round_min, c.round_max, c.round_iqm_median, c.round_extra_ns);
   std::fflush(stdout);
 }
 
@@ -258,16 +264,17 @@ void write_csv(const Options &o, const Setup &s, const std::vector<Comparison> &
   std::ofstream out = open_csv(
       o, "provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,"
          "raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,"
-         "round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median,endpoints\n");
+         "round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median,endpoints,"
+         "round_iqm_extra_ns_median\n");
   char line[768];
   for (const Comparison &c : rows) {
     std::snprintf(line, sizeof line,
                   "\"%s\",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,"
-                  "%.4f,%.4f,%zu\n",
+                  "%.4f,%.4f,%zu,%.2f\n",
                   s.provider.c_str(), s.endpoint.c_str(), s.wait.c_str(), mode_name(c.mode), c.size,
                   c.round_ratios.size(), c.block, c.warm, c.raw.iters, c.lib.iters, c.raw.median_us,
                   c.raw.p99_us, c.lib.median_us, c.lib.p99_us, c.ratio_of_medians, c.round_median,
-                  c.round_min, c.round_max, c.round_iqm_median, g_endpoints);
+                  c.round_min, c.round_max, c.round_iqm_median, g_endpoints, c.round_extra_ns);
     out << line;
   }
   if (!out)
@@ -336,6 +343,8 @@ void write_json(const Options &o, const Setup &s, const std::vector<Comparison> 
     v["round_ratios"] = c.round_ratios;
     v["round_iqm_ratio_median"] = c.round_iqm_median;
     v["round_iqm_ratios"] = c.round_iqm_ratios;
+    v["round_iqm_extra_ns_median"] = c.round_extra_ns;
+    v["round_iqm_extra_ns"] = c.round_iqm_extra_ns;
     results.push(std::move(v));
   }
   try {
@@ -404,8 +413,10 @@ void client(const Options &o, Oob &oob) {
         }
         if (med[0] > 0)
           c.round_ratios.push_back(med[1] / med[0]);
-        if (iqm[0] > 0)
+        if (iqm[0] > 0) {
           c.round_iqm_ratios.push_back(iqm[1] / iqm[0]);
+          c.round_iqm_extra_ns.push_back((iqm[1] - iqm[0]) * 1e3);
+        }
       }
       c.raw = summarise(mode, size, raw_all);
       c.lib = summarise(mode, size, lib_all);
@@ -417,6 +428,7 @@ void client(const Options &o, Oob &oob) {
         c.round_max = *mm.second;
       }
       c.round_iqm_median = median_of(c.round_iqm_ratios);
+      c.round_extra_ns = median_of(c.round_iqm_extra_ns);
       rows.push_back(std::move(c));
       print_row(rows.back());
     }

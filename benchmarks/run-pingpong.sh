@@ -247,12 +247,13 @@ done
 if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   # Columns: provider,endpoint,wait,mode,size,rounds,block,warmup,raw_iters,rdmalib_iters,
   # raw_median_us,raw_p99_us,rdmalib_median_us,rdmalib_p99_us,ratio_of_medians,
-  # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median,endpoints
+  # round_ratio_median,round_ratio_min,round_ratio_max,round_iqm_ratio_median,endpoints,
+  # round_iqm_extra_ns_median
   # One line per (provider, mode, size) in the order of the runs: each figure
   # is its median over the --repeat runs, but the range of the per-round
   # ratios spans all of them; "runs" lists every run's iqm ratio.
-  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s  %s\n' provider ep mode \
-    size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm runs
+  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s %6s  %s\n' provider ep \
+    mode size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm +ns runs
   tail -n +2 "$work/interleaved.csv" | tr -d '"' | awk -F, '
     function med(list,   n, a, i, j, t) {
       n = split(list, a, " ")
@@ -264,16 +265,16 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
     {
       k = $1 SUBSEP $4 SUBSEP $5
       if (!(k in ep)) { order[++nk] = k; ep[k] = $2; mode[k] = $4; size[k] = $5; prov[k] = $1; block[k] = $7 }
-      for (c = 11; c <= 19; c++) col[k, c] = col[k, c] " " $c
+      for (c = 11; c <= 21; c++) col[k, c] = col[k, c] " " $c
       runs[k] = runs[k] (runs[k] == "" ? "" : " ") sprintf("%.3f", $19)
     }
     END {
       for (i = 1; i <= nk; i++) {
         k = order[i]
-        printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f  %s\n",
+        printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f %6.1f  %s\n",
           prov[k], ep[k], mode[k], size[k], block[k], med(col[k, 11]), med(col[k, 12]),
           med(col[k, 13]), med(col[k, 14]), med(col[k, 15]), med(col[k, 16]), lo(col[k, 17]),
-          hi(col[k, 18]), med(col[k, 19]), runs[k]
+          hi(col[k, 18]), med(col[k, 19]), med(col[k, 21]), runs[k]
       }
     }'
   echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation"
@@ -281,6 +282,8 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"
   echo " lib/raw = median over the rounds of rdmalib's block median / raw's block median of the"
   echo " same round, with its range; iqm = the same ratio of the blocks' interquartile means;"
+  echo " +ns = rdmalib's interquartile mean minus raw's, median over the rounds, in nanoseconds"
+  echo " per round trip: what rdmalib adds, which carries over to a fabric with longer round trips;"
   echo " block = round trips measured per block; each figure is the median over $repeat run(s),"
   echo " each a new pair of processes, the range spans all of them, and runs = each run's iqm)"
   if [[ -n "$csv" ]]; then
@@ -291,7 +294,7 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
 elif [[ -s "$results" ]]; then
   printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s\n' provider ep mode size iters \
     raw_med raw_p99 lib_med lib_p99 lib/raw
-  while IFS=, read -r prov ep w mode size rn ln rmed rp99 lmed lp99 ratio; do
+  while IFS=, read -r prov ep _ mode size rn ln rmed rp99 lmed lp99 ratio; do
     printf '%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f\n' "$prov" "$ep" "$mode" \
       "$size" "$((rn < ln ? rn : ln))" "$rmed" "$rp99" "$lmed" "$lp99" "$ratio"
   done <"$results"

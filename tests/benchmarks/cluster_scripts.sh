@@ -103,11 +103,13 @@ if [[ -x $build/benchmarks/raw_vs_rdmalib_pingpong ]]; then
   check_rows interleaved
   grep -q "over 2 connection(s) of each implementation" "$tmp/interleaved.log" ||
     fail "interleaved: the summary does not say it used 2 connections of each"
-  awk -F, 'NR > 1 && $NF != 2 { bad = 1 } END { exit bad }' "$tmp/out-interleaved/raw_vs_rdmalib_pingpong-1.csv" ||
+  awk -F, 'NR > 1 && $20 != 2 { bad = 1 } END { exit bad }' "$tmp/out-interleaved/raw_vs_rdmalib_pingpong-1.csv" ||
     fail "interleaved: the CSV does not record --endpoints 2"
-  # Every run's ratio is listed: two per row.
+  # rdmalib's cost per round trip in ns, then every run's ratio: two per row.
   for mode in send writeimm; do
-    n=$(grep -E "^$mode +8 " "$tmp/interleaved.log" | awk '{ print NF - 5 }')
+    grep -Eq "^$mode +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9]+\.[0-9] " "$tmp/interleaved.log" ||
+      fail "interleaved: '$mode 8' has no +ns figure"
+    n=$(grep -E "^$mode +8 " "$tmp/interleaved.log" | awk '{ print NF - 6 }')
     [[ $n == 2 ]] || fail "interleaved: '$mode 8' lists $n per-run ratios, expected 2"
   done
   port=$((port + 8))
