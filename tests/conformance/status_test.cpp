@@ -254,6 +254,14 @@ TEST_P(StatusRulesOnFabric, FullReceiveQueueTimesOutAtThePostDeadline) {
   size_t posted = 9;
   EXPECT_EQ(s.post_recv(refs.data(), ctx.data(), 2, &posted), Status::Timeout);
   EXPECT_EQ(posted, 0u);
+  // A shorter deadline set afterwards applies to the next post.
+  const auto shorter = std::chrono::milliseconds(100);
+  k.server.set_post_deadline(shorter);
+  t0 = Clock::now();
+  EXPECT_EQ(s.post_recv(rx.local(7 * 64, 64), 7), Status::Timeout) << s.last_error();
+  took = Clock::now() - t0;
+  EXPECT_GE(took, shorter) << "the post gave up before its new deadline";
+  EXPECT_LT(took, deadline) << "the post kept the old deadline";
   // The link is intact: the first receive takes a message.
   Buffer<uint8_t> tx(*client_fabric_, 64);
   attach_if_needed(k.client, tx.region());

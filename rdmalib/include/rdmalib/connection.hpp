@@ -111,6 +111,14 @@ public:
 
   bool is_open() const noexcept;
 
+  /// Changes ConnectionOptions::post_deadline from now on (negative = 0).
+  /// For a caller about to post under a shorter deadline of its own: a post
+  /// to a peer that vanished can find no room for the whole post deadline
+  /// (tcp;ofi_rxm answers "try again" while it reconnects to a dead address),
+  /// and a goodbye sent at teardown should not wait longer than the teardown
+  /// allows. No-op on a closed connection.
+  void set_post_deadline(std::chrono::milliseconds deadline) noexcept;
+
   /// The Fabric this connection was made on.
   Fabric &fabric() const noexcept;
 
