@@ -35,9 +35,13 @@ constexpr uint64_t kClientRecvs = 2;
 constexpr uint32_t kClientSends = 4;
 constexpr uint64_t kExecutorRecvs = 8;
 
-// The two kinds of link the manager accepts.
-rdmalib::ConnectionOptions client_link_options() {
+// The two kinds of link the manager accepts. A post on either waits at most
+// connect_ms for room, as every other wait for one peer in the manager's
+// loop: to a peer that died a reliable-datagram provider may answer "try
+// again" for the whole default post deadline (5 s) while it reconnects.
+rdmalib::ConnectionOptions client_link_options(uint32_t connect_ms) {
   rdmalib::ConnectionOptions opts;
+  opts.post_deadline = std::chrono::milliseconds(connect_ms);
   opts.recv_depth = kClientRecvs + 2;
   // The manager sends one answer per request: a small send queue keeps an
   // idle connection cheap (queues are sized by these depths).
@@ -45,8 +49,9 @@ rdmalib::ConnectionOptions client_link_options() {
   return opts;
 }
 
-rdmalib::ConnectionOptions executor_link_options() {
+rdmalib::ConnectionOptions executor_link_options(uint32_t connect_ms) {
   rdmalib::ConnectionOptions opts;
+  opts.post_deadline = std::chrono::milliseconds(connect_ms);
   opts.recv_depth = kExecutorRecvs + 2;
   opts.check_peer_before_poll = true;
   return opts;
@@ -195,8 +200,8 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
   // Where opening an endpoint is slow (shm), each kind of link finds one
   // opened ahead, off the clients' cold start; elsewhere this does nothing.
   // After the zygote started: its fork must not copy a half-opened endpoint.
-  fabric_.prepare(client_link_options());
-  fabric_.prepare(executor_link_options());
+  fabric_.prepare(client_link_options(cfg_.connect_ms));
+  fabric_.prepare(executor_link_options(cfg_.connect_ms));
 }
 
 Manager::~Manager() {
@@ -556,7 +561,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     auto c = std::make_unique<Client>();
     c->lease_id = hello.lease_id;
     c->token = hello.token;
-    rdmalib::ConnectionOptions opts = client_link_options();
+    rdmalib::ConnectionOptions opts = client_link_options(cfg_.connect_ms);
     // Nothing is sent before the client's request: the answer may leave
     // later (tcp;ofi_rxm connects back first, about a second), posted again
     // by the channel's polls without holding the loop, until the request
@@ -594,7 +599,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       return refuse(proto::ErrorCode::LeaseInvalid,
                     "an executor presented an unknown allocation or a wrong secret");
     Allocation &a = *it->second;
-    rdmalib::ConnectionOptions opts = executor_link_options();
+    rdmalib::ConnectionOptions opts = executor_link_options(cfg_.connect_ms);
     // Our own child, which connects right after it started: its answer is
     // waited for (the advertisement follows it at once), within the
     // executor's own deadline (tcp;ofi_rxm takes up to a second).
