@@ -397,8 +397,7 @@ void executor::impl::teardown(bool polite) noexcept {
   for (size_t i = 0; i < workers.size(); ++i) {
     Worker &w = workers[i];
     if (polite && w.alive && w.conn.is_open()) {
-      w.conn.set_post_deadline(std::max(
-          milliseconds(0), std::chrono::duration_cast<milliseconds>(workers_until - Clock::now())));
+      w.conn.set_post_deadline(milliseconds(ms_left(workers_until)));
       proto::ChannelStatus cs = w.control.send(bye, workers_until);
       if (cs != proto::ChannelStatus::Ok)
         rfaas::logger().warn("deallocate: Shutdown to worker {} of {}: {}", i, manager_name,
