@@ -18,13 +18,17 @@
 // then a normal lease), "all" (hostile, latency, pipeline, errors, then crash),
 // "attack" (hostile, random messages, peers vanishing at each setup step; no
 // lease), "flood" (--flood N idle connections: a valid hello,
-// then nothing; held until stdin closes, no lease).
+// then nothing; held until stdin closes, no lease), "killed-requester" (a
+// request the manager refuses, then SIGKILL before the answer: the answer goes
+// to a dead process), "refused" (one request for 200 cores, answered
+// resources_unavailable; prints how long it took from the start).
 // Exit code 0 when every check passed.
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -174,20 +178,52 @@ public:
     proto::AllocationResponse resp;
     check(m && proto::decode(m, kCtl, resp).ok() && resp.status == proto::ErrorCode::BadRequest,
           "malformed AllocationRequest -> bad_request");
-    proto::AllocationRequest req;
-    std::vector<proto::BufferDescriptor> results =
-        unserved_request(200, req); // more cores than any test machine configures
-    rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(req.cores),
-                             rdmalib::AccessLocal);
-    l.conn.attach(rb.region());
-    proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
-    l.ops.send(rb.local_bytes(0, r.size), 4);
-    l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
-    m = l.next_control(5000);
+    rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(200), rdmalib::AccessLocal);
+    ask_too_much(l, rb);
+    l.conn.close();
+  }
+
+  /// On a new connection: a request for more cores than any test machine
+  /// has, answered resources_unavailable. Prints how long the whole took.
+  void refused_request() {
+    const auto t0 = Clock::now();
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    Link l;
+    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                          sizeof hb, milliseconds(10000));
+    l.setup(fabric_, 4);
+    rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(200), rdmalib::AccessLocal);
+    ask_too_much(l, rb, 10000);
+    std::printf("refused request answered in %lld ms\n",
+                static_cast<long long>(
+                    std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count()));
+    l.conn.close();
+  }
+
+  /// A request for 200 cores on `l` from `rb` (which must outlive the
+  /// connection), answered resources_unavailable within `ms`.
+  void ask_too_much(Link &l, rdmalib::Buffer<char> &rb, int ms = 5000) {
+    send_too_much(l, rb, ms);
+    const char *m = l.next_control(ms);
+    proto::AllocationResponse resp;
     check(m && proto::decode(m, kCtl, resp).ok() &&
               resp.status == proto::ErrorCode::ResourcesUnavailable,
           "200 cores -> resources_unavailable");
-    l.conn.close();
+  }
+
+  /// Send a request for 200 cores on `l` from `rb` (attached to it here)
+  /// and wait up to `ms` for the send to complete; false when it did not.
+  bool send_too_much(Link &l, rdmalib::Buffer<char> &rb, int ms) {
+    proto::AllocationRequest req;
+    std::vector<proto::BufferDescriptor> results = unserved_request(200, req);
+    l.conn.attach(rb.region());
+    proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
+    rdmalib::Completion c;
+    return l.ops.send(rb.local_bytes(0, r.size), 4) == rdmalib::Status::Ok &&
+           l.ops.wait(rdmalib::Queue::Send, &c, 1, ms).status == rdmalib::Status::Ok &&
+           c.status == rdmalib::Status::Ok;
   }
 
   /// Random messages (random bytes, random sizes, some with a valid header)
@@ -268,6 +304,31 @@ public:
       l.conn.close();
     }
     check(true, "peers vanished after connecting and after requesting");
+  }
+
+  /// Send a request the manager refuses at once (200 cores), and die by
+  /// SIGKILL as soon as it has left: the manager's answer goes to a process
+  /// that is gone. A reliable-datagram provider over TCP may take such a
+  /// post only after it has tried to reach the peer again ("try again"
+  /// meanwhile), and the manager's loop must not wait for that longer than
+  /// deadlines_ms.connect.
+  [[noreturn]] void die_after_request() {
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    Link l;
+    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                          sizeof hb, milliseconds(5000));
+    l.setup(fabric_, 4);
+    rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(200), rdmalib::AccessLocal);
+    if (!send_too_much(l, rb, 5000)) {
+      std::printf("FAIL: the request did not leave: %s\n", l.ops.last_error());
+      std::exit(1);
+    }
+    std::printf("request sent; dying\n");
+    std::fflush(stdout);
+    ::raise(SIGKILL);
+    std::abort();
   }
 
   /// Open o_.flood connections that say a valid hello and then nothing, print
@@ -808,7 +869,7 @@ int main(int argc, char **argv) {
       "no-vanish", "attack scenario without the peers that vanish at each step")(
       "scenario",
       "latency, errors, crash, pipeline, disconnect, busy-disconnect, hostile, "
-      "oversized, attack, flood, all",
+      "oversized, attack, flood, killed-requester, refused, all",
       rfaas::cli::value(o.scenario)->default_value("all"))("h,help", "help");
   try {
     auto args = options.parse(argc, argv);
@@ -830,6 +891,12 @@ int main(int argc, char **argv) {
     }
     if (o.scenario == "hostile" || o.scenario == "all" || o.scenario == "attack")
       p.hostile();
+    if (o.scenario == "killed-requester")
+      p.die_after_request();
+    if (o.scenario == "refused") {
+      p.refused_request();
+      return g_failures ? 1 : 0;
+    }
     if (o.scenario == "attack") {
       p.attack();
       return g_failures ? 1 : 0;
