@@ -6,6 +6,7 @@
 // operation, no virtual call, no allocation.
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -391,6 +392,15 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
     std::this_thread::sleep_for(std::chrono::microseconds(std::min(backoff_us, left_us)));
     backoff_us = std::min(backoff_us * 2, spins < 1024 ? 20 : 200);
   }
+}
+
+std::chrono::milliseconds Operations::post_deadline() const noexcept {
+  return impl_ ? impl_->options.post_deadline : std::chrono::milliseconds(0);
+}
+
+void Operations::set_post_deadline(std::chrono::milliseconds deadline) noexcept {
+  if (impl_)
+    impl_->options.post_deadline = std::max(deadline, std::chrono::milliseconds(0));
 }
 
 const char *Operations::last_error() const noexcept {

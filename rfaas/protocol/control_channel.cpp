@@ -148,7 +148,17 @@ ChannelStatus ControlChannel::send_encoded(size_t size,
     refused_ = false;
     return ChannelStatus::SendFailed;
   }
-  if (ChannelStatus s = post_encoded(size); s != ChannelStatus::Ok)
+  // The send's deadline bounds its post too: a post to a peer that vanished
+  // can find no room for the connection's whole post deadline (5 s by
+  // default; tcp;ofi_rxm answers "try again" while it reconnects).
+  const std::chrono::milliseconds saved = ops_.post_deadline();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - ControlClock::now());
+  if (left < saved)
+    ops_.set_post_deadline(left);
+  ChannelStatus s = post_encoded(size);
+  ops_.set_post_deadline(saved);
+  if (s != ChannelStatus::Ok)
     return s;
   return finish_pending(deadline);
 }

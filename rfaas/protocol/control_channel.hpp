@@ -137,6 +137,8 @@ public:
   uint8_t *send_area() noexcept { return area(); }
   /// Send the first `size` bytes of the send area and wait until the send
   /// completed (the area may be reused). Ok, Timeout, Closed or SendFailed.
+  /// `deadline` also bounds the post when the connection's post deadline
+  /// would outlast it (a peer that vanished: see Operations::set_post_deadline).
   ChannelStatus send_encoded(size_t size, ControlClock::time_point deadline) noexcept;
   /// Encode `m` into the send area and send it as send_encoded() does.
   template <class M> ChannelStatus send(const M &m, ControlClock::time_point deadline) noexcept {

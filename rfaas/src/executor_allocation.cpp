@@ -388,16 +388,15 @@ void executor::impl::teardown(bool polite) noexcept {
   proto::Shutdown bye;
   bye.allocation_id = allocation_id;
   bye.reason = proto::ErrorCode::Ok;
-  // The workers' goodbyes share one deadline, and it bounds their posts too:
-  // to a node that died, a reliable-datagram provider may refuse posts for
-  // the connection's whole post deadline (5 s) while it tries to reconnect,
-  // and deallocating a dead allocation of many workers must not take that
-  // many times over.
+  // The workers' goodbyes share one deadline (which bounds their posts too,
+  // ControlChannel::send): to a node that died, a reliable-datagram provider
+  // may refuse posts while it tries to reconnect, and deallocating a dead
+  // allocation of many workers must not take the shutdown deadline many
+  // times over.
   const Clock::time_point workers_until = in(deadlines.shutdown);
   for (size_t i = 0; i < workers.size(); ++i) {
     Worker &w = workers[i];
     if (polite && w.alive && w.conn.is_open()) {
-      w.conn.set_post_deadline(milliseconds(ms_left(workers_until)));
       proto::ChannelStatus cs = w.control.send(bye, workers_until);
       if (cs != proto::ChannelStatus::Ok)
         rfaas::logger().warn("deallocate: Shutdown to worker {} of {}: {}", i, manager_name,
@@ -413,7 +412,6 @@ void executor::impl::teardown(bool polite) noexcept {
     w.conn.close();
   }
   if (polite && manager.is_open()) {
-    manager.set_post_deadline(deadlines.shutdown);
     proto::ChannelStatus cs = manager_channel.send(bye, in(deadlines.shutdown));
     if (cs != proto::ChannelStatus::Ok)
       rfaas::logger().warn("deallocate: Shutdown to the manager {}: {}", manager_name,

@@ -118,10 +118,9 @@ struct resource_manager::impl {
   ~impl() {
     if (conn.is_open()) {
       proto::Shutdown bye;
-      // Bounded by the goodbye's deadline, post included: a reliable-datagram
-      // provider may refuse posts to a resource manager that died for the
-      // whole post deadline (5 s) while it tries to reconnect.
-      conn.set_post_deadline(deadlines.shutdown);
+      // Bounded by the goodbye's deadline, post included (ControlChannel::send):
+      // a reliable-datagram provider may refuse posts to a resource manager
+      // that died while it tries to reconnect.
       channel.send(bye, Clock::now() + deadlines.shutdown);
     }
     conn.close();

@@ -257,11 +257,20 @@ TEST_P(StatusRulesOnFabric, FullReceiveQueueTimesOutAtThePostDeadline) {
   // A shorter deadline set afterwards applies to the next post.
   const auto shorter = std::chrono::milliseconds(100);
   k.server.set_post_deadline(shorter);
+  EXPECT_EQ(s.post_deadline(), shorter) << "the handle reads the connection's deadline";
   t0 = Clock::now();
   EXPECT_EQ(s.post_recv(rx.local(7 * 64, 64), 7), Status::Timeout) << s.last_error();
   took = Clock::now() - t0;
   EXPECT_GE(took, shorter) << "the post gave up before its new deadline";
   EXPECT_LT(took, deadline) << "the post kept the old deadline";
+  // The same through the handle; a negative deadline is 0: one try.
+  s.set_post_deadline(std::chrono::milliseconds(-5));
+  EXPECT_EQ(s.post_deadline(), std::chrono::milliseconds(0));
+  t0 = Clock::now();
+  EXPECT_EQ(s.post_recv(rx.local(7 * 64, 64), 7), Status::Timeout) << s.last_error();
+  EXPECT_LT(Clock::now() - t0, shorter) << "a post with no deadline left kept retrying";
+  EXPECT_EQ(Operations().post_deadline(), std::chrono::milliseconds(0));
+  s.set_post_deadline(deadline);
   // The link is intact: the first receive takes a message.
   Buffer<uint8_t> tx(*client_fabric_, 64);
   attach_if_needed(k.client, tx.region());

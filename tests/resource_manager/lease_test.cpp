@@ -513,6 +513,52 @@ TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
   rm.release(l);
 }
 
+// A client that outlives a resource manager killed with SIGKILL: its
+// requests and its goodbye go to a dead peer, which a reliable-datagram
+// provider over TCP may refuse ("try again") while it tries to reconnect, for
+// as long as the connection's post deadline (5 s by default). Each call still
+// ends within its own deadline: renewals within `allocation`, the destructor
+// within `shutdown`.
+TEST(RmLease, ClientOfAKilledResourceManagerEndsEachCallWithinItsDeadline) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  using std::chrono::steady_clock;
+  const std::string fabric = g.fabric;
+  uint16_t port = static_cast<uint16_t>(std::stoul(fabric.substr(fabric.rfind(':') + 1)));
+  const uint64_t registered = node_view().value("registered_ms", uint64_t(0));
+  rfaas::timeouts t = patient();
+  t.allocation = 1500ms;
+  std::string took;
+  rfaas::lease l;
+  {
+    auto rm = std::make_unique<rfaas::resource_manager>(device(), g.fabric, "tester", t);
+    l = lease(*rm);
+    g.rm.kill_now();
+    // The first renewal usually finds the provider still connected and
+    // waits for an answer; the later ones find it reconnecting.
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = steady_clock::now();
+      EXPECT_THROW(rm->renew(l, 30s), rfaas::Error);
+      const auto ms = duration_cast<milliseconds>(steady_clock::now() - t0);
+      took += "renew " + std::to_string(ms.count()) + " ms, ";
+      EXPECT_LT(ms.count(), (t.allocation + 1s).count())
+          << "ms: renewal " << i << " against a dead resource manager";
+    }
+    const auto t0 = steady_clock::now();
+    rm.reset();
+    const auto ms = duration_cast<milliseconds>(steady_clock::now() - t0);
+    took += "close " + std::to_string(ms.count()) + " ms";
+    EXPECT_LT(ms.count(), (t.shutdown + 1s).count())
+        << "ms: the client's goodbye to a dead resource manager";
+  }
+  std::printf("the client of the killed resource manager: %s\n", took.c_str());
+  ASSERT_TRUE(start_rm(port)) << "the resource manager did not restart on port " << port;
+  EXPECT_TRUE(wait_registered_after(registered)) << node_view().dump() << manager_log();
+  // The lease came back from the store: give its cores back.
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rm.release(l);
+}
+
 TEST(RmLease, SixteenClientsRaceForTheLastCores) {
   json n = node_view();
   ASSERT_TRUE(n.is_object());

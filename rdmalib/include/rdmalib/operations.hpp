@@ -30,6 +30,7 @@
 // at a time. Different connections may be driven from different threads.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -149,6 +150,19 @@ public:
   /// else polling with backoff) until at least one completion arrives, the peer
   /// closes, or `timeout_ms` passes (negative = no deadline, use with care).
   WaitResult wait(Queue q, Completion *out, size_t max, int timeout_ms) noexcept;
+
+  /// How long a post retries on a full queue before Status::Timeout: the
+  /// connection's ConnectionOptions::post_deadline, or what
+  /// set_post_deadline() made it (0 ms on an empty handle).
+  std::chrono::milliseconds post_deadline() const noexcept;
+
+  /// Changes the connection's post deadline from the next post on (negative
+  /// = 0), as Connection::set_post_deadline() does, for code that holds only
+  /// the Operations. A caller with a deadline of its own lowers it around its
+  /// post and restores it: a post to a peer that vanished can find no room
+  /// for the whole post deadline (tcp;ofi_rxm answers "try again" while it
+  /// reconnects). No-op on an empty handle.
+  void set_post_deadline(std::chrono::milliseconds deadline) noexcept;
 
   /// Text describing the most recent non-Ok status of this connection (the
   /// backend's own error string included), for logs.
