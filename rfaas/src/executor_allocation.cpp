@@ -349,6 +349,7 @@ void executor::impl::accept_workers(Clock::time_point deadline) {
            "accepting worker " + std::to_string(hello.worker) + ": " + e.what());
     }
     w.ops = w.conn.ops();
+    w.post_deadline = w.ops.post_deadline();
     ++connected;
   }
   // Every worker sends its BufferAdvertisement right after connecting.

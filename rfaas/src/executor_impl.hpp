@@ -130,6 +130,9 @@ struct Worker {
   proto::ControlChannel control;
   rdmalib::Connection conn;
   rdmalib::Operations ops;
+  /// The connection's own post deadline (ops.post_deadline()), read once: an
+  /// invocation with a shorter deadline lowers it around its post.
+  std::chrono::milliseconds post_deadline{0};
   /// The worker's input slots (its BufferAdvertisement).
   proto::BufferDescriptor input;
   bool advertised = false;
@@ -253,10 +256,11 @@ struct executor::impl {
   void progress(Worker &w, int block_ms = 0,
                 rdmalib::Queue block_on = rdmalib::Queue::Recv) noexcept;
 
-  /// Post `input` for `function` into (w, s). On failure the slot stays free
-  /// and the status is returned.
-  result post(uint32_t wi, uint32_t s, uint32_t function, const_buffer input,
-              mutable_buffer output) noexcept;
+  /// Post `input` for `function` into (w, s); the post waits for room at
+  /// most `within` (the call's deadline). On failure the slot stays free and
+  /// the status is returned.
+  result post(uint32_t wi, uint32_t s, uint32_t function, const_buffer input, mutable_buffer output,
+              milliseconds within) noexcept;
 
   /// Busy-poll (or wait, see below) until (w, s) is Done or `timeout` has
   /// passed; frees the slot. The timeout counts from the first clock check

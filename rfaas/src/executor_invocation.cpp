@@ -195,7 +195,8 @@ RFAAS_HOT void executor::impl::progress(Worker &w, int block_ms, rdmalib::Queue 
 }
 
 RFAAS_HOT result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function,
-                                      const_buffer input, mutable_buffer output) noexcept {
+                                      const_buffer input, mutable_buffer output,
+                                      milliseconds within) noexcept {
   Worker &w = workers[wi];
   if (!w.alive)
     return result{w.end_reason == status::ok ? status::closed : w.end_reason, 0, 0};
@@ -246,9 +247,17 @@ RFAAS_HOT result executor::impl::post(uint32_t wi, uint32_t s, uint32_t function
           : w.staging.local_bytes(size_t(s) * input_slot + proto::kSlotPrefix - lead,
                                   lead + input.size);
 
+  // The call's deadline bounds the post too: to a worker whose node died, a
+  // reliable-datagram provider may refuse posts while it tries to reconnect
+  // (tcp;ofi_rxm), for the connection's whole post deadline (5 s).
+  const bool bounded = within < w.post_deadline;
+  if (bounded)
+    w.ops.set_post_deadline(within);
   rdmalib::Status st =
       w.ops.write_imm(src, w.input.buffer, w.input.offset(s) + proto::kSlotPrefix - lead,
                       proto::make_immediate(s, id), kWriteCtx | s);
+  if (bounded)
+    w.ops.set_post_deadline(w.post_deadline);
   if (st != rdmalib::Status::Ok) {
     if (st == rdmalib::Status::Closed) {
       worker_lost(w, status::closed);
@@ -348,7 +357,7 @@ result executor::impl::execute(const function_name &fn, const_buffer in, mutable
     if (!find_free(wi, s))
       return result{status::busy, 0, 0};
   }
-  result r = post(wi, s, fn.hash(), in, out);
+  result r = post(wi, s, fn.hash(), in, out, timeout);
   if (workers[wi].slots[s].state == SlotState::InFlight)
     r = complete(wi, s, timeout);
   if (r.status == status::unknown_function)
@@ -384,7 +393,7 @@ std::vector<result> executor::impl::execute_parallel(const function_name &fn,
     // Fill free slots.
     uint32_t wi, s;
     while (next < in.size() && !expired && find_free(wi, s)) {
-      result r = post(wi, s, hash, in[next], out[next]);
+      result r = post(wi, s, hash, in[next], out[next], milliseconds(ms_left(deadline)));
       if (workers[wi].slots[s].state == SlotState::InFlight) {
         owner[size_t(s) * nworkers + wi] = next;
         ++outstanding;
@@ -458,7 +467,7 @@ async_result executor::async(const function_name &function, const_buffer input,
       return a;
     }
   }
-  result r = self.post(wi, s, function.hash(), input, output);
+  result r = self.post(wi, s, function.hash(), input, output, self.deadlines.invocation);
   if (self.workers[wi].slots[s].state != SlotState::InFlight) {
     a.ready_ = r;
     a.state_ = async_result::state::ready;
