@@ -232,8 +232,16 @@ echo "hostile: after the flood RSS $AFTER_RSS KiB, $AFTER_FDS descriptors"
 # Generous bounds: the allocator keeps some freed memory, providers keep pools.
 [ "$AFTER_FDS" -le $((BASE_FDS + 8)) ] ||
   fail "$AFTER_FDS descriptors after the flood, $BASE_FDS before"
-[ "$AFTER_RSS" -le $((BASE_RSS * 2 + 16384)) ] ||
-  fail "RSS $AFTER_RSS KiB after the flood, $BASE_RSS KiB before"
+# AddressSanitizer keeps freed memory in its quarantine (256 MiB by default)
+# and its allocator's caches, so there RSS does not come back by design
+# (tcp;ofi_rxm's flood: ~100 MiB before, ~500 MiB after); its leak check at
+# the manager's exit still catches memory that is lost.
+if ldd "$MANAGER" 2>/dev/null | grep -q libasan; then
+  echo "hostile: RSS bound not checked: the manager is built with AddressSanitizer"
+else
+  [ "$AFTER_RSS" -le $((BASE_RSS * 2 + 16384)) ] ||
+    fail "RSS $AFTER_RSS KiB after the flood, $BASE_RSS KiB before"
+fi
 grep -q 'admission: refusing a connection from\|admission: .*closing the oldest' \
   "$WORK/manager.err" || fail "no admission limit was logged during the flood"
 
