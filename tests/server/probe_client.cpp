@@ -183,17 +183,23 @@ public:
     l.conn.close();
   }
 
+  /// Connect `l` to the manager with a valid ClientHello and post its
+  /// receives.
+  void connect_client(Link &l, milliseconds timeout) {
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
+                                          sizeof hb, timeout);
+    l.setup(fabric_, 4);
+  }
+
   /// On a new connection: a request for more cores than any test machine
   /// has, answered resources_unavailable. Prints how long the whole took.
   void refused_request() {
     const auto t0 = Clock::now();
-    proto::ClientHello hello;
-    uint8_t hb[sizeof hello];
-    proto::encode(hello, hb, sizeof hb);
     Link l;
-    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
-                                          sizeof hb, milliseconds(10000));
-    l.setup(fabric_, 4);
+    connect_client(l, milliseconds(10000));
     rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(200), rdmalib::AccessLocal);
     ask_too_much(l, rb, 10000);
     std::printf("refused request answered in %lld ms\n",
@@ -313,13 +319,8 @@ public:
   /// meanwhile), and the manager's loop must not wait for that longer than
   /// deadlines_ms.connect.
   [[noreturn]] void die_after_request() {
-    proto::ClientHello hello;
-    uint8_t hb[sizeof hello];
-    proto::encode(hello, hb, sizeof hb);
     Link l;
-    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
-                                          sizeof hb, milliseconds(5000));
-    l.setup(fabric_, 4);
+    connect_client(l, milliseconds(5000));
     rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(200), rdmalib::AccessLocal);
     if (!send_too_much(l, rb, 5000)) {
       std::printf("FAIL: the request did not leave: %s\n", l.ops.last_error());
@@ -399,13 +400,8 @@ public:
   /// The manager must drop this client (and only it); the probe itself must
   /// not hang in its send or close. allocate() runs afterwards.
   void oversized() {
-    proto::ClientHello hello;
-    uint8_t hb[sizeof hello];
-    proto::encode(hello, hb, sizeof hb);
     Link l;
-    l.conn = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), hb,
-                                          sizeof hb, milliseconds(5000));
-    l.setup(fabric_, 4);
+    connect_client(l, milliseconds(5000));
     proto::AllocationRequest req;
     std::vector<proto::BufferDescriptor> results = unserved_request(proto::kMaxWorkers, req);
     const size_t size = proto::kMaxAllocationRequestSize + sizeof(proto::BufferDescriptor);
