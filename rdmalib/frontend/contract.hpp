@@ -78,6 +78,14 @@
 //       Read and convert completions of the queue (drives manual progress).
 //       A link sharing a completion queue with others (several links over
 //       one endpoint) pushes theirs into their stashes.
+//   size_t reap_plain(Queue, Completion *out, size_t max);
+//       reap() for a link where needs_detour() is false: one read of the
+//       queue and its conversion, nothing else (the busy poller's call).
+//   bool needs_detour() const;
+//       The backend's own state that reap_plain() does not handle (work
+//       owed to the provider, a dead peer, a shared endpoint). Whenever it
+//       becomes true, and whenever the backend stashes a completion, the
+//       backend sets LinkCore::detour.
 //   void make_room(Queue);
 //       A post found no room: drive progress and move completions of the
 //       queue (and of the other, where they share resources) into the
@@ -228,6 +236,14 @@ struct LinkCore {
   bool idle_yields = false;
   /// Empty polls since the last check_peer().
   uint32_t empty_polls = 0;
+  /// Whether poll() must take its full path (stashes, check_peer_before_poll,
+  /// the backend's reap()) rather than the backend's reap_plain(): raised by
+  /// whoever creates such state (a completion stashed, the backend's own,
+  /// see needs_detour()), cleared only by the full path once it finds none.
+  /// A busy poller thus tests one byte instead of each condition; a stale
+  /// true costs one full poll, a missing one would lose completions, hence
+  /// raised at every source and true until the first poll.
+  bool detour = true;
   /// ConnectionOptions::check_peer_before_poll: when poll() may look again.
   std::chrono::steady_clock::time_point next_poll_check{};
   CompletionStash tx_stash, rx_stash;

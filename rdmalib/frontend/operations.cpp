@@ -144,6 +144,31 @@ template <class Post>
   return 0;
 }
 
+/// poll() when LinkCore::detour is raised: the stashes, the opted-in look
+/// at the peer, the backend's whole reap(); then the flag is cleared if
+/// nothing calls for it any more.
+[[gnu::noinline]] size_t full_poll(ConnectionImpl &c, Queue q, Completion *out,
+                                   size_t max) noexcept {
+  size_t n = 0;
+  CompletionStash &stash = c.stash(q);
+  if (!stash.empty())
+    n = stash.pop(out, max);
+  if (n < max) {
+    // Opted in (ConnectionOptions::check_peer_before_poll): before entering
+    // the provider, which a dead peer may have left locked.
+    if (c.options.check_peer_before_poll && c.open && !c.peer_closed)
+      check_peer_now(c);
+    n += c.reap(q, out + n, max - n);
+  }
+  c.detour = !c.tx_stash.empty() || !c.rx_stash.empty() || c.options.check_peer_before_poll ||
+             c.needs_detour();
+  if (n)
+    return n;
+  if (++c.empty_polls < kPeerCheckInterval && !c.peer_closed && !c.idle_yields)
+    return 0;
+  return idle_poll(c, q, out, max);
+}
+
 } // namespace
 } // namespace detail
 
@@ -158,7 +183,10 @@ Status Operations::send(const LocalRef &src, uint64_t context, uint32_t flags) n
   st = c->post_send(src, context, inl);
   if (RDMALIB_LIKELY(st != Status::Again))
     return st;
-  return detail::retry(*c, Queue::Send, "send", [&] { return c->post_send(src, context, inl); });
+  // Captures by value: a captured reference to a parameter would make the
+  // fast path above store it to memory on every call.
+  return detail::retry(*c, Queue::Send, "send",
+                       [c, &src, context, inl] { return c->post_send(src, context, inl); });
 }
 
 Status Operations::post_recv(const LocalRef &dst, uint64_t context) noexcept {
@@ -175,7 +203,7 @@ Status Operations::post_recv(const LocalRef &dst, uint64_t context) noexcept {
   Status st = c->post_recv(&dst, &context, 1, done);
   if (RDMALIB_LIKELY(st != Status::Again))
     return st;
-  return detail::retry(*c, Queue::Recv, "post_recv", [&] {
+  return detail::retry(*c, Queue::Recv, "post_recv", [c, &dst, context] {
     size_t one = 0;
     return c->post_recv(&dst, &context, 1, one);
   });
@@ -225,8 +253,9 @@ Status Operations::write(const LocalRef &src, const RemoteBuffer &dst, uint64_t 
   st = c->post_write(src, addr, dst.key, context, inl);
   if (RDMALIB_LIKELY(st != Status::Again))
     return st;
-  return detail::retry(*c, Queue::Send, "write",
-                       [&] { return c->post_write(src, addr, dst.key, context, inl); });
+  return detail::retry(*c, Queue::Send, "write", [c, &src, &dst, addr, context, inl] {
+    return c->post_write(src, addr, dst.key, context, inl);
+  });
 }
 
 Status Operations::write_imm(const LocalRef &src, const RemoteBuffer &dst, uint64_t offset,
@@ -244,16 +273,18 @@ Status Operations::write_imm(const LocalRef &src, const RemoteBuffer &dst, uint6
     st = c->post_write_imm(src, addr, dst.key, imm, context, inl);
     if (RDMALIB_LIKELY(st != Status::Again))
       return st;
-    return detail::retry(*c, Queue::Send, "write_imm",
-                         [&] { return c->post_write_imm(src, addr, dst.key, imm, context, inl); });
+    return detail::retry(*c, Queue::Send, "write_imm", [c, &src, &dst, addr, imm, context, inl] {
+      return c->post_write_imm(src, addr, dst.key, imm, context, inl);
+    });
   }
   if (RDMALIB_UNLIKELY(!c->fab->write_notify_ordered))
     return detail::unordered_notify(*c);
   st = c->post_write_notify(src, addr, dst.key, imm, context, inl);
   if (RDMALIB_LIKELY(st != Status::Again))
     return st;
-  return detail::retry(*c, Queue::Send, "write_imm",
-                       [&] { return c->post_write_notify(src, addr, dst.key, imm, context, inl); });
+  return detail::retry(*c, Queue::Send, "write_imm", [c, &src, &dst, addr, imm, context, inl] {
+    return c->post_write_notify(src, addr, dst.key, imm, context, inl);
+  });
 }
 
 Status Operations::read(const LocalRef &dst, const RemoteBuffer &src, uint64_t offset,
@@ -320,18 +351,12 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
   ConnectionImpl *c = impl_;
   if (RDMALIB_UNLIKELY(!c || !out || max == 0))
     return 0;
-  size_t n = 0;
-  detail::CompletionStash &stash = c->stash(q);
-  if (RDMALIB_UNLIKELY(!stash.empty())) {
-    n = stash.pop(out, max);
-    if (n == max)
-      return n;
-  }
-  // Opted in (ConnectionOptions::check_peer_before_poll): before entering
-  // the provider, which a dead peer may have left locked.
-  if (RDMALIB_UNLIKELY(c->options.check_peer_before_poll) && c->open && !c->peer_closed)
-    detail::check_peer_now(*c);
-  n += c->reap(q, out + n, max - n);
+  // One byte stands for every condition the plain read does not handle
+  // (LinkCore::detour): a busy poller's call is the provider's read and
+  // little else.
+  if (RDMALIB_UNLIKELY(c->detour))
+    return detail::full_poll(*c, q, out, max);
+  size_t n = c->reap_plain(q, out, max);
   if (RDMALIB_LIKELY(n))
     return n;
   // A busy-polling caller comes here many times per message: only every

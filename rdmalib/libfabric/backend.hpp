@@ -393,12 +393,24 @@ struct MemoryRegionImpl final {
 };
 
 struct ConnectionImpl final : LinkCore {
-  explicit ConnectionImpl(FabricImpl &f) noexcept : fab(&f) {}
+  explicit ConnectionImpl(FabricImpl &f) noexcept : fab(&f) {
+    const lf::RecvOverflow &ov = f.overflow;
+    rx_iov[1] = iovec{ov.base, ov.scratch};
+    rx_iov[2] = iovec{ov.base + ov.scratch, ov.guard};
+    rx_msg = fi_msg{rx_iov, rx_descs, ov.iovs, FI_ADDR_UNSPEC, nullptr, 0};
+  }
   ConnectionImpl(const ConnectionImpl &) = delete;
   ConnectionImpl &operator=(const ConnectionImpl &) = delete;
   ~ConnectionImpl();
 
   FabricImpl *fab;
+  // Quirks::truncation_hangs_receiver: a receive's message with the fabric's
+  // overflow area behind the caller's buffer, built once; a post fills in
+  // the buffer and the context (the provider copies the message), some
+  // twenty stores less on every repost.
+  iovec rx_iov[3] = {};
+  void *rx_descs[3] = {};
+  fi_msg rx_msg{};
 
   // Order matters: members are destroyed bottom-up, so the endpoint goes
   // before the queues, address vector and event queue it is bound to, and the
@@ -483,6 +495,10 @@ struct ConnectionImpl final : LinkCore {
   Status post_atomic(OpKind kind, const LocalRef &result, uint64_t addr, uint64_t key,
                      uint64_t operand, uint64_t compare, uint64_t ctx) noexcept;
   [[gnu::always_inline]] size_t reap(Queue q, Completion *out, size_t max) noexcept;
+  [[gnu::always_inline]] size_t reap_plain(Queue q, Completion *out, size_t max) noexcept;
+  bool needs_detour() const noexcept {
+    return pending_count || answer_pending || answer_failed || peer_dead || sh;
+  }
   void make_room(Queue q) noexcept;
   bool check_peer() noexcept;
   /// Quirks::dead_peer_can_hang_progress: the peer process is gone; the

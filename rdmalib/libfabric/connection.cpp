@@ -175,6 +175,7 @@ void ConnectionImpl::join_shared() {
     S.links[link_id] = this;
   }
   sh = &S;
+  detour = true;
   ep.borrow(S.ep.get());
   txcq.borrow(S.txcq.get());
   rxcq.borrow(S.rxcq.get());
@@ -235,6 +236,7 @@ void ConnectionImpl::leave_shared() noexcept {
   // Nothing of the provider's is this link's any more: reap(), block() and
   // drive() no longer enter it, and nothing owed is posted.
   peer_dead = true;
+  detour = true;
   pending_count = 0;
   answer_pending = false;
 }
@@ -415,6 +417,7 @@ bool ConnectionImpl::peer_process_gone(bool now) noexcept {
   set_error("peer process %u is gone", peer_pid);
   peer_closed = true;
   peer_dead = true;
+  detour = true;
   return true;
 }
 

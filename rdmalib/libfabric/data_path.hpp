@@ -15,7 +15,7 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
   s->buf = buf;
   s->cap = len;
   const lf::RecvOverflow &ov = fab->overflow;
-  if (sh) {
+  if (RDMALIB_UNLIKELY(sh)) {
     // A link on the shared endpoint receives only what is tagged with its id.
     if (!flags && !ov.base)
       return fi_trecv(ep.get(), buf, len, desc, FI_ADDR_UNSPEC, link_id, 0, s);
@@ -33,10 +33,10 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
     fi_msg msg{&iov, &desc, 1, FI_ADDR_UNSPEC, s, 0};
     return fi_recvmsg(ep.get(), &msg, flags);
   }
-  iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
-  void *descs[3] = {desc, nullptr, nullptr};
-  fi_msg msg{iov, descs, ov.iovs, FI_ADDR_UNSPEC, s, 0};
-  return fi_recvmsg(ep.get(), &msg, flags);
+  rx_iov[0] = iovec{buf, len};
+  rx_descs[0] = desc;
+  rx_msg.context = s;
+  return fi_recvmsg(ep.get(), &rx_msg, flags);
 }
 
 // Every transmit first posts what an emulated write-with-immediate still
@@ -52,7 +52,7 @@ inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool 
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
   ssize_t ret;
-  if (sh) {
+  if (RDMALIB_UNLIKELY(sh)) {
     iovec iov{src.ptr, src.len};
     void *desc = src.desc;
     fi_msg_tagged msg{&iov, &desc, 1, peer, peer_link, 0, s, 0};
@@ -169,6 +169,7 @@ inline Status ConnectionImpl::post_write_notify(const LocalRef &src, uint64_t ad
     }
   }
   pending[(pending_head + pending_count++) % pending.size()] = lf::PendingNotify{imm, length};
+  detour = true;
   return Status::Ok;
 }
 
@@ -298,6 +299,10 @@ inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcep
     return 0;
   if (sh)
     return reap_shared(q, out, max);
+  return reap_plain(q, out, max);
+}
+
+inline size_t ConnectionImpl::reap_plain(Queue q, Completion *out, size_t max) noexcept {
   fid_cq *cq = q == Queue::Send ? txcq.get() : rxcq.get();
   // One read: on tcp every fi_cq_read is a progress pass with syscalls, so a
   // second read after a hit costs microseconds per message.

@@ -210,6 +210,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
       c->answer_buf = buf;
       c->answer_deadline = std::chrono::steady_clock::now() + timeout;
       c->answer_pending = true;
+      c->detour = true;
       c->drive();
       if (!c->retry_answer())
         throw Error(ErrorKind::Backend, std::string("rdmalib: ") + c->last_error);

@@ -39,6 +39,7 @@ bool reap_into_stash(ConnectionImpl &c, Queue q) noexcept {
   Completion tmp[16];
   size_t n = c.reap(q, tmp, 16);
   CompletionStash &st = c.stash(q);
+  c.detour = c.detour || n;
   for (size_t i = 0; i < n; ++i)
     if (!st.push(tmp[i])) {
       c.set_error("out of memory keeping the completions of a full queue");
@@ -299,6 +300,7 @@ bool ConnectionImpl::retry_answer() noexcept {
   peer_closed = true;
   ended_here = true;
   answer_failed = true;
+  detour = true;
   return false;
 }
 

@@ -258,7 +258,11 @@ struct ConnectionImpl final : LinkCore {
   Status post_read(const LocalRef &dst, uint64_t addr, uint64_t key, uint64_t ctx) noexcept;
   Status post_atomic(OpKind kind, const LocalRef &result, uint64_t addr, uint64_t key,
                      uint64_t operand, uint64_t compare, uint64_t ctx) noexcept;
-  size_t reap(Queue q, Completion *out, size_t max) noexcept;
+  size_t reap(Queue q, Completion *out, size_t max) noexcept { return reap_plain(q, out, max); }
+  size_t reap_plain(Queue q, Completion *out, size_t max) noexcept;
+  /// Nothing is ever owed to the device or deferred: only stashed
+  /// completions (make_room) send poll() the long way.
+  bool needs_detour() const noexcept { return false; }
   void make_room(Queue q) noexcept;
   bool check_peer() noexcept { return check_cm_events(); }
   /// RC: entering the device is always safe.

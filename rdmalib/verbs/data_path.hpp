@@ -250,7 +250,7 @@ inline size_t ConnectionImpl::convert(Queue q, const ibv_wc *wc, size_t n,
   return k;
 }
 
-inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcept {
+inline size_t ConnectionImpl::reap_plain(Queue q, Completion *out, size_t max) noexcept {
   ibv_cq *cq = q == Queue::Send ? send_cq.get() : recv_cq.get();
   if (RDMALIB_UNLIKELY(!cq))
     return 0;

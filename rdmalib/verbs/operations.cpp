@@ -153,6 +153,7 @@ void ConnectionImpl::make_room(Queue q) noexcept {
   Completion tmp[vbd::kPollBatch];
   size_t got = reap(q, tmp, vbd::kPollBatch);
   CompletionStash &st = stash(q);
+  detour = detour || got;
   for (size_t i = 0; i < got; ++i)
     if (!st.push(tmp[i]))
       set_error("out of memory keeping the completions of a full queue");
