@@ -110,6 +110,13 @@ void Worker::setup_and_serve() {
   // report a dead peer process before its last messages were read (shm).
   end_means_lost_ = caps.endpoint == rdmalib::EndpointType::Connected;
   ops_ = conn_.ops();
+  // Every post of this link goes to its client, and the protocol keeps the
+  // send queue from filling while the client lives (one result per
+  // invocation it sent, one probe at a time): a queue that stays full means
+  // the client is gone (tcp;ofi_rxm refuses posts while it reconnects to a
+  // dead peer). Bounded like the probe's answer, a lease whose client was
+  // killed ends within about 4 s, not 1 s plus the default 5 s.
+  ops_.set_post_deadline(kProbeDeadline);
   proto::ControlOptions copts;
   copts.receives = static_cast<uint32_t>(nrecv_);
   copts.send_context = kSendCtx;
