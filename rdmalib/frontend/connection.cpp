@@ -140,8 +140,7 @@ void Connection::close() noexcept {
 bool Connection::is_open() const noexcept { return impl_ && impl_->usable(); }
 
 void Connection::set_post_deadline(std::chrono::milliseconds deadline) noexcept {
-  if (impl_)
-    impl_->options.post_deadline = std::max(deadline, std::chrono::milliseconds(0));
+  ops().set_post_deadline(deadline);
 }
 
 Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }

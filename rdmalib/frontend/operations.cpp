@@ -144,10 +144,10 @@ template <class Post>
   return 0;
 }
 
-/// poll() when LinkCore::detour is raised: the stashes, the opted-in look
-/// at the peer, the backend's whole reap(); then the flag is cleared if
-/// nothing calls for it any more.
-[[gnu::noinline]] size_t full_poll(ConnectionImpl &c, Queue q, Completion *out,
+/// poll()'s reading when LinkCore::detour is raised: the stashes, the
+/// opted-in look at the peer, the backend's whole reap(); then the flag is
+/// cleared if nothing calls for it any more.
+[[gnu::noinline]] size_t full_reap(ConnectionImpl &c, Queue q, Completion *out,
                                    size_t max) noexcept {
   size_t n = 0;
   CompletionStash &stash = c.stash(q);
@@ -162,11 +162,7 @@ template <class Post>
   }
   c.detour = !c.tx_stash.empty() || !c.rx_stash.empty() || c.options.check_peer_before_poll ||
              c.needs_detour();
-  if (n)
-    return n;
-  if (++c.empty_polls < kPeerCheckInterval && !c.peer_closed && !c.idle_yields)
-    return 0;
-  return idle_poll(c, q, out, max);
+  return n;
 }
 
 } // namespace
@@ -354,9 +350,8 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
   // One byte stands for every condition the plain read does not handle
   // (LinkCore::detour): a busy poller's call is the provider's read and
   // little else.
-  if (RDMALIB_UNLIKELY(c->detour))
-    return detail::full_poll(*c, q, out, max);
-  size_t n = c->reap_plain(q, out, max);
+  size_t n =
+      RDMALIB_UNLIKELY(c->detour) ? detail::full_reap(*c, q, out, max) : c->reap_plain(q, out, max);
   if (RDMALIB_LIKELY(n))
     return n;
   // A busy-polling caller comes here many times per message: only every
