@@ -252,8 +252,9 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   # One line per (provider, mode, size) in the order of the runs: each figure
   # is its median over the --repeat runs, but the range of the per-round
   # ratios spans all of them; "runs" lists every run's iqm ratio.
-  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s %6s  %s\n' provider ep \
-    mode size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm +ns runs
+  printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s %12s %6s  %s\n' provider ep \
+    mode size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm iqm_ci95 +ns \
+    runs
   tail -n +2 "$work/interleaved.csv" | tr -d '"' | awk -F, '
     function med(list,   n, a, i, j, t) {
       n = split(list, a, " ")
@@ -262,6 +263,17 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
     }
     function lo(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 < m + 0) m = a[i]; return m }
     function hi(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 > m + 0) m = a[i]; return m }
+    # A distribution-free 95 % confidence interval of the median of the per-run
+    # ratios: the order statistics x(k) and x(n+1-k), with k the largest count
+    # whose binomial tail P(X < k), X ~ Bin(n, 1/2), stays within 2.5 %.
+    # Needs 6 runs or more; "-" below that.
+    function ci(list,   n, a, i, j, t, k, c, pk) {
+      n = split(list, a, " ")
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      k = 0; c = 0; pk = 2 ^ -n
+      while (k < n && c + pk <= 0.025) { c += pk; k++; pk = pk * (n - k + 1) / k }
+      return k ? sprintf("%.3f..%.3f", a[k], a[n + 1 - k]) : "-"
+    }
     {
       k = $1 SUBSEP $4 SUBSEP $5
       if (!(k in ep)) { order[++nk] = k; ep[k] = $2; mode[k] = $4; size[k] = $5; prov[k] = $1; block[k] = $7 }
@@ -271,10 +283,10 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
     END {
       for (i = 1; i <= nk; i++) {
         k = order[i]
-        printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f %6.1f  %s\n",
+        printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f %12s %6.1f  %s\n",
           prov[k], ep[k], mode[k], size[k], block[k], med(col[k, 11]), med(col[k, 12]),
           med(col[k, 13]), med(col[k, 14]), med(col[k, 15]), med(col[k, 16]), lo(col[k, 17]),
-          hi(col[k, 18]), med(col[k, 19]), med(col[k, 21]), runs[k]
+          hi(col[k, 18]), med(col[k, 19]), ci(runs[k]), med(col[k, 21]), runs[k]
       }
     }'
   echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation"
@@ -285,7 +297,9 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   echo " +ns = rdmalib's interquartile mean minus raw's, median over the rounds, in nanoseconds"
   echo " per round trip: what rdmalib adds, which carries over to a fabric with longer round trips;"
   echo " block = round trips measured per block; each figure is the median over $repeat run(s),"
-  echo " each a new pair of processes, the range spans all of them, and runs = each run's iqm)"
+  echo " each a new pair of processes, the range spans all of them, and runs = each run's iqm;"
+  echo " iqm_ci95 = a 95 % confidence interval of the iqm's median from the runs' order"
+  echo " statistics (distribution-free; needs --repeat 6 or more))"
   if [[ -n "$csv" ]]; then
     # One row per run and (mode, size), as raw_vs_rdmalib_pingpong wrote them.
     cp "$work/interleaved.csv" "$csv"
