@@ -18,7 +18,8 @@
 # implementations in the same processes, alternating blocks, --rounds rounds;
 # lib/raw is then the median over rounds of the per-round ratio. With
 # --repeat N it runs N pairs of processes per provider and prints each
-# figure's median over them, with every run's ratio: a run's ratio also
+# figure's median over them, with every run's ratio and, from 6 runs on,
+# a 95 % confidence interval of the iqm's median (iqm_ci95): a run's ratio also
 # carries where its pair of endpoints landed, which no number of rounds
 # inside one run averages out. --endpoints K makes each run open K
 # connections of each implementation and rotate the rounds over them, which
@@ -44,7 +45,7 @@ endpoints=""
 extra=()
 
 usage() {
-  sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<EOF
 Options:
   --bin-dir DIR      where raw_libfabric_pingpong and rdmalib_pingpong are
