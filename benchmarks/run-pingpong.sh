@@ -257,9 +257,14 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
     mode size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm iqm_ci95 +ns \
     runs
   tail -n +2 "$work/interleaved.csv" | tr -d '"' | awk -F, '
-    function med(list,   n, a, i, j, t) {
+    # The numbers of a space-separated list into a[1..n], ascending; returns n.
+    function sorted(list, a,   n, i, j, t) {
       n = split(list, a, " ")
       for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n
+    }
+    function med(list,   n, a) {
+      n = sorted(list, a)
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
     function lo(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 < m + 0) m = a[i]; return m }
@@ -268,9 +273,8 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
     # ratios: the order statistics x(k) and x(n+1-k), with k the largest count
     # whose binomial tail P(X < k), X ~ Bin(n, 1/2), stays within 2.5 %.
     # Needs 6 runs or more; "-" below that.
-    function ci(list,   n, a, i, j, t, k, c, pk) {
-      n = split(list, a, " ")
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    function ci(list,   n, a, k, c, pk) {
+      n = sorted(list, a)
       k = 0; c = 0; pk = 2 ^ -n
       while (k < n && c + pk <= 0.025) { c += pk; k++; pk = pk * (n - k + 1) / k }
       return k ? sprintf("%.3f..%.3f", a[k], a[n + 1 - k]) : "-"
