@@ -23,15 +23,11 @@ row=$(grep -E '^tcp +(msg|rdm) +send +8 ' <<<"$out")
 # Columns by name, from the header (the "rounds min..max" heading is two words).
 read -r -a names <<<"${header/rounds min..max/rounds}"
 read -r -a cells <<<"$row"
-col() {
-  local i
-  for i in "${!names[@]}"; do [[ ${names[$i]} == "$1" ]] && { echo "${cells[$i]}"; return; }; done
-  fail "no column $1"
-}
-iqm=$(col iqm) ci=$(col iqm_ci95)
-runs_at=-1
-for i in "${!names[@]}"; do [[ ${names[$i]} == runs ]] && runs_at=$i; done
-runs=("${cells[@]:$runs_at}")
+declare -A at
+for i in "${!names[@]}"; do at[${names[$i]}]=$i; done
+for c in iqm iqm_ci95 runs; do [[ -n ${at[$c]+set} ]] || fail "no column $c in: $header"; done
+iqm=${cells[${at[iqm]}]} ci=${cells[${at[iqm_ci95]}]}
+runs=("${cells[@]:${at[runs]}}")
 [[ ${#runs[@]} -eq 6 ]] || fail "expected 6 run ratios, got ${#runs[@]}: ${runs[*]}"
 [[ $ci =~ ^([0-9.]+)\.\.([0-9.]+)$ ]] || fail "iqm_ci95 is '$ci', not LO..HI"
 lo=${BASH_REMATCH[1]} hi=${BASH_REMATCH[2]}
