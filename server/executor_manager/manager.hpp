@@ -1,9 +1,18 @@
 // The executor manager: one per node. Listens on the fabric, accepts clients
 // (standalone mode: any client; with a resource manager: a client that proves
 // a lease granted on this node, checked locally with the node secret) and the
-// executors it started, grants
-// allocations by starting an executor through its zygote, keeps accounting,
-// and ends every allocation whose client or executor goes away.
+// executors it started, grants allocations by starting an executor through its
+// zygote, keeps accounting, and ends every allocation whose client or
+// executor goes away.
+//
+// One class, one file per job:
+//   manager.cpp      start-up and the loop (run)
+//   clients.cpp      client intake: connection requests, admission, requests
+//   allocations.cpp  granting an allocation, its lifecycle and its end
+//   executors.cpp    the executors: zygote reports, signals, accounting links
+//   leases.cpp       leases of the resource manager: proofs, ends, reports
+//   zygote_link.*    the pipe to the zygote, which starts and confines executors
+//                    (server/executor/zygote.cpp, sandbox.cpp)
 //
 // Everything runs on one thread: a poll() loop over the listener's fd, the
 // zygote's event pipe and a signalfd, followed by a non-blocking poll of every
@@ -28,6 +37,7 @@
 #include "executor_manager/admission.hpp"
 #include "executor_manager/config.hpp"
 #include "executor_manager/rm_link.hpp"
+#include "executor_manager/zygote_link.hpp"
 #include "protocol/protocol.hpp"
 #include "resource_manager/lease_token.hpp"
 
@@ -55,10 +65,8 @@ private:
   struct Client;
   struct Allocation;
 
-  void start_zygote();
-  void stop_zygote();
-  bool read_zygote(int timeout_ms);
-  void zygote_event(const std::string &line);
+  /// A report of the zygote about an executor (executors.cpp).
+  void executor_event(const ZygoteEvent &e);
   /// Take pending connection requests, waiting up to `first_wait` for the first.
   void accept_requests(std::chrono::milliseconds first_wait);
   void accept_one(rdmalib::ConnectionRequest &req);
@@ -88,11 +96,7 @@ private:
   int signal_fd_ = -1;
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;
-  pid_t zygote_pid_ = -1;
-  int zygote_in_ = -1;  // commands to the zygote
-  int zygote_out_ = -1; // events from the zygote
-  std::string zygote_buf_;
-  bool zygote_ready_ = false;
+  ZygoteLink zygote_;
 
   std::vector<bool> core_used_;
   uint32_t memory_used_ = 0;

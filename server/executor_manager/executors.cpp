@@ -1,0 +1,92 @@
+#include "executor_manager/manager_state.hpp"
+
+#include <csignal>
+
+#include <spdlog/spdlog.h>
+
+namespace rfaas::manager {
+
+using std::chrono::milliseconds;
+
+void Manager::executor_event(const ZygoteEvent &e) {
+  ++events_;
+  if (e.kind == ZygoteEvent::Kind::Died) {
+    spdlog::error("the executor zygote {} died; restarting it", e.pid);
+    for (auto &kv : allocations_)
+      if (!kv.second->exited && kv.second->pid > 0) {
+        kv.second->exited = true;
+        kv.second->exit_code = -SIGKILL;
+        kv.second->exited_at = Clock::now();
+      }
+    try {
+      zygote_.start(milliseconds(cfg_.executor_start_ms));
+    } catch (const std::exception &ex) {
+      spdlog::error("{}", ex.what());
+    }
+    return;
+  }
+  auto it = allocations_.find(e.allocation);
+  if (e.kind == ZygoteEvent::Kind::Failed)
+    spdlog::error("zygote could not start the executor of allocation {:x}: {}", e.allocation,
+                  e.reason);
+  if (it == allocations_.end())
+    return;
+  Allocation &a = *it->second;
+  switch (e.kind) {
+  case ZygoteEvent::Kind::Started:
+    a.pid = e.pid;
+    break;
+  case ZygoteEvent::Kind::Failed:
+    a.exited = true;
+    a.exit_code = 1;
+    a.exited_at = Clock::now();
+    a.pid = 0;
+    break;
+  case ZygoteEvent::Kind::Exited:
+    a.exited = true;
+    a.exit_code = e.code;
+    a.exited_at = Clock::now();
+    break;
+  case ZygoteEvent::Kind::Died:
+    break;
+  }
+}
+
+void Manager::signal_executor(Allocation &a, int sig) {
+  if (a.exited)
+    return;
+  zygote_.signal(a.id, sig);
+}
+
+void Manager::poll_executors() {
+  for (auto &kv : allocations_) {
+    Allocation &a = *kv.second;
+    if (!a.exec_connected || a.exec_done)
+      continue;
+    for (int i = 0; i < 8 && !a.exec_done; ++i) {
+      proto::ControlMessage m = a.exec_channel.poll();
+      if (m.status == proto::ChannelStatus::Timeout)
+        break;
+      ++events_;
+      if (m.status == proto::ChannelStatus::SendFailed) {
+        spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
+                     a.exec_channel.last_error());
+        continue;
+      }
+      if (m.status == proto::ChannelStatus::Closed || m.status == proto::ChannelStatus::Shutdown) {
+        a.exec_done = true;
+        break;
+      }
+      proto::Accounting acc;
+      if (m.status == proto::ChannelStatus::Ok && m.header.type == proto::MessageType::Accounting) {
+        if (proto::decode(m.data, m.size, acc) && acc.allocation_id == a.id)
+          a.accounting.add(acc.counters);
+        else
+          spdlog::warn("allocation {:x}: dropping a bad Accounting message", a.id);
+      } else {
+        spdlog::warn("allocation {:x}: executor sent something unexpected", a.id);
+      }
+    }
+  }
+}
+} // namespace rfaas::manager

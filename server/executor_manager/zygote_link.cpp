@@ -1,0 +1,179 @@
+#include "executor_manager/zygote_link.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "common/fd_io.hpp"
+#include "common/hex.hpp"
+
+namespace rfaas::manager {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+ZygoteLink::ZygoteLink(std::string executor, rdmalib::DeviceConfig device, bool fork_from_zygote,
+                       Handler on_event)
+    : executor_(std::move(executor)), device_(std::move(device)),
+      fork_from_zygote_(fork_from_zygote), on_event_(std::move(on_event)) {}
+
+ZygoteLink::~ZygoteLink() { stop(milliseconds(2000)); }
+
+void ZygoteLink::start(milliseconds ready_within) {
+  int to_child[2], from_child[2];
+  if (pipe2(to_child, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(from_child, O_CLOEXEC) != 0) {
+    ::close(to_child[0]);
+    ::close(to_child[1]);
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  }
+  std::string dev = rdmalib::DeviceDatabase({device_}).to_json();
+  std::string hex = server::to_hex(dev.data(), dev.size());
+  pid_t pid = fork();
+  if (pid < 0)
+    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    const char *mode = fork_from_zygote_ ? nullptr : "--exec-each";
+    execl(executor_.c_str(), "executor", "--zygote", "--device", hex.c_str(), mode,
+          static_cast<char *>(nullptr));
+    std::fprintf(stderr, "executor_manager: cannot execute %s: %s\n", executor_.c_str(),
+                 std::strerror(errno));
+    _exit(127);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  pid_ = pid;
+  in_ = to_child[1];
+  out_ = from_child[0];
+  buf_.clear();
+  ready_ = false;
+  // Wait for the zygote to have loaded the backend, so that the first
+  // allocation's cold start is the one every later allocation sees.
+  auto deadline = Clock::now() + ready_within;
+  while (!ready_ && pid_ > 0 && Clock::now() < deadline)
+    read(100);
+  if (!ready_)
+    throw std::runtime_error("the executor zygote (" + executor_ +
+                             " --zygote) did not become ready within " +
+                             std::to_string(ready_within.count()) + " ms");
+  spdlog::info("zygote {} ready ({})", pid_,
+               fork_from_zygote_ ? "forks pre-initialised executors" : "executes each executor");
+}
+
+void ZygoteLink::stop(milliseconds grace) {
+  if (pid_ <= 0)
+    return;
+  // Closing its command pipe makes the zygote kill and reap its executors.
+  if (in_ >= 0)
+    ::close(in_);
+  in_ = -1;
+  int status;
+  auto deadline = Clock::now() + grace;
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    read(20);
+  }
+  if (out_ >= 0)
+    ::close(out_);
+  out_ = -1;
+  pid_ = -1;
+}
+
+bool ZygoteLink::read(int timeout_ms) {
+  if (out_ < 0)
+    return false;
+  pollfd p{out_, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0)
+    return false;
+  char buf[4096];
+  ssize_t n = ::read(out_, buf, sizeof buf);
+  if (n < 0 && errno == EINTR)
+    return false;
+  if (n <= 0) {
+    if (in_ < 0)
+      return true; // stop() closed its commands: this end of file is expected
+    // The zygote died: its executors died with it (PR_SET_PDEATHSIG).
+    int status;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    ::close(out_);
+    ::close(in_);
+    out_ = in_ = -1;
+    ZygoteEvent e;
+    e.kind = ZygoteEvent::Kind::Died;
+    e.pid = pid_;
+    pid_ = -1;
+    on_event_(e);
+    return true;
+  }
+  buf_.append(buf, static_cast<size_t>(n));
+  size_t nl;
+  while ((nl = buf_.find('\n')) != std::string::npos) {
+    std::string line = buf_.substr(0, nl);
+    buf_.erase(0, nl + 1);
+    event_line(line);
+  }
+  return true;
+}
+
+void ZygoteLink::event_line(const std::string &line) {
+  std::istringstream in(line);
+  std::string what;
+  in >> what;
+  if (what == "ready") {
+    ready_ = true;
+    return;
+  }
+  ZygoteEvent e;
+  in >> e.allocation;
+  if (what == "started") {
+    e.kind = ZygoteEvent::Kind::Started;
+    in >> e.pid;
+  } else if (what == "failed") {
+    e.kind = ZygoteEvent::Kind::Failed;
+    std::getline(in, e.reason);
+    if (!e.reason.empty() && e.reason[0] == ' ')
+      e.reason.erase(0, 1);
+  } else if (what == "exited") {
+    e.kind = ZygoteEvent::Kind::Exited;
+    in >> e.pid >> e.code;
+  } else {
+    spdlog::warn("zygote said something unexpected: \"{}\"", line);
+    return;
+  }
+  on_event_(e);
+}
+
+bool ZygoteLink::spawn(const std::string &spec_text) {
+  if (in_ < 0)
+    return false;
+  return server::write_all(in_, "spawn " + std::to_string(spec_text.size()) + "\n" + spec_text);
+}
+
+void ZygoteLink::signal(uint64_t allocation, int sig) {
+  if (in_ >= 0)
+    server::write_all(in_,
+                      "signal " + std::to_string(allocation) + " " + std::to_string(sig) + "\n");
+}
+
+} // namespace rfaas::manager

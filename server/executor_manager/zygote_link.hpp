@@ -1,0 +1,86 @@
+// The executor manager's end of its zygote (server/executor/zygote.hpp): the
+// process that forks, confines and reaps every executor. The manager starts
+// it once, hands it one LaunchSpec per allocation and hears back, on a pipe,
+// when each executor started, could not start, or exited.
+//
+// The link never blocks the manager's loop for longer than the caller's
+// timeout, and a zygote that dies is reported as one event (every executor
+// died with it: PR_SET_PDEATHSIG), after which the caller restarts it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <rdmalib/device.hpp>
+
+namespace rfaas::manager {
+
+/// One report of the zygote about one allocation's executor.
+struct ZygoteEvent {
+  enum class Kind {
+    Started, ///< `pid` runs the allocation's executor
+    Failed,  ///< it could not be started: `reason`
+    Exited,  ///< it ended with `code` (exit code, or -signal number)
+    Died,    ///< the zygote itself died, and every executor with it
+  };
+  Kind kind = Kind::Started;
+  uint64_t allocation = 0;
+  pid_t pid = -1;
+  long code = 0;
+  std::string reason;
+};
+
+class ZygoteLink {
+public:
+  using Handler = std::function<void(const ZygoteEvent &)>;
+
+  /// `executor` is the executor binary; `device` the fabric every executor
+  /// opens (the zygote loads its providers once); `fork_from_zygote` false
+  /// executes a fresh executor binary per allocation. Events go to `on_event`.
+  ZygoteLink(std::string executor, rdmalib::DeviceConfig device, bool fork_from_zygote,
+             Handler on_event);
+  ~ZygoteLink();
+  ZygoteLink(const ZygoteLink &) = delete;
+  ZygoteLink &operator=(const ZygoteLink &) = delete;
+
+  /// Start the zygote and wait up to `ready_within` for it to have loaded the
+  /// backend. Throws std::runtime_error naming the binary and the cause.
+  void start(std::chrono::milliseconds ready_within);
+  /// Close its command pipe (it then kills and reaps its executors) and wait
+  /// up to `grace` before killing it.
+  void stop(std::chrono::milliseconds grace);
+
+  /// Read what the zygote said, waiting up to `timeout_ms` for the first
+  /// byte; every complete line becomes one event. Returns true if anything
+  /// was read.
+  bool read(int timeout_ms);
+  /// Hand over one executor's LaunchSpec text. False if the zygote is gone.
+  bool spawn(const std::string &spec_text);
+  /// Ask the zygote to signal the executor of `allocation` (only while it is
+  /// unreaped, so a recycled pid is never hit).
+  void signal(uint64_t allocation, int sig);
+
+  /// The pipe the zygote's events arrive on (for poll()), or -1.
+  int fd() const { return out_; }
+  bool running() const { return in_ >= 0; }
+  pid_t pid() const { return pid_; }
+
+private:
+  void event_line(const std::string &line);
+
+  std::string executor_;
+  rdmalib::DeviceConfig device_;
+  bool fork_from_zygote_;
+  Handler on_event_;
+  pid_t pid_ = -1;
+  int in_ = -1;  // commands to the zygote
+  int out_ = -1; // events from the zygote
+  std::string buf_;
+  bool ready_ = false;
+};
+
+} // namespace rfaas::manager
