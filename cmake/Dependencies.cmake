@@ -50,6 +50,12 @@ else()
   message(FATAL_ERROR "rFaaS: RFAAS_NETWORK_BACKEND must be 'libfabric' or 'verbs', not '${RFAAS_NETWORK_BACKEND}'")
 endif()
 
+# The executors' seccomp filter (server/executor/seccomp_filter.cpp).
+pkg_check_modules(LIBSECCOMP QUIET IMPORTED_TARGET libseccomp)
+if(NOT LIBSECCOMP_FOUND)
+  rfaas_missing("libseccomp" "libseccomp-dev")
+endif()
+
 if(RFAAS_BUILD_TESTS)
   find_package(GTest QUIET)
   if(NOT GTest_FOUND)

@@ -165,6 +165,8 @@ std::string Capabilities::describe() const {
   s += " max_private_data=" + std::to_string(max_private_data);
   s += " shared_endpoint=";
   s += yes_no(shared_endpoint);
+  s += " sockets_after_setup=";
+  s += yes_no(sockets_after_setup);
   return s;
 }
 

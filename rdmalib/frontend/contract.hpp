@@ -32,6 +32,8 @@
 //   static std::vector<std::string> known_providers();
 //   static std::string canonical_provider(const std::string &);
 //   static void preload(const DeviceConfig &);
+//   static Fabric::ConfinementNeeds confinement_needs(const DeviceConfig &);
+//   static void isolate_tenants() noexcept;
 //   static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds);
 //   bool prepare(const ConnectionOptions &, Fabric::Refill);
 //       Fabric::prepare with the options' defaults applied: keep connection

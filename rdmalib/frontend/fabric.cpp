@@ -95,6 +95,10 @@ std::string Fabric::canonical_provider(const std::string &name_or_alias) {
   return detail::FabricImpl::canonical_provider(name_or_alias);
 }
 void Fabric::preload(const DeviceConfig &config) { detail::FabricImpl::preload(config); }
+Fabric::ConfinementNeeds Fabric::confinement_needs(const DeviceConfig &config) {
+  return detail::FabricImpl::confinement_needs(config);
+}
+void Fabric::isolate_tenants() noexcept { detail::FabricImpl::isolate_tenants(); }
 Fabric::ReclaimReport Fabric::reclaim_stale(std::chrono::seconds min_age) {
   return detail::FabricImpl::reclaim_stale(min_age);
 }

@@ -288,6 +288,7 @@ void fill_capabilities(detail::FabricImpl &f) {
   // 64 bits). Not where a write consumes a posted (untagged) receive, where
   // memory binds to one endpoint, or where one dead peer can wedge progress
   // on the endpoint for every link.
+  c.sockets_after_setup = f.quirks.opens_sockets_after_setup;
   c.shared_endpoint = f.rdm && f.quirks.links_share_endpoint && (i->caps & FI_TAGGED) &&
                       !f.rx_cq_data && !f.mr_endpoint && !f.quirks.dead_peer_can_hang_progress &&
                       (i->domain_attr->cq_data_size >= 8 || !c.remote_cq_data);
@@ -691,6 +692,24 @@ std::string FabricImpl::canonical_provider(const std::string &name_or_alias) {
   const lf::ProviderPolicy *p = lf::find_provider(name_or_alias);
   return p ? std::string(p->name) : std::string();
 }
+
+Fabric::ConfinementNeeds FabricImpl::confinement_needs(const DeviceConfig &config) {
+  Fabric::ConfinementNeeds n;
+  const lf::ProviderPolicy *one = lf::find_provider(config.provider);
+  const uint32_t version = fi_version();
+  for (const auto &p : lf::provider_table()) {
+    if (one && one != &p)
+      continue;
+    for (const char *path : p.host_paths)
+      if (std::find(n.host_paths.begin(), n.host_paths.end(), path) == n.host_paths.end())
+        n.host_paths.emplace_back(path);
+    n.same_uid_peers = n.same_uid_peers || p.quirks.regions_owner_only.contains(version);
+    n.host_pids = n.host_pids || p.quirks.names_peers_by_pid.contains(version);
+  }
+  return n;
+}
+
+void FabricImpl::isolate_tenants() noexcept { lf::apply_tenant_env(); }
 
 void FabricImpl::preload(const DeviceConfig &config) {
   // Quirks::contexts_survive_fork (libfabric's verbs providers): a forked

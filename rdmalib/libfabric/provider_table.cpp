@@ -58,6 +58,10 @@ const EnvDefault kRxmUseSrx{
     "peer's messages were unread (rdmalib/libfabric/repro/rxm_close_repro.c crashes in its "
     "first round; with 1, none in 10)"};
 
+/// What libibverbs and rdma_cm open: the device files, and sysfs (the
+/// class entries of /sys/class/infiniband* are links into /sys/devices).
+const std::vector<const char *> kVerbsHostPaths = {"/dev/infiniband", "/sys"};
+
 QuirkColumns verbs_quirks() {
   QuirkColumns q;
   q.atomic_operands_by_value = kFromOldest;
@@ -76,6 +80,7 @@ QuirkColumns verbs_rxm_quirks() {
 QuirkColumns tcp_rxm_quirks() {
   QuirkColumns q;
   q.links_share_endpoint = releases(1, 17, 1, 17);
+  q.opens_sockets_after_setup = kFromOldest;
   return q;
 }
 
@@ -97,12 +102,16 @@ QuirkColumns shm_quirks() {
   q.send_to_absent_name_never_completes = kFromOldest;
   q.endpoint_open_is_slow = kFromOldest;
   q.region_padding_zero_filled = releases(1, 12, 2, 4);
+  q.rma_bypasses_keys = kFromOldest;
+  q.regions_owner_only = kFromOldest;
+  q.names_peers_by_pid = kFromOldest;
   return q;
 }
 
 QuirkColumns sockets_quirks() {
   QuirkColumns q;
   q.prefers_blocking_wait = kFromOldest;
+  q.opens_sockets_after_setup = kFromOldest;
   return q;
 }
 
@@ -117,7 +126,8 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "InfiniBand / RoCE through libfabric; connected endpoints",
        verbs_quirks(),
-       {}},
+       {},
+       kVerbsHostPaths},
       {"efa",
        {"aws-efa"},
        EndpointType::ReliableDatagram,
@@ -125,7 +135,8 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "AWS Elastic Fabric Adapter; reliable datagrams only",
        {},
-       {}},
+       {},
+       kVerbsHostPaths},
       {"cxi", {}, EndpointType::ReliableDatagram, 2, false, "HPE Slingshot", {}, {}},
       {"verbs;ofi_rxm",
        {"verbs-rdm", "verbs-rxm"},
@@ -134,7 +145,8 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "verbs under the RxM utility layer",
        verbs_rxm_quirks(),
-       {kRxmCmProgress, kRxmMsgRxSize, kRxmUseSrx}},
+       {kRxmCmProgress, kRxmMsgRxSize, kRxmUseSrx},
+       kVerbsHostPaths},
       {"tcp",
        {"tcp-msg"},
        EndpointType::Connected,
@@ -158,7 +170,10 @@ const std::vector<ProviderPolicy> &provider_table() {
        true,
        "processes on one node only; virtual addressing; atomics",
        shm_quirks(),
-       {}},
+       {},
+       {"/dev/shm"},
+       {{"FI_SHM_DISABLE_CMA", "1", kFromOldest,
+         "Quirks::rma_bypasses_keys: without CMA the target checks every RMA's key and access"}}},
       {"sockets",
        {},
        EndpointType::Connected,
@@ -222,7 +237,19 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.endpoint_open_is_slow = c.endpoint_open_is_slow.contains(version);
   q.region_padding_zero_filled = c.region_padding_zero_filled.contains(version);
   q.srq_write_imm_reported_as_recv = c.srq_write_imm_reported_as_recv.contains(version);
+  q.opens_sockets_after_setup = c.opens_sockets_after_setup.contains(version);
+  q.rma_bypasses_keys = c.rma_bypasses_keys.contains(version);
+  q.regions_owner_only = c.regions_owner_only.contains(version);
+  q.names_peers_by_pid = c.names_peers_by_pid.contains(version);
   return q;
+}
+
+void apply_tenant_env() {
+  const uint32_t version = fi_version();
+  for (const auto &p : provider_table())
+    for (const EnvDefault &e : p.tenant_env)
+      if (e.versions.contains(version))
+        setenv(e.name, e.value, /*overwrite=*/1);
 }
 
 void apply_env_defaults() {

@@ -156,6 +156,34 @@ struct QuirkColumns {
   /// (rxm_shared_receive_context(): rdmalib sets FI_OFI_RXM_USE_SRX for
   /// verbs;ofi_rxm), remote CQ data is not used and write_imm is emulated.
   Versions srq_write_imm_reported_as_recv;
+  /// New TCP connections are made after the links are up: RxM over tcp
+  /// connects to a peer lazily, at its first message, and again after a
+  /// loss (tcp;ofi_rxm 1.17); sockets' RDM endpoints do the same.
+  /// Capabilities::sockets_after_setup tells a process that forbids new
+  /// sockets once its links are up (the executor's seccomp filter) to keep
+  /// TCP sockets allowed.
+  Versions opens_sockets_after_setup;
+  /// One-sided operations bypass memory keys and access flags: with cross-
+  /// memory attach (CMA, process_vm_readv/writev) the initiator copies
+  /// straight into the target's address space, so no key is checked (shm
+  /// 1.17: a write with a wrong key and a read of a write-only region were
+  /// accepted). Without CMA shm carries every RMA through its shared region
+  /// and the target checks key, bounds and access (ofi_mr_map_verify in
+  /// smr_progress_cmd_rma). Fabric::isolate_tenants() turns CMA off (each
+  /// side's region says whether it takes CMA, and a peer adopts the first
+  /// answer it finds: a region of an isolated process answers no).
+  Versions rma_bypasses_keys;
+  /// Shared-memory regions are created mode 0600 (shm 1.17: shm_open with
+  /// S_IRUSR | S_IWUSR), so only processes of one uid (or with
+  /// CAP_DAC_OVERRIDE) can be peers. Fabric::confinement_needs() says so,
+  /// and a sandboxed executor keeps the manager's uid on such a provider.
+  Versions regions_owner_only;
+  /// Endpoints are named after the process id ("<pid>:<uid>:<index>", shm
+  /// 1.17) and peers are watched by the pid their region records, so two
+  /// processes that are both PID 1 of their own namespaces collide, and a
+  /// peer in another PID namespace is watched under the wrong pid.
+  /// Fabric::confinement_needs() asks for the host's PID namespace.
+  Versions names_peers_by_pid;
 };
 
 /// A provider variable rdmalib sets (unless the operator did) before any
@@ -189,6 +217,10 @@ struct Quirks {
   bool endpoint_open_is_slow = false;
   bool region_padding_zero_filled = false;
   bool srq_write_imm_reported_as_recv = false;
+  bool opens_sockets_after_setup = false;
+  bool rma_bypasses_keys = false;
+  bool regions_owner_only = false;
+  bool names_peers_by_pid = false;
 };
 
 struct ProviderPolicy {
@@ -210,6 +242,12 @@ struct ProviderPolicy {
   QuirkColumns quirks;
   /// Provider variables set before loading (see EnvDefault).
   std::vector<EnvDefault> env;
+  /// Paths of the host the provider opens in a process confined to a
+  /// minimal file system (Fabric::host_paths): device files, shared memory.
+  std::vector<const char *> host_paths = {};
+  /// Provider variables Fabric::isolate_tenants() sets (over any value), in
+  /// processes that serve peers they must not trust.
+  std::vector<EnvDefault> tenant_env = {};
 };
 
 /// The table, in automatic-choice order.
@@ -229,6 +267,10 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept;
 /// running release, unless already set. Must run before the first
 /// fi_getinfo: providers read them when they load.
 void apply_env_defaults();
+
+/// Set every tenant_env variable of the table that applies to the running
+/// release, overriding the environment. Before the first fi_getinfo.
+void apply_tenant_env();
 
 /// True when RxM receives on a shared receive context: FI_OFI_RXM_USE_SRX
 /// holds a true value (apply_env_defaults sets it for verbs;ofi_rxm).

@@ -194,6 +194,8 @@ struct FabricImpl final : FabricCore {
   static std::vector<std::string> known_providers();
   static std::string canonical_provider(const std::string &name_or_alias);
   static void preload(const DeviceConfig &config);
+  static Fabric::ConfinementNeeds confinement_needs(const DeviceConfig &config);
+  static void isolate_tenants() noexcept;
   static Fabric::ReclaimReport reclaim_stale(std::chrono::seconds min_age);
   // Opening a queue pair is cheap: Fabric::prepare has nothing to do.
   bool prepare(const ConnectionOptions &, Fabric::Refill) noexcept { return false; }

@@ -351,6 +351,17 @@ std::string FabricImpl::canonical_provider(const std::string &name_or_alias) {
 // pairs and registrations when it dies.
 Fabric::ReclaimReport FabricImpl::reclaim_stale(std::chrono::seconds) { return {}; }
 
+Fabric::ConfinementNeeds FabricImpl::confinement_needs(const DeviceConfig &) {
+  // libibverbs and rdma_cm open the device files and read sysfs (the class
+  // entries are links into /sys/devices).
+  Fabric::ConfinementNeeds n;
+  n.host_paths = {"/dev/infiniband", "/sys"};
+  return n;
+}
+
+// The hardware checks every remote access against its registration.
+void FabricImpl::isolate_tenants() noexcept {}
+
 void FabricImpl::preload(const DeviceConfig &) {
   // Only libibverbs and its user-space drivers. Opening the device is not an
   // option: librdmacm keeps the contexts of rdma_get_devices() open for the

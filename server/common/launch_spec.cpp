@@ -29,6 +29,7 @@ std::string LaunchSpec::serialize() const {
   o << "manager_port " << manager_port << "\n";
   o << "connect_ms " << connect_ms << "\n";
   o << "library_loaded_ms " << library_loaded_ms << "\n";
+  o << "seccomp " << (seccomp ? 1 : 0) << "\n";
   o << "request " << to_hex(request.data(), request.size()) << "\n";
   o << "end\n";
   return o.str();
@@ -41,9 +42,10 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
   bool ended = false;
   // Every key exactly once: a spec missing one would start an executor with a
   // default (an unnamed device, no request) and fail later with a worse message.
-  static const char *const kKeys[] = {
-      "allocation_id", "secret",       "cores",      "memory_mib",        "device",
-      "manager_host",  "manager_port", "connect_ms", "library_loaded_ms", "request"};
+  static const char *const kKeys[] = {"allocation_id", "secret",     "cores",
+                                      "memory_mib",    "device",     "manager_host",
+                                      "manager_port",  "connect_ms", "library_loaded_ms",
+                                      "seccomp",       "request"};
   std::set<std::string> seen;
   auto number = [](const std::string &key, std::istringstream &ls) {
     uint64_t v;
@@ -96,6 +98,8 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
       s.connect_ms = static_cast<uint32_t>(number(key, ls));
     } else if (key == "library_loaded_ms") {
       s.library_loaded_ms = static_cast<uint32_t>(number(key, ls));
+    } else if (key == "seccomp") {
+      s.seccomp = number(key, ls) != 0;
     } else if (key == "request") {
       std::string h;
       ls >> h;

@@ -59,6 +59,9 @@ struct LaunchSpec {
   /// Deadlines, milliseconds.
   uint32_t connect_ms = 5000;
   uint32_t library_loaded_ms = 10000;
+  /// Install the seccomp filter once the links are up, before the library
+  /// is loaded (server/executor/seccomp_filter.hpp).
+  bool seccomp = false;
   /// The client's AllocationRequest and its descriptors, encoded as received.
   std::vector<uint8_t> request;
 

@@ -21,6 +21,7 @@
 #include "executor/crash_guard.hpp"
 #include "executor/process.hpp"
 #include "executor/resource_limits.hpp"
+#include "executor/seccomp_filter.hpp"
 
 namespace rfaas::executor_process {
 
@@ -69,6 +70,24 @@ rdmalib::ConnectionOptions worker_link_options(uint32_t input_slots) {
   return opts;
 }
 
+bool Shared::seal(Clock::time_point deadline, std::string &error) {
+  {
+    std::unique_lock<std::mutex> g(m);
+    if (!cv.wait_until(g, deadline, [&] { return links_pending == 0 || stop.load(); })) {
+      error = "the links were not up in time to seal the sandbox";
+      return false;
+    }
+  }
+  SeccompOptions o;
+  o.allow_inet_stream = fabric.capabilities().sockets_after_setup;
+  if (!install_seccomp(o, error))
+    return false;
+  spdlog::debug("executor {:x}: seccomp filter installed{}", spec.allocation_id,
+                o.allow_inet_stream ? " (TCP sockets stay allowed: the fabric opens them late)"
+                                    : "");
+  return true;
+}
+
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexcept {
   const Clock::time_point start = Clock::now();
   try {
@@ -101,6 +120,7 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     if (shared.request.cores != spec.cores.size())
       throw std::runtime_error("launch spec: core count does not match the request");
     shared.counters.reset(new WorkerCounters[shared.request.cores]);
+    shared.links_pending = shared.request.cores + 1;
 
     // Workers first: their connections to the client are on the critical path
     // of the cold start, the accounting link is not (connection setup costs a
@@ -125,6 +145,7 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
         manager_gone = true;
       }
     }
+    shared.link_settled();
     // This endpoint may be the process's first on some providers: keep the
     // crash guard in front of whatever handler the network installed.
     CrashGuard::install();

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +129,37 @@ void FunctionLibrary::release() noexcept {
   }
 }
 
+namespace {
+/// The library's image in a new file of $TMPDIR (else /tmp), read-only; its
+/// path. Throws LibraryError.
+std::string copy_to_private_file(const void *bytes, size_t size, const std::string &what) {
+  const char *dir = std::getenv("TMPDIR");
+  std::string path = std::string(dir && *dir ? dir : "/tmp") + "/rfaas-library-XXXXXX";
+  int fd = mkstemp(path.data());
+  if (fd < 0)
+    throw LibraryError("cannot load " + what + ": no /proc/self/fd and mkstemp " + path + ": " +
+                       errno_text(errno));
+  const auto *p = static_cast<const char *>(bytes);
+  size_t left = size;
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      unlink(path.c_str());
+      throw LibraryError("cannot copy " + what + " to " + path + ": " + errno_text(e));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  fchmod(fd, 0500);
+  close(fd);
+  return path;
+}
+} // namespace
+
 FunctionLibrary FunctionLibrary::load(const void *bytes, size_t size, const std::string &name) {
   const std::string what = "function library '" + name + "'";
   if (bytes == nullptr || size == 0)
@@ -163,11 +195,21 @@ FunctionLibrary FunctionLibrary::load(const void *bytes, size_t size, const std:
   // loaded. Best effort: sealing is a defence, not a requirement.
   (void)fcntl(lib.memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
 
-  const std::string path = "/proc/self/fd/" + std::to_string(lib.memfd_);
+  std::string path = "/proc/self/fd/" + std::to_string(lib.memfd_);
+  // A sandbox without /proc (one that keeps the host's PID namespace) has no
+  // path to the memfd: the image goes to a file of the executor's private
+  // /tmp instead, removed as soon as it is loaded.
+  std::string file;
+  if (access(path.c_str(), F_OK) != 0) {
+    file = copy_to_private_file(bytes, size, what);
+    path = file;
+  }
   dlerror(); // clear any stale error
   // RTLD_NOW: an unresolved symbol fails here, not in the middle of a call.
   // RTLD_LOCAL: two allocations' libraries never see each other's symbols.
   lib.handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!file.empty())
+    unlink(file.c_str());
   if (!lib.handle_)
     throw LibraryError("cannot load " + what + " from memory: " + dl_text());
 

@@ -15,6 +15,7 @@
 
 #include "cli.hpp"
 #include "common/launch_spec.hpp"
+#include "common/sandbox_config.hpp"
 #include "executor/zygote.hpp"
 
 int main(int argc, char **argv) {
@@ -28,7 +29,9 @@ int main(int argc, char **argv) {
       "device", "device database JSON (hex) of the device to warm up",
       rfaas::cli::value<std::string>())("exec-each",
                                         "zygote: exec a fresh executor per allocation")(
-      "spec-fd", "run one allocation from the launch spec on this fd", rfaas::cli::value<int>());
+      "spec-fd", "run one allocation from the launch spec on this fd", rfaas::cli::value<int>())(
+      "sandbox", "zygote: how to confine executors (hex text, from the manager)",
+      rfaas::cli::value<std::string>());
   rfaas::cli::add_standard_options(options);
   return rfaas::cli::run("executor", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
     rfaas::cli::apply_log_level(args);
@@ -54,7 +57,14 @@ int main(int argc, char **argv) {
       self[n] = '\0';
       spdlog::debug("zygote: started, log level {}",
                     rdmalib::log::to_string(rdmalib::log::level()));
-      return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self);
+      rfaas::server::SandboxConfig sandbox;
+      if (args.count("sandbox")) {
+        auto bytes = rfaas::server::bytes_from_hex(args["sandbox"].as<std::string>());
+        sandbox = rfaas::server::SandboxConfig::parse(std::string(bytes.begin(), bytes.end()));
+      } else {
+        sandbox.kind = rfaas::server::SandboxKind::Process;
+      }
+      return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self, sandbox);
     }
     throw rfaas::cli::UsageError("started by executor_manager only (--zygote or --spec-fd)");
   });

@@ -80,6 +80,22 @@ struct Shared {
     std::lock_guard<std::mutex> g(m);
     cv.notify_all();
   }
+  /// Links still being set up: one per worker and the accounting link. The
+  /// seccomp filter goes in once none is left (seal()): it refuses new
+  /// sockets, which connecting may need.
+  unsigned links_pending = 0;
+  /// A link is up, or gave up.
+  void link_settled() {
+    std::lock_guard<std::mutex> g(m);
+    if (links_pending > 0)
+      --links_pending;
+    cv.notify_all();
+  }
+  /// Wait (until `deadline`, or until the executor stops) for every link to
+  /// settle, then install the seccomp filter on every thread. False with the
+  /// reason in `error`: the library must not be loaded then.
+  bool seal(Clock::time_point deadline, std::string &error);
+
   /// First outcome wins (worker 0's exit path publishes a failure that must
   /// not overwrite a success).
   void publish_library(proto::ErrorCode st, std::string msg) {
@@ -195,6 +211,8 @@ private:
 
   Shared &s_;
   uint32_t index_;
+  /// This worker's link counted in Shared::links_pending already.
+  bool settled_ = false;
   uint32_t slots_ = 0, islot_ = 0, rslot_ = 0;
   uint64_t nrecv_ = 0;
   uint32_t outstanding_ = 0;

@@ -19,6 +19,8 @@ void Worker::run() noexcept {
   try {
     setup_and_serve();
   } catch (const std::exception &e) {
+    if (!settled_)
+      s_.link_settled();
     // After SIGTERM a setup step gives up on purpose (ConnectionOptions::cancel).
     if (g_terminate)
       spdlog::debug("executor {:x}: worker {}: ended by SIGTERM: {}", s_.spec.allocation_id, index_,
@@ -141,6 +143,8 @@ void Worker::setup_and_serve() {
   adv.descriptor.slot_size = islot_;
   adv.descriptor.slot_stride = static_cast<uint32_t>(input_.stride());
   send_control(adv);
+  settled_ = true;
+  s_.link_settled();
 
   if (index_ == 0)
     fetch_library();
@@ -237,6 +241,12 @@ void Worker::fetch_library() {
   }
   if (proto::library_checksum(bytes.data(), code.library_size) != code.checksum)
     return s_.publish_library(proto::ErrorCode::LibraryInvalid, "library checksum mismatch");
+  // The library's constructors run when it loads: the filter must be there.
+  std::string why;
+  if (s_.spec.seccomp && !s_.seal(deadline, why)) {
+    spdlog::error("executor {:x}: sandbox: {}", s_.spec.allocation_id, why);
+    return s_.publish_library(proto::ErrorCode::Internal, "sandbox: " + why);
+  }
   try {
     FunctionLibrary lib = FunctionLibrary::load(bytes.data(), code.library_size,
                                                 std::string(proto::get_text(code.name)));

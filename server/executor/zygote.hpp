@@ -29,6 +29,8 @@
 
 #include <rdmalib/device.hpp>
 
+#include "common/sandbox_config.hpp"
+
 #include <string>
 
 namespace rfaas::executor_process {
@@ -36,9 +38,10 @@ namespace rfaas::executor_process {
 /// Run the zygote loop until stdin closes. `warm_device` is opened once and
 /// closed to load and initialise the backend's providers before any fork;
 /// when `exec_each` is true every executor is started with execv() of
-/// `self_exe` instead (cold start, for comparison). Returns the exit code.
+/// `self_exe` instead (cold start, for comparison). Every executor is
+/// confined as `sandbox` says (sandbox.hpp). Returns the exit code.
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
-               const std::string &self_exe);
+               const std::string &self_exe, const server::SandboxConfig &sandbox);
 
 /// Run one executor from the LaunchSpec text readable on `fd`
 /// (`executor --spec-fd N`). Returns the exit code.

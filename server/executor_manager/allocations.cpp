@@ -158,6 +158,7 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
   spec.manager_port = listener_.address().port;
   spec.connect_ms = cfg_.workers_connected_ms;
   spec.library_loaded_ms = cfg_.library_loaded_ms;
+  spec.seccomp = cfg_.sandbox.kind != server::SandboxKind::Process && cfg_.sandbox.seccomp;
   spec.request.assign(msg, msg + r.size);
   std::string text = spec.serialize();
   uint64_t id = a->id;

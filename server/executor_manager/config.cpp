@@ -1,5 +1,10 @@
 #include "executor_manager/config.hpp"
 
+#include <pwd.h>
+
+#include <cctype>
+#include <cstdlib>
+
 #include <algorithm>
 #include <fstream>
 #include <initializer_list>
@@ -15,6 +20,40 @@
 #include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
+
+namespace {
+/// A user name, a uid, or uid:gid of this host; never root.
+bool resolve_user(const std::string &text, uid_t &uid, gid_t &gid) {
+  if (text.empty())
+    return false;
+  if (std::isdigit(static_cast<unsigned char>(text[0]))) {
+    char *end = nullptr;
+    unsigned long u = std::strtoul(text.c_str(), &end, 10);
+    unsigned long g = u;
+    if (*end == ':') {
+      char *gend = nullptr;
+      g = std::strtoul(end + 1, &gend, 10);
+      if (gend == end + 1 || *gend != '\0')
+        return false;
+    } else if (*end != '\0') {
+      return false;
+    } else if (const passwd *pw = getpwuid(static_cast<uid_t>(u))) {
+      g = pw->pw_gid;
+    }
+    if (u == 0 || g == 0 || u > 0xfffffffeul || g > 0xfffffffeul)
+      return false;
+    uid = static_cast<uid_t>(u);
+    gid = static_cast<gid_t>(g);
+    return true;
+  }
+  const passwd *pw = getpwnam(text.c_str());
+  if (!pw || pw->pw_uid == 0 || pw->pw_gid == 0)
+    return false;
+  uid = pw->pw_uid;
+  gid = pw->pw_gid;
+  return true;
+}
+} // namespace
 
 namespace {
 
@@ -151,8 +190,35 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
         " MiB, limits.default_memory_mib); expected at least that");
   if (root.has("executor")) {
     Node e = root["executor"];
-    e.expect_object({"zygote"});
+    e.expect_object({"zygote", "sandbox", "user", "seccomp", "cgroup_parent", "max_processes",
+                     "max_open_files", "tmp_mib"});
     e.optional("zygote", c.zygote);
+    if (e.has("sandbox")) {
+      std::string kind;
+      e.optional("sandbox", kind);
+      try {
+        c.sandbox.kind = server::parse_sandbox_kind(kind);
+      } catch (const std::invalid_argument &) {
+        e["sandbox"].fail("unknown sandbox kind \"" + kind +
+                          "\"; expected \"namespaces\" (the default) or \"process\"");
+      }
+    }
+    if (e.has("user")) {
+      std::string user;
+      e.optional("user", user);
+      if (!resolve_user(user, c.sandbox.uid, c.sandbox.gid))
+        e["user"].fail("no such user \"" + user +
+                       "\"; expected a user name or uid[:gid] of this host, not root");
+    }
+    e.optional("seccomp", c.sandbox.seccomp);
+    e.optional("cgroup_parent", c.sandbox.cgroup_parent);
+    if (c.sandbox.cgroup_parent.empty() ||
+        c.sandbox.cgroup_parent.find("..") != std::string::npos ||
+        c.sandbox.cgroup_parent[0] == '/')
+      e["cgroup_parent"].fail("expected a relative cgroup path without \"..\"");
+    e.optional("max_processes", c.sandbox.max_processes, 8, 1u << 20);
+    e.optional("max_open_files", c.sandbox.max_open_files, 64, 1u << 20);
+    e.optional("tmp_mib", c.sandbox.tmp_mib, 1, 1u << 20);
   }
   if (root.has("deadlines_ms")) {
     Node d = root["deadlines_ms"];

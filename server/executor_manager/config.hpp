@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/sandbox_config.hpp"
+
 namespace rfaas::manager {
 
 /// A configuration file or a command-line value is wrong. what() names the
@@ -82,6 +84,8 @@ struct ManagerConfig {
   /// Fork executors from a pre-initialised zygote (true) or exec a fresh
   /// executor binary per allocation (false: slower cold start, for comparison).
   bool zygote = true;
+  /// How executors are confined ("executor.sandbox", "executor.user", ...).
+  server::SandboxConfig sandbox;
 
   /// Deadlines, milliseconds. connect_ms bounds every wait for one peer
   /// inside the manager's loop (accepting a connection, sending an answer),

@@ -126,6 +126,10 @@ int main(int argc, char **argv) {
                        "died without closing them",
                        reclaimed.names.size(), reclaimed.bytes >> 20);
 
+        // Clients and executors are peers this process must not trust: no
+        // provider may let them reach its memory past their keys.
+        if (cfg.sandbox.kind != rfaas::server::SandboxKind::Process)
+          rdmalib::Fabric::isolate_tenants();
         std::unique_ptr<rfaas::manager::Manager> owned;
         try {
           owned = std::make_unique<rfaas::manager::Manager>(cfg, device, executor_path());

@@ -41,7 +41,7 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
       listener_(fabric_,
                 rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
                                  cfg_.listen_port}),
-      zygote_(executor_path_, device_, cfg_.zygote,
+      zygote_(executor_path_, device_, cfg_.zygote, cfg_.sandbox,
               [this](const ZygoteEvent &e) { executor_event(e); }),
       admission_(cfg_.admission) {
   core_used_.assign(cfg_.cores.size(), false);
@@ -79,6 +79,10 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
   zygote_.start(milliseconds(cfg_.executor_start_ms));
+  if (cfg_.sandbox.kind == server::SandboxKind::Process)
+    spdlog::warn("executor.sandbox is \"process\": every client's functions run as this "
+                 "manager's user with its view of the node (its configuration and secret "
+                 "included); serve a single trusted user only");
   // Where opening an endpoint is slow (shm), each kind of link finds one
   // opened ahead, off the clients' cold start; elsewhere this does nothing.
   // After the zygote started: its fork must not copy a half-opened endpoint.

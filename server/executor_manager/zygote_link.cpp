@@ -23,9 +23,10 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 ZygoteLink::ZygoteLink(std::string executor, rdmalib::DeviceConfig device, bool fork_from_zygote,
-                       Handler on_event)
+                       server::SandboxConfig sandbox, Handler on_event)
     : executor_(std::move(executor)), device_(std::move(device)),
-      fork_from_zygote_(fork_from_zygote), on_event_(std::move(on_event)) {}
+      fork_from_zygote_(fork_from_zygote), sandbox_(std::move(sandbox)),
+      on_event_(std::move(on_event)) {}
 
 ZygoteLink::~ZygoteLink() { stop(milliseconds(2000)); }
 
@@ -40,6 +41,8 @@ void ZygoteLink::start(milliseconds ready_within) {
   }
   std::string dev = rdmalib::DeviceDatabase({device_}).to_json();
   std::string hex = server::to_hex(dev.data(), dev.size());
+  std::string box = sandbox_.serialize();
+  std::string box_hex = server::to_hex(box.data(), box.size());
   pid_t pid = fork();
   if (pid < 0)
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -50,8 +53,8 @@ void ZygoteLink::start(milliseconds ready_within) {
     dup2(to_child[0], 0);
     dup2(from_child[1], 1);
     const char *mode = fork_from_zygote_ ? nullptr : "--exec-each";
-    execl(executor_.c_str(), "executor", "--zygote", "--device", hex.c_str(), mode,
-          static_cast<char *>(nullptr));
+    execl(executor_.c_str(), "executor", "--zygote", "--device", hex.c_str(), "--sandbox",
+          box_hex.c_str(), mode, static_cast<char *>(nullptr));
     std::fprintf(stderr, "executor_manager: cannot execute %s: %s\n", executor_.c_str(),
                  std::strerror(errno));
     _exit(127);
@@ -72,8 +75,9 @@ void ZygoteLink::start(milliseconds ready_within) {
     throw std::runtime_error("the executor zygote (" + executor_ +
                              " --zygote) did not become ready within " +
                              std::to_string(ready_within.count()) + " ms");
-  spdlog::info("zygote {} ready ({})", pid_,
-               fork_from_zygote_ ? "forks pre-initialised executors" : "executes each executor");
+  spdlog::info("zygote {} ready ({}); executor sandbox: {}", pid_,
+               fork_from_zygote_ ? "forks pre-initialised executors" : "executes each executor",
+               sandbox_line_);
 }
 
 void ZygoteLink::stop(milliseconds grace) {
@@ -142,6 +146,7 @@ void ZygoteLink::event_line(const std::string &line) {
   in >> what;
   if (what == "ready") {
     ready_ = true;
+    std::getline(in >> std::ws, sandbox_line_);
     return;
   }
   ZygoteEvent e;

@@ -17,6 +17,8 @@
 
 #include <rdmalib/device.hpp>
 
+#include "common/sandbox_config.hpp"
+
 namespace rfaas::manager {
 
 /// One report of the zygote about one allocation's executor.
@@ -40,9 +42,10 @@ public:
 
   /// `executor` is the executor binary; `device` the fabric every executor
   /// opens (the zygote loads its providers once); `fork_from_zygote` false
-  /// executes a fresh executor binary per allocation. Events go to `on_event`.
+  /// executes a fresh executor binary per allocation; `sandbox` says how the
+  /// zygote confines them. Events go to `on_event`.
   ZygoteLink(std::string executor, rdmalib::DeviceConfig device, bool fork_from_zygote,
-             Handler on_event);
+             server::SandboxConfig sandbox, Handler on_event);
   ~ZygoteLink();
   ZygoteLink(const ZygoteLink &) = delete;
   ZygoteLink &operator=(const ZygoteLink &) = delete;
@@ -75,12 +78,15 @@ private:
   std::string executor_;
   rdmalib::DeviceConfig device_;
   bool fork_from_zygote_;
+  server::SandboxConfig sandbox_;
   Handler on_event_;
   pid_t pid_ = -1;
   int in_ = -1;  // commands to the zygote
   int out_ = -1; // events from the zygote
   std::string buf_;
   bool ready_ = false;
+  /// What the zygote said of its sandbox when it became ready.
+  std::string sandbox_line_;
 };
 
 } // namespace rfaas::manager

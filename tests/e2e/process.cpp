@@ -193,7 +193,7 @@ std::string process_name(pid_t pid) {
 std::vector<pid_t> busy_descendants_of(pid_t pid) {
   std::vector<pid_t> out;
   for (pid_t p : descendants_of(pid))
-    if (process_name(p) != kSpareExecutorName)
+    if (process_name(p) != kSpareExecutorName && process_name(p) != kSandboxWaiterName)
       out.push_back(p);
   return out;
 }

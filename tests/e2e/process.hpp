@@ -55,6 +55,9 @@ std::string process_name(pid_t pid);
 /// The name the zygote gives an executor forked ahead that waits for an
 /// allocation; it takes the name "executor" when it gets one.
 inline const char *kSpareExecutorName = "executor-spare";
+/// The process between the zygote and a sandboxed executor (or spare): it
+/// waits for it and ends with it (server/executor/sandbox.hpp).
+inline const char *kSandboxWaiterName = "executor-box";
 /// Descendants of `pid` that are not spare executors.
 std::vector<pid_t> busy_descendants_of(pid_t pid);
 /// Resident memory of this process that is its own, bytes (statm's resident

@@ -141,6 +141,11 @@ struct Capabilities {
   /// false every connection opens its own endpoint. Informational: the API is
   /// the same either way.
   bool shared_endpoint = false;
+  /// The provider opens new TCP sockets after links are up (a reliable-
+  /// datagram layer over TCP connects to each peer at its first message and
+  /// again after a loss). A process that forbids new sockets once its links
+  /// are up (a seccomp filter) must allow TCP sockets where this is true.
+  bool sockets_after_setup = false;
 
   /// One line listing every value, for the start-up log and rfaas-info.
   std::string describe() const;

@@ -123,6 +123,32 @@ public:
   /// the verbs backend), hence a call instead of a throw-away Fabric. Throws
   /// Error like the constructor.
   static void preload(const DeviceConfig &config);
+  /// What a process opening `config` needs when it is confined (an
+  /// executor's sandbox). With no provider configured, what any provider of
+  /// the backend may need.
+  struct ConfinementNeeds {
+    /// Paths of the host it must see in a minimal file system: device files
+    /// ("/dev/infiniband"), shared memory ("/dev/shm"), sysfs.
+    std::vector<std::string> host_paths;
+    /// Peers can only be processes of the same uid (libfabric shm creates
+    /// its regions 0600): a confined process keeps its parent's uid.
+    bool same_uid_peers = false;
+    /// The provider names its endpoints and watches its peers by process id
+    /// (libfabric shm: "<pid>:<uid>:<n>" regions, liveness by pid): a
+    /// confined process keeps the host's PID namespace.
+    bool host_pids = false;
+  };
+  static ConfinementNeeds confinement_needs(const DeviceConfig &config);
+  /// Call once, before the first Fabric of the process opens, in a process
+  /// that serves peers it must not trust (the executor manager, executors):
+  /// providers whose one-sided operations would bypass memory keys and
+  /// access flags are switched to a mode in which the target checks them
+  /// (libfabric shm: no cross-memory attach, so every RMA goes through the
+  /// provider, which verifies key, bounds and access). Peers that link with
+  /// this process adopt it. Costs bandwidth above the provider's inline size
+  /// (a copy through shared memory instead of one kernel copy), nothing on
+  /// smaller messages. Not thread-safe; never throws.
+  static void isolate_tenants() noexcept;
 
   /// What reclaim_stale() removed.
   struct ReclaimReport {
