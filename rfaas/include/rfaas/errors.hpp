@@ -89,6 +89,7 @@ const char *to_string(phase p) noexcept;
 /// "rfaas: allocation at 127.0.0.1:10000 failed: resources_unavailable: ...".
 class Error : public std::runtime_error {
 public:
+  /// Builds the message from the phase, the manager's address, the status and `detail`.
   Error(phase ph, std::string manager, status st, const std::string &detail);
 
   /// Which step failed.
