@@ -59,10 +59,22 @@ stop_rm() {
   wait "$rm_pid" 2>/dev/null || true
   rm_pid=
 }
+# dpkg ARGS...: dpkg, waiting up to 120 s for another dpkg or apt-get on this
+# machine to release the lock (dpkg itself fails at once when it is held).
+dpkg_waiting() {
+  local log=$1
+  shift
+  for _ in $(seq 1 120); do
+    dpkg "$@" >"$log" 2>&1 && return 0
+    grep -q 'lock' "$log" || return 1
+    sleep 1
+  done
+  return 1
+}
 purge() {
   [[ $installed == 1 ]] || return 0
   installed=0
-  dpkg --purge "${packages[@]}" >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; return 1; }
+  dpkg_waiting "$work/purge.log" --purge "${packages[@]}" || { cat "$work/purge.log" >&2; return 1; }
 }
 cleanup() {
   stop_manager
@@ -128,7 +140,7 @@ dpkg-deb -f "${debs[1]}" Depends | grep -q 'rfaas (= ' || fail "rfaas-dev does n
 
 # ---- install --------------------------------------------------------------------------
 installed=1
-dpkg -i "${debs[@]}" >"$work/dpkg.log" 2>&1 || fail "dpkg -i failed"
+dpkg_waiting "$work/dpkg.log" -i "${debs[@]}" || fail "dpkg -i failed"
 echo "installed: $(dpkg-query -W -f='${Package} ${Version}, ' "${packages[@]}")"
 # Every file of the packages, for the check after the purge.
 dpkg -L "${packages[@]}" | sort -u >"$work/files.list"
