@@ -20,7 +20,8 @@ set(RFAAS_DOCS_HEADER_DIRS
 set(RFAAS_DOCS_INPUT_LIST
   ${RFAAS_DOCS_HEADER_DIRS}
   ${PROJECT_BINARY_DIR}/rdmalib/include/rdmalib/config.hpp
-  ${PROJECT_SOURCE_DIR}/docs/api/mainpage.md)
+  ${PROJECT_SOURCE_DIR}/docs/api/mainpage.md
+  ${PROJECT_SOURCE_DIR}/docs/api/namespaces.dox)
 string(REPLACE ";" " " RFAAS_DOCS_INPUT "${RFAAS_DOCS_INPUT_LIST}")
 set(RFAAS_DOCS_STRIP
   "${PROJECT_SOURCE_DIR}/rdmalib/include ${PROJECT_SOURCE_DIR}/rfaas/include ${PROJECT_BINARY_DIR}/rdmalib/include")
@@ -44,7 +45,7 @@ add_custom_command(
   COMMAND ${CMAKE_COMMAND} -E remove_directory ${RFAAS_DOCS_OUTPUT}/html
   COMMAND Doxygen::doxygen ${PROJECT_BINARY_DIR}/docs/Doxyfile
   DEPENDS ${RFAAS_DOCS_HEADERS} ${PROJECT_BINARY_DIR}/docs/Doxyfile
-          ${PROJECT_SOURCE_DIR}/docs/api/mainpage.md
+          ${PROJECT_SOURCE_DIR}/docs/api/mainpage.md ${PROJECT_SOURCE_DIR}/docs/api/namespaces.dox
   WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
   COMMENT "doxygen: the API reference of rdmalib and librfaas (warnings are errors)"
   VERBATIM)

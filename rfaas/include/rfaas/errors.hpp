@@ -83,6 +83,7 @@ enum class phase : uint8_t {
   lease,
 };
 
+/// The phase's name as it appears in Error::what() ("allocation", "lease", ...).
 const char *to_string(phase p) noexcept;
 
 /// The one exception type of librfaas. what() is a complete sentence:
