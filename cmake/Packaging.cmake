@@ -106,9 +106,13 @@ set(CPACK_DEBIAN_EXAMPLES_PACKAGE_NAME rfaas-examples)
 # installed package, which it is not while the packages are built).
 set(CPACK_DEBIAN_EXAMPLES_PACKAGE_SHLIBDEPS OFF)
 
+# The module's install rules decide where it goes; for the package, below
+# the prefix in lib/python3/dist-packages (Debian's path for modules of its
+# python3 outside /usr/local). Like the examples, it links librfaas only.
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-rfaas)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS OFF)
 
 include(CPack)
 cpack_add_component(runtime DISPLAY_NAME "rFaaS services, tools and librfaas")

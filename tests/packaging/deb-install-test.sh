@@ -109,7 +109,9 @@ for p in "${packages[@]}"; do
   [[ -n $deb ]] || fail "cpack wrote no package $p: $(ls "$work/packages")"
   debs+=("$deb")
 done
-echo "built $(printf '%s ' "${debs[@]##*/}")in $((SECONDS - start)) s"
+# The Python module's package, when the build has it (RFAAS_BUILD_PYTHON).
+python_deb=$(find "$work/packages" -maxdepth 1 -name 'python3-rfaas_*.deb' | head -n1)
+echo "built $(printf '%s ' "${debs[@]##*/}")${python_deb:+${python_deb##*/} }in $((SECONDS - start)) s"
 
 # What each package must hold (dpkg-deb's listing: ./usr/bin/...).
 contents() { dpkg-deb -c "$1" | awk '{print $6}' | sed 's|^\.||; s| ->.*||'; }
@@ -137,6 +139,11 @@ if contents "${debs[0]}" | grep -q '^/etc/rfaas/secrets'; then
 fi
 dpkg-deb -f "${debs[0]}" Depends | grep -q adduser || fail "rfaas does not depend on adduser"
 dpkg-deb -f "${debs[1]}" Depends | grep -q 'rfaas (= ' || fail "rfaas-dev does not depend on its rfaas"
+
+if [[ -n $python_deb ]]; then
+  packages+=(python3-rfaas)
+  debs+=("$python_deb")
+fi
 
 # ---- install --------------------------------------------------------------------------
 installed=1
@@ -225,6 +232,11 @@ done
 [[ $up == 1 ]] || fail "node $node did not come up: $(cat "$work/nodes.json")"
 
 # ---- the installed tools against them --------------------------------------------------
+if [[ -n $python_deb ]]; then
+  (cd / && /usr/bin/python3 -c 'import rfaas') >"$work/python.log" 2>&1 ||
+    fail "Debian's python3 cannot import the installed module rfaas"
+  echo "python3-rfaas: /usr/bin/python3 imports rfaas"
+fi
 /usr/bin/rfaas-info --devices /etc/rfaas/devices.json --device lo-tcp >"$work/info.log" 2>&1 ||
   fail "the installed rfaas-info cannot open lo-tcp"
 libfunctions=$(grep -E '/rfaas/examples/libfunctions\.so$' "$work/files.list" | head -n1)
