@@ -1,7 +1,9 @@
 """The Spack recipe (packaging/spack/rfaas/package.py), checked without Spack.
 
 1. It compiles, and loads against the stub of Spack's API in spack_stub/
-   (`from spack.package import *`), which records its directives.
+   (`from spack.package import *`), which records its directives: as Spack
+   1.x loads it (CMakePackage from spack_repo.builtin.build_systems.cmake) and
+   as Spack 0.x does (no spack_repo), declaring the same package both ways.
 2. Its variants are exactly backend=libfabric|verbs, python and tests, and each
    maps one-to-one to its CMake option: every combination passes each option
    exactly once, with the variant's value.
@@ -44,13 +46,26 @@ def fail(message):
     print("FAIL: " + message)
 
 
-def load_recipe(path):
+def load_recipe(path, spack_1=True):
+    """The recipe's package class, loaded as Spack 1.x loads it (CMakePackage
+    from spack_repo.builtin.build_systems) or, with spack_1 False, as Spack 0.x
+    does (no spack_repo: CMakePackage from spack.package)."""
     with open(path) as f:
         compile(f.read(), path, "exec")  # a syntax error names its line
     # Spack loads a recipe as a module of its repository's namespace.
     spec = importlib.util.spec_from_file_location("spack.pkg.builtin.rfaas", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    hidden = {}
+    if not spack_1:
+        for name in [m for m in sys.modules if m == "spack_repo" or m.startswith("spack_repo.")]:
+            hidden[name] = sys.modules.pop(name)
+        sys.modules["spack_repo"] = None  # "import spack_repo..." raises ImportError
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if not spack_1:
+            del sys.modules["spack_repo"]
+            sys.modules.update(hidden)
     classes = [c for c in vars(module).values()
                if isinstance(c, type) and issubclass(c, spack.CMakePackage) and c is not spack.CMakePackage]
     if len(classes) != 1 or classes[0].__name__ != "Rfaas":
@@ -180,7 +195,17 @@ def main():
         raise SystemExit(__doc__)
     source = os.path.abspath(sys.argv[1])
     generator = sys.argv[2] if len(sys.argv) > 2 else ""
-    cls = load_recipe(os.path.join(source, "packaging", "spack", "rfaas", "package.py"))
+    recipe = os.path.join(source, "packaging", "spack", "rfaas", "package.py")
+    cls = load_recipe(recipe)
+    if "spack_repo.builtin.build_systems.cmake" not in sys.modules:
+        fail("the recipe does not take CMakePackage from spack_repo.builtin.build_systems.cmake "
+             "(Spack 1.x)")
+    # The same recipe under Spack 0.x's layout declares the same package.
+    old = load_recipe(recipe, spack_1=False)
+    if (sorted(old.variants) != sorted(cls.variants) or
+            [(d.name, d.versions, d.when) for d in old.dependencies] !=
+            [(d.name, d.versions, d.when) for d in cls.dependencies]):
+        fail("the recipe declares another package when loaded as Spack 0.x loads it")
     check_declarations(cls)
     configs = set()
     count = 0

@@ -11,6 +11,13 @@
 
 from spack.package import *
 
+try:
+    # Spack 1.0 and later keep the build systems in the builtin repository.
+    from spack_repo.builtin.build_systems.cmake import CMakePackage
+except ImportError:
+    # Earlier releases export them from spack.package (imported above).
+    pass
+
 
 class Rfaas(CMakePackage):
     """rFaaS: serverless functions for HPC over RDMA networks. An application
