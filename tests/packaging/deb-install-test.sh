@@ -182,7 +182,6 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     fail "systemd-analyze verify rejects the units: $(cat "$work/verify.log")"
   fi
 fi
-as_user() { runuser -u "$1" -- "${@:2}"; }
 
 # The operator's edits: ports chosen by the OS, and a CPU this process has.
 sed -i -e 's|"port": 8080|"port": 0|' -e 's|"port": 10100|"port": 0|' /etc/rfaas/resource_manager.json
