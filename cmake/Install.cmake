@@ -30,8 +30,17 @@ function(rfaas_install_built)
     string(COMPARE EQUAL "${a}" DESTINATION after_destination)
   endforeach()
   install(TARGETS ${arg_TARGET} ${args})
+  # The warning belongs to the artifact's component (the first named), so a
+  # package build (cmake/Packaging.cmake) has no component of its own for it.
+  set(component "")
+  list(FIND arg_UNPARSED_ARGUMENTS COMPONENT at)
+  if(at GREATER -1)
+    math(EXPR at "${at} + 1")
+    list(GET arg_UNPARSED_ARGUMENTS ${at} component)
+    set(component COMPONENT ${component})
+  endif()
   install(CODE "if(NOT EXISTS \"$<TARGET_FILE:${arg_TARGET}>\")
   message(WARNING \"rFaaS: ${arg_TARGET} was not built, so it is not installed. \"
     \"Build it first: cmake --build ${CMAKE_BINARY_DIR} --target ${arg_TARGET}\")
-endif()")
+endif()" ${component})
 endfunction()

@@ -27,6 +27,9 @@ packages=(
   libgtest-dev libbenchmark-dev gdb
   # soft-RoCE VM runner (verbs backend tests) and network namespaces
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2
+  # API reference (the docs target: doxygen, its graphs with graphviz);
+  # Debian packages (cpack -G DEB: dpkg-shlibdeps; adduser for their postinst)
+  doxygen graphviz dpkg-dev adduser
   # format check, sanitizer runtime for clang builds
   clang-format libclang-rt-14-dev
   # fuzz targets (scripts/fuzz.sh: clang with libFuzzer)

@@ -18,6 +18,8 @@
 
 namespace rdmalib {
 
+/// A listening endpoint's network name: host:port, or the provider's opaque endpoint
+/// name (the file's opening comment says when each is used). Plain data; copyable.
 struct Address {
   Address() = default;
   /// host:port.
@@ -60,9 +62,12 @@ struct Address {
   /// Error(Config) for a malformed opaque name.
   static Address from_host_text(const std::string &host_text, uint16_t port);
 
+  /// Same form and same bytes: two spellings of one endpoint (a host name and its IP)
+  /// compare unequal.
   bool operator==(const Address &o) const {
     return host == o.host && port == o.port && name == o.name && format == o.format;
   }
+  /// Negation of operator==.
   bool operator!=(const Address &o) const { return !(*this == o); }
 };
 

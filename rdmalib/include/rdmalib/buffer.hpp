@@ -45,8 +45,11 @@ enum Access : uint32_t {
 /// accesses are then offsets). Callers always address remote memory as
 /// (RemoteBuffer, offset) and never compute on `addr` themselves.
 struct RemoteBuffer {
+  /// Base for remote operations: a virtual address or 0 (see above).
   uint64_t addr = 0;
+  /// The region's remote key (rkey / fi_mr_key).
   uint64_t key = 0;
+  /// Bytes a peer may access from `addr` on.
   uint64_t size = 0;
 };
 static_assert(sizeof(RemoteBuffer) == 24, "RemoteBuffer is a wire type");
@@ -55,8 +58,11 @@ static_assert(std::is_trivially_copyable<RemoteBuffer>::value, "RemoteBuffer is 
 /// A slice of registered local memory, passed to posts. Cheap to copy; does not
 /// own anything. `desc` is the backend's local descriptor (lkey / fi_mr_desc).
 struct LocalRef {
+  /// First byte of the slice.
   void *ptr = nullptr;
+  /// Bytes in the slice.
   size_t len = 0;
+  /// The backend's local descriptor; may be null where the provider needs none.
   void *desc = nullptr;
 };
 
@@ -75,13 +81,18 @@ public:
   /// Throws Error(Backend) with the backend's text on failure (e.g. memlock limit).
   MemoryRegion(Fabric &fabric, void *ptr, size_t bytes, uint32_t access = AccessAll);
   ~MemoryRegion();
+  /// Takes over the registration; `o` is left invalid.
   MemoryRegion(MemoryRegion &&o) noexcept;
+  /// Deregisters the current region, then takes over `o`'s.
   MemoryRegion &operator=(MemoryRegion &&o) noexcept;
   MemoryRegion(const MemoryRegion &) = delete;
   MemoryRegion &operator=(const MemoryRegion &) = delete;
 
+  /// False for a default-constructed or moved-from region.
   bool valid() const noexcept { return impl_ != nullptr; }
+  /// The registered memory (owned by the caller).
   void *data() const noexcept { return ptr_; }
+  /// Registered length in bytes.
   size_t bytes() const noexcept { return bytes_; }
   /// Local descriptor for posts (may be null where the provider needs none).
   void *desc() const noexcept { return desc_; }
@@ -113,6 +124,7 @@ template <class T> class Buffer {
   static_assert(std::is_trivially_copyable<T>::value, "Buffer<T> needs a trivially copyable T");
 
 public:
+  /// Page alignment: registration pins whole pages, and no other object shares them.
   static constexpr size_t alignment = 4096;
 
   Buffer() noexcept = default;
@@ -129,12 +141,17 @@ public:
     region_ = MemoryRegion(fabric, p, bytes ? bytes : 1, access);
   }
 
+  /// The elements; null for a default-constructed buffer.
   T *data() noexcept { return static_cast<T *>(mem_.get()); }
+  /// The elements, read-only.
   const T *data() const noexcept { return static_cast<const T *>(mem_.get()); }
+  /// Element `i`, unchecked.
   T &operator[](size_t i) noexcept { return data()[i]; }
+  /// Element `i`, unchecked, read-only.
   const T &operator[](size_t i) const noexcept { return data()[i]; }
   /// Number of T elements.
   size_t size() const noexcept { return count_; }
+  /// size() in bytes (without the padding to the alignment).
   size_t bytes() const noexcept { return count_ * sizeof(T); }
 
   /// Slice of `count` elements starting at element `first`, for posts.
@@ -147,7 +164,9 @@ public:
   LocalRef local_bytes(size_t offset, size_t bytes) const noexcept {
     return region_.local(offset, bytes);
   }
+  /// What a peer needs to write to or read from this buffer.
   const RemoteBuffer &remote() const noexcept { return region_.remote(); }
+  /// The registration, for offsets and keys of a part of the buffer.
   const MemoryRegion &region() const noexcept { return region_; }
 
 private:

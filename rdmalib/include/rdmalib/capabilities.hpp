@@ -69,8 +69,10 @@ enum CapabilityBit : uint32_t {
 
 /// A set of CapabilityBit values that must be treated as absent.
 struct CapabilityMask {
+  /// Bitwise OR of the CapabilityBit values switched off.
   uint32_t disabled = 0;
 
+  /// True when `bit` is switched off.
   bool disables(CapabilityBit bit) const noexcept { return (disabled & bit) != 0; }
 
   /// Parse a comma-separated list of capability names
@@ -93,7 +95,11 @@ struct CapabilityMask {
 /// Everything upper layers may ask about the fabric. Filled once by Fabric and
 /// immutable afterwards; safe to read from any thread.
 struct Capabilities {
+  /// Connected (MSG) or reliable-datagram (RDM) endpoints: decides whether a Connection
+  /// is an endpoint of its own or a link over a shared one.
   EndpointType endpoint = EndpointType::Connected;
+  /// Who drives progress: with Manual, a side that neither polls nor waits stalls its
+  /// peer.
   Progress progress = Progress::Auto;
 
   /// Write-with-immediate is delivered natively (the provider carries 32 bits of

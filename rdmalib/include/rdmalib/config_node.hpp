@@ -62,6 +62,7 @@ public:
   /// Requires an object whose keys are all in `keys`; an unknown key is
   /// reported with the list of valid keys.
   void expect_object(std::initializer_list<const char *> keys) const;
+  /// True when this object has member `key` (any type).
   bool has(const char *key) const;
   /// The member `key`; when absent, fails with "missing required key;
   /// expected <expected>".
@@ -76,9 +77,11 @@ public:
   ConfigNode operator[](size_t i) const;
 
   // ---- scalars: each checks the type and names the expectation ----
+  /// A string, possibly empty.
   std::string string() const;
   /// A string that must not be empty.
   std::string nonempty_string() const;
+  /// true or false; a number or a string is an error, not a truth value.
   bool boolean() const;
   /// An integer within [min, max] (never a float, a string or a negative).
   uint64_t integer(uint64_t min, uint64_t max) const;
@@ -94,8 +97,11 @@ public:
   }
 
   // ---- optional members: left unchanged when absent ----
+  /// Member `key` as a string into `out`, when present.
   void optional(const char *key, std::string &out) const;
+  /// Member `key` as a boolean into `out`, when present.
   void optional(const char *key, bool &out) const;
+  /// Member `key` as an unsigned integer in [min, max] into `out`, when present.
   template <class T> void optional(const char *key, T &out, uint64_t min, uint64_t max) const {
     if (has(key))
       out = static_cast<T>((*this)[key].integer(min, max));

@@ -71,11 +71,15 @@ struct ConnectionOptions {
   const volatile std::sig_atomic_t *cancel = nullptr;
 };
 
+/// One established link to one peer (the file's opening comment says what it is on each
+/// kind of fabric). Move-only; closing is the destructor's or close()'s.
 class Connection {
 public:
   Connection() noexcept;
   ~Connection();
+  /// Takes over the link; `o` is left closed.
   Connection(Connection &&o) noexcept;
+  /// Ends the current link as the destructor does, then takes over `o`'s.
   Connection &operator=(Connection &&o) noexcept;
   Connection(const Connection &) = delete;
   Connection &operator=(const Connection &) = delete;
@@ -109,6 +113,7 @@ public:
   /// the endpoint. Idempotent; called by the destructor. Never throws.
   void close() noexcept;
 
+  /// True from a successful connect() or accept() until close() or a move.
   bool is_open() const noexcept;
 
   /// Changes ConnectionOptions::post_deadline from now on (negative = 0).

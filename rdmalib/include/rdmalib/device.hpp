@@ -42,6 +42,7 @@ const char *endpoint_preference_names() noexcept;
 class DeviceDatabase {
 public:
   DeviceDatabase() = default;
+  /// A database of `devices`, as given (no check, no file).
   explicit DeviceDatabase(std::vector<DeviceConfig> devices) : devices_(std::move(devices)) {}
 
   /// Load from a file. Throws Error(Config) naming the file and the offending key
@@ -55,6 +56,7 @@ public:
   /// Write to_json() to a file. Throws Error(Config) if it cannot be written.
   void save(const std::string &path) const;
 
+  /// Every entry, in file order.
   const std::vector<DeviceConfig> &devices() const noexcept { return devices_; }
 
   /// The entry whose name equals `name_or_ip`, else the first entry whose

@@ -37,6 +37,8 @@ struct DeviceConfig {
   uint32_t max_inline_data = 0;
   /// Default receive-queue depth.
   uint32_t default_receive_buffer_size = 32;
+  /// Connected, reliable-datagram, or whichever the provider prefers ("endpoint" in the
+  /// file).
   EndpointPreference endpoint = EndpointPreference::Auto;
 };
 

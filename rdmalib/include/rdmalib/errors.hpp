@@ -74,10 +74,14 @@ bool parse_error_kind(std::string_view text, ErrorKind &out) noexcept;
 /// (a positive errno / FI_E* value), or 0 when the error is rdmalib's own.
 class Error : public std::runtime_error {
 public:
+  /// `message` carries the whole context and the fix; `backend_code` the backend's own
+  /// error number, 0 if none.
   Error(ErrorKind kind, const std::string &message, int backend_code = 0)
       : std::runtime_error(message), kind_(kind), code_(backend_code) {}
 
+  /// What went wrong, for callers that react differently (retry on Timeout, ...).
   ErrorKind kind() const noexcept { return kind_; }
+  /// The backend's error number (-FI_E..., errno), 0 if none.
   int backend_code() const noexcept { return code_; }
 
 private:

@@ -33,11 +33,15 @@ struct ProviderInfo {
   std::string domain;
   /// Fabric name (an IP network for IP providers).
   std::string fabric;
+  /// The endpoint type this provider offers on this domain.
   EndpointType endpoint = EndpointType::Connected;
   /// An address of this node on that domain, if any ("127.0.0.1").
   std::string ip_address;
 };
 
+/// An opened device: owns the provider's fabric, domain, queues and negotiated
+/// Capabilities. Move-only; Listener, Connection and MemoryRegion made from it must not
+/// outlive it.
 class Fabric {
 public:
   /// Open the device described by `config`, negotiate capabilities, then switch
@@ -49,7 +53,9 @@ public:
   explicit Fabric(const DeviceConfig &config,
                   CapabilityMask mask = CapabilityMask::from_environment());
   ~Fabric();
+  /// Takes over the device; the source is left empty.
   Fabric(Fabric &&) noexcept;
+  /// Closes the current device as the destructor does, then takes over the source's.
   Fabric &operator=(Fabric &&) noexcept;
   Fabric(const Fabric &) = delete;
   Fabric &operator=(const Fabric &) = delete;
@@ -100,6 +106,7 @@ public:
     /// Connections (connect or accept) that took one.
     uint64_t taken = 0;
   };
+  /// Counts of endpoints opened ahead by prepare() and taken since, for logs and tests.
   PreparedEndpoints prepared() const;
 
   /// "libfabric" or "verbs": the backend chosen at build time.
@@ -160,11 +167,11 @@ public:
   /// Remove what processes that died without closing their endpoints (killed,
   /// crashed) left in shared system resources, which nothing else frees.
   /// On the libfabric backend: the shm provider's shared-memory regions in
-  /// /dev/shm (16 MiB each; endpoints named "<pid>:<uid>:<n>" and rdmalib's
-  /// listeners "rdmalib-<host>-<port>") owned by this user, mapped by no
+  /// /dev/shm (16 MiB each; endpoints named `"<pid>:<uid>:<n>"` and rdmalib's
+  /// listeners `"rdmalib-<host>-<port>"`) owned by this user, mapped by no
   /// process and unchanged for `min_age`. The verbs backend has nothing of
   /// the kind and returns an empty report. Long-lived servers call it at
-  /// start; it reads /proc/<pid>/maps of every process (a few ms). Never
+  /// start; it reads `/proc/<pid>/maps` of every process (a few ms). Never
   /// throws: entries it cannot inspect are left alone.
   static ReclaimReport reclaim_stale(std::chrono::seconds min_age = std::chrono::seconds(30));
 

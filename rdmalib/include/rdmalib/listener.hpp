@@ -31,7 +31,9 @@ class ConnectionRequest {
 public:
   ConnectionRequest() noexcept;
   ~ConnectionRequest();
+  /// Takes over the pending request; `o` is left empty.
   ConnectionRequest(ConnectionRequest &&o) noexcept;
+  /// Ends the current request as the destructor does (rejects it), then takes over `o`'s.
   ConnectionRequest &operator=(ConnectionRequest &&o) noexcept;
 
   /// What the client sent with its request.
@@ -72,7 +74,9 @@ public:
   /// the address is in use or not local, naming it.
   Listener(Fabric &fabric, const Address &bind);
   ~Listener();
+  /// Takes over the listening endpoint; `o` is left closed.
   Listener(Listener &&o) noexcept;
+  /// Closes the current endpoint as the destructor does, then takes over `o`'s.
   Listener &operator=(Listener &&o) noexcept;
 
   /// The address clients should connect to, with the real port (never 0).

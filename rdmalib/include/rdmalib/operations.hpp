@@ -72,7 +72,10 @@ struct Completion {
   uint32_t length = 0;
   /// Immediate data (RemoteWriteImm only).
   uint32_t imm = 0;
+  /// Which operation completed (a local post or a remote write with immediate).
   OpKind kind = OpKind::Send;
+  /// Ok, or why the operation failed; the data path reports errors here, never by
+  /// throwing.
   Status status = Status::Ok;
 };
 
@@ -168,6 +171,7 @@ public:
   /// backend's own error string included), for logs.
   const char *last_error() const noexcept;
 
+  /// False for operations of a closed or moved-from connection.
   bool valid() const noexcept { return impl_ != nullptr; }
 
 private:

@@ -13,10 +13,13 @@ namespace rfaas {
 
 /// Read-only bytes: an invocation's input.
 struct const_buffer {
+  /// First byte.
   const void *data = nullptr;
+  /// Length in bytes.
   size_t size = 0;
 
   const_buffer() noexcept = default;
+  /// `n` bytes at `d`, not copied: they must stay valid for the call.
   const_buffer(const void *d, size_t n) noexcept : data(d), size(n) {}
   /// Any contiguous container of trivially copyable elements (std::vector with
   /// any allocator, std::array, std::string).
@@ -30,11 +33,17 @@ struct const_buffer {
 
 /// Writable bytes: where an invocation's output is copied.
 struct mutable_buffer {
+  /// First byte.
   void *data = nullptr;
+  /// Capacity in bytes: a longer result is an error (output_too_large), not a
+  /// truncation.
   size_t size = 0;
 
   mutable_buffer() noexcept = default;
+  /// `n` bytes at `d`, not copied: they must stay valid until the result arrives.
   mutable_buffer(void *d, size_t n) noexcept : data(d), size(n) {}
+  /// The elements of a contiguous container (std::vector, std::array, ...): its size()
+  /// times the element size.
   template <class C, class = decltype(std::declval<C &>().data()),
             class = decltype(std::declval<C &>().size()),
             class = std::enable_if_t<

@@ -38,6 +38,7 @@ public:
   /// naming the file and the offending key.
   static device_database load(const std::string &path);
 
+  /// Every entry, in file order.
   const std::vector<device> &devices() const noexcept { return devices_; }
 
   /// The entry named `name_or_ip`, else the first whose ip_address equals it.

@@ -83,12 +83,14 @@ enum class phase : uint8_t {
   lease,
 };
 
+/// The phase's name as it appears in Error::what() ("allocation", "lease", ...).
 const char *to_string(phase p) noexcept;
 
 /// The one exception type of librfaas. what() is a complete sentence:
 /// "rfaas: allocation at 127.0.0.1:10000 failed: resources_unavailable: ...".
 class Error : public std::runtime_error {
 public:
+  /// Builds the message from the phase, the manager's address, the status and `detail`.
   Error(phase ph, std::string manager, status st, const std::string &detail);
 
   /// Which step failed.

@@ -80,6 +80,7 @@ struct allocation_options {
   /// Lease from a resource manager; 0 and a zero token in standalone mode.
   /// Set these with rfaas::lease::options() rather than by hand.
   uint64_t lease_id = 0;
+  /// The lease's token (a MAC the node verifies with its secret).
   std::array<uint8_t, 16> token{};
   /// What the token covers, shown to the executor manager before the
   /// request (it recomputes the token from them): the lease's expiry
@@ -87,8 +88,11 @@ struct allocation_options {
   /// the lease, and the client it was granted to. Not sent when
   /// lease_cores is 0.
   uint64_t lease_expiry_ms = 0;
+  /// Cores the lease grants on this node.
   uint32_t lease_cores = 0;
+  /// Memory the lease grants on this node, MiB.
   uint64_t lease_memory_mib = 0;
+  /// The client name the lease was granted to; the node checks it against the token.
   std::string lease_client;
 };
 
@@ -109,6 +113,7 @@ struct cold_start {
 
 /// Outcome of one invocation.
 struct result {
+  /// ok, or why the invocation produced no output.
   rfaas::status status = status::ok;
   /// Bytes of output in the caller's output buffer (ok only).
   uint32_t output_size = 0;
@@ -117,7 +122,9 @@ struct result {
   /// (payload_too_large), the unknown name hash (unknown_function).
   uint32_t detail = 0;
 
+  /// True when the output is valid.
   bool ok() const noexcept { return status == status::ok; }
+  /// ok(), for `if (auto r = ex.execute(...))`.
   explicit operator bool() const noexcept { return ok(); }
 };
 
@@ -141,6 +148,8 @@ struct copy_counters {
 
 class async_result;
 
+/// A client's allocation of workers on one executor manager: allocate, ship the
+/// library, invoke. Move-only.
 class executor {
 public:
   /// Open the network on `dev` and start the client's listener. Throws
@@ -149,7 +158,10 @@ public:
   explicit executor(const device &dev, const timeouts &deadlines = {});
   /// Deallocates (never throws).
   ~executor();
+  /// Takes over the allocation; the source is left unallocated. Not while
+  /// rfaas::allocator blocks exist.
   executor(executor &&) noexcept;
+  /// Deallocates the current allocation, then takes over the source's.
   executor &operator=(executor &&) noexcept;
   executor(const executor &) = delete;
   executor &operator=(const executor &) = delete;
@@ -170,14 +182,17 @@ public:
   /// invocations become `closed`.
   void deallocate() noexcept;
 
+  /// True between a successful allocate() and deallocate().
   bool allocated() const noexcept;
   /// Workers (leased cores) of the current allocation; 0 when none.
   uint32_t workers() const noexcept;
   /// Input slots per worker.
   uint32_t slots() const noexcept;
+  /// The manager's id of this allocation, as its logs and accounting name it.
   uint64_t allocation_id() const noexcept;
   /// Largest input and output of one invocation in this allocation.
   uint32_t max_input_size() const noexcept;
+  /// Largest output of one invocation, bytes.
   uint32_t max_output_size() const noexcept;
   /// Phases of the last successful allocate().
   const cold_start &cold_start_times() const noexcept;
@@ -201,6 +216,7 @@ public:
   /// ("echo") or, to skip hashing the name on every call, a function_name
   /// made once (rfaas/function_name.hpp).
   result execute(const function_name &function, const_buffer input, mutable_buffer output);
+  /// As above, with a deadline of its own instead of the allocation's.
   result execute(const function_name &function, const_buffer input, mutable_buffer output,
                  std::chrono::milliseconds timeout);
 
@@ -252,7 +268,9 @@ private:
 class async_result {
 public:
   async_result() noexcept = default;
+  /// Takes over the pending invocation; `other` is left empty.
   async_result(async_result &&other) noexcept;
+  /// Abandons the current invocation, if any, then takes over `other`'s.
   async_result &operator=(async_result &&other) noexcept;
   async_result(const async_result &) = delete;
   async_result &operator=(const async_result &) = delete;

@@ -58,8 +58,10 @@
 #define RFAAS_FUNCTION_ABI_SYMBOL_NAME "rfaas_function_abi_version"
 
 #ifdef __cplusplus
+/// C linkage for what the executor looks up by name, in a C++ library.
 #define RFAAS_EXTERN_C extern "C"
 #else
+/// C linkage for what the executor looks up by name (already so in C).
 #define RFAAS_EXTERN_C
 #endif
 
@@ -95,6 +97,7 @@ typedef uint32_t (*rfaas_function_t)(const void *in, uint32_t in_size, void *out
 // RFAAS_FUNCTION_NO_ABI_SYMBOL: it only reads the marker of the libraries it
 // loads.
 #ifndef RFAAS_FUNCTION_NO_ABI_SYMBOL
+/// The library's function ABI version, which the executor reads at load.
 RFAAS_EXTERN_C RFAAS_EXPORT __attribute__((weak, used)) const uint32_t rfaas_function_abi_version =
     RFAAS_FUNCTION_ABI_VERSION;
 #endif

@@ -25,14 +25,18 @@
 
 namespace rfaas {
 
+/// A function's name and its hash, computed once (the file's opening comment says why).
 class function_name {
 public:
   /// The name, hashed now. Implicit, so that every call also takes a
   /// string literal, a std::string or a std::string_view.
   constexpr function_name(std::string_view name) noexcept : name_(name), hash_(hash(name)) {}
+  /// From a NUL-terminated name; the characters must outlive the function_name.
   constexpr function_name(const char *name) noexcept : function_name(std::string_view(name)) {}
+  /// From a std::string, which must outlive the function_name.
   function_name(const std::string &name) noexcept : function_name(std::string_view(name)) {}
 
+  /// The name as given.
   constexpr std::string_view name() const noexcept { return name_; }
   /// What the wire carries: hash(name()).
   constexpr uint32_t hash() const noexcept { return hash_; }

@@ -42,7 +42,9 @@ struct lease_part {
   std::string node;
   /// Where its executor manager listens.
   rfaas::server server;
+  /// Cores granted on that node.
   uint32_t cores = 0;
+  /// Memory granted on that node, MiB.
   uint64_t memory_mib = 0;
   /// What the node verifies (with lease id, expiry, cores, memory, client).
   std::array<uint8_t, 16> token{};
@@ -50,11 +52,13 @@ struct lease_part {
 
 /// A granted lease. Plain data; copyable.
 struct lease {
+  /// The resource manager's id of the lease: renew() and release() name it.
   uint64_t id = 0;
   /// Milliseconds since the Unix epoch (wall clock).
   uint64_t expiry_ms = 0;
   /// The client name it was granted to.
   std::string client;
+  /// One part per node the cores were spread over.
   std::vector<lease_part> parts;
 
   /// The executor manager of part `part`, for executor::allocate().
@@ -68,6 +72,8 @@ struct lease {
   uint32_t cores() const noexcept;
 };
 
+/// A client's link to an rFaaS resource manager, over the fabric: lease, renew, release
+/// (the file's opening comment has an example). Move-only.
 class resource_manager {
 public:
   /// Connect over `dev` to the resource manager at `address` ("host:port" of
@@ -77,7 +83,9 @@ public:
   resource_manager(const device &dev, const std::string &address, std::string client = "",
                    const timeouts &deadlines = {});
   ~resource_manager();
+  /// Takes over the link; the source is left closed.
   resource_manager(resource_manager &&) noexcept;
+  /// Ends the current link as the destructor does, then takes over the source's.
   resource_manager &operator=(resource_manager &&) noexcept;
   resource_manager(const resource_manager &) = delete;
   resource_manager &operator=(const resource_manager &) = delete;
@@ -101,6 +109,7 @@ public:
 
   /// "host:port" of the resource manager.
   const std::string &address() const noexcept;
+  /// The client name this link leases under.
   const std::string &client() const noexcept;
 
 private:

@@ -15,6 +15,7 @@ namespace rfaas {
 
 /// One executor manager. Plain data; copyable.
 struct server {
+  /// What clients and configuration files call it (find() takes the first of a name).
   std::string name;
   /// Host name or IP literal of its listener, or the whole endpoint name
   /// ("ofi:FORMAT:HEX") a manager prints where its device has no IP address.
@@ -37,6 +38,7 @@ struct server {
 class server_database {
 public:
   server_database() = default;
+  /// A database of `servers`, as given (no check, no file).
   explicit server_database(std::vector<server> servers) : servers_(std::move(servers)) {}
 
   /// Load from a file. Throws rfaas::Error(phase::configuration) naming the
@@ -45,7 +47,9 @@ public:
   /// Parse JSON text; `origin` names it in errors.
   static server_database parse(const std::string &json_text, const std::string &origin);
 
+  /// Every entry, in file order.
   const std::vector<server> &servers() const noexcept { return servers_; }
+  /// True when the database lists no manager.
   bool empty() const noexcept { return servers_.empty(); }
 
   /// The first entry called `name`, else the first whose "address:port", or
