@@ -104,8 +104,16 @@ void allocate(executor &self, py::object manager, const std::string &library,
   }
 }
 
+/// Reads the executor's state under its lock (another thread may be in a
+/// call that changes it), without the GIL while waiting for the lock.
+template <class F> auto locked(executor &self, F read) {
+  py::gil_scoped_release unlocked;
+  std::lock_guard<std::mutex> lock(self.mutex());
+  return read(self.get());
+}
+
 py::dict copies(executor &self) {
-  const rfaas::copy_counters &c = self.get().copies();
+  const rfaas::copy_counters c = locked(self, [](rfaas::executor &ex) { return ex.copies(); });
   py::dict d;
   d["inputs_in_place"] = c.inputs_in_place;
   d["inputs_copied"] = c.inputs_copied;
@@ -116,7 +124,8 @@ py::dict copies(executor &self) {
 }
 
 py::dict cold_start(executor &self) {
-  const rfaas::cold_start &c = self.get().cold_start_times();
+  const rfaas::cold_start c =
+      locked(self, [](rfaas::executor &ex) { return ex.cold_start_times(); });
   auto s = [](std::chrono::nanoseconds n) { return std::chrono::duration<double>(n).count(); };
   py::dict d;
   d["connected"] = s(c.connected);
@@ -298,8 +307,12 @@ PYBIND11_MODULE(rfaas, m) {
                              [](executor &self) { return self.get().max_input_size(); })
       .def_property_readonly("max_output_size",
                              [](executor &self) { return self.get().max_output_size(); })
-      .def_property_readonly("network",
-                             [](executor &self) { return self.get().describe_network(); })
+      .def_property_readonly(
+          "network",
+          [](executor &self) {
+            return locked(self, [](rfaas::executor &ex) { return ex.describe_network(); });
+          },
+          "\"provider=tcp endpoint=connected ...\": the network in use")
       .def_property_readonly("copies", &copies,
                              "How the data of invocations travelled: inputs_in_place, "
                              "inputs_copied, results_in_place, results_copied, ...")
