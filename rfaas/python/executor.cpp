@@ -37,10 +37,15 @@ struct registered_block {
 } // namespace
 
 executor::~executor() {
-  if (state_.use_count() == 1) {
-    py::gil_scoped_release unlocked;
-    state_.reset();
+  // The allocation ends with the Python object, also when registered arrays
+  // or futures still share the state (they keep only its memory and its
+  // network open). Deallocating takes network round trips: without the GIL.
+  py::gil_scoped_release unlocked;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->ex.deallocate();
   }
+  state_.reset();
 }
 
 void executor::allocate(const rfaas::server &manager, const rfaas::allocation_options &options) {

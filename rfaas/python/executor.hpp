@@ -37,7 +37,8 @@ class executor {
 public:
   executor(const rfaas::device &dev, const rfaas::timeouts &t)
       : state_(std::make_shared<executor_state>(dev, t)) {}
-  /// The last owner deallocates (network round trips) without the GIL.
+  /// Deallocates (without the GIL); the state lives on while arrays or
+  /// futures hold it.
   ~executor();
   executor(const executor &) = delete;
   executor &operator=(const executor &) = delete;

@@ -5,6 +5,7 @@
 # ctest (tests/python/CMakeLists.txt) sets RFAAS_TEST_MANAGER (the
 # executor_manager binary), RFAAS_TEST_LIBRARY (the example functions),
 # RFAAS_DEVICES (the device database), RFAAS_TEST_DEVICE and PYTHONPATH.
+import contextlib
 import ctypes
 import json
 import os
@@ -45,10 +46,10 @@ def library():
     return os.environ["RFAAS_TEST_LIBRARY"]
 
 
-@pytest.fixture(scope="session")
-def manager(tmp_path_factory, device):
-    """ "host:port" (or "ofi:...") of a running executor manager."""
-    work = tmp_path_factory.mktemp("manager")
+@contextlib.contextmanager
+def running_manager(work, device):
+    """Starts an executor manager on `device` with every CPU this test may
+    use, yields its address once it accepts clients, and stops it."""
     config = {
         "device_database": os.path.abspath(os.environ["RFAAS_DEVICES"]),
         "device": device,
@@ -86,6 +87,27 @@ def manager(tmp_path_factory, device):
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def manager(tmp_path_factory, device):
+    """ "host:port" (or "ofi:...") of a running executor manager."""
+    with running_manager(tmp_path_factory.mktemp("manager"), device) as address:
+        yield address
+
+
+def allocate_when_free(ex, manager, library, deadline_s=10.0, **options):
+    """allocate(), retried while the manager answers resources_unavailable:
+    it frees an allocation's cores once its executor has exited, a moment
+    after the client's deallocation returned."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return ex.allocate(manager, library, **options)
+        except rfaas.Error as e:
+            if e.status != "resources_unavailable" or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

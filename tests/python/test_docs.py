@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+from conftest import running_manager
+
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 
@@ -15,7 +17,14 @@ def example():
     return text[start:text.index("```", start)]
 
 
-def test_complete_example_runs(device, manager, library):
+def test_complete_example_runs(tmp_path, device, library):
+    # A manager of its own: the example takes two cores, which the shared
+    # manager may not have freed yet after the previous tests.
+    with running_manager(tmp_path, device) as manager:
+        run_example(device, manager, library)
+
+
+def run_example(device, manager, library):
     code = example()
     for written, actual in (("127.0.0.1:10000", manager), ("config/devices.json",
                             os.path.abspath(os.environ["RFAAS_DEVICES"])),

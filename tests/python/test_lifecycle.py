@@ -3,6 +3,7 @@
 import pytest
 
 import rfaas
+from conftest import _allowed_cpus, allocate_when_free
 
 
 def test_wrong_server_raises(device, library):
@@ -41,8 +42,33 @@ def test_resource_manager_unreachable(device):
 
 def test_context_manager(device, manager, library):
     with rfaas.Executor(device) as ex:
-        ex.allocate(manager, library, hot_timeout_ms=0)
+        allocate_when_free(ex, manager, library, hot_timeout_ms=0)
         assert ex.allocated and ex.workers == 1
         assert ex.execute("echo", b"ctx") == b"ctx"
         assert ex.cold_start["ready"] > 0
     assert not ex.allocated
+
+
+def test_dropping_the_executor_ends_its_allocation(device, manager, library):
+    # A registered array outlives its Executor, but the cores come back: the
+    # manager has exactly as many as this test may use, so each allocation
+    # below needs the previous one to have ended.
+    cores = len(_cpus())
+    arrays = []
+    for i in range(2):
+        ex = rfaas.Executor(device)
+        # Within 2 s: an allocation nobody ends is ended by the executor
+        # itself ~4 s later (its client unreachable), which must not count.
+        allocate_when_free(ex, manager, library, deadline_s=2.0, cores=cores, hot_timeout_ms=0)
+        arrays.append(ex.zeros(8, "int64"))
+        arrays[-1] += i
+        del ex
+    assert [int(a.sum()) for a in arrays] == [0, 8]
+
+
+def _cpus():
+    ids = set()
+    for part in _allowed_cpus().split(","):
+        first, _, last = part.partition("-")
+        ids.update(range(int(first), int(last or first) + 1))
+    return ids
