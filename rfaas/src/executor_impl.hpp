@@ -28,6 +28,7 @@
 #include <rdmalib/rdmalib.hpp>
 #include <spdlog/spdlog.h>
 
+#include "channel_status.hpp"
 #include "logging.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/protocol.hpp"
@@ -55,25 +56,6 @@ constexpr uint64_t kWriteCtx = 1ull << 62;
 constexpr uint64_t kControlCtx = 1ull << 61;
 
 inline status from_wire(proto::ErrorCode c) { return static_cast<status>(c); }
-
-/// The status a failed channel call stands for; `wire` explains a bad message.
-inline status from_channel(proto::ChannelStatus s, const proto::WireResult &wire) {
-  switch (s) {
-  case proto::ChannelStatus::Ok:
-    return status::ok;
-  case proto::ChannelStatus::Timeout:
-    return status::timeout;
-  case proto::ChannelStatus::Closed:
-  case proto::ChannelStatus::Shutdown:
-    return status::closed;
-  case proto::ChannelStatus::BadMessage:
-  case proto::ChannelStatus::Unexpected:
-    return from_wire(proto::reply_code(wire.error));
-  case proto::ChannelStatus::SendFailed:
-    break;
-  }
-  return status::network_error;
-}
 
 inline status from_rdmalib(const rdmalib::Error &e) {
   switch (e.kind()) {

@@ -9,6 +9,7 @@
 
 #include <rdmalib/rdmalib.hpp>
 
+#include "channel_status.hpp"
 #include "logging.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"
@@ -19,24 +20,6 @@ namespace proto = rfaas::protocol;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-status channel_status(proto::ChannelStatus s) {
-  switch (s) {
-  case proto::ChannelStatus::Ok:
-    return status::ok;
-  case proto::ChannelStatus::Timeout:
-    return status::timeout;
-  case proto::ChannelStatus::Closed:
-  case proto::ChannelStatus::Shutdown:
-    return status::closed;
-  case proto::ChannelStatus::BadMessage:
-  case proto::ChannelStatus::Unexpected:
-    return status::bad_request;
-  case proto::ChannelStatus::SendFailed:
-    break;
-  }
-  return status::network_error;
-}
 
 std::string default_client() {
   const char *user = std::getenv("USER");
@@ -146,7 +129,8 @@ struct resource_manager::impl {
       reply = channel.next(deadline);
     if (s != proto::ChannelStatus::Ok || reply.status != proto::ChannelStatus::Ok)
       throw Error(phase::lease, address,
-                  channel_status(s != proto::ChannelStatus::Ok ? s : reply.status),
+                  s != proto::ChannelStatus::Ok ? detail::from_channel(s, {})
+                                                : detail::from_channel(reply.status, reply.wire),
                   std::string("no answer to ") + M::kName + " (" +
                       proto::to_string(s != proto::ChannelStatus::Ok ? s : reply.status) + ")");
     proto::LeaseGrant grant;

@@ -14,7 +14,9 @@
 # loopback tcp with the INSTALLED example configuration, from the moved
 # prefix, so it must find its executor relative to itself), ships the
 # function library the consumer project built with rfaas::function, and checks
-# the output of its "echo".
+# the output of its "echo". When RFAAS_INSTALL_TEST_PYTHON_DIR names where the
+# Python module is installed (relative to the prefix), the installed module
+# (run by RFAAS_INSTALL_TEST_PYTHON) calls echo on that manager too.
 #
 # Usage: run-install-test.sh BUILD_DIR CONSUMER_SOURCE_DIR [CMAKE_GENERATOR [FUNCTIONS_LIBRARY]]
 set -euo pipefail
@@ -116,6 +118,24 @@ if [[ -n $library ]]; then
   LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer" "$prefix/share/rfaas/devices.json" lo-tcp \
     "$manager_address" "$work/cmake-build/libconsumer_functions.so" ||
     { cat "$work/manager.log" >&2; exit 1; }
+  # The installed Python module (when the build has one: ctest passes the
+  # interpreter and the module's directory below the prefix): it loads from
+  # the moved prefix, finds librfaas and the installed device database
+  # relative to itself, and calls echo on the installed manager.
+  if [[ -n ${RFAAS_INSTALL_TEST_PYTHON_DIR:-} ]]; then
+    PYTHONPATH=$prefix/$RFAAS_INSTALL_TEST_PYTHON_DIR "$RFAAS_INSTALL_TEST_PYTHON" - \
+      "$prefix/$RFAAS_INSTALL_TEST_PYTHON_DIR" "$manager_address" "$library" <<'PY' ||
+import sys
+import rfaas
+where, manager, library = sys.argv[1:]
+assert rfaas.__file__.startswith(where + "/"), rfaas.__file__
+with rfaas.Executor("lo-tcp") as ex:
+    ex.allocate(manager, library, hot_timeout_ms=0)
+    assert ex.execute("echo", b"installed") == b"installed"
+print("installed Python module " + rfaas.__file__ + ": echo ok")
+PY
+      { cat "$work/manager.log" >&2; fail "the installed Python module"; }
+  fi
   stop_manager
 fi
 

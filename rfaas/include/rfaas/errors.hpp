@@ -35,11 +35,13 @@ enum class status : uint16_t {
   function_crashed = 4,
   /// The lease or allocation is unknown, expired or not ours.
   lease_invalid = 5,
-  /// The peer speaks another protocol version.
+  /// The peer speaks another protocol version (it said so, or its message
+  /// carried another version).
   version_mismatch = 6,
   /// A failure on the peer's side (see the message of the Error).
   internal = 7,
-  /// The peer found a message malformed.
+  /// A message was malformed: the peer found one of ours so, or the client
+  /// could not decode the peer's (or it was of the wrong type).
   bad_request = 8,
   /// The executor manager has not enough free cores or memory.
   resources_unavailable = 9,
