@@ -147,7 +147,7 @@ bool install_seccomp(const SeccompOptions &options, std::string &error) noexcept
       return fail("socket family", rc);
     for (int family = AF_INET + 1; family < AF_INET6; ++family)
       if ((rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-                                 SCMP_A0(SCMP_CMP_EQ, family))) < 0)
+                                 SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family)))) < 0)
         return fail("socket family", rc);
     // The type argument carries SOCK_NONBLOCK | SOCK_CLOEXEC: compare the low bits.
     if ((rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
