@@ -12,8 +12,9 @@
 #              fatal there: GCC's sanitizer instrumentation causes false positives),
 #              at -O1 -g1, the level ASan recommends (it compiles in half the time of -O2)
 #   san-test   ctest on the sanitizer build, without the tests that do not run its
-#              code (labels docs and install: docs.snippets only compiles the
-#              documentation's snippets, install.* install and configure trees)
+#              code (labels docs, install and slurm: docs.snippets only compiles the
+#              documentation's snippets, install.* install and configure trees,
+#              slurm.* test the SLURM deployment scripts, ~40 s, in the release run)
 #   fuzz       scripts/fuzz.sh --smoke: every libFuzzer target of tests/fuzz/ for 8 s,
 #              two at a time (~30 s), after a clang-14 build of only the parsers
 #              in <build root>/fuzz
@@ -188,11 +189,11 @@ run_ctest() { # $1 = build dir, then more ctest arguments
 }
 
 # Sanitizer runs: stop at the first report, with a stack, and fail the test.
-# The docs and install tests do not run the sanitized code (the header says why).
+# The docs, install and slurm tests do not run the sanitized code (the header says why).
 run_ctest_sanitized() { # $1 = build dir
   ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_init_order=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    run_ctest "$1" -LE '^(docs|install)$'
+    run_ctest "$1" -LE '^(docs|install|slurm)$'
 }
 
 echo "test.sh: rFaaS at $repo ($(git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))," \
