@@ -121,8 +121,10 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 KillWait=5
-# A batch job starts in the scheduling pass right after submission.
-SchedulerParameters=batch_sched_delay=0
+# A batch job starts in the scheduling pass right after submission; the
+# backfill scheduler, the only one that starts heterogeneous jobs, runs every
+# second (default 30 s).
+SchedulerParameters=batch_sched_delay=0,bf_interval=1
 NodeName=${prefix}[1-$nodes] NodeHostName=localhost NodeAddr=127.0.0.1 Port=[$((base + 1))-$((base + nodes))] CPUs=$cpus RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
 CONF

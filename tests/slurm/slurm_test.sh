@@ -5,9 +5,10 @@
 #   tcp      rfaas-slurm deploys a resource manager and an executor manager
 #            per node; two example clients, one per node, lease from it (one
 #            names it with --resource-manager, the other finds it through
-#            RFAAS_RESOURCE_MANAGER), and while the first holds its node's
-#            only core the second must be placed on the other node;
+#            RFAAS_RESOURCE_MANAGER), and once the first client's node is
+#            drained through REST the second must be placed on the other;
 #   shm      the same deployment over shm, one client;
+#   hetjob   rFaaS on component 1 of a heterogeneous job, the client on 0;
 #   scancel  a job cancelled while rFaaS serves it leaves no process behind;
 #   bench    benchmarks/cluster/pingpong.sbatch and invocation.sbatch;
 # after each job no rFaaS process of this build is left and the secrets are
@@ -117,33 +118,28 @@ check_clean() { # name
 }
 
 # ---- the per-job deployment over tcp, a client on each node ---------------
-# The application: client A (node 1, --resource-manager given) takes node
-# 1's only core... or node 2's: whichever the resource manager picks; once
-# its lease shows in REST, client B (node 2, address from the environment)
-# must get the other node.
+# The application: client A (node 1, --resource-manager given) leases one
+# core wherever the resource manager places it; that node is then drained
+# through REST with the job's operator token, so that client B (node 2,
+# address from RFAAS_RESOURCE_MANAGER) must lease on the other node.
 cat >"$jobs_dir/app.sh" <<EOF
 #!/usr/bin/env bash
 set -u
 echo "app: RFAAS_RESOURCE_MANAGER=\$RFAAS_RESOURCE_MANAGER"
 grep -q "\"resource_manager\": \"\$RFAAS_RESOURCE_MANAGER\"" "\$RFAAS_GROUP_FILE" && echo "app: group file names it"
 nodes=(\$(scontrol show hostnames "\$SLURM_JOB_NODELIST"))
-common=(--devices "\$RFAAS_DEVICES" --library "$library" --hot-timeout 0)
+common=(--devices "\$RFAAS_DEVICES" --library "$library" --hot-timeout 0 --repetitions 500)
 srun --overlap -N1 -n1 -w "\${nodes[0]}" -o "\$PWD/client-a.txt" "$client" "\${common[@]}" \\
-  --device "\${nodes[0]}" --resource-manager "\$RFAAS_RESOURCE_MANAGER" --repetitions \${A_REPETITIONS:-5000} &
-a=\$!
-if [[ \${SECOND_CLIENT:-1} == 1 ]]; then
-  for _ in \$(seq 1 300); do
-    curl -sS "\$RFAAS_REST/leases" | grep -q '"state":"active"' && break
-    kill -0 \$a 2>/dev/null || break
-    sleep 0.05
-  done
-  srun --overlap -N1 -n1 -w "\${nodes[1]}" -o "\$PWD/client-b.txt" "$client" \\
-    "\${common[@]}" --device "\${nodes[1]}" --repetitions 200
-  echo "app: client B exit \$?"
-  curl -sS "\$RFAAS_REST/leases?state=all" >"\$PWD/leases.json"
-fi
-wait \$a
+  --device "\${nodes[0]}" --resource-manager "\$RFAAS_RESOURCE_MANAGER"
 echo "app: client A exit \$?"
+[[ \${SECOND_CLIENT:-1} == 1 ]] || exit 0
+used=\$(sed -n 's/^lease [0-9]*: 1 core(s) on node \([^ ]*\) .*/\1/p' "\$PWD/client-a.txt")
+curl -sS -o /dev/null -w 'app: drain %{http_code}\n' -X POST \\
+  -H @"\$(dirname "\$RFAAS_GROUP_FILE")/secrets/auth-header" "\$RFAAS_REST/nodes/\$used/drain"
+srun --overlap -N1 -n1 -w "\${nodes[1]}" -o "\$PWD/client-b.txt" "$client" "\${common[@]}" \\
+  --device "\${nodes[1]}"
+echo "app: client B exit \$?"
+curl -sS "\$RFAAS_REST/leases?state=all" >"\$PWD/leases.json"
 EOF
 chmod +x "$jobs_dir/app.sh"
 
@@ -170,6 +166,7 @@ out=$jobs_dir/tcp.out
 grep -q '^rfaas-slurm exit 0$' "$out" || fail "tcp: rfaas-slurm did not exit 0"
 grep -q '^app: group file names it$' "$out" || fail "tcp: the group file does not name RFAAS_RESOURCE_MANAGER"
 grep -q '^app: client A exit 0$' "$out" || fail "tcp: client A failed"
+grep -q '^app: drain 200$' "$out" || fail "tcp: draining the first client's node through REST failed"
 grep -q '^app: client B exit 0$' "$out" || fail "tcp: client B (address from RFAAS_RESOURCE_MANAGER) failed"
 check_client tcp client-a.txt
 check_client tcp client-b.txt
@@ -177,7 +174,7 @@ node_a=$(sed -n 's/^lease [0-9]*: 1 core(s) on node \([^ ]*\) .*/\1/p' "$jobs_di
 node_b=$(sed -n 's/^lease [0-9]*: 1 core(s) on node \([^ ]*\) .*/\1/p' "$jobs_dir/tcp/client-b.txt")
 [[ -n $node_a && -n $node_b ]] || fail "tcp: the clients do not name the nodes of their leases"
 [[ $node_a != "$node_b" ]] ||
-  fail "tcp: both leases went to $node_a (the second client should have found it full: $(cat "$jobs_dir/tcp/leases.json"))"
+  fail "tcp: both leases went to $node_a (drained after the first: $(cat "$jobs_dir/tcp/leases.json"))"
 grep -q 'ready in' "$out" || fail "tcp: rfaas-slurm did not report readiness"
 check_clean tcp
 step "tcp: leases on $node_a and $node_b, $(grep -o 'ready in [0-9]* s' "$out")"
@@ -185,7 +182,7 @@ step "tcp: leases on $node_a and $node_b, $(grep -o 'ready in [0-9]* s' "$out")"
 step "shm: rfaas-slurm, one client"
 cat >"$jobs_dir/shm-app.sh" <<EOF
 #!/usr/bin/env bash
-SECOND_CLIENT=0 A_REPETITIONS=500 exec "$jobs_dir/app.sh"
+SECOND_CLIENT=0 exec "$jobs_dir/app.sh"
 EOF
 chmod +x "$jobs_dir/shm-app.sh"
 cat >"$jobs_dir/shm.sbatch" <<EOF
@@ -198,6 +195,26 @@ grep -q '^rfaas-slurm exit 0$' "$jobs_dir/shm.out" || fail "shm: rfaas-slurm did
 grep -q '"provider": "shm"' "$jobs_dir/shm/"rfaas-*/nodes/*.devices.json || fail "shm: the nodes did not use shm"
 check_client shm client-a.txt
 check_clean shm
+
+# ---- a heterogeneous job: rFaaS on component 1, the client on component 0 --
+step "hetjob: rfaas-slurm --het-group 1, the client on component 0"
+cat >"$jobs_dir/hetjob.sbatch" <<EOF
+#!/usr/bin/env bash
+#SBATCH --nodes=1
+#SBATCH hetjob
+#SBATCH --nodes=1
+"$build/tools/rfaas-slurm" --het-group 1 --interface lo --same-host --cores 1 -- \\
+  bash -c '"$client" --devices "\$RFAAS_DEVICES" --device "\$SLURMD_NODENAME" --library "$library" \\
+    --hot-timeout 0 --repetitions 200 >"\$PWD/client-a.txt" 2>&1'
+echo "rfaas-slurm exit \$?"
+EOF
+run_job hetjob 60 "$jobs_dir/hetjob.sbatch"
+grep -q '^rfaas-slurm exit 0$' "$jobs_dir/hetjob.out" || fail "hetjob: rfaas-slurm did not exit 0"
+grep -q "executor managers on ${nodes[1]}, ready" "$jobs_dir/hetjob.out" ||
+  fail "hetjob: rFaaS did not run on component 1 (${nodes[1]}) alone"
+check_client hetjob client-a.txt
+grep -q "on node ${nodes[1]} " "$jobs_dir/hetjob/client-a.txt" || fail "hetjob: the lease is not on ${nodes[1]}"
+check_clean hetjob
 
 # ---- a job cancelled while rFaaS serves it --------------------------------
 step "scancel: a job cancelled while rFaaS runs"
