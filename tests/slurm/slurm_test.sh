@@ -8,6 +8,7 @@
 #            RFAAS_RESOURCE_MANAGER), and once the first client's node is
 #            drained through REST the second must be placed on the other;
 #   shm      the same deployment over shm, one client;
+#   bad      --cores beyond the node's CPUs: a clear error at once;
 #   hetjob   rFaaS on component 1 of a heterogeneous job, the client on 0;
 #   scancel  a job cancelled while rFaaS serves it leaves no process behind;
 #   bench    benchmarks/cluster/pingpong.sbatch and invocation.sbatch;
@@ -196,6 +197,18 @@ grep -q '"provider": "shm"' "$jobs_dir/shm/"rfaas-*/nodes/*.devices.json || fail
 check_client shm client-a.txt
 check_clean shm
 
+# ---- a deployment that cannot start: a clear error, nothing left ---------
+step "bad: rfaas-slurm --cores 999 fails at once"
+cat >"$jobs_dir/bad.sbatch" <<EOF
+#!/usr/bin/env bash
+"$build/tools/rfaas-slurm" --interface lo --same-host --cores 999 -- true
+echo "rfaas-slurm exit \$?"
+EOF
+run_job bad 60 -N2 "$jobs_dir/bad.sbatch"
+grep -q '^rfaas-slurm exit 1$' "$jobs_dir/bad.out" || fail "bad: rfaas-slurm did not exit 1"
+grep -q -- "--cores 999, but only" "$jobs_dir/bad.out" || fail "bad: the error does not name the cause"
+check_clean bad
+
 # ---- a heterogeneous job: rFaaS on component 1, the client on component 0 --
 step "hetjob: rfaas-slurm --het-group 1, the client on component 0"
 cat >"$jobs_dir/hetjob.sbatch" <<EOF
@@ -272,4 +285,4 @@ for f in "$cluster"/run/*.pid "$cluster"/munge/munged.pid; do
   kill -0 "$p" 2>/dev/null && fail "$(basename "$f" .pid) (pid $p) still runs after slurm-down.sh"
 done
 step "cluster stopped in $((SECONDS - down)) s"
-echo "slurm: per-job deployment on tcp and shm, scancel, benchmarks/cluster: passed"
+echo "slurm: per-job deployment on tcp and shm, a failed start, a heterogeneous job, scancel, benchmarks/cluster: passed"
