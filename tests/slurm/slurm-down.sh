@@ -29,8 +29,9 @@ reap() {
 ctld=$(cat "$dir/run/slurmctld.pid" 2>/dev/null || true)
 if [[ -n $ctld ]] && kill -0 "$ctld" 2>/dev/null; then
   # Jobs first, while slurmctld and the slurmd can still end them in order.
-  if [[ -n $(squeue -h -o %i 2>/dev/null) ]]; then
-    scancel --full --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null
+  mapfile -t jobs < <(squeue -h -o %i 2>/dev/null)
+  if ((${#jobs[@]})); then
+    scancel --full --quiet "${jobs[@]}" 2>/dev/null
     for _ in $(seq 1 100); do
       [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break
       sleep 0.1
@@ -55,12 +56,12 @@ fi
 if [[ -n $prefix ]]; then
   for c in /sys/fs/cgroup/*/slurm_"$prefix"* /sys/fs/cgroup/unified/slurm_"$prefix"* /sys/fs/cgroup/system.slice/slurm_"$prefix"*; do
     [[ -d $c ]] || continue
-    left=$(find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
-    if [[ -n $left ]]; then
+    mapfile -t left < <(find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
+    if ((${#left[@]})); then
       # A frozen cgroup ignores signals until thawed.
       find "$c" -name freezer.state -exec sh -c 'echo THAWED > "$1"' _ {} \; 2>/dev/null
-      kill -KILL $left 2>/dev/null
-      reap $left
+      kill -KILL "${left[@]}" 2>/dev/null
+      reap "${left[@]}"
     fi
     find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
   done

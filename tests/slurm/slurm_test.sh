@@ -62,7 +62,8 @@ cleanup() {
   if [[ -n $left ]]; then
     echo "FAIL: slurm: processes of this build left after the cluster stopped:"
     echo "$left"
-    kill -KILL $(awk '{ print $1 }' <<<"$left") 2>/dev/null
+    mapfile -t pids < <(awk '{ print $1 }' <<<"$left")
+    kill -KILL "${pids[@]}" 2>/dev/null
     rc=1
   fi
   [[ -n ${RFAAS_SLURM_TEST_KEEP:-} ]] && echo "slurm: kept $tmp" || rm -rf "$tmp"
@@ -262,8 +263,8 @@ check_clean scancel
 # ---- benchmarks/cluster under this SLURM ----------------------------------
 step "bench: benchmarks/cluster/pingpong.sbatch and invocation.sbatch"
 port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
-bench_env=(--export="ALL,RFAAS_BUILD=$build,RFAAS_PROVIDER=tcp,RFAAS_IFACE=lo,RFAAS_REPEAT=1,RFAAS_SIZES=8,RFAAS_TIMEOUT=60,RFAAS_SERVER_CORE=0,RFAAS_CLIENT_CORE=$(($(nproc) > 1 ? 1 : 0)),RFAAS_CLUSTER_DIR=$repo/benchmarks/cluster")
-run_job pingpong 90 "${bench_env[@]},RFAAS_PORT=$((port + 40)),RFAAS_OUT=$jobs_dir/pingpong/out" \
+bench_env="--export=ALL,RFAAS_BUILD=$build,RFAAS_PROVIDER=tcp,RFAAS_IFACE=lo,RFAAS_REPEAT=1,RFAAS_SIZES=8,RFAAS_TIMEOUT=60,RFAAS_SERVER_CORE=0,RFAAS_CLIENT_CORE=$(($(nproc) > 1 ? 1 : 0)),RFAAS_CLUSTER_DIR=$repo/benchmarks/cluster"
+run_job pingpong 90 "$bench_env,RFAAS_PORT=$((port + 40)),RFAAS_OUT=$jobs_dir/pingpong/out" \
   "$repo/benchmarks/cluster/pingpong.sbatch"
 for mode in send writeimm; do
   grep -Eq "^$mode +8 +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]+" "$jobs_dir/pingpong.out" ||
@@ -271,7 +272,7 @@ for mode in send writeimm; do
 done
 grep -q "nodes: server ${nodes[0]}, client ${nodes[1]}" "$jobs_dir/pingpong.out" ||
   fail "pingpong.sbatch: did not run across ${nodes[*]}"
-run_job invocation 90 "${bench_env[@]},RFAAS_PORT=$((port + 50)),RFAAS_OUT=$jobs_dir/invocation/out,RFAAS_CORES=0" \
+run_job invocation 90 "$bench_env,RFAAS_PORT=$((port + 50)),RFAAS_OUT=$jobs_dir/invocation/out,RFAAS_CORES=0" \
   "$repo/benchmarks/cluster/invocation.sbatch"
 grep -Eq "^ +8 +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]+" "$jobs_dir/invocation.out" ||
   fail "invocation.sbatch: no '8' row with a ratio"
