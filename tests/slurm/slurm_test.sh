@@ -117,6 +117,11 @@ check_clean() { # name
   if compgen -G "$jobs_dir/$1/rfaas-*/secrets" >/dev/null; then
     fail "$1: the secrets directory is still there"
   fi
+  # Tokens and node secrets are 64 hex digits; nothing left (logs,
+  # configurations) may hold one.
+  local leak
+  leak=$(grep -rlE '[0-9a-f]{64}' "$jobs_dir/$1"/rfaas-* 2>/dev/null)
+  [[ -z $leak ]] || fail "$1: a secret or token is left in $leak"
 }
 
 # ---- the per-job deployment over tcp, a client on each node ---------------
