@@ -10,6 +10,7 @@
 #   shm      the same deployment over shm, one client;
 #   bad      --cores beyond the node's CPUs: a clear error at once;
 #   hetjob   rFaaS on component 1 of a heterogeneous job, the client on 0;
+#   salloc   rfaas-slurm under salloc, the client on the host salloc runs on;
 #   scancel  a job cancelled while rFaaS serves it leaves no process behind;
 #   bench    benchmarks/cluster/pingpong.sbatch and invocation.sbatch;
 # after each job no rFaaS process of this build is left and the secrets are
@@ -235,6 +236,16 @@ check_client hetjob client-a.txt
 grep -q "on node ${nodes[1]} " "$jobs_dir/hetjob/client-a.txt" || fail "hetjob: the lease is not on ${nodes[1]}"
 check_clean hetjob
 
+# ---- salloc: the application on the host salloc runs on -------------------
+step "salloc: rfaas-slurm from salloc, the client where salloc runs"
+mkdir -p "$jobs_dir/salloc"
+(cd "$jobs_dir/salloc" && timeout -k 5 60 salloc -N2 "$build/tools/rfaas-slurm" --interface lo \
+  --same-host --cores 1 -- bash -c '"$0" --devices "$RFAAS_DEVICES" --device "$(hostname -s)" \
+    --library "$1" --hot-timeout 0 --repetitions 100 >client-a.txt 2>&1' "$client" "$library") \
+  >"$jobs_dir/salloc.out" 2>&1 || fail "salloc: rfaas-slurm under salloc failed"
+check_client salloc client-a.txt
+check_clean salloc
+
 # ---- a job cancelled while rFaaS serves it --------------------------------
 step "scancel: a job cancelled while rFaaS runs"
 cat >"$jobs_dir/hold.sh" <<'EOF'
@@ -291,4 +302,4 @@ for f in "$cluster"/run/*.pid "$cluster"/munge/munged.pid; do
   kill -0 "$p" 2>/dev/null && fail "$(basename "$f" .pid) (pid $p) still runs after slurm-down.sh"
 done
 step "cluster stopped in $((SECONDS - down)) s"
-echo "slurm: per-job deployment on tcp and shm, a failed start, a heterogeneous job, scancel, benchmarks/cluster: passed"
+echo "slurm: per-job deployment on tcp and shm, a failed start, a heterogeneous job, salloc, scancel, benchmarks/cluster: passed"
