@@ -36,6 +36,8 @@ packages=(
   clang-format libclang-rt-14-dev
   # fuzz targets (scripts/fuzz.sh: clang with libFuzzer)
   clang-14
+  # a real SLURM cluster on this host for the slurm tests (tests/slurm/), MUNGE its identity
+  slurmctld slurmd slurm-client munge
 )
 
 mode=install

@@ -54,6 +54,11 @@ mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 ((${#nodes[@]} >= 2)) || die "needs two nodes, the allocation has ${#nodes[@]} (${nodes[*]})"
 server_node=${nodes[0]}
 client_node=${nodes[1]}
+# The address the server's out-of-band TCP port is reached at: the node's
+# NodeAddr in slurm.conf (its name unless the site set another; several
+# slurmd on one test host share 127.0.0.1 under names no resolver knows).
+server_oob=$(scontrol show node "$server_node" 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' || true)
+: "${server_oob:=$server_node}"
 bench=$RFAAS_BUILD/benchmarks
 [[ -x $bench/raw_libfabric_pingpong || -x $bench/rdmalib_pingpong ]] ||
   die "no benchmarks in $bench: build rFaaS there first (RFAAS_BUILD=<build tree>)"

@@ -6,7 +6,9 @@
 //   rfaas-example-client --devices config/devices.json --device lo-tcp
 //       --servers config/servers.json --library build/examples/functions/libfunctions.so
 //   (one command line; with --resource-manager HOST:PORT instead of --servers,
-//   the cores are leased from the resource manager first)
+//   the cores are leased from the resource manager first, and so they are
+//   when RFAAS_RESOURCE_MANAGER is set and none of --resource-manager,
+//   --manager and --servers is given)
 //
 // Exit status 0 only if every output was right.
 #include <rfaas/rfaas.hpp>
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -77,7 +80,7 @@ int main(int argc, char **argv) {
     ("device", "device entry to use (name or IP)", rfaas::cli::value<std::string>()->default_value("lo-tcp"))
     ("servers", "server database (JSON) listing executor managers", rfaas::cli::value<std::string>()->default_value("config/servers.json"))
     ("manager", "executor manager host:port (overrides --servers)", rfaas::cli::value<std::string>())
-    ("resource-manager", "lease the cores from the resource manager at host:port (its fabric address) instead of using --manager/--servers", rfaas::cli::value<std::string>())
+    ("resource-manager", "lease the cores from the resource manager at host:port (its fabric address) instead of using --manager/--servers (default: $RFAAS_RESOURCE_MANAGER when neither is given)", rfaas::cli::value<std::string>())
     ("memory", "MiB to lease with --resource-manager", rfaas::cli::value<uint64_t>()->default_value("256"))
     ("library", "function library to ship", rfaas::cli::value<std::string>())
     ("cores", "cores to lease (the shipped config/executor_manager.json offers 1)", rfaas::cli::value<uint32_t>()->default_value("1"))
@@ -102,9 +105,16 @@ int main(int argc, char **argv) {
         // names, presenting the lease; released at the end (or it expires).
         std::unique_ptr<rfaas::resource_manager> rm;
         rfaas::lease lease;
-        if (args.count("resource-manager")) {
+        // Without --resource-manager, --manager or --servers, a deployment's
+        // RFAAS_RESOURCE_MANAGER (rfaas-slurm exports it) names the resource
+        // manager: librfaas reads it when given an empty address.
+        const char *deployed = std::getenv("RFAAS_RESOURCE_MANAGER");
+        const bool from_environment = deployed != nullptr && *deployed != '\0' &&
+                                      !args.count("manager") && !args.count("servers");
+        if (args.count("resource-manager") || from_environment) {
           rm = std::make_unique<rfaas::resource_manager>(
-              device, args["resource-manager"].as<std::string>());
+              device, args.count("resource-manager") ? args["resource-manager"].as<std::string>()
+                                                     : std::string());
           lease = rm->lease(args["cores"].as<uint32_t>(), args["memory"].as<uint64_t>(),
                             std::chrono::minutes(5));
           manager = lease.server(0);

@@ -13,6 +13,7 @@
 #include "logging.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"
+#include "rm_address.hpp"
 
 namespace rfaas {
 
@@ -181,7 +182,8 @@ struct resource_manager::impl {
 
 resource_manager::resource_manager(const device &dev, const std::string &address,
                                    std::string client, const timeouts &deadlines)
-    : impl_(std::make_unique<impl>(dev, address, std::move(client), deadlines)) {}
+    : impl_(std::make_unique<impl>(dev, resolve_resource_manager_address(address),
+                                   std::move(client), deadlines)) {}
 resource_manager::~resource_manager() = default;
 resource_manager::resource_manager(resource_manager &&) noexcept = default;
 resource_manager &resource_manager::operator=(resource_manager &&) noexcept = default;

@@ -132,6 +132,14 @@ client)
     "shm client is told nothing listens over shm"
   if [ "$took" -lt 4000 ]; then pass "shm client fails in $took ms"; else fail "shm client took $took ms"; fi
   echo "  prints: $(cat "$tmp/err")"
+  # RFAAS_RESOURCE_MANAGER (rfaas-slurm exports it): with no address given the
+  # client leases from it (librfaas reads it for an empty address); nobody
+  # listens there, and the error must say it was the resource manager.
+  RFAAS_RESOURCE_MANAGER=127.0.0.1:1 run "client given only RFAAS_RESOURCE_MANAGER" 1 "$client" \
+    --devices "$SRC/config/devices.json" --library "$lib"
+  expect_in "$tmp/err" "cannot reach the resource manager" "RFAAS_RESOURCE_MANAGER names the resource manager"
+  RFAAS_RESOURCE_MANAGER=127.0.0.1:1 run "--manager beats RFAAS_RESOURCE_MANAGER" 0 "$client" \
+    --devices "$SRC/config/devices.json" --manager "127.0.0.1:$mgr_port" --library "$lib" --repetitions 5
   kill "$mgr_pid"
   wait "$mgr_pid"
   expect_in "$tmp/mgr.dbg.err" "[manager" "the manager logs through its named logger"

@@ -78,8 +78,11 @@ class resource_manager {
 public:
   /// Connect over `dev` to the resource manager at `address` ("host:port" of
   /// its fabric listener). `client` names this client in its accounting
-  /// (empty: "user@host"). Throws Error(phase::connect) when it cannot be
-  /// reached within deadlines.connect.
+  /// (empty: "user@host"). An empty `address` means the value of the
+  /// environment variable RFAAS_RESOURCE_MANAGER, which a deployment such as
+  /// rfaas-slurm exports to the application (docs/slurm.md); with neither,
+  /// throws Error(phase::usage) naming the variable. Throws
+  /// Error(phase::connect) when it cannot be reached within deadlines.connect.
   resource_manager(const device &dev, const std::string &address, std::string client = "",
                    const timeouts &deadlines = {});
   ~resource_manager();

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The sandbox's escape suite: a real executor manager, a tenant ("victim")
+# calling echo the whole time, and a hostile tenant whose functions
+# (hostile_functions.cpp) try, one by one, to read the node's secrets, reach
+# the manager, the zygote and the victim's executor, take a core or memory it
+# did not lease, fork without bound, write outside its /tmp, run a shell,
+# open sockets, and leave a daemon behind.
+#
+#   escape_test.sh --manager BIN --client BIN --hostile LIB --functions LIB
+#                  --devices JSON --device NAME --sandbox namespaces|process
+#                  [--may-succeed LABEL[,LABEL]]
+#
+# Prints a table: attempt, what the function got. With the namespaces sandbox
+# every attempt must be refused (but those named by --may-succeed, which the
+# provider needs: TCP sockets on tcp;ofi_rxm); with process the table is
+# printed and nothing about it is asserted. Either way the manager, its
+# zygote and the victim's executor must be untouched (same processes, every
+# victim result right), the victim's accounting must arrive, and nothing the
+# hostile tenant started may outlive its allocation. Needs root (to start
+# executors as another user and make cgroups); exits 77 (skipped) otherwise.
+set -uo pipefail
+
+manager= client= hostile= functions= devices= device= sandbox= may_succeed=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --manager) manager=$2 ;;
+    --client) client=$2 ;;
+    --hostile) hostile=$2 ;;
+    --functions) functions=$2 ;;
+    --devices) devices=$2 ;;
+    --device) device=$2 ;;
+    --sandbox) sandbox=$2 ;;
+    --may-succeed) may_succeed=$2 ;;
+    *)
+      echo "escape_test.sh: unknown argument $1" >&2
+      exit 2
+      ;;
+  esac
+  shift 2
+done
+for v in manager client hostile functions devices device sandbox; do
+  [[ -n ${!v} ]] || {
+    echo "escape_test.sh: --$v is required" >&2
+    exit 2
+  }
+done
+if [[ $(id -u) -ne 0 ]]; then
+  echo "escape_test.sh: SKIPPED: needs root (executors run as another user, cgroups are made)"
+  exit 77
+fi
+
+fail() {
+  echo "escape_test.sh: FAIL: $*" >&2
+  failed=1
+}
+failed=0
+tmp=$(mktemp -d /tmp/rfaas-escape.XXXXXX)
+pids=()
+cleanup() {
+  touch "$tmp/stop"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -f /rfaas-escape-file
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# A secret and a configuration where an operator keeps them: 0600, root's.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/node.secret"
+chmod 600 "$tmp/node.secret"
+cfg=$tmp/executor_manager.json
+/usr/bin/python3 - "$devices" "$device" "$sandbox" "$tmp/node.secret" >"$cfg" <<'PY'
+import json, os, sys
+devices, device, sandbox, secret = sys.argv[1:]
+print(json.dumps({
+    "device_database": os.path.abspath(devices), "device": device,
+    "listen": {"port": 0},
+    "resource_manager": {"enabled": False, "address": "127.0.0.1:1", "secret_file": secret},
+    "resources": {"cores": [0, 1], "memory_mib": 1024, "max_allocations": 4},
+    "limits": {"default_memory_mib": 256},
+    "executor": {"sandbox": sandbox, "max_processes": 128},
+    "deadlines_ms": {"shutdown_grace": 1000},
+}))
+PY
+chmod 600 "$cfg"
+
+"$manager" --config "$cfg" --skip-resource-manager >"$tmp/manager.log" 2>&1 &
+manager_pid=$!
+pids+=("$manager_pid")
+for _ in $(seq 300); do
+  grep -q 'listening on' "$tmp/manager.log" && break
+  kill -0 "$manager_pid" 2>/dev/null || break
+  sleep 0.05
+done
+address=$(grep -o 'listening on [^ ]* [^ ]*' "$tmp/manager.log" | awk '{print $4}')
+[[ -n $address ]] || {
+  cat "$tmp/manager.log"
+  echo "escape_test.sh: FAIL: the manager did not start" >&2
+  exit 1
+}
+zygote_pid=$(grep -o 'zygote [0-9]* ready' "$tmp/manager.log" | awk '{print $2}')
+grep -o 'executor sandbox: .*' "$tmp/manager.log"
+
+# Any TCP service of the node (the resource manager's REST port stands for it).
+/usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept(); c.close()
+' >"$tmp/listener.port" &
+pids+=("$!")
+for _ in $(seq 100); do [[ -s $tmp/listener.port ]] && break; sleep 0.05; done
+rest_port=$(cat "$tmp/listener.port")
+
+common=(--devices "$devices" --device "$device" --manager "$address")
+"$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" \
+  >"$tmp/victim.out" 2>"$tmp/victim.err" &
+victim_client=$!
+pids+=("$victim_client")
+for _ in $(seq 300); do grep -q 'victim allocated' "$tmp/victim.out" && break; sleep 0.05; done
+victim_id=$(awk '/victim allocated/ {print $3}' "$tmp/victim.out")
+[[ -n $victim_id ]] || {
+  cat "$tmp/victim.err" "$tmp/manager.log"
+  echo "escape_test.sh: FAIL: the victim got no allocation" >&2
+  exit 1
+}
+# The victim's executor: the zygote's child, or (in a sandbox) its child.
+victim_outer=$(grep -o "allocation ${victim_id#0}.*executor pid [0-9]*" "$tmp/manager.log" | awk '{print $NF}')
+[[ -n $victim_outer ]] || victim_outer=$(grep -o "allocation [0-9a-f]*: .*executor pid [0-9]*" "$tmp/manager.log" | head -1 | awk '{print $NF}')
+victim_pid=$(pgrep -P "$victim_outer" | head -1)
+[[ -n $victim_pid ]] || victim_pid=$victim_outer
+
+cat >"$tmp/attempts" <<EOF_ATTEMPTS
+read_node_secret escape_read_file $tmp/node.secret
+read_manager_config escape_read_file $cfg
+read_etc_shadow escape_read_file /etc/shadow
+list_proc escape_list_proc $manager_pid
+signal_manager escape_signal $manager_pid
+signal_zygote escape_signal $zygote_pid
+signal_other_executor escape_signal $victim_pid
+ptrace_other_executor escape_ptrace $victim_pid
+process_vm_readv_other escape_process_vm_readv $victim_pid
+open_proc_mem_other escape_proc_mem $victim_pid
+move_to_unleased_core escape_setaffinity 0
+allocate_past_lease escape_allocate 512
+fork_without_bound escape_fork_many 1000
+write_outside_tmp escape_write_file /rfaas-escape-file
+exec_bin_sh escape_exec_shell -
+connect_tcp_service escape_connect $rest_port
+open_raw_socket escape_raw_socket -
+open_dev_mem escape_read_file /dev/mem
+leave_a_daemon escape_daemon 60
+EOF_ATTEMPTS
+"$client" attack "${common[@]}" --library "$hostile" --attempts "$tmp/attempts" --memory 256 \
+  >"$tmp/attack.out" 2>"$tmp/attack.err"
+attack_status=$?
+[[ $attack_status -eq 0 ]] || fail "the attacking client ended with $attack_status: $(cat "$tmp/attack.err")"
+
+printf '%-26s %s\n' "attempt ($sandbox, $device)" "what the function got"
+succeeded=()
+while IFS=$'\t' read -r label got; do
+  [[ $label == attack ]] && continue
+  printf '%-26s %s\n' "$label" "$got"
+  [[ $got == ok* ]] && succeeded+=("$label")
+done <"$tmp/attack.out"
+expected=$(grep -c . "$tmp/attempts")
+answered=$(grep -c $'\t' "$tmp/attack.out")
+[[ $answered -eq $expected ]] || fail "$answered of $expected attempts answered"
+if [[ $sandbox != process ]]; then
+  for label in "${succeeded[@]}"; do
+    [[ ,$may_succeed, == *,$label,* ]] && continue
+    # A daemon may start; it must not outlive the allocation (checked below).
+    [[ $label == leave_a_daemon ]] && continue
+    fail "$label succeeded in the $sandbox sandbox"
+  done
+fi
+echo "succeeded: ${succeeded[*]:-none}"
+
+# Untouched: the manager, its zygote, the victim's executor and its results.
+kill -0 "$manager_pid" 2>/dev/null || fail "the manager died"
+grep -q 'zygote .* died' "$tmp/manager.log" && fail "the zygote died"
+kill -0 "$victim_pid" 2>/dev/null || fail "the victim's executor $victim_pid died"
+touch "$tmp/stop"
+wait "$victim_client"
+victim_status=$?
+cat "$tmp/victim.out" | grep 'calls'
+[[ $victim_status -eq 0 ]] || fail "the victim saw wrong results or errors: $(head -5 "$tmp/victim.err")"
+# Its accounting reached the manager.
+for _ in $(seq 100); do grep -q "allocation ${victim_id#0} ended" "$tmp/manager.log" && break; sleep 0.05; done
+grep -qE "allocation 0*${victim_id#0}.* ended: executor exited normally;.*invocations [1-9]" "$tmp/manager.log" ||
+  grep -qE "allocation [0-9a-f]* ended: executor exited normally;.*invocations [1-9]" "$tmp/manager.log" ||
+  fail "no accounting of the victim's allocation"
+# Nothing of the hostile tenant's outlives its allocation.
+if [[ $sandbox != process ]]; then
+  for _ in $(seq 100); do pgrep -x escape-daemon >/dev/null || break; sleep 0.05; done
+  pgrep -x escape-daemon >/dev/null && fail "the hostile tenant's daemon outlived its allocation"
+else
+  pkill -x escape-daemon 2>/dev/null
+fi
+if [[ $failed -ne 0 ]]; then
+  echo "---- manager log"
+  tail -40 "$tmp/manager.log"
+  exit 1
+fi
+echo "escape_test.sh: PASS ($sandbox, $device)"
