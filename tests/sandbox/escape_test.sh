@@ -160,7 +160,7 @@ attack_status=$?
 printf '%-26s %s\n' "attempt ($sandbox, $device)" "what the function got"
 succeeded=()
 while IFS=$'\t' read -r label got; do
-  [[ $label == attack ]] && continue
+  [[ -n $got ]] || continue
   printf '%-26s %s\n' "$label" "$got"
   [[ $got == ok* ]] && succeeded+=("$label")
 done <"$tmp/attack.out"
