@@ -20,7 +20,7 @@
 # executors as another user and make cgroups); exits 77 (skipped) otherwise.
 set -uo pipefail
 
-manager= client= hostile= functions= devices= device= sandbox= may_succeed=
+manager='' client='' hostile='' functions='' devices='' device='' sandbox='' may_succeed=''
 while [[ $# -gt 0 ]]; do
   case $1 in
     --manager) manager=$2 ;;
