@@ -124,6 +124,30 @@ bounded 120 "$WORK/attack.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" 
 grep -E '^(PASS|random|vanishing)' "$WORK/attack.out" | sed 's/^/hostile: attack: /'
 alive
 
+# Requests that name the manager's own listener as the client's, each followed
+# at once by a disconnect: the manager ends each allocation while its executor
+# connects to the manager itself, whose listener rejects the executor's hello
+# after the executor (and, on shm, its shared-memory region) is gone. shm
+# 1.17 crashed the manager in that rejection (Quirks::absent_region_enters_av
+# in rdmalib/libfabric/provider_table.hpp): about one run in two with 20
+# requests. SELF_ROUNDS rounds of SELF_REQUESTS requests (default 4 x 20).
+T0=$(date +%s%N)
+for round in $(seq "${SELF_ROUNDS:-4}"); do
+  bounded 60 "$WORK/self.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" \
+    --manager "$ADDRESS" --library "$LIBRARY" --scenario self-address \
+    --rounds "${SELF_REQUESTS:-20}" ||
+    { alive; fail "self-address round $round: $(cat "$WORK/self.out")"; }
+  alive
+done
+echo "hostile: ${SELF_ROUNDS:-4} x ${SELF_REQUESTS:-20} requests naming the manager's own" \
+  "address, each followed by a disconnect, in $((($(date +%s%N) - T0) / 1000000)) ms;" \
+  "$(sed -n 's/^self-address: //p' "$WORK/self.out") (last round)"
+legit self.legit.out ||
+  fail "a legitimate client failed after the self-address requests: $(cat "$WORK/self.legit.out")"
+tr '\0' ' ' <"/proc/$MPID/cmdline" | grep -q "^$MANAGER " ||
+  fail "process $MPID is no longer the executor_manager"
+echo "hostile: the same executor_manager (pid $MPID) served a legitimate client afterwards"
+
 # Requesters killed (SIGKILL) right after their request left: the answer goes
 # to a dead process. Where the provider already took the peer for gone
 # (tcp;ofi_rxm reconnects, answering "try again"), the manager's loop waits
