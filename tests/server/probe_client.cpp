@@ -669,6 +669,48 @@ public:
     return res;
   }
 
+  /// A write-with-immediate of 64 bytes aimed at the guard page behind
+  /// input slot 0 of worker 0 (inside the buffer the worker advertised,
+  /// outside every slot). The worker must not run it: it ends the allocation
+  /// and says so with Shutdown{bad_request}.
+  void guard_write() {
+    Link &l = workers_[0];
+    const uint64_t slot = (uint64_t(o_.slot_size) + 7) & ~uint64_t(7);
+    const uint64_t at = l.input.offset(0) + slot;
+    if (at + 64 > l.input.offset(1) || l.input.stride() == slot) {
+      std::printf("guard-write: no guard page between slots 0 and 1 (stride %llu)\n",
+                  static_cast<unsigned long long>(l.input.stride()));
+      check(false, "guard page between the input slots");
+      return;
+    }
+    char *src = inputs_[0].data();
+    std::memset(src, 0x5a, 64);
+    rdmalib::Status st = l.ops.write_imm(inputs_[0].local_bytes(0, 64), l.input.buffer, at,
+                                         proto::make_immediate(0, ++invocation_), 1);
+    rdmalib::Completion c;
+    rdmalib::WaitResult w{};
+    if (st == rdmalib::Status::Ok)
+      w = l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+    std::printf("guard-write: write at input offset %llu: post %s, completion %s\n",
+                static_cast<unsigned long long>(at), rdmalib::to_string(st),
+                st != rdmalib::Status::Ok ? "-"
+                : w.count                 ? rdmalib::to_string(c.status)
+                                          : rdmalib::to_string(w.status));
+    // The executor refuses it and ends the allocation, telling the client
+    // why: Shutdown{bad_request} on the worker's link.
+    rdmalib::OpKind kind = rdmalib::OpKind::Recv;
+    const char *m = l.next_control(5000, &kind);
+    proto::Shutdown bye;
+    const bool told = m && proto::decode(m, kCtl, bye).ok();
+    std::printf("guard-write: the worker answered %s\n",
+                told ? (std::string("Shutdown{") + proto::to_string(bye.reason) + "}").c_str()
+                : kind == rdmalib::OpKind::PeerClosed ? "nothing: its link closed"
+                                                      : "nothing within 5 s");
+    std::fflush(stdout);
+    check(told && bye.reason == proto::ErrorCode::BadRequest,
+          "a write into the guard page between input slots -> Shutdown{bad_request}");
+  }
+
   void latency() {
     std::vector<char> payload(o_.payload, 'x');
     std::vector<double> us;
@@ -912,7 +954,7 @@ int main(int argc, char **argv) {
       "no-vanish", "attack scenario without the peers that vanish at each step")(
       "scenario",
       "latency, errors, crash, pipeline, disconnect, busy-disconnect, hostile, "
-      "oversized, attack, flood, killed-requester, refused, self-address, all",
+      "oversized, attack, flood, killed-requester, refused, self-address, guard-write, all",
       rfaas::cli::value(o.scenario)->default_value("all"))("h,help", "help");
   try {
     auto args = options.parse(argc, argv);
@@ -959,6 +1001,8 @@ int main(int argc, char **argv) {
       p.errors();
     if (o.scenario == "crash" || o.scenario == "all")
       p.crash();
+    if (o.scenario == "guard-write")
+      p.guard_write();
     if (o.scenario == "disconnect")
       p.vanish();
     else if (o.scenario == "busy-disconnect")
