@@ -685,6 +685,9 @@ TEST_P(Peers, ListenerKeepsNothingOfClientsThatHaveGone) {
 /// rejection's send: Quirks::absent_region_enters_av.) Each round's client is
 /// stopped with SIGTERM, on which shm removes the process's regions.
 TEST_P(Peers, RejectingAClientThatIsGoneLeavesTheListenerWorking) {
+  if (server_fabric_->capabilities().endpoint == EndpointType::Connected)
+    GTEST_SKIP() << "connected endpoints: the provider's own fi_reject answers the request, "
+                    "rdmalib enters no address; the case is about reliable-datagram handshakes";
   Listener listener(*server_fabric_, Address{server_ip(), 0});
   constexpr uint64_t kRounds = 2;
   for (uint64_t i = 0; i < kRounds; ++i) {
