@@ -604,6 +604,9 @@ bool ConnectionImpl::wait_internal(Queue q, fi_cq_data_entry &out, const detail:
       err = ee.err ? static_cast<int>(ee.err) : FI_EIO;
       return false;
     }
+    // Each read progresses the endpoint: sweep again for commands queued
+    // since the first (Quirks::connreq_names_vanished_peer).
+    sweep_connreqs();
     if (fab->wait_cq && !waitset)
       r = fi_cq_sread(want, &out, 1, nullptr, dl.remaining_ms(5) ? dl.remaining_ms(5) : 1);
     else
@@ -910,6 +913,21 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     // (shm's "map my region" command, queued by the first attempt): ring
     // while the send waits for that, and once more when it went.
     std::chrono::steady_clock::time_point rung{};
+    // Quirks::connreq_names_vanished_peer: the first send queues a "map my
+    // region" command in the listener naming this endpoint's region. shm's
+    // SIGTERM and SIGINT handlers remove the process's regions and let it
+    // run on (an executor ended during its setup): a command naming a region
+    // that is already gone when it is queued can reach the listener's
+    // progress before its guard sees it, and crash the listener. Such a
+    // process connects nowhere.
+    if (f.quirks.connreq_names_vanished_peer &&
+        lf::named_endpoint_absent(lf::shm_region_name(hello.address, hello.address_len))) {
+      c->put_slot(ss);
+      throw Error(ErrorKind::Closed,
+                  "rdmalib: not connecting to " + remote.to_string() +
+                      ": this process's shared-memory endpoint is gone (shm removes a process's "
+                      "regions when it receives SIGTERM or SIGINT)");
+    }
     do {
       r = fi_send(c->ep.get(), sbuf, sizeof hello, c->ctl_desc(), listener, ss);
       if (r == -FI_EAGAIN) {

@@ -78,6 +78,12 @@ void forget_hello_sender(ConnectionImpl &hs, const lf::HandshakeMessage &h) noex
   // its terminating zero.
   if (hs.fab->addr_format == FI_ADDR_STR && !std::memchr(h.address, 0, h.address_len))
     return;
+  // Quirks::absent_region_enters_av: the insert of a sender that is gone
+  // would leave a half entry in the map that no remove takes out. What the
+  // provider mapped of it at its hello stays mapped then (rare: the sender
+  // vanished between its hello and this call, microseconds).
+  if (hs.fab->quirks.absent_region_enters_av && !lf::shm_region_usable(h.address, h.address_len))
+    return;
   fi_addr_t a = FI_ADDR_UNSPEC;
   if (fi_av_insert(hs.av.get(), h.address, 1, &a, 0, nullptr) == 1)
     fi_av_remove(hs.av.get(), &a, 1, 0);
@@ -100,9 +106,25 @@ void RequestImpl::reject() noexcept {
       return;
     }
     ConnectionImpl &hs = *l.hs;
+    if (l.fab->addr_format == FI_ADDR_STR && !std::memchr(hello.address, 0, hello.address_len))
+      return;
+    // Quirks::absent_region_enters_av: a client whose region is gone reads no
+    // answer, and sending one would crash this process. Checked again after
+    // the insert: the region may go while the provider maps it.
+    const bool check_region = l.fab->quirks.absent_region_enters_av;
+    if (check_region && !lf::shm_region_usable(hello.address, hello.address_len)) {
+      rdmalib::logger().debug("rdmalib: listener {}: no rejection sent to {}: its shared-memory "
+                              "region is gone",
+                              l.address.to_string(), remote_address().to_string());
+      return;
+    }
     fi_addr_t to = FI_ADDR_UNSPEC;
     if (fi_av_insert(hs.av.get(), hello.address, 1, &to, 0, nullptr) != 1)
       return;
+    if (check_region && !lf::shm_region_usable(hello.address, hello.address_len)) {
+      fi_av_remove(hs.av.get(), &to, 1, 0);
+      return;
+    }
     lf::HandshakeMessage m{};
     m.magic = lf::kHandshakeMagic;
     m.version = lf::kHandshakeVersion;

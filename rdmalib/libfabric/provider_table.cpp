@@ -99,6 +99,7 @@ QuirkColumns shm_quirks() {
   q.connreq_names_vanished_peer = kFromOldest;
   q.receiver_keeps_senders_mapped = kFromOldest;
   q.closed_names_stay_local = kFromOldest;
+  q.absent_region_enters_av = kFromOldest;
   q.send_to_absent_name_never_completes = kFromOldest;
   q.endpoint_open_is_slow = kFromOldest;
   q.region_padding_zero_filled = releases(1, 12, 2, 4);
@@ -230,6 +231,7 @@ Quirks resolve_quirks(const ProviderPolicy &policy, uint32_t version) noexcept {
   q.connreq_names_vanished_peer = c.connreq_names_vanished_peer.contains(version);
   q.receiver_keeps_senders_mapped = c.receiver_keeps_senders_mapped.contains(version);
   q.closed_names_stay_local = c.closed_names_stay_local.contains(version);
+  q.absent_region_enters_av = c.absent_region_enters_av.contains(version);
   q.send_to_absent_name_never_completes = c.send_to_absent_name_never_completes.contains(version);
   q.contexts_survive_fork = c.contexts_survive_fork.contains(version);
   q.links_share_endpoint = c.links_share_endpoint.contains(version);
@@ -300,6 +302,30 @@ bool named_endpoint_absent(const std::string &name) {
   // Anything that cannot be looked up is left to the connection's deadline.
   const std::string path = shm_region_path(name);
   return !path.empty() && ::access(path.c_str(), F_OK) != 0 && errno == ENOENT;
+}
+
+bool shm_region_usable(const void *raw, size_t len) noexcept {
+  try {
+    const std::string path = shm_region_path(shm_region_name(raw, len));
+    if (path.empty())
+      return false;
+    // What smr_map_to_region needs before it maps a peer: the file opens
+    // read-write, is larger than the region's header, and the header's pid
+    // (struct smr_region: uint8 version, uint8 resv, uint16 flags, int pid)
+    // is set.
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+      return false;
+    struct stat st;
+    int pid = 0;
+    const bool usable =
+        ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= ::sysconf(_SC_PAGESIZE) &&
+        ::pread(fd, &pid, sizeof pid, 4) == static_cast<ssize_t>(sizeof pid) && pid != 0;
+    ::close(fd);
+    return usable;
+  } catch (...) {
+    return false;
+  }
 }
 
 void release_region_padding(const std::string &endpoint_name) noexcept {

@@ -103,6 +103,24 @@ struct QuirkColumns {
   /// a closed listener's region and maps the live region of that name there
   /// before connecting to it (shm_stale_names.hpp).
   Versions closed_names_stay_local;
+  /// An address-vector insert of a name whose region cannot be mapped (the
+  /// file is gone, or not yet initialised) succeeds with an entry that has no
+  /// region (shm 1.17, util_shm.c smr_map_add: `return ret == -ENOENT ? 0 :
+  /// ret`, region NULL, peer.id -1; unchanged through 1.22). fi_av_remove
+  /// leaves that name in the map (smr_map_del returns at peer.id < 0), and a
+  /// send to the entry, where its slot held a peer before, takes the slot's
+  /// leftover state for a live peer (smr_unmap_from_endpoint never resets the
+  /// slot's addr.id; smr_ep.c smr_verify_peer returns the slot) and locks the
+  /// missing region (smr_msg.c:308 pthread_spin_lock(&peer_smr->lock)):
+  /// SIGSEGV. A listener met it whenever a client was gone, shm's SIGTERM
+  /// handler having removed its region, by the time its request was rejected:
+  /// the listener's handshake endpoint had mapped the client at its hello and
+  /// let it go (receiver_keeps_senders_mapped), so the rejection's insert
+  /// took that very slot. rdmalib enters a hello's sender in the handshake
+  /// endpoint's address vector only while its region can be mapped
+  /// (shm_region_usable), checks again after the insert, and sends nothing to
+  /// a client whose region is gone: nobody would read the answer.
+  Versions absent_region_enters_av;
   /// A send to a name without a listener is queued and never completes
   /// (shm 1.17). Every endpoint rdmalib names has its region at
   /// /dev/shm/<name>: connect() answers Refused at once when the listener's
@@ -210,6 +228,7 @@ struct Quirks {
   bool connreq_names_vanished_peer = false;
   bool receiver_keeps_senders_mapped = false;
   bool closed_names_stay_local = false;
+  bool absent_region_enters_av = false;
   bool send_to_absent_name_never_completes = false;
   bool contexts_survive_fork = false;
   bool links_share_endpoint = false;
@@ -293,6 +312,14 @@ std::string shm_region_name(const void *raw, size_t len);
 /// endpoint named `name` (named_endpoint()'s, or an opaque FI_ADDR_STR
 /// address's text) is absent: nothing listens there over shm.
 bool named_endpoint_absent(const std::string &name);
+
+/// Quirks::absent_region_enters_av: true when shm can map the region of the
+/// endpoint whose raw name (a hello's address) is `len` bytes at `raw`: its
+/// file in /dev/shm opens for reading and writing, holds at least a page, and
+/// its header names a process (pid != 0, set last by the provider when it
+/// creates a region). False for anything else, a name that is not a plain
+/// file name included. Never throws.
+bool shm_region_usable(const void *raw, size_t len) noexcept;
 
 /// Quirks::region_padding_zero_filled: give back the zero-filled pages past
 /// the name of the region behind the endpoint named `endpoint_name` (what

@@ -36,6 +36,12 @@ enum ExecutorExit : int {
   /// (tcp;ofi_rxm, efa) this is how the manager learns that the client is
   /// gone, so it drops the client's link too.
   ExitClientLost = 5,
+  /// The client wrote outside its input slots (into a guard page between
+  /// them, inside the buffer it was given): the write was refused, the
+  /// client got Shutdown{bad_request}, and the executor's log line gives the
+  /// offset. Also the exit of an executor whose guard page could not be
+  /// opened for the provider (then it was killed by that write).
+  ExitRemoteWriteFault = 6,
 };
 
 class SpecError : public std::runtime_error {

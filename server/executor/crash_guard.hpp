@@ -15,6 +15,7 @@
 // dies with that signal.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #ifndef RFAAS_FUNCTION_NO_ABI_SYMBOL
@@ -52,6 +53,42 @@ public:
   /// function touched, which tells an overflow into a guard page from other
   /// crashes. Null before any crash.
   static const void *fault_address() noexcept;
+
+  /// Memory that peers write into over the network (a worker's input slots
+  /// and the guard pages between them, registered as one region). A SIGSEGV
+  /// outside run() at an address inside it was raised by the network
+  /// provider carrying out a peer's write into a guard page: shm, tcp and
+  /// tcp;ofi_rxm copy a small write-with-immediate into its target
+  /// themselves. The provider holds its locks there (shm: a lock in shared
+  /// memory that the writer takes next), so the process must neither die
+  /// nor jump away: the handler makes that one page writable, counts the
+  /// fault and returns, the copy completes into the guard page, and the owner
+  /// learns it from faults() and puts the guards back. Only when the page
+  /// cannot be opened does the handler end the process with `exit_code`
+  /// after one line on stderr. Up to 64 areas at a time; more are not
+  /// watched. Unwatched when the object is destroyed, which must happen
+  /// before the memory is unmapped.
+  class RemoteWriteArea {
+  public:
+    RemoteWriteArea() noexcept = default;
+    RemoteWriteArea(const void *begin, size_t length, int exit_code) noexcept;
+    ~RemoteWriteArea();
+    RemoteWriteArea(RemoteWriteArea &&o) noexcept;
+    RemoteWriteArea &operator=(RemoteWriteArea &&o) noexcept;
+    RemoteWriteArea(const RemoteWriteArea &) = delete;
+    RemoteWriteArea &operator=(const RemoteWriteArea &) = delete;
+    /// False when no entry was free (the area is not watched).
+    bool watched() const noexcept { return index_ >= 0; }
+    /// Remote writes that faulted in the area since it was watched (one
+    /// relaxed load: cheap enough for a polling loop).
+    uint32_t faults() const noexcept;
+    /// Where the last of them faulted, as an offset into the area.
+    size_t last_fault_offset() const noexcept;
+
+  private:
+    void release() noexcept;
+    int index_ = -1;
+  };
 };
 
 } // namespace rfaas::executor_process

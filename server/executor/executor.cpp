@@ -186,10 +186,15 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     for (auto &t : threads)
       t.join();
     int sig = shared.crash_signal.load();
+    const bool remote_write = shared.remote_write.load();
     if (!manager_gone) {
       link.flush(start);
-      link.say_goodbye(sig ? proto::ErrorCode::FunctionCrashed : proto::ErrorCode::Ok);
+      link.say_goodbye(sig            ? proto::ErrorCode::FunctionCrashed
+                       : remote_write ? proto::ErrorCode::BadRequest
+                                      : proto::ErrorCode::Ok);
     }
+    if (remote_write)
+      return ExitRemoteWriteFault;
     if (sig) {
       spdlog::error("executor {:x}: a function crashed with signal {} ({}); executor ends",
                     spec.allocation_id, sig, strsignal(sig));

@@ -29,6 +29,7 @@ using server::ExecutorExit;
 using server::ExitClientLost;
 using server::ExitFunctionCrashed;
 using server::ExitOk;
+using server::ExitRemoteWriteFault;
 using server::ExitSetupFailed;
 using server::ExitTerminated;
 

@@ -16,6 +16,7 @@
 
 #include "common/launch_spec.hpp"
 #include "executor/arrival_clock.hpp"
+#include "executor/crash_guard.hpp"
 #include "executor/function_library.hpp"
 #include "executor/slot_area.hpp"
 #include "protocol/control_channel.hpp"
@@ -69,6 +70,9 @@ struct Shared {
   std::atomic<bool> stop{false};
   std::atomic<bool> setup_failed{false};
   std::atomic<int> crash_signal{0};
+  /// A worker found that its client wrote outside its input slots
+  /// (ExitRemoteWriteFault).
+  std::atomic<bool> remote_write{false};
   /// A worker found the client unreachable (ExitClientLost).
   std::atomic<bool> client_lost{false};
   std::unique_ptr<WorkerCounters[]> counters;
@@ -190,6 +194,10 @@ private:
   /// client we are ending, and stop the whole executor (its memory can no
   /// longer be trusted).
   void end_after_crash(int sig);
+  /// The client wrote into a guard page between its input slots (the crash
+  /// guard let the provider finish the write there): put the guards back,
+  /// tell the client (Shutdown, bad_request) and end the allocation.
+  void end_after_remote_write();
 
   /// A result written in place failed (the client's provider refused the
   /// target: a revoked or malformed key, an address outside the region):
@@ -235,6 +243,9 @@ private:
   /// slots. input_mr_ starts at slot 0, so slot s is at input_.stride() * s.
   SlotArea input_;
   rdmalib::MemoryRegion input_mr_; // after input_: deregistered before it unmaps
+  /// input_mr_'s span (slots and the guard pages between them): a fault the
+  /// provider raises there is a client's write outside its slots.
+  CrashGuard::RemoteWriteArea input_watch_; // after input_: unwatched before it unmaps
   SlotArea output_;
   rdmalib::MemoryRegion output_mr_; // after output_: deregistered before it unmaps
   proto::ControlChannel ctrl_;

@@ -92,6 +92,11 @@ void Worker::setup_and_serve() {
   input_mr_ =
       rdmalib::MemoryRegion(s_.fabric, input_.slot(0), input_span, rdmalib::AccessRemoteWrite);
   input_.protect_guards();
+  // shm carries out a small write-with-immediate by copying into this
+  // memory itself (inline or injected data, smr_progress_cmd_rma): a write
+  // aimed at a guard page between the slots faults inside the provider.
+  input_watch_ =
+      CrashGuard::RemoteWriteArea(input_.slot(0), input_span, server::ExitRemoteWriteFault);
   output_ = SlotArea(slots_, rslot_, static_cast<uint32_t>(proto::kSlotPrefix));
   output_mr_ =
       rdmalib::MemoryRegion(s_.fabric, output_.base(), output_.length(), rdmalib::AccessLocal);
@@ -300,6 +305,12 @@ void Worker::serve() {
       }
       outstanding_ -= static_cast<uint32_t>(m);
     }
+    // Both polls progress the provider, which may have carried out a write
+    // into a guard page: nothing of this batch runs then.
+    if (input_watch_.faults() != 0) {
+      end_after_remote_write();
+      return;
+    }
     if (n == 0) {
       if (s_.stop.load(std::memory_order_relaxed) || g_terminate) {
         stopped = true;
@@ -336,6 +347,10 @@ void Worker::serve() {
       if (w.status != rdmalib::Status::Ok) {
         link_ended();
         break;
+      }
+      if (input_watch_.faults() != 0) {
+        end_after_remote_write();
+        return;
       }
       n = w.count;
       // Asleep for up to a wait slice: date the arrival from a fresh reading.
@@ -607,6 +622,31 @@ void Worker::end_after_crash(int sig) {
   proto::Shutdown bye;
   bye.allocation_id = s_.spec.allocation_id;
   bye.reason = proto::ErrorCode::FunctionCrashed;
+  try {
+    send_control(bye);
+  } catch (const std::exception &) {
+    // The client may already be gone; ending is all that is left to do.
+  }
+  s_.end_all();
+}
+
+void Worker::end_after_remote_write() {
+  try {
+    input_.protect_guards();
+  } catch (const std::exception &e) {
+    spdlog::error("executor {:x}: worker {}: {}", s_.spec.allocation_id, index_, e.what());
+  }
+  s_.remote_write.store(true);
+  spdlog::error("executor {:x}: worker {}: the client wrote outside its input slots (into the "
+                "guard page at byte {} of the input buffer it was given); refused, and the "
+                "allocation ends",
+                s_.spec.allocation_id, index_, input_watch_.last_fault_offset());
+  rdmalib::Completion c;
+  while (outstanding_ > 0 && wait_one(ops_, rdmalib::Queue::Send, c, 1000) == rdmalib::Status::Ok)
+    --outstanding_;
+  proto::Shutdown bye;
+  bye.allocation_id = s_.spec.allocation_id;
+  bye.reason = proto::ErrorCode::BadRequest;
   try {
     send_control(bye);
   } catch (const std::exception &) {

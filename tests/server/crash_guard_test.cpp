@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,4 +167,45 @@ TEST(CrashGuardDeath, SignalOutsideAGuardedCallReachesTheLibraryHandler) {
         std::raise(SIGBUS);
       },
       ::testing::KilledBySignal(SIGBUS), "foreign handler ran");
+}
+
+// A fault outside a guarded call inside memory peers write into (a network
+// provider carrying out a remote write into a guard page) is absorbed: the
+// page is opened, the write completes, and the owner sees the fault and
+// where it was. A library handler the guard went in front of (one exits with
+// 1) does not run.
+TEST(CrashGuardDeath, FaultInARemoteWriteAreaIsAbsorbedAndCounted) {
+  EXPECT_EXIT(
+      {
+        std::signal(SIGSEGV, announcing_handler);
+        CrashGuard::install();
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        void *p =
+            mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+          std::_Exit(90);
+        char *base = static_cast<char *>(p);
+        mprotect(base + page, page, PROT_NONE); // the guard between two slots
+        CrashGuard::RemoteWriteArea area(base, 3 * page, 6);
+        if (!area.watched() || area.faults() != 0)
+          std::_Exit(91);
+        *reinterpret_cast<volatile char *>(base + page + 16) = 7;
+        if (area.faults() != 1 || area.last_fault_offset() != page + 16 || base[page + 16] != 7)
+          std::_Exit(92);
+        std::_Exit(42);
+      },
+      ::testing::ExitedWithCode(42), "");
+}
+
+// Once the area is gone, the same fault is an ordinary crash again.
+TEST(CrashGuardDeath, FaultOutsideRemoteWriteAreasStillKills) {
+  CrashGuard::install();
+  EXPECT_EXIT(
+      {
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        void *p = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        { CrashGuard::RemoteWriteArea area(p, page, 6); }
+        *static_cast<volatile char *>(p) = 1;
+      },
+      died_of_segv, "");
 }

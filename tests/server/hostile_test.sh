@@ -124,6 +124,67 @@ bounded 120 "$WORK/attack.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" 
 grep -E '^(PASS|random|vanishing)' "$WORK/attack.out" | sed 's/^/hostile: attack: /'
 alive
 
+# Requests that name the manager's own listener as the client's, each followed
+# at once by a disconnect: the manager ends each allocation while its executor
+# connects to the manager itself, whose listener rejects the executor's hello
+# after the executor (and, on shm, its shared-memory region) is gone. shm
+# 1.17 crashed the manager in that rejection (Quirks::absent_region_enters_av
+# in rdmalib/libfabric/provider_table.hpp): about one run in two with 20
+# requests. SELF_ROUNDS rounds of SELF_REQUESTS requests (default 4 x 20).
+# On shm the manager still dies in about one run of two, at a connection
+# request ("map my region" command) of an executor that shm's SIGTERM handler
+# unlinks between the listener's guard sweep and its progress call
+# (docs/BACKEND-BUGS.md, "a peer that vanishes during connection setup"):
+# left out there unless RFAAS_HOSTILE_SELF_ADDRESS_SHM=1.
+PROVIDER=$(echo "$LINE" | awk '{print $4}')
+if [ "$PROVIDER" = shm ] && [ "${RFAAS_HOSTILE_SELF_ADDRESS_SHM:-0}" != 1 ]; then
+  echo "hostile: requests naming the manager's own address: skipped on shm: the manager can" \
+    "still die of a connection request whose region goes between the guard's sweep and the" \
+    "provider's progress (docs/BACKEND-BUGS.md); RFAAS_HOSTILE_SELF_ADDRESS_SHM=1 runs them"
+  SELF_ROUNDS=0
+fi
+T0=$(date +%s%N)
+for round in $(seq "${SELF_ROUNDS:-4}"); do
+  bounded 60 "$WORK/self.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" \
+    --manager "$ADDRESS" --library "$LIBRARY" --scenario self-address \
+    --rounds "${SELF_REQUESTS:-20}" ||
+    { alive; fail "self-address round $round: $(cat "$WORK/self.out")"; }
+  alive
+done
+[ "${SELF_ROUNDS:-4}" -gt 0 ] &&
+  echo "hostile: ${SELF_ROUNDS:-4} x ${SELF_REQUESTS:-20} requests naming the manager's own" \
+    "address, each followed by a disconnect, in $((($(date +%s%N) - T0) / 1000000)) ms;" \
+    "$(sed -n 's/^self-address: //p' "$WORK/self.out") (last round)"
+legit self.legit.out ||
+  fail "a legitimate client failed after the self-address requests: $(cat "$WORK/self.legit.out")"
+tr '\0' ' ' <"/proc/$MPID/cmdline" | grep -q "^$MANAGER " ||
+  fail "process $MPID is no longer the executor_manager"
+echo "hostile: the same executor_manager (pid $MPID) served a legitimate client afterwards"
+
+# A write-with-immediate aimed at the guard page between the client's own
+# input slots: the provider copies it into the executor's memory itself
+# (shm, tcp and tcp;ofi_rxm alike) and faulted there, outside the crash guard,
+# which passed the fault on to a library handler that exits with 1 ("setup
+# failed"). Now the crash guard lets the copy finish into the guard page, and
+# the worker refuses it: Shutdown{bad_request} to the client (the probe
+# checks it), a log line naming the write, exit ExitRemoteWriteFault (6).
+allocations_ended
+bounded 60 "$WORK/guard.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" \
+  --manager "$ADDRESS" --library "$LIBRARY" --scenario guard-write ||
+  { alive; fail "guard-write scenario: $(cat "$WORK/guard.out")"; }
+alive
+allocations_ended
+sed -n 's/^guard-write: /hostile: guard-write: /p' "$WORK/guard.out"
+grep -q 'the client wrote outside its input slots (into the guard page at byte' \
+  "$WORK/manager.err" || fail "no executor line names the write into a guard page"
+ENDED_LINE=$(grep '\] allocation [0-9a-f]* ended: ' "$WORK/manager.err" | tail -n 1)
+echo "hostile: guard-write: ${ENDED_LINE#*\] }"
+case "$ENDED_LINE" in
+*"setup failed"*) fail "the allocation its client ended by a write outside its slots was logged as a failed setup" ;;
+*"code 6"* | *"outside its input slots"*) ;;
+*) fail "the allocation ended by a write outside its slots: unexpected end: $ENDED_LINE" ;;
+esac
+
 # Requesters killed (SIGKILL) right after their request left: the answer goes
 # to a dead process. Where the provider already took the peer for gone
 # (tcp;ofi_rxm reconnects, answering "try again"), the manager's loop waits

@@ -21,7 +21,9 @@
 // then nothing; held until stdin closes, no lease), "killed-requester" (a
 // request the manager refuses, then SIGKILL before the answer: the answer goes
 // to a dead process), "refused" (one request for 200 cores, answered
-// resources_unavailable; prints how long it took from the start).
+// resources_unavailable; prints how long it took from the start),
+// "self-address" (--rounds N requests naming the manager's own listener as
+// the client's, each followed at once by a disconnect; no lease).
 // Exit code 0 when every check passed.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -122,6 +124,7 @@ struct Options {
   uint32_t cores = 1, iterations = 10000, payload = 8, slots = 4, slot_size = 4096;
   int32_t hot_ms = -1;
   uint32_t flood = 0;
+  uint32_t rounds = 20;
   bool vanish = true;
   std::string scenario = "all";
 };
@@ -310,6 +313,48 @@ public:
       l.conn.close();
     }
     check(true, "peers vanished after connecting and after requesting");
+  }
+
+  /// o_.rounds requests, each naming the manager's own listener as the
+  /// client's (its executor connects back to the manager), each followed at
+  /// once by a disconnect: the manager ends the allocation while its
+  /// executor is still connecting to the manager's own listener. The test
+  /// checks that the manager lives and still serves afterwards.
+  void self_address() {
+    proto::ClientHello hello;
+    uint8_t hb[sizeof hello];
+    proto::encode(hello, hb, sizeof hb);
+    const rdmalib::Address at = rdmalib::Address::parse(o_.manager);
+    size_t sent = 0, refused = 0;
+    for (uint32_t i = 0; i < o_.rounds; ++i) {
+      Link l;
+      try {
+        l.conn = rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000));
+      } catch (const rdmalib::Error &e) {
+        // The per-peer admission limit may refuse a burst; not a failure.
+        if (e.kind() != rdmalib::ErrorKind::Refused)
+          throw;
+        ++refused;
+        continue;
+      }
+      l.setup(fabric_, 4);
+      proto::AllocationRequest req;
+      std::vector<proto::BufferDescriptor> results = unserved_request(1, req);
+      proto::set_text(req.client_host, at.host_text());
+      req.client_port = at.port;
+      rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(1), rdmalib::AccessLocal);
+      l.conn.attach(rb.region());
+      proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
+      rdmalib::Completion c;
+      if (r && l.ops.send(rb.local_bytes(0, r.size), 4) == rdmalib::Status::Ok &&
+          l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000).status == rdmalib::Status::Ok)
+        ++sent;
+      l.conn.close();
+    }
+    std::printf("self-address: %zu request(s) naming the manager %s as the client sent, %zu "
+                "connection(s) refused\n",
+                sent, o_.manager.c_str(), refused);
+    check(sent > 0, "requests naming the manager's own address sent");
   }
 
   /// Send a request the manager refuses at once (200 cores), and die by
@@ -624,6 +669,48 @@ public:
     return res;
   }
 
+  /// A write-with-immediate of 64 bytes aimed at the guard page behind
+  /// input slot 0 of worker 0 (inside the buffer the worker advertised,
+  /// outside every slot). The worker must not run it: it ends the allocation
+  /// and says so with Shutdown{bad_request}.
+  void guard_write() {
+    Link &l = workers_[0];
+    const uint64_t slot = (uint64_t(o_.slot_size) + 7) & ~uint64_t(7);
+    const uint64_t at = l.input.offset(0) + slot;
+    if (at + 64 > l.input.offset(1) || l.input.stride() == slot) {
+      std::printf("guard-write: no guard page between slots 0 and 1 (stride %llu)\n",
+                  static_cast<unsigned long long>(l.input.stride()));
+      check(false, "guard page between the input slots");
+      return;
+    }
+    char *src = inputs_[0].data();
+    std::memset(src, 0x5a, 64);
+    rdmalib::Status st = l.ops.write_imm(inputs_[0].local_bytes(0, 64), l.input.buffer, at,
+                                         proto::make_immediate(0, ++invocation_), 1);
+    rdmalib::Completion c;
+    rdmalib::WaitResult w{};
+    if (st == rdmalib::Status::Ok)
+      w = l.ops.wait(rdmalib::Queue::Send, &c, 1, 5000);
+    std::printf("guard-write: write at input offset %llu: post %s, completion %s\n",
+                static_cast<unsigned long long>(at), rdmalib::to_string(st),
+                st != rdmalib::Status::Ok ? "-"
+                : w.count                 ? rdmalib::to_string(c.status)
+                                          : rdmalib::to_string(w.status));
+    // The executor refuses it and ends the allocation, telling the client
+    // why: Shutdown{bad_request} on the worker's link.
+    rdmalib::OpKind kind = rdmalib::OpKind::Recv;
+    const char *m = l.next_control(5000, &kind);
+    proto::Shutdown bye;
+    const bool told = m && proto::decode(m, kCtl, bye).ok();
+    std::printf("guard-write: the worker answered %s\n",
+                told ? (std::string("Shutdown{") + proto::to_string(bye.reason) + "}").c_str()
+                : kind == rdmalib::OpKind::PeerClosed ? "nothing: its link closed"
+                                                      : "nothing within 5 s");
+    std::fflush(stdout);
+    check(told && bye.reason == proto::ErrorCode::BadRequest,
+          "a write into the guard page between input slots -> Shutdown{bad_request}");
+  }
+
   void latency() {
     std::vector<char> payload(o_.payload, 'x');
     std::vector<double> us;
@@ -862,10 +949,12 @@ int main(int argc, char **argv) {
       "hot-ms", "hot polling timeout", rfaas::cli::value(o.hot_ms)->default_value("-1"))(
       "flood", "idle connections of the flood scenario",
       rfaas::cli::value(o.flood)->default_value("100"))(
+      "rounds", "requests of the self-address scenario",
+      rfaas::cli::value(o.rounds)->default_value("20"))(
       "no-vanish", "attack scenario without the peers that vanish at each step")(
       "scenario",
       "latency, errors, crash, pipeline, disconnect, busy-disconnect, hostile, "
-      "oversized, attack, flood, killed-requester, refused, all",
+      "oversized, attack, flood, killed-requester, refused, self-address, guard-write, all",
       rfaas::cli::value(o.scenario)->default_value("all"))("h,help", "help");
   try {
     auto args = options.parse(argc, argv);
@@ -893,6 +982,10 @@ int main(int argc, char **argv) {
       p.refused_request();
       return g_failures ? 1 : 0;
     }
+    if (o.scenario == "self-address") {
+      p.self_address();
+      return g_failures ? 1 : 0;
+    }
     if (o.scenario == "attack") {
       p.attack();
       return g_failures ? 1 : 0;
@@ -908,6 +1001,8 @@ int main(int argc, char **argv) {
       p.errors();
     if (o.scenario == "crash" || o.scenario == "all")
       p.crash();
+    if (o.scenario == "guard-write")
+      p.guard_write();
     if (o.scenario == "disconnect")
       p.vanish();
     else if (o.scenario == "busy-disconnect")

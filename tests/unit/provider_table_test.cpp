@@ -3,9 +3,14 @@
 // releases they were measured on.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "libfabric/provider_table.hpp"
 
@@ -24,8 +29,9 @@ bool any(const Quirks &q) {
          q.cm_data_header_byte || q.in_process_peer_must_be_alive ||
          q.dead_peer_can_hang_progress || q.truncation_hangs_receiver ||
          q.connreq_names_vanished_peer || q.receiver_keeps_senders_mapped ||
-         q.closed_names_stay_local || q.send_to_absent_name_never_completes ||
-         q.contexts_survive_fork || q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
+         q.closed_names_stay_local || q.absent_region_enters_av ||
+         q.send_to_absent_name_never_completes || q.contexts_survive_fork ||
+         q.endpoint_open_is_slow || q.srq_write_imm_reported_as_recv;
 }
 
 TEST(ProviderTable, VersionRanges) {
@@ -50,6 +56,7 @@ TEST(ProviderTable, QuirksResolveByProviderAndRelease) {
   EXPECT_TRUE(shm.connreq_names_vanished_peer);
   EXPECT_TRUE(shm.receiver_keeps_senders_mapped);
   EXPECT_TRUE(shm.closed_names_stay_local);
+  EXPECT_TRUE(shm.absent_region_enters_av);
   EXPECT_TRUE(shm.send_to_absent_name_never_completes);
   EXPECT_TRUE(shm.endpoint_open_is_slow);
   EXPECT_FALSE(shm.prefers_blocking_wait);
@@ -124,3 +131,26 @@ TEST(ProviderTable, EnvironmentDefaultsAreBoundedAndExplained) {
 }
 
 } // namespace
+
+// Quirks::absent_region_enters_av: what may enter an shm address vector.
+TEST(ProviderTable, ShmRegionUsableOnlyForAnInitialisedRegion) {
+  const std::string name = "rdmalib-unit-region-" + std::to_string(getpid());
+  const std::string path = "/dev/shm/" + name;
+  const std::string raw = "fi_shm://" + name;
+  auto usable = [&] { return shm_region_usable(raw.c_str(), raw.size() + 1); };
+  ::unlink(path.c_str());
+  EXPECT_FALSE(usable()) << "absent";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  EXPECT_FALSE(usable()) << "empty";
+  ASSERT_EQ(::ftruncate(fd, 1 << 16), 0);
+  EXPECT_FALSE(usable()) << "no process named in the header";
+  const int pid = getpid();
+  ASSERT_EQ(::pwrite(fd, &pid, sizeof pid, 4), static_cast<ssize_t>(sizeof pid));
+  EXPECT_TRUE(usable());
+  ::close(fd);
+  const std::string sub = "fi_shm://../shm/" + name;
+  EXPECT_FALSE(shm_region_usable(sub.c_str(), sub.size() + 1)) << "not a plain file name";
+  ::unlink(path.c_str());
+  EXPECT_FALSE(usable()) << "removed";
+}
