@@ -46,6 +46,9 @@ std::string describe_exit(long code) {
     return "exited on SIGTERM";
   case server::ExitClientLost:
     return "exited: its client was unreachable";
+  case server::ExitRemoteWriteFault:
+    return "ended: its client wrote outside its input slots (into a guard page between them); "
+           "the write was refused and the client got bad_request";
   default:
     return "exited with code " + std::to_string(code);
   }
