@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# run-sandbox-benchmarks.sh: what confining executors costs. For each device
+# and each sandbox kind (executor.sandbox: process, namespaces) it starts an
+# executor manager, measures the cold start (rfaas_cold_benchmark: allocate
+# to the first result, by phase) and the hot invocation latency
+# (rfaas_invocation_benchmark, echo), and stops it. The kinds alternate
+# within each of --repeat rounds, so that a drift of the host's load favours
+# none; the summary gives per kind the median over the rounds of each
+# round's median, and the difference and ratio to process.
+#
+#   benchmarks/run-sandbox-benchmarks.sh --build-dir build
+#   benchmarks/run-sandbox-benchmarks.sh --devices-list "lo-tcp lo-shm" --repeat 5 --cold-reps 20
+#
+# Targets (issue "multi-tenant nodes"): namespaces within process + 5 ms
+# cold, and within the noise hot (the seccomp filter sits on the data
+# path's system calls on tcp).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$here/..
+[[ -f $repo/CMakeLists.txt ]] || repo=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$here/../CMakeCache.txt")
+build=
+devices_db=$repo/config/devices.json
+devices_list="lo-tcp lo-shm"
+kinds="process namespaces"
+repeat=3
+cold_reps=15
+sizes=8,1K
+iters=3000
+idle_ms=300
+
+usage() {
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  echo "options:"
+  echo "  --build-dir DIR       build tree (default: the first build*/ with the benchmarks)"
+  echo "  --devices FILE        device database (default: config/devices.json)"
+  echo "  --devices-list LIST   devices (default: \"$devices_list\")"
+  echo "  --kinds LIST          sandbox kinds (default: \"$kinds\")"
+  echo "  --repeat N            rounds, kinds alternating (default: $repeat)"
+  echo "  --cold-reps N         allocations per cold run (default: $cold_reps)"
+  echo "  --idle-ms N           pause between allocations of a cold run (default: $idle_ms)"
+  echo "  --sizes LIST          hot payload sizes (default: $sizes)"
+  echo "  --iters N             hot calls per size (default: $iters)"
+}
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+  --build-dir) build=$2; shift 2 ;;
+  --devices) devices_db=$2; shift 2 ;;
+  --devices-list) devices_list=$2; shift 2 ;;
+  --kinds) kinds=$2; shift 2 ;;
+  --repeat) repeat=$2; shift 2 ;;
+  --cold-reps) cold_reps=$2; shift 2 ;;
+  --idle-ms) idle_ms=$2; shift 2 ;;
+  --sizes) sizes=$2; shift 2 ;;
+  --iters) iters=$2; shift 2 ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "run-sandbox-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+for n in repeat cold_reps iters idle_ms; do
+  [[ ${!n} =~ ^[0-9]+$ && ${!n} -gt 0 ]] || { echo "run-sandbox-benchmarks.sh: --${n//_/-} needs a positive integer" >&2; exit 2; }
+done
+
+if [[ -z $build ]]; then
+  if [[ -x $here/rfaas_cold_benchmark ]]; then build=$here/..; else
+    for d in "$repo"/build*/; do [[ -x $d/benchmarks/rfaas_cold_benchmark ]] && { build=$d; break; }; done
+  fi
+fi
+bench=$build/benchmarks
+manager=$build/server/executor_manager/executor_manager
+library=$build/examples/functions/libfunctions.so
+for f in "$bench/rfaas_invocation_benchmark" "$bench/rfaas_cold_benchmark" "$manager" "$library"; do
+  [[ -e $f ]] || { echo "run-sandbox-benchmarks.sh: $f is missing (build it, or --build-dir)" >&2; exit 1; }
+done
+
+read -r -a cpus <<<"$(/usr/bin/python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')"
+first=${cpus[0]}
+last=${cpus[${#cpus[@]} - 1]}
+pin=()
+command -v taskset >/dev/null && pin=(taskset -c "$first")
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-sandbox-bench.XXXXXX")
+# shellcheck source=../scripts/lib/manager.sh
+source "$repo/scripts/lib/manager.sh"
+# Set by start_manager (scripts/lib/manager.sh), read by stop_manager.
+# shellcheck disable=SC2034
+manager_pid='' manager_address=''
+trap 'stop_manager; rm -rf "$work"' EXIT INT TERM
+
+rows=$work/rows.csv
+: >"$rows"
+for dev in $devices_list; do
+  for ((r = 0; r < repeat; r++)); do
+    order=$kinds
+    ((r % 2 == 1)) && order=$(echo "$kinds" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for kind in $order; do
+      cfg=$work/manager-$kind.json
+      /usr/bin/python3 - "$repo/config/executor_manager.json" "$kind" >"$cfg" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["executor"]["sandbox"] = sys.argv[2]
+print(json.dumps(c))
+PY
+      if ! start_manager "$work/manager.log" 60 "$manager" --config "$cfg" --skip-resource-manager \
+        --devices "$devices_db" --device "$dev" --host 127.0.0.1 --port 0 --cores "$last"; then
+        echo "run-sandbox-benchmarks.sh: the manager did not start on $dev with $kind:" >&2
+        cat "$work/manager.log" >&2
+        exit 1
+      fi
+      ((r > 0)) || grep -o 'executor sandbox: .*' "$work/manager.log" | sed "s/^/  $dev: /"
+      rm -f "$work/one.csv"
+      "${pin[@]}" "$bench/rfaas_cold_benchmark" --devices "$devices_db" --device "$dev" \
+        --manager "$manager_address" --library "$library" --repetitions "$cold_reps" \
+        --idle-ms "$idle_ms" --csv "$work/one.csv" >/dev/null || exit 1
+      "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
+        --manager "$manager_address" --library "$library" --sizes "$sizes" --iters "$iters" \
+        --csv "$work/one.csv" >/dev/null || exit 1
+      tail -n +2 "$work/one.csv" | sed "s/^/$dev,$kind,$r,/" >>"$rows"
+      stop_manager
+    done
+  done
+done
+
+/usr/bin/python3 - "$rows" "$kinds" <<'PY'
+import collections, csv, statistics, sys
+rows, kinds = sys.argv[1], sys.argv[2].split()
+# (dev, kind, metric) -> per-round medians
+v = collections.defaultdict(list)
+for line in open(rows):
+    dev, kind, rnd, rest = line.rstrip("\n").split(",", 3)
+    r = next(csv.reader([rest]))
+    impl, mode, size, median = r[0], r[4], r[5], float(r[7])
+    if impl == "rfaas-cold":
+        if mode == "first_result":
+            v[(dev, kind, "cold first result (ms)")].append(median / 1000)
+    else:
+        v[(dev, kind, f"hot {size} B (us)")].append(median)
+devs = list(dict.fromkeys(k[0] for k in v))
+for dev in devs:
+    metrics = list(dict.fromkeys(k[2] for k in v if k[0] == dev))
+    print(f"\n{dev}: median over rounds of each round's median")
+    print(f"{'kind':<12}" + "".join(f"{m:>26}" for m in metrics))
+    base = {m: statistics.median(v[(dev, kinds[0], m)]) for m in metrics}
+    for kind in kinds:
+        cells = []
+        for m in metrics:
+            x = statistics.median(v[(dev, kind, m)])
+            cells.append(f"{x:.2f}" if kind == kinds[0] else
+                         f"{x:.2f} ({x - base[m]:+.2f}, x{x / base[m]:.2f})")
+        print(f"{kind:<12}" + "".join(f"{c:>26}" for c in cells))
+PY
