@@ -80,6 +80,9 @@ struct FabricServer::Peer {
   Clock::time_point since = Clock::now();
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
+  /// Set when it must go once its queued answers have left (a refused
+  /// registration); closing_why says why.
+  bool close_after_send = false;
   std::string closing_why;
 };
 
@@ -308,8 +311,10 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
     answer.status = code;
     proto::set_text_truncated(answer.message, text);
     queue(p, answer);
-    // Closed once the answer left (or at the next pass if it cannot).
-    p.kind = Peer::Kind::Unknown;
+    // Closed once the answer left (or at the next pass if it cannot). A
+    // connection that had registered keeps its kind: its close marks the
+    // node down and forgets it (drop()), so nothing points at it afterwards.
+    p.close_after_send = true;
     p.closing_why = "registration refused";
   };
   if (p.kind == Peer::Kind::Client) {
@@ -322,6 +327,12 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
   RegistrationClaim claim{std::string(proto::get_text(reg.node)),
                           std::string(proto::get_text(reg.address)), reg.cores, reg.memory_mib,
                           reg.timestamp_ms};
+  // One connection speaks for one node: a second name on it would leave the
+  // first registered with no connection of its own.
+  if (p.kind == Peer::Kind::Node && claim.node != p.node)
+    return refuse(proto::ErrorCode::BadRequest, "this connection is registered as node " + p.node +
+                                                    "; node " + claim.node +
+                                                    " registers on its own connection");
   std::optional<NodeView> known = registry.node(claim.node);
   if (!known)
     return refuse(proto::ErrorCode::LeaseInvalid,
@@ -549,21 +560,27 @@ bool FabricServer::flush(Peer &p) {
     }
   }
   // A refused registration closes once its answer has left.
-  if (p.outbox.empty() && p.kind == Peer::Kind::Unknown && !p.closing_why.empty() &&
-      p.channel.send_idle())
+  if (p.outbox.empty() && p.close_after_send && p.channel.send_idle())
     p.closing = true;
   return worked;
 }
 
 void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
-  if (p.kind == Peer::Kind::Node) {
-    auto it = nodes_.find(p.node);
-    if (it != nodes_.end() && it->second == &p) {
-      nodes_.erase(it);
-      log()->warn("fabric: node {} {}; marking it down", p.node, why);
-      if (Status s = registry.mark_down(p.node); !s.ok())
-        log()->warn("fabric: marking node {} down: {}", p.node, s.message);
+  // Whatever its kind, no entry may keep pointing at a connection that goes:
+  // the next notice or registration for that node would use freed memory.
+  bool was_node = false;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (it->second == &p) {
+      was_node = true;
+      it = nodes_.erase(it);
+    } else {
+      ++it;
     }
+  }
+  if (was_node && p.kind == Peer::Kind::Node) {
+    log()->warn("fabric: node {} {}; marking it down", p.node, why);
+    if (Status s = registry.mark_down(p.node); !s.ok())
+      log()->warn("fabric: marking node {} down: {}", p.node, s.message);
   } else {
     log()->debug("fabric: {} {}", p.remote, why);
   }

@@ -376,6 +376,57 @@ TEST(RmFabric, ANodeWhoseConnectionClosesIsMarkedDownAndComesBack) {
   EXPECT_TRUE(wait_state("delta", "up"));
 }
 
+// A registered node's connection that sends a NodeRegister which is refused
+// (here a replay of its own) is closed; the node goes down and the resource
+// manager forgets the connection. It used to keep pointing at the freed
+// connection: the node stayed "up", and the next registration or notice for
+// it went through freed memory (AddressSanitizer aborts the resource manager
+// in the sanitizer build).
+TEST(RmFabric, ARefusedSecondRegistrationOnARegisteredConnectionMarksTheNodeDown) {
+  add_node("echo", 'e');
+  const uint64_t ts = wall_ms();
+  {
+    Peer node;
+    ASSERT_EQ(node.register_node("echo", 'e', 4, ts).status, proto::ErrorCode::Ok);
+    EXPECT_TRUE(wait_state("echo", "up"));
+    proto::NodeRegistered again = node.register_node("echo", 'e', 4, ts);
+    EXPECT_EQ(again.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(again.message)).find("replayed"), std::string::npos)
+        << proto::get_text(again.message);
+    EXPECT_TRUE(wait_state("echo", "down"));
+  }
+  {
+    // A registered connection may not speak for a second node either.
+    add_node("echo2", 'f');
+    Peer other;
+    ASSERT_EQ(other.register_node("echo2", 'f').status, proto::ErrorCode::Ok);
+    proto::NodeRegistered hijack = other.register_node("echo", 'e');
+    EXPECT_EQ(hijack.status, proto::ErrorCode::BadRequest);
+    EXPECT_NE(std::string(proto::get_text(hijack.message)).find("registered as node echo2"),
+              std::string::npos)
+        << proto::get_text(hijack.message);
+    EXPECT_TRUE(wait_state("echo2", "down"));
+  }
+  EXPECT_EQ(node_view("echo").value("state", ""), "down");
+  // The node registers again and receives its notices: nothing refers to the
+  // connection that went.
+  Peer node;
+  ASSERT_EQ(node.register_node("echo", 'e').status, proto::ErrorCode::Ok);
+  EXPECT_TRUE(wait_state("echo", "up"));
+  for (const char *n : {"alpha", "bravo", "charlie", "delta"})
+    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant grant = client.request(1, 60000, parts, "erin");
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(proto::get_text(parts[0].node), "echo");
+  auto revoke = http(rm->rest(), "DELETE", "/leases/" + std::to_string(grant.lease_id), "", kToken);
+  EXPECT_LT(revoke.status, 300) << revoke.body;
+  EXPECT_EQ(node.await_ended().lease_id, grant.lease_id);
+  EXPECT_EQ(http(rm->rest(), "GET", "/health").status, 200);
+}
+
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
   {
     Peer bad;
