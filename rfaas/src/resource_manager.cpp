@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include <rdmalib/rdmalib.hpp>
 
@@ -17,6 +19,7 @@ namespace rfaas {
 
 namespace proto = rfaas::protocol;
 using Clock = std::chrono::steady_clock;
+static_assert(sizeof(lease::secret) == proto::kTokenSize, "LeaseGrant::secret fits rfaas::lease");
 
 namespace {
 
@@ -165,6 +168,10 @@ struct resource_manager::impl {
     l.id = g.lease_id;
     l.expiry_ms = g.expiry_ms;
     l.client = client;
+    // Only the grant carries the secret; a renewal keeps the one it had.
+    if (!std::all_of(std::begin(g.secret.bytes), std::end(g.secret.bytes),
+                     [](uint8_t b) { return b == 0; }))
+      std::memcpy(l.secret.data(), g.secret.bytes, l.secret.size());
     l.parts.clear();
     for (const proto::LeaseGrantPart &p : parts) {
       lease_part out;
@@ -226,6 +233,7 @@ void resource_manager::renew(rfaas::lease &l, std::chrono::milliseconds duration
   proto::LeaseRenew req;
   req.lease_id = l.id;
   req.duration_ms = static_cast<uint64_t>(duration.count() > 0 ? duration.count() : 0);
+  std::memcpy(req.secret.bytes, l.secret.data(), l.secret.size());
   if (!proto::set_text(req.client, l.client.empty() ? impl_->client : l.client) || !req.validate())
     throw Error(phase::usage, impl_->address, status::invalid_argument, "not a granted lease");
   std::vector<proto::LeaseGrantPart> parts;
@@ -239,6 +247,7 @@ void resource_manager::renew(rfaas::lease &l, std::chrono::milliseconds duration
 void resource_manager::release(const rfaas::lease &l) {
   proto::LeaseRelease req;
   req.lease_id = l.id;
+  std::memcpy(req.secret.bytes, l.secret.data(), l.secret.size());
   if (!proto::set_text(req.client, l.client.empty() ? impl_->client : l.client) || !req.validate())
     throw Error(phase::usage, impl_->address, status::invalid_argument, "not a granted lease");
   std::vector<proto::LeaseGrantPart> parts;

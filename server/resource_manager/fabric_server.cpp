@@ -11,6 +11,7 @@ namespace rfaas::rm {
 
 namespace proto = rfaas::protocol;
 using std::chrono::milliseconds;
+static_assert(kLeaseSecretSize == proto::kTokenSize, "a lease secret travels in a Token field");
 
 namespace {
 
@@ -394,6 +395,7 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
   } else if (grant) {
     g.lease_id = grant->lease.id;
     g.expiry_ms = grant->lease.expiry_ms;
+    std::memcpy(g.secret.bytes, grant->secret.data(), proto::kTokenSize);
     for (size_t i = 0; i < grant->lease.parts.size(); ++i) {
       const LeasePart &lp = grant->lease.parts[i];
       proto::LeaseGrantPart part;
@@ -457,8 +459,10 @@ void FabricServer::on_renew(Peer &p, const proto::ControlMessage &m, Registry &r
   p.kind = Peer::Kind::Client;
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRenew: " + why}, nullptr, 0);
-  Result<Grant> r =
-      registry.renew(req.lease_id, std::string(proto::get_text(req.client)), req.duration_ms);
+  LeaseSecret secret;
+  std::memcpy(secret.data(), req.secret.bytes, secret.size());
+  Result<Grant> r = registry.renew(req.lease_id, std::string(proto::get_text(req.client)), secret,
+                                   req.duration_ms);
   grant_reply(p, r, r.ok() ? &r.value : nullptr, req.lease_id);
 }
 
@@ -473,7 +477,9 @@ void FabricServer::on_release(Peer &p, const proto::ControlMessage &m, Registry 
   p.kind = Peer::Kind::Client;
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRelease: " + why}, nullptr, 0);
-  Status s = registry.release(req.lease_id, std::string(proto::get_text(req.client)));
+  LeaseSecret secret;
+  std::memcpy(secret.data(), req.secret.bytes, secret.size());
+  Status s = registry.release(req.lease_id, std::string(proto::get_text(req.client)), secret);
   grant_reply(p, s, nullptr, req.lease_id);
 }
 

@@ -49,6 +49,23 @@ NodeSecret generate_secret();
 /// bound keeps ids exact in JSON clients).
 uint64_t generate_lease_id();
 
+/// Bytes of a lease secret (LeaseGrant::secret on the wire) and of the hash
+/// the resource manager keeps of it.
+constexpr size_t kLeaseSecretSize = 16;
+constexpr size_t kLeaseSecretHashSize = 32;
+using LeaseSecret = std::array<uint8_t, kLeaseSecretSize>;
+using LeaseSecretHash = std::array<uint8_t, kLeaseSecretHashSize>;
+
+/// A fresh random lease secret: only the client a lease is granted to
+/// receives it, and renewing or releasing the lease needs it.
+LeaseSecret generate_lease_secret();
+/// What the resource manager stores instead of the secret (BLAKE2b under a
+/// domain tag): a copy of its database does not let anyone renew a lease.
+LeaseSecretHash hash_lease_secret(const LeaseSecret &secret);
+/// Constant-time check of `secret` against a stored hash; false for an
+/// all-zero hash (a lease recorded before lease secrets existed).
+bool lease_secret_matches(const LeaseSecret &secret, const LeaseSecretHash &hash);
+
 /// The token of `claim` under `secret`.
 LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret);
 

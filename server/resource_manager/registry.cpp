@@ -376,6 +376,8 @@ Result<Grant> Registry::grant(const LeaseRequest &r) {
     return refuse(Outcome::StoreFailed, e.what());
   }
   l.client = r.client;
+  const LeaseSecret secret = generate_lease_secret();
+  l.secret_hash = hash_lease_secret(secret);
   l.granted_ms = now;
   l.expiry_ms = now + (r.duration_ms ? r.duration_ms : options_.default_lease_ms);
   for (const PlacementShare &s : *shares) {
@@ -401,16 +403,37 @@ Result<Grant> Registry::grant(const LeaseRequest &r) {
   ++counters_.granted;
   log()->info("lease {} granted to {}: {} cores, {} MiB on {} node(s), until {}", l.id, l.client,
               l.total_cores(), l.total_memory_mib(), l.parts.size(), l.expiry_ms);
-  return success(make_grant(l));
+  Grant g = make_grant(l);
+  g.secret = secret;
+  return success(std::move(g));
 }
 
-Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms) {
+Status Registry::check_owner(const Lease &l, const std::string &client,
+                             const LeaseSecret &secret) const {
+  const std::string lease = "lease " + std::to_string(l.id);
+  if (sodium_is_zero(l.secret_hash.data(), l.secret_hash.size()))
+    return fail(Outcome::Forbidden, lease +
+                                        " was granted before lease secrets existed: it cannot be "
+                                        "renewed or released, only revoked by an operator");
+  // The client name is public (GET /leases shows it): the secret, compared
+  // in constant time, is what proves the caller holds the grant.
+  const bool secret_ok = lease_secret_matches(secret, l.secret_hash);
+  const bool client_ok = l.client == client;
+  if (!secret_ok)
+    return fail(Outcome::Forbidden, lease + ": wrong lease secret (only the client it was granted "
+                                            "to can renew or release it)");
+  if (!client_ok)
+    return fail(Outcome::Forbidden, lease + " belongs to another client");
+  return {};
+}
+
+Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
+                              const LeaseSecret &secret, uint64_t duration_ms) {
   auto it = active_.find(lease_id);
   if (it == active_.end())
     return error<Grant>(not_active(lease_id));
-  if (it->second.client != client)
-    return error<Grant>(Outcome::Forbidden,
-                        "lease " + std::to_string(lease_id) + " belongs to another client");
+  if (Status s = check_owner(it->second, client, secret); !s.ok())
+    return error<Grant>(std::move(s));
   if (duration_ms > options_.max_lease_ms)
     return error<Grant>(Outcome::Invalid, "duration " + std::to_string(duration_ms) +
                                               " ms exceeds the maximum of " +
@@ -486,11 +509,11 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   return {};
 }
 
-Status Registry::release(uint64_t lease_id, const std::string &client) {
+Status Registry::release(uint64_t lease_id, const std::string &client, const LeaseSecret &secret) {
   auto it = active_.find(lease_id);
-  if (it != active_.end() && it->second.client != client)
-    return fail(Outcome::Forbidden,
-                "lease " + std::to_string(lease_id) + " belongs to another client");
+  if (it != active_.end())
+    if (Status s = check_owner(it->second, client, secret); !s.ok())
+      return s;
   return end_lease(lease_id, LeaseState::Released);
 }
 

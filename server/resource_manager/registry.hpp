@@ -86,6 +86,9 @@ struct Grant {
   Lease lease;
   std::vector<std::string> addresses;
   std::vector<LeaseToken> tokens;
+  /// Only in the answer to grant(): the lease's secret, for its client alone
+  /// (the registry keeps only its hash). Zero after renew().
+  LeaseSecret secret{};
 };
 
 /// Something the nodes must hear: a lease ended (their executors for it end
@@ -138,8 +141,10 @@ public:
   // ---- leases -------------------------------------------------------------------
   Result<Grant> grant(const LeaseRequest &request);
   /// Extends an active lease to now + duration (0: default); new tokens.
-  Result<Grant> renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms);
-  Status release(uint64_t lease_id, const std::string &client);
+  /// `client` and `secret` must be those of the grant (Forbidden otherwise).
+  Result<Grant> renew(uint64_t lease_id, const std::string &client, const LeaseSecret &secret,
+                      uint64_t duration_ms);
+  Status release(uint64_t lease_id, const std::string &client, const LeaseSecret &secret);
   /// Operator: ends a lease now; its nodes are told to end its executors.
   Status revoke(uint64_t lease_id);
 
@@ -177,6 +182,9 @@ private:
   };
 
   Status end_lease(uint64_t lease_id, LeaseState why);
+  /// Forbidden unless `client` and `secret` are those the lease was granted to.
+  Status check_owner(const Lease &lease, const std::string &client,
+                     const LeaseSecret &secret) const;
   /// Why `lease_id` cannot be renewed or released: not active, and how it
   /// ended when this registry knows.
   Status not_active(uint64_t lease_id) const;

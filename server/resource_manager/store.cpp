@@ -140,6 +140,11 @@ const char *const kMigrations[] = {
     "  memory_mib INTEGER NOT NULL, final INTEGER NOT NULL,"
     "  PRIMARY KEY (lease_id, node));"
     "CREATE INDEX accounting_client ON accounting(client);",
+    // 1 -> 2: lease secrets (leases granted before have none: they can only
+    // be revoked) and the last signed registration time (replays after a
+    // restart).
+    "ALTER TABLE leases ADD COLUMN secret_hash BLOB NOT NULL DEFAULT x'';"
+    "ALTER TABLE nodes ADD COLUMN registration_signed_ms INTEGER NOT NULL DEFAULT 0;",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
@@ -223,7 +228,8 @@ void Store::migrate() {
 
 void Store::put_node(const Node &n) {
   Stmt q(db_, "INSERT OR REPLACE INTO nodes (name, address, cores, memory_mib, secret, state, "
-              "drained, registered_ms, last_heartbeat_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+              "drained, registered_ms, last_heartbeat_ms, registration_signed_ms) "
+              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
   q.bind(1, n.name);
   q.bind(2, n.address);
   q.bind(3, static_cast<int64_t>(n.cores));
@@ -233,6 +239,7 @@ void Store::put_node(const Node &n) {
   q.bind(7, static_cast<int64_t>(n.drained));
   q.bind(8, n.registered_ms);
   q.bind(9, n.last_heartbeat_ms);
+  q.bind(10, n.registration_signed_ms);
   q.run();
 }
 
@@ -244,7 +251,7 @@ void Store::remove_node(const std::string &name) {
 
 std::vector<Node> Store::load_nodes() const {
   Stmt q(db_, "SELECT name, address, cores, memory_mib, secret, state, drained, registered_ms, "
-              "last_heartbeat_ms FROM nodes ORDER BY name");
+              "last_heartbeat_ms, registration_signed_ms FROM nodes ORDER BY name");
   std::vector<Node> out;
   while (q.step()) {
     Node n;
@@ -263,6 +270,7 @@ std::vector<Node> Store::load_nodes() const {
     n.drained = q.i64(6) != 0;
     n.registered_ms = q.u64(7);
     n.last_heartbeat_ms = q.u64(8);
+    n.registration_signed_ms = q.u64(9);
     out.push_back(std::move(n));
   }
   return out;
@@ -272,13 +280,14 @@ void Store::put_lease(const Lease &l) {
   Transaction t(db_);
   {
     Stmt q(db_, "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
-                "ended_ms) VALUES (?1,?2,?3,?4,?5,?6)");
+                "ended_ms, secret_hash) VALUES (?1,?2,?3,?4,?5,?6,?7)");
     q.bind(1, l.id);
     q.bind(2, l.client);
     q.bind(3, std::string(to_string(l.state)));
     q.bind(4, l.granted_ms);
     q.bind(5, l.expiry_ms);
     q.bind(6, l.ended_ms);
+    q.bind_blob(7, l.secret_hash.data(), l.secret_hash.size());
     q.run();
   }
   {
@@ -301,7 +310,8 @@ void Store::put_lease(const Lease &l) {
 
 std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
                                        size_t limit) const {
-  std::string sql = "SELECT id, client, state, granted_ms, expiry_ms, ended_ms FROM leases ";
+  std::string sql =
+      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash FROM leases ";
   sql += where;
   sql += " ORDER BY granted_ms DESC, id LIMIT ?2";
   Stmt q(db_, sql.c_str());
@@ -321,6 +331,10 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
     l.granted_ms = q.u64(3);
     l.expiry_ms = q.u64(4);
     l.ended_ms = q.u64(5);
+    // Empty for a lease recorded before lease secrets (left all zero).
+    std::string hash = q.blob(6);
+    if (hash.size() == l.secret_hash.size())
+      std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
     out.push_back(std::move(l));
   }
   Stmt p(db_, "SELECT node, cores, memory_mib FROM lease_parts WHERE lease_id = ?1 "

@@ -253,9 +253,31 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
   claim.cores = 3; // a client that claims more than it was granted
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
 
+  // A stranger who read the lease's id and client name (GET /leases) can
+  // neither renew nor release it without the secret only the grant carried.
+  EXPECT_FALSE(proto::equal(grant.secret, proto::Token{}));
+  {
+    Peer stranger;
+    proto::LeaseRenew steal;
+    steal.lease_id = grant.lease_id;
+    proto::set_text(steal.client, "alice");
+    std::vector<proto::LeaseGrantPart> stolen;
+    proto::LeaseGrant r = stranger.ask(steal, stolen);
+    EXPECT_EQ(r.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(r.message)).find("wrong lease secret"), std::string::npos)
+        << proto::get_text(r.message);
+    EXPECT_TRUE(stolen.empty());
+    proto::LeaseRelease end;
+    end.lease_id = grant.lease_id;
+    end.secret.bytes[0] = 1;
+    proto::set_text(end.client, "alice");
+    EXPECT_EQ(stranger.ask(end, stolen).status, proto::ErrorCode::LeaseInvalid);
+  }
+
   proto::LeaseRenew renew;
   renew.lease_id = grant.lease_id;
   renew.duration_ms = 50000;
+  renew.secret = grant.secret;
   proto::set_text(renew.client, "alice");
   std::vector<proto::LeaseGrantPart> renewed_parts;
   proto::LeaseGrant renewed = client.ask(renew, renewed_parts);
@@ -265,9 +287,11 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
   ASSERT_EQ(renewed_parts.size(), 1u);
   EXPECT_FALSE(proto::equal(renewed_parts[0].token, parts[0].token));
 
-  // Another client cannot release it.
+  EXPECT_TRUE(proto::equal(renewed.secret, proto::Token{})) << "sent once, with the grant";
+  // Another client cannot release it, even with the secret.
   proto::LeaseRelease release;
   release.lease_id = grant.lease_id;
+  release.secret = grant.secret;
   proto::set_text(release.client, "mallory");
   std::vector<proto::LeaseGrantPart> none;
   EXPECT_EQ(client.ask(release, none).status, proto::ErrorCode::LeaseInvalid);

@@ -397,9 +397,29 @@ TEST(RmLease, LeaseAllocateInvokeRelease) {
     EXPECT_TRUE(echo(ex)) << manager_log();
     ex.deallocate();
   }
+  {
+    // Another client that copied the lease's id and name but not its
+    // secret can neither renew nor release it.
+    rfaas::resource_manager stranger(device(), g.fabric, "tester", patient());
+    rfaas::lease copy = l;
+    copy.secret = {};
+    for (int op = 0; op < 2; ++op) {
+      try {
+        if (op == 0)
+          stranger.renew(copy, 30s);
+        else
+          stranger.release(copy);
+        ADD_FAILURE() << (op == 0 ? "renewed" : "released") << " without the lease secret";
+      } catch (const rfaas::Error &e) {
+        EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what();
+        EXPECT_NE(std::string(e.what()).find("wrong lease secret"), std::string::npos) << e.what();
+      }
+    }
+  }
   rfaas::lease renewed = l;
   rm.renew(renewed, 30s);
   EXPECT_EQ(renewed.id, l.id);
+  EXPECT_EQ(renewed.secret, l.secret);
   EXPECT_NE(renewed.parts[0].token, l.parts[0].token);
   {
     rfaas::executor ex(device());

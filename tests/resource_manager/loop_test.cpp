@@ -72,18 +72,20 @@ TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t)
     threads.emplace_back([&, t] {
-      std::vector<uint64_t> mine;
+      std::vector<std::pair<uint64_t, LeaseSecret>> mine;
       for (int i = 0; i < 100; ++i) {
         uint32_t cores = 1 + static_cast<uint32_t>((t + i) % 5);
         auto g = loop.call([&](Registry &r) {
           return r.grant({"c" + std::to_string(t), cores, 0, 0, 2});
         });
         if (g.ok())
-          mine.push_back(g.value.lease.id);
+          mine.emplace_back(g.value.lease.id, g.value.secret);
         if (mine.size() > 2 || (!g.ok() && !mine.empty())) {
-          uint64_t id = mine.front();
+          auto [id, secret] = mine.front();
           mine.erase(mine.begin());
-          loop.call([&](Registry &r) { return r.release(id, "c" + std::to_string(t)); });
+          loop.call([&, id = id, secret = secret](Registry &r) {
+            return r.release(id, "c" + std::to_string(t), secret);
+          });
         }
         // Checked on the loop thread: every held core belongs to one lease,
         // and the nodes' counts agree with the leases'.

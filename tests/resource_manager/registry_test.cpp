@@ -112,13 +112,44 @@ TEST_F(Fixture, ReleaseFreesCoresAtOnce) {
   auto h = lease(4, 0, 2);
   ASSERT_TRUE(g.ok() && h.ok());
   EXPECT_EQ(lease(1).outcome, Outcome::Unavailable);
-  EXPECT_EQ(reg->release(g.value.lease.id, "mallory").outcome, Outcome::Forbidden);
-  ASSERT_TRUE(reg->release(g.value.lease.id, "alice").ok());
+  EXPECT_EQ(reg->release(g.value.lease.id, "mallory", g.value.secret).outcome, Outcome::Forbidden);
+  ASSERT_TRUE(reg->release(g.value.lease.id, "alice", g.value.secret).ok());
   EXPECT_TRUE(lease(4).ok());
-  EXPECT_EQ(reg->release(g.value.lease.id, "alice").outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->release(g.value.lease.id, "alice", g.value.secret).outcome, Outcome::NotFound);
   auto events = reg->take_events();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].why, LeaseState::Released);
+}
+
+// A lease id and its client's name (both shown by GET /leases) are not
+// enough: renewing and releasing need the secret only the grant carried.
+TEST_F(Fixture, OnlyTheHolderOfTheLeaseSecretRenewsOrReleases) {
+  two_nodes();
+  auto g = lease(2);
+  ASSERT_TRUE(g.ok());
+  auto h = lease(2);
+  ASSERT_TRUE(h.ok());
+  EXPECT_NE(g.value.secret, LeaseSecret{});
+  EXPECT_NE(g.value.secret, h.value.secret);
+  const uint64_t id = g.value.lease.id;
+  for (const LeaseSecret &guess : {LeaseSecret{}, h.value.secret}) {
+    auto r = reg->renew(id, "alice", guess, 0);
+    EXPECT_EQ(r.outcome, Outcome::Forbidden);
+    EXPECT_NE(r.message.find("wrong lease secret"), std::string::npos) << r.message;
+    Status s = reg->release(id, "alice", guess);
+    EXPECT_EQ(s.outcome, Outcome::Forbidden) << s.message;
+  }
+  EXPECT_TRUE(reg->active_lease(id));
+  // The store keeps a hash, not the secret, and a restart keeps checking it.
+  auto stored = store.load_lease(id);
+  ASSERT_TRUE(stored);
+  EXPECT_TRUE(lease_secret_matches(g.value.secret, stored->secret_hash));
+  reg = make();
+  EXPECT_EQ(reg->release(id, "alice", h.value.secret).outcome, Outcome::Forbidden);
+  auto r = reg->renew(id, "alice", g.value.secret, 0);
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.value.secret, LeaseSecret{}) << "a renewal does not hand the secret out again";
+  EXPECT_TRUE(reg->release(id, "alice", g.value.secret).ok());
 }
 
 TEST_F(Fixture, LeasesExpireUnlessRenewed) {
@@ -129,17 +160,17 @@ TEST_F(Fixture, LeasesExpireUnlessRenewed) {
   now += 9'000;
   reg->heartbeat("a");
   reg->heartbeat("b");
-  auto r = reg->renew(h.value.lease.id, "alice", 0);
+  auto r = reg->renew(h.value.lease.id, "alice", h.value.secret, 0);
   ASSERT_TRUE(r.ok()) << r.message;
   EXPECT_EQ(r.value.lease.expiry_ms, now + 10'000);
   EXPECT_NE(r.value.tokens[0], h.value.tokens[0]); // the expiry is in the token
-  EXPECT_EQ(reg->renew(h.value.lease.id, "bob", 0).outcome, Outcome::Forbidden);
+  EXPECT_EQ(reg->renew(h.value.lease.id, "bob", h.value.secret, 0).outcome, Outcome::Forbidden);
   now += 1'000;
   EXPECT_EQ(reg->tick(), 1u);
   EXPECT_FALSE(reg->active_lease(g.value.lease.id));
   EXPECT_TRUE(reg->active_lease(h.value.lease.id));
   EXPECT_EQ(reg->counters().expired, 1u);
-  EXPECT_EQ(reg->renew(g.value.lease.id, "alice", 0).outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->renew(g.value.lease.id, "alice", g.value.secret, 0).outcome, Outcome::NotFound);
   EXPECT_TRUE(lease(4).ok()); // the expired lease's cores are free
   EXPECT_EQ(store.load_lease(g.value.lease.id)->state, LeaseState::Expired);
 }
@@ -230,13 +261,14 @@ TEST_F(Fixture, ADownNodeEndsItsLeasesWholeAndFreesTheirCores) {
     EXPECT_EQ(e.lease_id, span.value.lease.id);
     EXPECT_EQ(e.why, LeaseState::NodeDown);
   }
-  auto renewed = reg->renew(span.value.lease.id, "alice", 0);
+  auto renewed = reg->renew(span.value.lease.id, "alice", span.value.secret, 0);
   EXPECT_EQ(renewed.outcome, Outcome::NotFound);
   EXPECT_NE(renewed.message.find("node a went down"), std::string::npos) << renewed.message;
-  EXPECT_EQ(reg->release(span.value.lease.id, "alice").outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->release(span.value.lease.id, "alice", span.value.secret).outcome,
+            Outcome::NotFound);
   // A restarted registry names the lease's nodes from the store.
   reg = make();
-  renewed = reg->renew(span.value.lease.id, "alice", 0);
+  renewed = reg->renew(span.value.lease.id, "alice", span.value.secret, 0);
   EXPECT_NE(renewed.message.find("went down"), std::string::npos) << renewed.message;
   // The freed cores serve new leases once a is back.
   ASSERT_TRUE(reg->heartbeat("a").ok());
@@ -276,7 +308,7 @@ TEST_F(Fixture, RestartKeepsLiveLeasesValid) {
   auto g = lease(3, 100);
   auto h = lease(2, 100);
   ASSERT_TRUE(g.ok() && h.ok());
-  ASSERT_TRUE(reg->release(h.value.lease.id, "alice").ok());
+  ASSERT_TRUE(reg->release(h.value.lease.id, "alice", h.value.secret).ok());
   ASSERT_TRUE(reg->drain("b", true).ok());
   reg = make(); // a restart on the same database
   auto live = reg->active_lease(g.value.lease.id);
@@ -290,7 +322,7 @@ TEST_F(Fixture, RestartKeepsLiveLeasesValid) {
     used += v.used_cores;
   EXPECT_EQ(used, 3u);
   // The renewed token still verifies with the node's restored secret.
-  auto r = reg->renew(g.value.lease.id, "alice", 0);
+  auto r = reg->renew(g.value.lease.id, "alice", g.value.secret, 0);
   ASSERT_TRUE(r.ok());
   const std::string &n = r.value.lease.parts[0].node;
   TokenVerifier v(n, n == "a" ? secret_a : secret_b);
@@ -308,7 +340,7 @@ TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
   std::string node = g.value.lease.parts[0].node;
   uint64_t id = g.value.lease.id;
   ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false}).ok());
-  ASSERT_TRUE(reg->release(id, "alice").ok());
+  ASSERT_TRUE(reg->release(id, "alice", g.value.secret).ok());
   ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true}).ok());
   EXPECT_EQ(reg->record_accounting({id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true}).outcome,
             Outcome::Forbidden);
