@@ -1,5 +1,6 @@
 #include "resource_manager/config.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -27,15 +28,33 @@ std::string resolve(const std::string &path, const std::string &base_dir) {
   return base_dir + "/" + path;
 }
 
-/// The administrator token: http.token, or the first line of http.token_file.
-std::string read_token(const Node &root, const std::string &base_dir) {
-  Node h = root.required("http",
-                         std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
-  h.expect_object({"host", "port", "threads", "token", "token_file"});
-  if (h.has("token") && h.has("token_file"))
-    h.fail("both \"token\" and \"token_file\" given; expected one of them");
-  if (h.has("token_file")) {
-    Node f = h["token_file"];
+/// Tokens that example configurations ship with: a service started with one
+/// would let anyone who read the example change it.
+bool is_placeholder(const std::string &token) {
+  std::string lower;
+  for (char c : token)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.rfind("change-me", 0) == 0 || lower.rfind("changeme", 0) == 0;
+}
+
+/// A bearer token: `key`, or the first line of `key`_file (one of them;
+/// `required` or absent -> empty).
+std::string read_token(const Node &h, const std::string &base_dir, const std::string &key,
+                       bool required) {
+  const std::string file_key = key + "_file";
+  if (h.has(key.c_str()) && h.has(file_key.c_str()))
+    h.fail("both \"" + key + "\" and \"" + file_key + "\" given; expected one of them");
+  auto check = [&](const Node &where, const std::string &token, const std::string &too_short) {
+    if (token.size() < 16)
+      where.fail(too_short + "; expected " + kTokenHint);
+    if (is_placeholder(token))
+      where.fail("the placeholder token of the shipped example (\"" + token +
+                 "\") is refused; expected your own token, e.g. from `openssl rand -hex 32`, "
+                 "best in http." +
+                 file_key + " (a file only the service can read)");
+  };
+  if (h.has(file_key.c_str())) {
+    Node f = h[file_key.c_str()];
     std::string file = resolve(f.nonempty_string(), base_dir);
     std::ifstream in(file);
     if (!in) {
@@ -47,24 +66,47 @@ std::string read_token(const Node &root, const std::string &base_dir) {
     std::getline(in, token);
     while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
       token.pop_back();
-    if (token.size() < 16)
-      f.fail("the first line of " + file + " has " + std::to_string(token.size()) +
-             " characters; expected " + kTokenHint);
+    check(f, token,
+          "the first line of " + file + " has " + std::to_string(token.size()) + " characters");
     return token;
   }
-  Node t = h.required("token", std::string("\"token\" or \"token_file\": ") + kTokenHint);
+  if (!required && !h.has(key.c_str()))
+    return {};
+  Node t = h.required(key.c_str(), "\"" + key + "\" or \"" + file_key + "\": " + kTokenHint);
   std::string token = t.string();
-  if (token.size() < 16)
-    t.fail("too short (" + std::to_string(token.size()) + " characters); expected " + kTokenHint);
+  check(t, token, "too short (" + std::to_string(token.size()) + " characters)");
   return token;
 }
 
 void read_http(const Node &root, ResourceManagerConfig &c, const std::string &base_dir) {
-  c.admin_token = read_token(root, base_dir);
-  Node h = root["http"];
+  Node h = root.required("http",
+                         std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
+  h.expect_object({"host", "port", "threads", "token", "token_file", "read_token",
+                   "read_token_file", "open_endpoints"});
+  c.admin_token = read_token(h, base_dir, "token", true);
+  c.read_token = read_token(h, base_dir, "read_token", false);
+  if (!c.read_token.empty() && c.read_token == c.admin_token)
+    h[h.has("read_token") ? "read_token" : "read_token_file"].fail(
+        "the same as the operator token; expected another token (or leave it out)");
   h.optional("host", c.http_host);
   h.optional("port", c.http_port, 0, 65535);
   h.optional("threads", c.http_threads, 1, 64);
+  if (h.has("open_endpoints")) {
+    Node open = h["open_endpoints"];
+    const size_t n = open.expect_array();
+    c.open_health = c.open_metrics = false;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string e = open[i].string();
+      if (e == "/health")
+        c.open_health = true;
+      else if (e == "/metrics")
+        c.open_metrics = true;
+      else
+        open[i].fail("unknown endpoint \"" + e +
+                     "\"; expected \"/health\" and/or \"/metrics\" (every other endpoint "
+                     "needs a token)");
+    }
+  }
 }
 
 void read_leases(const Node &root, RegistryOptions &r) {

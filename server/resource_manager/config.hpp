@@ -51,8 +51,15 @@ struct ResourceManagerConfig {
   uint16_t http_port = 8080;
   uint32_t http_threads = 2;
   /// Bearer token for mutating REST calls (from http.token or the first line
-  /// of http.token_file).
+  /// of http.token_file); it also reads everything.
   std::string admin_token;
+  /// Optional bearer token that reads nodes, leases and accounting but
+  /// changes nothing (http.read_token or http.read_token_file).
+  std::string read_token;
+  /// Whether GET /health and GET /metrics answer without a token
+  /// (http.open_endpoints; both by default).
+  bool open_health = true;
+  bool open_metrics = true;
   RegistryOptions registry;
   FabricConfig fabric;
   /// How often leases are checked for expiry and nodes for heartbeats.

@@ -81,7 +81,8 @@ int main(int argc, char **argv) {
                        "register and no client can lease");
         }
         // The fabric's request latencies go to the REST API's /metrics page.
-        rfaas::rm::RestServer rest(loop, cfg.admin_token);
+        rfaas::rm::RestServer rest(loop, rfaas::rm::RestAccess{cfg.admin_token, cfg.read_token,
+                                                               cfg.open_health, cfg.open_metrics});
         if (fabric)
           fabric->observe_latencies(&rest.latencies());
         loop.start();

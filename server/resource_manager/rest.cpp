@@ -181,22 +181,39 @@ struct RestServer::Routes {
       send_error(w, http_code(st.outcome), to_string(st.outcome), st.message);
   }
 
-  /// Wraps a handler: timing, authorisation of writes, and errors that must
-  /// not reach pistache (a loop shutting down, a bad body).
-  Pistache::Rest::Route::Handler wrap(bool write,
+  /// What a request needs: nothing (an open endpoint), the read-only or
+  /// the operator token (Read), the operator token (Write).
+  enum class Access { Open, Read, Write };
+
+  /// The refusal for a request without the token `need` asks for, or empty.
+  std::string refusal(Access need, const std::string *header) const {
+    const RestAccess &a = s.access_;
+    if (need == Access::Open || bearer_matches(header, a.admin_token))
+      return {};
+    if (need == Access::Write)
+      return "this request changes state: send `Authorization: Bearer <token>` with the "
+             "operator token of the resource manager's configuration (http.token)";
+    if (!a.read_token.empty() && bearer_matches(header, a.read_token))
+      return {};
+    return std::string("this request reads nodes, leases or accounting: send `Authorization: "
+                       "Bearer <token>` with the operator token (http.token)") +
+           (a.read_token.empty() ? "" : " or the read-only token (http.read_token)");
+  }
+
+  /// Wraps a handler: timing, authorisation, and errors that must not reach
+  /// pistache (a loop shutting down, a bad body).
+  Pistache::Rest::Route::Handler wrap(Access need,
                                       std::function<void(const Request &, ResponseWriter &)> f) {
-    return [this, write, f = std::move(f)](const Request &req, ResponseWriter w) {
+    return [this, need, f = std::move(f)](const Request &req, ResponseWriter w) {
       auto t0 = std::chrono::steady_clock::now();
       try {
         std::string header;
         auto raw = req.headers().tryGetRaw("Authorization");
         if (raw)
           header = raw->value();
-        if (write && !bearer_matches(raw ? &header : nullptr, s.admin_token_)) {
+        if (std::string why = refusal(need, raw ? &header : nullptr); !why.empty()) {
           w.headers().addRaw(Pistache::Http::Header::Raw("WWW-Authenticate", "Bearer"));
-          send_error(w, Code::Unauthorized, "unauthorized",
-                     "this request changes state: send `Authorization: Bearer <token>` with "
-                     "the token of the resource manager's configuration (http.token)");
+          send_error(w, Code::Unauthorized, "unauthorized", why);
         } else {
           f(req, w);
         }
@@ -208,7 +225,7 @@ struct RestServer::Routes {
         send_error(w, Code::Internal_Server_Error, "internal", e.what());
       }
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      (write ? s.latencies_.http_write : s.latencies_.http_read).observe(dt);
+      (need == Access::Write ? s.latencies_.http_write : s.latencies_.http_read).observe(dt);
       return Pistache::Rest::Route::Result::Ok;
     };
   }
@@ -398,8 +415,7 @@ struct RestServer::Routes {
   }
 };
 
-RestServer::RestServer(Loop &loop, std::string admin_token)
-    : loop_(loop), admin_token_(std::move(admin_token)) {
+RestServer::RestServer(Loop &loop, RestAccess access) : loop_(loop), access_(std::move(access)) {
   ensure_sodium();
 }
 
@@ -412,16 +428,21 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
   auto bind = [&](void (Routes::*m)(const Request &, ResponseWriter &)) {
     return [routes, m](const Request &q, ResponseWriter &w) { ((*routes).*m)(q, w); };
   };
-  Rest::Routes::Get(*router, "/health", routes->wrap(false, bind(&Routes::health)));
-  Rest::Routes::Get(*router, "/metrics", routes->wrap(false, bind(&Routes::metrics)));
-  Rest::Routes::Get(*router, "/nodes", routes->wrap(false, bind(&Routes::list_nodes)));
-  Rest::Routes::Post(*router, "/nodes", routes->wrap(true, bind(&Routes::add_node)));
-  Rest::Routes::Post(*router, "/nodes/:name/drain", routes->wrap(true, bind(&Routes::drain_node)));
-  Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(true, bind(&Routes::remove_node)));
-  Rest::Routes::Get(*router, "/leases", routes->wrap(false, bind(&Routes::list_leases)));
-  Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(true, bind(&Routes::revoke_lease)));
-  Rest::Routes::Get(*router, "/accounting", routes->wrap(false, bind(&Routes::accounting)));
-  Rest::Routes::Get(*router, "/accounting.csv", routes->wrap(false, bind(&Routes::accounting_csv)));
+  using A = Routes::Access;
+  const A health = access_.open_health ? A::Open : A::Read;
+  const A metrics = access_.open_metrics ? A::Open : A::Read;
+  Rest::Routes::Get(*router, "/health", routes->wrap(health, bind(&Routes::health)));
+  Rest::Routes::Get(*router, "/metrics", routes->wrap(metrics, bind(&Routes::metrics)));
+  Rest::Routes::Get(*router, "/nodes", routes->wrap(A::Read, bind(&Routes::list_nodes)));
+  Rest::Routes::Post(*router, "/nodes", routes->wrap(A::Write, bind(&Routes::add_node)));
+  Rest::Routes::Post(*router, "/nodes/:name/drain",
+                     routes->wrap(A::Write, bind(&Routes::drain_node)));
+  Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(A::Write, bind(&Routes::remove_node)));
+  Rest::Routes::Get(*router, "/leases", routes->wrap(A::Read, bind(&Routes::list_leases)));
+  Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(A::Write, bind(&Routes::revoke_lease)));
+  Rest::Routes::Get(*router, "/accounting", routes->wrap(A::Read, bind(&Routes::accounting)));
+  Rest::Routes::Get(*router, "/accounting.csv",
+                    routes->wrap(A::Read, bind(&Routes::accounting_csv)));
 
   try {
     endpoint_ = std::make_shared<Http::Endpoint>(Address(host, Port(port)));

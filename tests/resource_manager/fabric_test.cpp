@@ -203,7 +203,7 @@ void add_node(const std::string &name, char secret, uint32_t cores = 4) {
 }
 
 json node_view(const std::string &name) {
-  for (const json &n : json::parse(http(rm->rest(), "GET", "/nodes").body))
+  for (const json &n : json::parse(http(rm->rest(), "GET", "/nodes", "", kToken).body))
     if (n["name"] == name)
       return n;
   return json();

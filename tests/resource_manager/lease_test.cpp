@@ -143,7 +143,7 @@ bool start_rm(uint16_t port) {
 }
 
 json node_view(const std::string &name = "n1") {
-  for (const json &n : json::parse(http(g.rest, "GET", "/nodes").body))
+  for (const json &n : json::parse(http(g.rest, "GET", "/nodes", "", kToken).body))
     if (n["name"] == name)
       return n;
   return json();
@@ -244,7 +244,7 @@ bool wait_registered_after(uint64_t ms) {
 bool wait_final_accounting(uint64_t id) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
+    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
     if (r.status == 200 && r.body.find("\"final\":true") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
@@ -255,7 +255,7 @@ bool wait_final_accounting(uint64_t id) {
 /// Core indices of node n1 held by active leases, from GET /leases.
 std::vector<int> leased_cores() {
   std::vector<int> cores;
-  for (const json &l : json::parse(http(g.rest, "GET", "/leases").body))
+  for (const json &l : json::parse(http(g.rest, "GET", "/leases", "", kToken).body))
     for (const json &p : l["parts"])
       if (p["node"] == "n1")
         for (const json &c : p["cores"])
@@ -265,7 +265,7 @@ std::vector<int> leased_cores() {
 
 /// Whether lease `id` is still active at the resource manager.
 bool lease_active(uint64_t id) {
-  for (const json &l : json::parse(http(g.rest, "GET", "/leases").body))
+  for (const json &l : json::parse(http(g.rest, "GET", "/leases", "", kToken).body))
     if (l.value("id", uint64_t(0)) == id)
       return true;
   return false;
@@ -275,7 +275,8 @@ bool lease_active(uint64_t id) {
 bool wait_lease_state(uint64_t id, const std::string &state) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    for (const json &l : json::parse(http(g.rest, "GET", "/leases?state=all&limit=1000").body))
+    for (const json &l :
+         json::parse(http(g.rest, "GET", "/leases?state=all&limit=1000", "", kToken).body))
       if (l.value("id", uint64_t(0)) == id && l.value("state", "") == state)
         return true;
     std::this_thread::sleep_for(20ms);
@@ -288,7 +289,7 @@ bool wait_lease_state(uint64_t id, const std::string &state) {
 bool wait_accounting(uint64_t id) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
+    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
     if (r.status == 200 && r.body.find("\"node\":\"n1\"") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
@@ -429,7 +430,8 @@ TEST(RmLease, LeaseAllocateInvokeRelease) {
   rm.release(renewed);
   // The node reports the lease's accounting at its end.
   ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
-  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  json acc = json::parse(
+      http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
   EXPECT_NE(acc.dump().find("\"node\":\"n1\""), std::string::npos) << acc.dump();
   EXPECT_NE(acc.dump().find("\"client\":\"tester\""), std::string::npos) << acc.dump();
   try {
@@ -515,7 +517,7 @@ TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
   EXPECT_EQ(g.fabric, fabric);
   EXPECT_TRUE(echo(ex));
   // The lease came back from SQLite, and the node registers again.
-  auto leases = json::parse(http(g.rest, "GET", "/leases").body);
+  auto leases = json::parse(http(g.rest, "GET", "/leases", "", kToken).body);
   bool known = false;
   for (const json &x : leases)
     known |= x.value("id", uint64_t(0)) == l.id;
@@ -738,7 +740,8 @@ TEST(RmLease, LiveAllocationsAreReportedPeriodically) {
   // resource_manager.accounting_interval_ms is 300 here: a report for the
   // live allocation arrives before the lease ends, not final.
   EXPECT_TRUE(wait_accounting(l.id)) << manager_log();
-  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  json acc = json::parse(
+      http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
   EXPECT_NE(acc.dump().find("\"final\":false"), std::string::npos) << acc.dump();
   EXPECT_TRUE(echo(ex));
   ex.deallocate();
