@@ -113,11 +113,12 @@ void read_leases(const Node &root, RegistryOptions &r) {
   if (!root.has("leases"))
     return;
   Node l = root["leases"];
-  l.expect_object({"default_duration_ms", "max_duration_ms", "max_nodes"});
+  l.expect_object({"default_duration_ms", "max_duration_ms", "max_nodes", "default_memory_mib"});
   constexpr uint64_t kMonth = 30ull * 86400000;
   l.optional("default_duration_ms", r.default_lease_ms, 1000, kMonth);
   l.optional("max_duration_ms", r.max_lease_ms, 1000, kMonth);
   l.optional("max_nodes", r.max_nodes_per_lease, 1, 1024);
+  l.optional("default_memory_mib", r.default_memory_mib, 1, 1ull << 32);
   if (r.default_lease_ms <= r.max_lease_ms)
     return;
   // Name the key the file gave; the other one holds its default.

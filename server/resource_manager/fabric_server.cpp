@@ -20,6 +20,14 @@ namespace {
 constexpr uint32_t kReceives = 8;
 /// Queued answers per connection before it is dropped as not reading.
 constexpr size_t kMaxQueued = 256;
+/// Lease-ended notices in a node's send queue at once. A burst (hundreds of
+/// leases ending in one tick, or revoked with their node) waits in the
+/// node's backlog and follows as the queue drains, so it never counts
+/// against kMaxQueued: a node that reads is not dropped for a burst.
+constexpr size_t kNoticeWindow = 64;
+/// Notices kept per node (backlog or disconnected) before the oldest are
+/// dropped: 32 bytes each.
+constexpr size_t kMaxBacklog = 65536;
 /// Messages handled per connection per pass, so one chatty peer cannot
 /// starve the others or the REST tasks.
 constexpr int kMessagesPerPass = 16;
@@ -104,6 +112,12 @@ bool FabricServer::poll(Registry &registry) {
     if (p->closing)
       continue;
     worked |= serve(*p, registry);
+    if (p->kind == Peer::Kind::Node && !p->closing && !pending_.empty() &&
+        pending_.count(p->node) && p->outbox.size() < kNoticeWindow) {
+      std::optional<NodeView> view = registry.node(p->node);
+      if (view && view->node.state == NodeState::Up)
+        worked |= send_pending(*p);
+    }
     if (!p->closing && p->kind == Peer::Kind::Unknown &&
         now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
       p->closing = true;
@@ -190,6 +204,10 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   opts.check_peer_before_poll = true;
   auto p = std::make_unique<Peer>();
   p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.accept_timeout_ms), opts);
+  // One loop serves every peer: a post finds room at once or waits in the
+  // peer's queue (flush()), instead of holding the loop for the default
+  // post deadline (5 s) while a peer does not read.
+  p->conn.set_post_deadline(milliseconds(0));
   if (reply.status != proto::ErrorCode::Ok) {
     log()->warn("fabric: refused a connection: {}", proto::to_string(reply.status));
     p->conn.close();
@@ -351,15 +369,12 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
     return refuse(proto::ErrorCode::LeaseInvalid,
                   "node " + claim.node + ": registration timestamp is " + std::to_string(skew) +
                       " ms away from this clock (synchronise the clocks)");
-  auto last = last_registration_.find(claim.node);
-  if (last != last_registration_.end() && claim.timestamp_ms <= last->second)
-    return refuse(proto::ErrorCode::LeaseInvalid,
-                  "node " + claim.node + ": registration replayed (timestamp not newer)");
+  // The registry refuses a replay: its last accepted signed time is stored,
+  // so a recorded registration stays refused after a restart.
   Result<Node> r = registry.register_node(claim.node, claim.address, claim.cores, claim.memory_mib,
-                                          known->node.secret);
+                                          known->node.secret, claim.timestamp_ms);
   if (!r.ok())
     return refuse(wire_code(r.outcome), r.message);
-  last_registration_[claim.node] = claim.timestamp_ms;
   // A node that reconnects replaces its old connection, whose close must
   // not mark it down again.
   if (auto old = nodes_.find(claim.node); old != nodes_.end() && old->second != &p) {
@@ -375,13 +390,31 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
   send_pending(p);
 }
 
-void FabricServer::send_pending(Peer &p) {
+bool FabricServer::send_pending(Peer &p) {
   auto it = pending_.find(p.node);
   if (it == pending_.end())
-    return;
-  for (const proto::LeaseEnded &e : it->second)
-    queue(p, e);
-  pending_.erase(it);
+    return false;
+  std::deque<proto::LeaseEnded> &backlog = it->second;
+  bool moved = false;
+  while (!backlog.empty() && p.outbox.size() < kNoticeWindow && !p.closing) {
+    queue(p, backlog.front());
+    backlog.pop_front();
+    moved = true;
+  }
+  if (backlog.empty())
+    pending_.erase(it);
+  return moved;
+}
+
+void FabricServer::hold(const std::string &node, const proto::LeaseEnded &notice) {
+  std::deque<proto::LeaseEnded> &backlog = pending_[node];
+  if (backlog.size() >= kMaxBacklog) {
+    log()->error("fabric: node {} has {} lease-ended notices waiting; the oldest (lease {}) is "
+                 "dropped",
+                 node, backlog.size(), backlog.front().lease_id);
+    backlog.pop_front();
+  }
+  backlog.push_back(notice);
 }
 
 void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant,
@@ -521,13 +554,13 @@ void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &regi
     std::optional<NodeView> view;
     if (it != nodes_.end() && !it->second->closing)
       view = registry.node(e.node);
-    if (view && view->node.state == NodeState::Up) {
+    // Behind a backlog, or beyond the window, a notice waits its turn.
+    if (view && view->node.state == NodeState::Up && !pending_.count(e.node) &&
+        it->second->outbox.size() < kNoticeWindow) {
       queue(*it->second, notice);
       continue;
     }
-    auto &waiting = pending_[e.node];
-    if (waiting.size() < 4096)
-      waiting.push_back(notice);
+    hold(e.node, notice);
   }
 }
 
@@ -557,6 +590,12 @@ bool FabricServer::flush(Peer &p) {
     const std::vector<uint8_t> &next = p.outbox.front();
     std::memcpy(p.channel.send_area(), next.data(), next.size());
     proto::ChannelStatus s = p.channel.post_encoded(next.size());
+    // No room at the provider (a peer that does not read just now, e.g. a
+    // node busy with a burst of notices on shm): the message stays first in
+    // line and goes at a later pass. kMaxQueued still drops a peer whose
+    // queue keeps growing.
+    if (s == proto::ChannelStatus::Timeout)
+      return worked;
     p.outbox.pop_front();
     worked = true;
     if (s != proto::ChannelStatus::Ok) {

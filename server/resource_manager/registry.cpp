@@ -155,8 +155,8 @@ Result<Node> Registry::add_node(const std::string &name, const std::string &addr
 }
 
 Result<Node> Registry::register_node(const std::string &name, const std::string &address,
-                                     uint32_t cores, uint64_t memory_mib,
-                                     const NodeSecret &secret) {
+                                     uint32_t cores, uint64_t memory_mib, const NodeSecret &secret,
+                                     uint64_t signed_ms) {
   if (auto why = check_node_name(name); !why.empty())
     return error<Node>(Outcome::Invalid, why);
   if (auto why = check_capacity(address, cores, memory_mib); !why.empty())
@@ -170,10 +170,17 @@ Result<Node> Registry::register_node(const std::string &name, const std::string 
                                                  " is registered with another secret (check the "
                                                  "executor manager's secret file)");
     n = it->second.node;
+    if (signed_ms != 0 && signed_ms <= n.registration_signed_ms)
+      return error<Node>(Outcome::Forbidden,
+                         "node " + name + ": registration replayed (timestamp " +
+                             std::to_string(signed_ms) + " not newer than the last accepted, " +
+                             std::to_string(n.registration_signed_ms) + ")");
   } else {
     n.name = name;
     n.secret = secret;
   }
+  if (signed_ms != 0)
+    n.registration_signed_ms = signed_ms;
   n.address = address;
   n.cores = cores;
   n.memory_mib = memory_mib;
@@ -329,7 +336,12 @@ Grant Registry::make_grant(const Lease &lease) const {
   return g;
 }
 
-Result<Grant> Registry::grant(const LeaseRequest &r) {
+Result<Grant> Registry::grant(const LeaseRequest &request) {
+  LeaseRequest r = request;
+  // A lease for "0 MiB" would leave its executors without a limit on the
+  // node; it gets the configured default instead.
+  if (r.memory_mib == 0)
+    r.memory_mib = options_.default_memory_mib;
   auto refuse = [&](Outcome o, std::string why) {
     ++counters_.refused;
     log()->debug("lease for {} ({} cores, {} MiB) refused: {}", r.client, r.cores, r.memory_mib,

@@ -34,6 +34,9 @@ struct RegistryOptions {
   /// Lease duration when a request says 0, and the most a request may ask.
   uint64_t default_lease_ms = 60'000;
   uint64_t max_lease_ms = 3'600'000;
+  /// Memory of a lease whose request says 0 MiB: a lease always names the
+  /// memory its executors may use (the node enforces it).
+  uint64_t default_memory_mib = 1024;
   /// A node without a heartbeat for this long is marked down.
   uint64_t heartbeat_timeout_ms = 15'000;
   /// Most nodes one lease may span.
@@ -73,6 +76,7 @@ struct NodeView {
 struct LeaseRequest {
   std::string client;
   uint32_t cores = 0;
+  /// In total over the lease's parts; 0: RegistryOptions::default_memory_mib.
   uint64_t memory_mib = 0;
   /// 0: the default duration.
   uint64_t duration_ms = 0;
@@ -125,8 +129,11 @@ public:
   /// present its secret and gets its node and its drain flag back (its
   /// leases ended when it went down);
   /// an unknown one is created with the secret it presents.
+  /// `signed_ms` is the node's signed registration time: one not later than
+  /// the last accepted one is a replay (Forbidden), also after a restart of
+  /// the resource manager (it is stored). 0: not checked.
   Result<Node> register_node(const std::string &name, const std::string &address, uint32_t cores,
-                             uint64_t memory_mib, const NodeSecret &secret);
+                             uint64_t memory_mib, const NodeSecret &secret, uint64_t signed_ms = 0);
   Status heartbeat(const std::string &name);
   /// Marks a node down now (its connection closed, or tick() found it
   /// silent) and ends, at once, every active lease that holds cores on it

@@ -90,11 +90,12 @@ TEST(ResourceManagerConfig, ReadTokenAndOpenEndpoints) {
 
 TEST(ResourceManagerConfig, DefaultsAndRelativePaths) {
   auto c = ResourceManagerConfig::parse(std::string("{") + kToken + R"(, "placement": "pack",
-      "database": "db/rm.sqlite", "leases": {"max_nodes": 4}})",
+      "database": "db/rm.sqlite", "leases": {"max_nodes": 4, "default_memory_mib": 512}})",
                                         "t", "/etc/rfaas");
   EXPECT_EQ(c.database, "/etc/rfaas/db/rm.sqlite");
   EXPECT_EQ(c.registry.policy, PlacementPolicy::Pack);
   EXPECT_EQ(c.registry.max_nodes_per_lease, 4u);
+  EXPECT_EQ(c.registry.default_memory_mib, 512u);
   EXPECT_EQ(c.http_host, "127.0.0.1");
 }
 
@@ -103,7 +104,7 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
   // "<file>: <JSON path>: <problem>; <expected>".
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "leases": {"max_duraton_ms": 5}})"),
             "test.json: leases.max_duraton_ms: unknown key; valid keys here: "
-            "default_duration_ms, max_duration_ms, max_nodes");
+            "default_duration_ms, max_duration_ms, max_nodes, default_memory_mib");
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "colour": 1})"),
             "test.json: colour: unknown key; valid keys here: database, http, fabric, "
             "placement, leases, nodes, tick_ms, log");

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -449,6 +450,53 @@ TEST(RmFabric, ARefusedSecondRegistrationOnARegisteredConnectionMarksTheNodeDown
   EXPECT_LT(revoke.status, 300) << revoke.body;
   EXPECT_EQ(node.await_ended().lease_id, grant.lease_id);
   EXPECT_EQ(http(rm->rest(), "GET", "/health").status, 200);
+}
+
+// Hundreds of leases ending in one tick: the node receives every notice and
+// stays up. The notices used to go into the node's send queue at once, whose
+// limit (256 queued messages) then dropped the node and marked it down.
+TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
+  constexpr uint32_t kLeases = 400;
+  add_node("foxtrot", '7', kLeases);
+  Peer node;
+  ASSERT_EQ(node.register_node("foxtrot", '7', kLeases).status, proto::ErrorCode::Ok);
+  for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2"})
+    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  // Every lease asks to end at the same wall-clock instant, so the
+  // resource manager's expiry check ends them together.
+  Peer client;
+  const uint64_t end_at = wall_ms() + 3000;
+  std::set<uint64_t> granted;
+  for (uint32_t i = 0; i < kLeases; ++i) {
+    proto::LeaseRequest req;
+    req.cores = 1;
+    req.memory_mib = 1;
+    req.duration_ms = end_at - wall_ms();
+    proto::set_text(req.client, "frank");
+    std::vector<proto::LeaseGrantPart> parts;
+    proto::LeaseGrant grant = client.ask(req, parts);
+    ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << i << ": " << proto::get_text(grant.message);
+    granted.insert(grant.lease_id);
+  }
+  ASSERT_LT(wall_ms(), end_at) << "granting took too long for the leases to end together";
+  // The node does not read until every lease has ended at the resource
+  // manager: its notices pile up on the resource manager's side (on shm a
+  // send completes only once the node takes it).
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (node_view("foxtrot").value("cores_used", -1) != 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  std::set<uint64_t> ended;
+  for (uint32_t i = 0; i < kLeases; ++i) {
+    proto::LeaseEnded e = node.await_ended();
+    if (e.lease_id == 0)
+      break; // await_ended reported the failure
+    EXPECT_EQ(e.why, proto::LeaseEndReason::Expired);
+    ended.insert(e.lease_id);
+  }
+  EXPECT_EQ(ended, granted);
+  EXPECT_EQ(node_view("foxtrot").value("state", ""), "up");
+  EXPECT_EQ(node_view("foxtrot").value("cores_used", -1), 0);
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {

@@ -116,7 +116,7 @@ TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
 
 TEST_F(LoopFixture, TicksExpireLeasesOnTheLoop) {
   NodeSecret s = generate_secret();
-  ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 100, s); }).ok());
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 2048, s); }).ok());
   auto g = loop.call([](Registry &r) { return r.grant({"x", 2, 0, 1000, 1}); });
   ASSERT_TRUE(g.ok());
   now += 1000;

@@ -106,6 +106,18 @@ TEST_F(Fixture, MemoryLimitsLeases) {
   EXPECT_EQ(lease(1, 100).outcome, Outcome::Unavailable);
 }
 
+// "0 MiB" gets the configured default, never unlimited memory on the node.
+TEST_F(Fixture, ZeroMemoryTakesTheConfiguredDefault) {
+  two_nodes();
+  auto g = lease(1, 0);
+  ASSERT_TRUE(g.ok()) << g.message;
+  EXPECT_EQ(g.value.lease.total_memory_mib(), RegistryOptions{}.default_memory_mib);
+  EXPECT_EQ(reg->node(g.value.lease.parts[0].node)->used_memory_mib,
+            RegistryOptions{}.default_memory_mib);
+  // The token covers the memory the node will enforce.
+  EXPECT_EQ(g.value.lease.claim(0).memory_mib, RegistryOptions{}.default_memory_mib);
+}
+
 TEST_F(Fixture, ReleaseFreesCoresAtOnce) {
   two_nodes();
   auto g = lease(4, 0, 2);
@@ -273,6 +285,23 @@ TEST_F(Fixture, ADownNodeEndsItsLeasesWholeAndFreesTheirCores) {
   // The freed cores serve new leases once a is back.
   ASSERT_TRUE(reg->heartbeat("a").ok());
   EXPECT_TRUE(lease(7, 0, 2).ok());
+}
+
+// A recorded registration replayed after a restart of the resource manager
+// is refused: the last accepted signed time is in the database.
+TEST_F(Fixture, AReplayedRegistrationIsRefusedAlsoAfterARestart) {
+  two_nodes();
+  ASSERT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'000).ok());
+  auto again = reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'000);
+  EXPECT_EQ(again.outcome, Outcome::Forbidden);
+  EXPECT_NE(again.message.find("registration replayed"), std::string::npos) << again.message;
+  reg = make();
+  again = reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'000);
+  EXPECT_EQ(again.outcome, Outcome::Forbidden) << "replayed after a restart";
+  EXPECT_EQ(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 6'999).outcome,
+            Outcome::Forbidden);
+  EXPECT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'001).ok());
+  EXPECT_EQ(store.load_nodes()[0].registration_signed_ms, 7'001u);
 }
 
 TEST_F(Fixture, OperatorNodesAndRemoval) {

@@ -143,7 +143,7 @@ TEST_F(RestFixture, AddDrainRemoveNode) {
 TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   NodeSecret s = generate_secret();
   auto g = loop.call([&](Registry &r) {
-    r.register_node("n1", "h:1", 4, 1024, s);
+    r.register_node("n1", "h:1", 4, 4096, s);
     return r.grant({"alice,the \"first\"", 2, 100, 0, 1});
   });
   ASSERT_TRUE(g.ok());
@@ -187,7 +187,7 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
 TEST_F(RestFixture, MetricsInPrometheusFormat) {
   NodeSecret s = generate_secret();
   loop.call([&](Registry &r) {
-    r.register_node("n1", "h:1", 2, 1024, s);
+    r.register_node("n1", "h:1", 2, 4096, s);
     r.grant({"a", 2, 0, 0, 1});
     return r.grant({"b", 1, 0, 0, 1});
   });
@@ -225,7 +225,7 @@ TEST_F(RestFixture, ConcurrentRequestsAllReachTheLoop) {
 TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
   NodeSecret s = generate_secret();
   auto g = loop.call([&](Registry &r) {
-    r.register_node("n1", "h:1", 4, 1024, s);
+    r.register_node("n1", "h:1", 4, 4096, s);
     return r.grant({"alice", 2, 0, 0, 1});
   });
   ASSERT_TRUE(g.ok());
