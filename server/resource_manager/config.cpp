@@ -82,7 +82,7 @@ void read_http(const Node &root, ResourceManagerConfig &c, const std::string &ba
   Node h = root.required("http",
                          std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
   h.expect_object({"host", "port", "threads", "token", "token_file", "read_token",
-                   "read_token_file", "open_endpoints"});
+                   "read_token_file", "open_endpoints", "loop_timeout_ms"});
   c.admin_token = read_token(h, base_dir, "token", true);
   c.read_token = read_token(h, base_dir, "read_token", false);
   if (!c.read_token.empty() && c.read_token == c.admin_token)
@@ -91,6 +91,7 @@ void read_http(const Node &root, ResourceManagerConfig &c, const std::string &ba
   h.optional("host", c.http_host);
   h.optional("port", c.http_port, 0, 65535);
   h.optional("threads", c.http_threads, 1, 64);
+  h.optional("loop_timeout_ms", c.http_loop_timeout_ms, 10, 600'000);
   if (h.has("open_endpoints")) {
     Node open = h["open_endpoints"];
     const size_t n = open.expect_array();

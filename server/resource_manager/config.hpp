@@ -50,6 +50,8 @@ struct ResourceManagerConfig {
   /// 0: the OS chooses; the readiness line on stderr prints the port.
   uint16_t http_port = 8080;
   uint32_t http_threads = 2;
+  /// Longest a REST request waits for the loop to take it before 503.
+  uint64_t http_loop_timeout_ms = 5000;
   /// Bearer token for mutating REST calls (from http.token or the first line
   /// of http.token_file); it also reads everything.
   std::string admin_token;

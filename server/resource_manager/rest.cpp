@@ -110,12 +110,19 @@ json accounting_json(const std::vector<AccountingRecord> &records) {
       {"total", {{"allocation_us", alloc}, {"hot_polling_us", hot}, {"execution_us", exec}}}};
 }
 
-/// CSV fields never contain commas except client names: quote those.
+/// A text field of the CSV export. Client names come from clients: one that
+/// starts like a formula (= + - @, or a tab or carriage return that a
+/// spreadsheet skips) would run as one when an operator opens the file, so it
+/// gets a leading apostrophe, which spreadsheets show as text. Fields with a
+/// comma, a quote or a line break are quoted.
 std::string csv_field(const std::string &s) {
-  if (s.find_first_of(",\"\n") == std::string::npos)
-    return s;
+  std::string v = s;
+  if (!v.empty() && std::string("=+-@\t\r").find(v[0]) != std::string::npos)
+    v.insert(v.begin(), '\'');
+  if (v.find_first_of(",\"\n\r") == std::string::npos)
+    return v;
   std::string q = "\"";
-  for (char c : s)
+  for (char c : v)
     q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
 }
@@ -219,6 +226,8 @@ struct RestServer::Routes {
         }
       } catch (const LoopStopped &e) {
         send_error(w, Code::Service_Unavailable, "shutting_down", e.what());
+      } catch (const LoopBusy &e) {
+        send_error(w, Code::Service_Unavailable, "busy", e.what());
       } catch (const json::exception &e) {
         send_error(w, Code::Bad_Request, "invalid", std::string("bad JSON body: ") + e.what());
       } catch (const std::exception &e) {

@@ -1,7 +1,14 @@
 #include "resource_manager/store.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 namespace rfaas::rm {
@@ -149,9 +156,42 @@ const char *const kMigrations[] = {
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
 
+/// The file holds node secrets: it is created 0600 whatever the umask, and
+/// an existing one readable by others is narrowed to 0600. SQLite gives its
+/// -wal and -shm files the database file's mode.
+void restrict_file(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    throw StoreError("cannot open the database " + path + ": " + std::strerror(errno) +
+                     " (check that its directory exists and is writable)");
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  if (stat_ok && (st.st_mode & 0077) != 0) {
+    if (::fchmod(fd, 0600) != 0) {
+      const int err = errno;
+      ::close(fd);
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+      throw StoreError("the database " + path + " is readable by others (mode " + mode +
+                       ") and cannot be made 0600: " + std::strerror(err) +
+                       " (it holds node secrets; chmod 600 it)");
+    }
+    if (st.st_size > 0) {
+      auto l = spdlog::get("resource_manager");
+      (l ? l : spdlog::default_logger())
+          ->warn("the database {} was readable by others; its mode is 0600 now (it holds node "
+                 "secrets)",
+                 path);
+    }
+  }
+  ::close(fd);
+}
+
 } // namespace
 
 Store::Store(const std::string &path) : path_(path) {
+  if (path != ":memory:" && path.rfind("file:", 0) != 0)
+    restrict_file(path);
   int rc =
       sqlite3_open_v2(path.c_str(), &db_,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);

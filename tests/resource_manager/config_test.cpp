@@ -110,7 +110,7 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
             "placement, leases, nodes, tick_ms, log");
   EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
             "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
-            "token_file, read_token, read_token_file, open_endpoints");
+            "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms");
   EXPECT_EQ(error_of("[1]"), "test.json: (top level): expected an object, got array [1]");
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "resource_manager/loop.hpp"
 
@@ -135,4 +136,57 @@ TEST_F(LoopFixture, ExceptionsReachTheCallerAndStopRefusesNewWork) {
   EXPECT_EQ(loop.call([](Registry &) { return 7; }), 7);
   loop.stop();
   EXPECT_THROW(loop.call([](Registry &) { return 1; }), LoopStopped);
+}
+
+namespace {
+
+/// A fabric side whose pass holds the loop until released (bounded), as a
+/// peer that stalls the loop would.
+struct StallingDriver final : LoopDriver {
+  std::atomic<bool> stall{false};
+  std::atomic<bool> stalled{false};
+  bool poll(Registry &) override {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (stall.load() && std::chrono::steady_clock::now() < until) {
+      stalled = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+  void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
+  bool busy() const override { return true; }
+  void stop(Registry &) override {}
+};
+
+} // namespace
+
+// A REST handler's wait on the loop is bounded: past the call timeout the
+// request fails with LoopBusy (503) and its task is withdrawn, never run.
+TEST(LoopCallTimeout, AStalledLoopAnswersBusyAndTheTaskNeverRuns) {
+  Store store{":memory:"};
+  Registry reg{store, [] { return uint64_t{1'000'000}; }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::milliseconds(5)};
+  StallingDriver driver;
+  loop.attach(&driver);
+  loop.set_call_timeout(std::chrono::milliseconds(100));
+  loop.start();
+  EXPECT_EQ(loop.call([](Registry &) { return 1; }), 1);
+  driver.stall = true;
+  while (!driver.stalled.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::atomic<bool> ran{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(loop.call([&](Registry &) {
+    ran = true;
+    return 2;
+  }),
+               LoopBusy);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(100));
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  driver.stall = false;
+  // The loop takes work again; the withdrawn task did not run.
+  EXPECT_EQ(loop.call([](Registry &) { return 3; }), 3);
+  EXPECT_FALSE(ran.load());
+  loop.stop();
 }

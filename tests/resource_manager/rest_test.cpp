@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +109,37 @@ TEST(RestAccessConfig, HealthAndMetricsCanBeClosed) {
   }
   rest.stop();
   loop.stop();
+}
+
+// Client names that start like a spreadsheet formula are exported as text.
+TEST_F(RestFixture, CsvExportEscapesFormulaCells) {
+  NodeSecret s = generate_secret();
+  const std::vector<std::string> clients = {
+      "=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2", "@SUM(A1)", "\tcmd", "plain"};
+  for (const std::string &c : clients) {
+    auto g = loop.call([&](Registry &r) {
+      r.register_node("n1", "h:1", 16, 1 << 20, s);
+      return r.grant({c, 1, 1, 0, 1});
+    });
+    ASSERT_TRUE(g.ok()) << g.message;
+    const uint64_t id = g.value.lease.id;
+    ASSERT_TRUE(loop.call([&](Registry &r) {
+                      return r.record_accounting({id, "n1", "", 0, 1, 1, 1, 1, true});
+                    })
+                    .ok());
+  }
+  auto csv = http(rest.port(), "GET", "/accounting.csv", "", kToken);
+  ASSERT_EQ(csv.status, 200);
+  EXPECT_NE(csv.body.find(",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\","), std::string::npos)
+      << csv.body;
+  EXPECT_NE(csv.body.find(",'+1+1,"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",'-2,"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",'@SUM(A1),"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",'\tcmd,"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",plain,"), std::string::npos) << csv.body;
+  // No line has a cell that starts with a formula character.
+  for (const char *bad : {",=", ",+", ",-", ",@", ",\"="})
+    EXPECT_EQ(csv.body.find(bad), std::string::npos) << bad << " in " << csv.body;
 }
 
 TEST_F(RestFixture, AddDrainRemoveNode) {
