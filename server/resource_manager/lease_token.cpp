@@ -181,15 +181,21 @@ void TokenVerifier::mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t n
   prune(now_ms);
   uint64_t keep_until = std::max(expiry_ms, now_ms + retention_ms_);
   uint64_t &slot = ended_[lease_id];
-  slot = std::max(slot, keep_until);
+  if (keep_until > slot) {
+    slot = keep_until;
+    forget_.emplace(keep_until, lease_id);
+  }
 }
 
 void TokenVerifier::prune(uint64_t now_ms) {
-  for (auto it = ended_.begin(); it != ended_.end();)
-    if (it->second <= now_ms)
-      it = ended_.erase(it);
-    else
-      ++it;
+  while (!forget_.empty() && forget_.top().first <= now_ms) {
+    ++prune_steps_;
+    const auto [until, id] = forget_.top();
+    forget_.pop();
+    auto it = ended_.find(id);
+    if (it != ended_.end() && it->second == until)
+      ended_.erase(it);
+  }
 }
 
 } // namespace rfaas::rm

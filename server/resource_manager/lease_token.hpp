@@ -12,8 +12,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <queue>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/hex.hpp"
 
@@ -139,6 +143,9 @@ public:
 
   /// Leases remembered as ended (for tests and metrics).
   size_t ended_count() const { return ended_.size(); }
+  /// Entries looked at while forgetting old ones, over this verifier's life
+  /// (for tests: each notice costs O(log n), not a scan of every entry).
+  uint64_t prune_steps() const { return prune_steps_; }
   const std::string &node() const { return node_; }
 
 private:
@@ -148,6 +155,12 @@ private:
   NodeSecret secret_;
   uint64_t retention_ms_;
   std::unordered_map<uint64_t, uint64_t> ended_; // lease id -> forget after (ms)
+  /// (forget after, lease id), soonest first: pruning pops only what is due.
+  /// An entry whose lease was marked again later is stale and skipped.
+  std::priority_queue<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>,
+                      std::greater<>>
+      forget_;
+  uint64_t prune_steps_ = 0;
 };
 
 } // namespace rfaas::rm
