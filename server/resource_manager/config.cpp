@@ -153,8 +153,9 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
 
 ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {
   ResourceManagerConfig c;
-  root.expect_object(
-      {"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms", "log"});
+  root.expect_object({"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms",
+                      "retention_days", "log"});
+  root.optional("retention_days", c.registry.retention_days, 0, 36'500);
   if (root.has("database"))
     c.database = root["database"].nonempty_string();
   c.database = resolve(c.database, base_dir);

@@ -548,6 +548,22 @@ size_t Registry::tick() {
       silent.push_back(name);
   for (const std::string &name : silent)
     mark_down(name);
+  constexpr uint64_t kDay = 86'400'000, kHour = 3'600'000;
+  if (options_.retention_days > 0 && now - std::min(now, last_prune_ms_) >= kHour) {
+    last_prune_ms_ = now;
+    const uint64_t keep = options_.retention_days * kDay;
+    if (now > keep) {
+      try {
+        auto [leases, records] = store_.prune_history(now - keep);
+        if (leases || records)
+          log()->info("retention ({} days): {} ended lease(s) and {} accounting record(s) "
+                      "deleted",
+                      options_.retention_days, leases, records);
+      } catch (const StoreError &e) {
+        log()->error("retention: pruning the history failed: {}", e.what());
+      }
+    }
+  }
   return expired;
 }
 

@@ -41,6 +41,9 @@ struct RegistryOptions {
   uint64_t heartbeat_timeout_ms = 15'000;
   /// Most nodes one lease may span.
   uint32_t max_nodes_per_lease = 16;
+  /// Ended leases and accounting older than this many days are deleted
+  /// (checked hourly by tick()); 0 keeps them forever.
+  uint32_t retention_days = 0;
 };
 
 /// How a request ended. Each maps onto one HTTP status and, later, one wire
@@ -213,6 +216,8 @@ private:
   /// nodes are named instead).
   std::unordered_map<uint64_t, std::string> down_cause_;
   std::deque<uint64_t> down_order_;
+  /// When tick() last pruned the history (retention_days).
+  uint64_t last_prune_ms_ = 0;
 };
 
 } // namespace rfaas::rm

@@ -447,6 +447,26 @@ std::vector<AccountingRecord> Store::all_accounting() const {
   return query_accounting("WHERE ?1 = 0", nullptr, 0);
 }
 
+std::pair<size_t, size_t> Store::prune_history(uint64_t before_ms) {
+  Transaction t(db_);
+  {
+    Stmt q(db_, "DELETE FROM accounting WHERE reported_ms < ?1 AND lease_id NOT IN "
+                "(SELECT id FROM leases WHERE state = 'active')");
+    q.bind(1, before_ms);
+    q.run();
+  }
+  const size_t records = static_cast<size_t>(sqlite3_changes(db_));
+  {
+    // lease_parts go with their lease (ON DELETE CASCADE).
+    Stmt q(db_, "DELETE FROM leases WHERE state != 'active' AND ended_ms < ?1");
+    q.bind(1, before_ms);
+    q.run();
+  }
+  const size_t leases = static_cast<size_t>(sqlite3_changes(db_));
+  t.commit();
+  return {leases, records};
+}
+
 // ---- enum names ------------------------------------------------------------------
 
 const char *to_string(NodeState s) { return s == NodeState::Up ? "up" : "down"; }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "resource_manager/lease.hpp"
@@ -60,6 +61,11 @@ public:
   std::vector<AccountingRecord> accounting_for_lease(uint64_t lease_id) const;
   std::vector<AccountingRecord> accounting_for_client(const std::string &client) const;
   std::vector<AccountingRecord> all_accounting() const;
+
+  /// Deletes leases that ended before `before_ms` (with their parts) and
+  /// accounting records reported before it whose lease is no longer active.
+  /// Returns how many leases and records went.
+  std::pair<size_t, size_t> prune_history(uint64_t before_ms);
 
 private:
   void exec(const char *sql, const char *what);

@@ -90,12 +90,14 @@ TEST(ResourceManagerConfig, ReadTokenAndOpenEndpoints) {
 
 TEST(ResourceManagerConfig, DefaultsAndRelativePaths) {
   auto c = ResourceManagerConfig::parse(std::string("{") + kToken + R"(, "placement": "pack",
-      "database": "db/rm.sqlite", "leases": {"max_nodes": 4, "default_memory_mib": 512}})",
+      "database": "db/rm.sqlite", "retention_days": 90,
+      "leases": {"max_nodes": 4, "default_memory_mib": 512}})",
                                         "t", "/etc/rfaas");
   EXPECT_EQ(c.database, "/etc/rfaas/db/rm.sqlite");
   EXPECT_EQ(c.registry.policy, PlacementPolicy::Pack);
   EXPECT_EQ(c.registry.max_nodes_per_lease, 4u);
   EXPECT_EQ(c.registry.default_memory_mib, 512u);
+  EXPECT_EQ(c.registry.retention_days, 90u);
   EXPECT_EQ(c.http_host, "127.0.0.1");
 }
 
@@ -107,7 +109,7 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
             "default_duration_ms, max_duration_ms, max_nodes, default_memory_mib");
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "colour": 1})"),
             "test.json: colour: unknown key; valid keys here: database, http, fabric, "
-            "placement, leases, nodes, tick_ms, log");
+            "placement, leases, nodes, tick_ms, retention_days, log");
   EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
             "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
             "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms");

@@ -304,6 +304,35 @@ TEST_F(Fixture, AReplayedRegistrationIsRefusedAlsoAfterARestart) {
   EXPECT_EQ(store.load_nodes()[0].registration_signed_ms, 7'001u);
 }
 
+// retention_days: ended leases and their accounting go once older than the
+// retention; active leases and their records stay.
+TEST_F(Fixture, RetentionPrunesEndedLeasesAndAccounting) {
+  opts.retention_days = 1;
+  reg = make();
+  two_nodes();
+  auto old_lease = lease(1, 10);
+  auto live = lease(1, 10);
+  ASSERT_TRUE(old_lease.ok() && live.ok());
+  const uint64_t old_id = old_lease.value.lease.id, live_id = live.value.lease.id;
+  const std::string old_node = old_lease.value.lease.parts[0].node;
+  const std::string live_node = live.value.lease.parts[0].node;
+  ASSERT_TRUE(reg->record_accounting({old_id, old_node, "", 0, 1, 1, 1, 10, false}).ok());
+  ASSERT_TRUE(reg->record_accounting({live_id, live_node, "", 0, 1, 1, 1, 10, false}).ok());
+  ASSERT_TRUE(reg->release(old_id, "alice", old_lease.value.secret).ok());
+  // A day and a half later (renewing the live lease and its nodes' heartbeats).
+  for (int h = 0; h < 36; ++h) {
+    now += 3'600'000;
+    reg->heartbeat("a");
+    reg->heartbeat("b");
+    ASSERT_TRUE(reg->renew(live_id, "alice", live.value.secret, 100'000).ok());
+    reg->tick();
+  }
+  EXPECT_FALSE(store.load_lease(old_id)) << "the ended lease outlived the retention";
+  EXPECT_TRUE(store.accounting_for_lease(old_id).empty());
+  EXPECT_TRUE(store.load_lease(live_id));
+  EXPECT_EQ(store.accounting_for_lease(live_id).size(), 1u);
+}
+
 TEST_F(Fixture, OperatorNodesAndRemoval) {
   auto n = reg->add_node("c", "10.0.0.3:1", 2, 1024, std::nullopt);
   ASSERT_TRUE(n.ok()) << n.message;
