@@ -270,6 +270,21 @@ Status Registry::drain(const std::string &name, bool drained) {
   return {};
 }
 
+Result<Node> Registry::rotate_secret(const std::string &name, std::optional<NodeSecret> secret) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return error<Node>(Outcome::NotFound, "no node " + name);
+  Node n = it->second.node;
+  n.secret = secret ? *secret : generate_secret();
+  if (sodium_memcmp(n.secret.data(), it->second.node.secret.data(), n.secret.size()) == 0)
+    return error<Node>(Outcome::Invalid, "node " + name + " has this secret already");
+  if (auto s = persist_node(n); !s.ok())
+    return error<Node>(s);
+  it->second.node = n;
+  log()->info("node {}: secret rotated; its executor manager needs the new one", name);
+  return success(n);
+}
+
 Status Registry::remove_node(const std::string &name, bool revoke_leases) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())

@@ -145,6 +145,11 @@ public:
   /// naming the node. A node that comes back starts with no leases.
   Status mark_down(const std::string &name);
   Status drain(const std::string &name, bool drained);
+  /// Operator: gives node `name` a new secret (`secret`, or a generated one)
+  /// and returns the node with it. Its leases and its registered connection
+  /// stay; its next registration, and the tokens of grants and renewals from
+  /// now on, use the new secret.
+  Result<Node> rotate_secret(const std::string &name, std::optional<NodeSecret> secret);
   /// Removes a node. With active leases: Conflict, unless `revoke_leases`.
   Status remove_node(const std::string &name, bool revoke_leases);
 

@@ -334,6 +334,42 @@ struct RestServer::Routes {
     send_status(w, st, Code::Ok, st.ok() ? node_json(*view) : json());
   }
 
+  void rotate_secret(const Request &req, ResponseWriter &w) {
+    std::string name = req.param(":name").as<std::string>();
+    std::optional<NodeSecret> secret;
+    if (!req.body().empty()) {
+      json in = json::parse(req.body());
+      if (!in.is_object())
+        return send_error(w, Code::Bad_Request, "invalid", "expected a JSON object");
+      for (auto it = in.begin(); it != in.end(); ++it)
+        if (it.key() != "secret")
+          return send_error(w, Code::Bad_Request, "invalid",
+                            "unknown field \"" + it.key() + "\" (valid: secret)");
+      if (in.contains("secret")) {
+        NodeSecret sec;
+        if (!from_hex(in.at("secret").get<std::string>(), sec))
+          return send_error(w, Code::Bad_Request, "invalid",
+                            "secret must be " + std::to_string(2 * kNodeSecretSize) +
+                                " hex digits (or leave it out to have one generated)");
+        secret = sec;
+      }
+    }
+    auto [st, view] = s.loop_.call([&](Registry &r) {
+      auto res = r.rotate_secret(name, secret);
+      std::optional<NodeView> v;
+      if (res.ok())
+        v = r.node(name);
+      return std::make_pair(Status{res.outcome, res.message}, v);
+    });
+    json body;
+    if (st.ok()) {
+      body = node_json(*view);
+      // Shown once, for the executor manager's secret file.
+      body["secret"] = to_hex(view->node.secret);
+    }
+    send_status(w, st, Code::Ok, body);
+  }
+
   void remove_node(const Request &req, ResponseWriter &w) {
     std::string name = req.param(":name").as<std::string>();
     auto force = query(req, "force");
@@ -447,6 +483,8 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
   Rest::Routes::Post(*router, "/nodes/:name/drain",
                      routes->wrap(A::Write, bind(&Routes::drain_node)));
   Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(A::Write, bind(&Routes::remove_node)));
+  Rest::Routes::Post(*router, "/nodes/:name/secret",
+                     routes->wrap(A::Write, bind(&Routes::rotate_secret)));
   Rest::Routes::Get(*router, "/leases", routes->wrap(A::Read, bind(&Routes::list_leases)));
   Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(A::Write, bind(&Routes::revoke_lease)));
   Rest::Routes::Get(*router, "/accounting", routes->wrap(A::Read, bind(&Routes::accounting)));

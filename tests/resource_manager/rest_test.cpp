@@ -142,6 +142,45 @@ TEST_F(RestFixture, CsvExportEscapesFormulaCells) {
     EXPECT_EQ(csv.body.find(bad), std::string::npos) << bad << " in " << csv.body;
 }
 
+// POST /nodes/{name}/secret: a new secret, returned once; the node's leases
+// stay, and only the new secret registers it from then on.
+TEST_F(RestFixture, RotatingANodeSecretKeepsItsLeases) {
+  NodeSecret old_secret = generate_secret();
+  auto g = loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 4, 4096, old_secret);
+    return r.grant({"alice", 2, 100, 0, 1});
+  });
+  ASSERT_TRUE(g.ok()) << g.message;
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", "", kReader).status, 401);
+  auto r = http(rest.port(), "POST", "/nodes/n1/secret", "", kToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  NodeSecret fresh;
+  ASSERT_TRUE(from_hex(json::parse(r.body)["secret"].get<std::string>(), fresh)) << r.body;
+  EXPECT_NE(fresh, old_secret);
+  EXPECT_EQ(json::parse(r.body)["active_leases"], 1);
+  EXPECT_EQ(json::parse(r.body)["state"], "up");
+  EXPECT_TRUE(loop.call([&](Registry &reg) { return reg.active_lease(g.value.lease.id); }));
+  EXPECT_EQ(
+      loop.call([&](Registry &reg) { return reg.register_node("n1", "h:1", 4, 4096, old_secret); })
+          .outcome,
+      Outcome::Forbidden);
+  EXPECT_TRUE(
+      loop.call([&](Registry &reg) { return reg.register_node("n1", "h:1", 4, 4096, fresh); })
+          .ok());
+  // An operator's own secret, and the bad inputs.
+  const std::string mine(64, 'c');
+  r = http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["secret"], mine);
+  r = http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("has this secret already"), std::string::npos) << r.body;
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":"xyz"})", kToken).status,
+            400);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", R"({"scret":1})", kToken).status, 400);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/zz/secret", "", kToken).status, 404);
+}
+
 TEST_F(RestFixture, AddDrainRemoveNode) {
   auto r = http(rest.port(), "POST", "/nodes",
                 R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kToken);
