@@ -86,12 +86,15 @@ struct resource_manager::impl {
     if (client.size() >= proto::kNameCapacity)
       throw Error(phase::usage, address, status::invalid_argument,
                   "client name longer than 63 bytes");
-    rdmalib::Address where;
     try {
       where = rdmalib::Address::parse(address);
     } catch (const rdmalib::Error &e) {
       throw Error(phase::configuration, address, status::invalid_argument, e.what());
     }
+    connect(deadlines.connect);
+  }
+
+  void connect(std::chrono::milliseconds within) {
     proto::ClientHello hello;
     uint8_t pd[sizeof hello];
     proto::encode(hello, pd, sizeof pd);
@@ -100,7 +103,7 @@ struct resource_manager::impl {
     o.send_depth = 4;
     o.refused_retries = 3;
     try {
-      conn = rdmalib::Connection::connect(fabric, where, pd, sizeof pd, deadlines.connect, o);
+      conn = rdmalib::Connection::connect(fabric, where, pd, sizeof pd, within, o);
       proto::ConnectReply reply;
       const std::vector<uint8_t> &rpd = conn.peer_private_data();
       if (!proto::decode(rpd.data(), rpd.size(), reply) || reply.status != proto::ErrorCode::Ok)
@@ -139,10 +142,22 @@ struct resource_manager::impl {
   }
 
   /// Sends `m` and decodes the LeaseGrant that answers it; throws on any
-  /// failure or a status other than ok.
+  /// failure or a status other than ok. A connection the resource manager
+  /// closed meanwhile (an idle client, fabric.client_idle_timeout_ms) is
+  /// opened again first: no request was lost on it.
   template <class M>
   proto::LeaseGrant exchange(const M &m, std::vector<proto::LeaseGrantPart> &parts) {
     auto deadline = Clock::now() + deadlines.allocation;
+    // Empty after a reconnection that failed (the resource manager was down).
+    if (!channel.valid() || channel.closed() ||
+        channel.poll().status == proto::ChannelStatus::Closed) {
+      rfaas::logger().info("the connection to the resource manager {} is closed (an idle client "
+                           "is closed after fabric.client_idle_timeout_ms); connecting again",
+                           address);
+      channel = proto::ControlChannel();
+      conn.close();
+      connect(std::min(deadlines.connect, deadlines.allocation));
+    }
     proto::ChannelStatus s = channel.send(m, deadline);
     proto::ControlMessage reply;
     if (s == proto::ChannelStatus::Ok)
@@ -194,6 +209,7 @@ struct resource_manager::impl {
   }
 
   std::string address;
+  rdmalib::Address where;
   std::string client;
   timeouts deadlines;
   rdmalib::Fabric fabric;

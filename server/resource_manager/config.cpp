@@ -135,7 +135,8 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
     return;
   Node f = root["fabric"];
   f.expect_object({"device_database", "device", "host", "port", "accept_timeout_ms", "heartbeat_ms",
-                   "registration_window_ms", "idle_timeout_ms", "max_connections"});
+                   "registration_window_ms", "idle_timeout_ms", "max_connections",
+                   "reserved_for_nodes", "client_idle_timeout_ms"});
   fc.enabled = true;
   fc.device_database = resolve(
       f.required("device_database", "the device database, e.g. \"devices.json\"").nonempty_string(),
@@ -149,6 +150,13 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
   f.optional("registration_window_ms", fc.registration_window_ms, 1000, 86'400'000);
   f.optional("idle_timeout_ms", fc.idle_timeout_ms, 100, 600'000);
   f.optional("max_connections", fc.max_connections, 1, 100'000);
+  f.optional("reserved_for_nodes", fc.reserved_for_nodes, 0, 100'000);
+  f.optional("client_idle_timeout_ms", fc.client_idle_timeout_ms, 100, 86'400'000);
+  if (fc.reserved_for_nodes >= fc.max_connections)
+    f[f.has("reserved_for_nodes") ? "reserved_for_nodes" : "max_connections"].fail(
+        "fabric.reserved_for_nodes (" + std::to_string(fc.reserved_for_nodes) +
+        ") must be below fabric.max_connections (" + std::to_string(fc.max_connections) +
+        "); expected room for at least one client");
 }
 
 ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {

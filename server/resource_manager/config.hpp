@@ -41,6 +41,13 @@ struct FabricConfig {
   uint64_t idle_timeout_ms = 10'000;
   /// Most open connections (nodes and clients together).
   uint32_t max_connections = 1024;
+  /// Of max_connections, how many clients may never take: they stay free
+  /// for nodes (registering again after a restart, say) however many
+  /// clients connect.
+  uint32_t reserved_for_nodes = 16;
+  /// A client connection that has sent nothing for this long is closed (its
+  /// leases stay; librfaas connects again for its next call).
+  uint64_t client_idle_timeout_ms = 3'600'000;
 };
 
 struct ResourceManagerConfig {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -87,6 +88,8 @@ struct FabricServer::Peer {
   std::string remote;
   std::deque<std::vector<uint8_t>> outbox;
   Clock::time_point since = Clock::now();
+  /// When it last sent a message (idle clients are closed).
+  Clock::time_point heard = Clock::now();
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
   /// Set when it must go once its queued answers have left (a refused
@@ -122,6 +125,12 @@ bool FabricServer::poll(Registry &registry) {
         now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
       p->closing = true;
       p->closing_why = "said nothing within fabric.idle_timeout_ms";
+    }
+    // An idle client holds a slot others may need; its leases stay.
+    if (!p->closing && p->kind == Peer::Kind::Client && p->outbox.empty() &&
+        now - p->heard > milliseconds(cfg_.client_idle_timeout_ms)) {
+      p->closing = true;
+      p->closing_why = "sent nothing within fabric.client_idle_timeout_ms";
     }
     if (!p->closing)
       worked |= flush(*p);
@@ -236,6 +245,7 @@ bool FabricServer::serve(Peer &p, Registry &registry) {
       return worked;
     case proto::ChannelStatus::Ok:
       worked = true;
+      p.heard = Clock::now();
       handle(p, m, registry);
       break;
     case proto::ChannelStatus::Shutdown:
@@ -387,7 +397,41 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
   nodes_[claim.node] = &p;
   answer.heartbeat_ms = cfg_.heartbeat_ms;
   queue(p, answer);
+  resend_ended(p, registry);
   send_pending(p);
+}
+
+void FabricServer::resend_ended(Peer &p, Registry &registry) {
+  // A node that registers may have restarted and forgotten which leases
+  // ended on it, and this process may have restarted and lost the notices it
+  // held: every ended lease of the node whose token has not expired is told
+  // again (a node takes a notice it knew as a no-op). Expired tokens are
+  // refused by the node's own clock anyway.
+  std::vector<Lease> ended;
+  try {
+    ended = registry.store().ended_unexpired_on(p.node, registry.now());
+  } catch (const StoreError &e) {
+    log()->error("fabric: cannot read the ended leases of node {}: {}", p.node, e.what());
+    return;
+  }
+  // Held notices for the node are in pending_; skip those it will get.
+  std::set<uint64_t> held;
+  if (auto it = pending_.find(p.node); it != pending_.end())
+    for (const proto::LeaseEnded &e : it->second)
+      held.insert(e.lease_id);
+  for (const Lease &l : ended) {
+    if (held.count(l.id))
+      continue;
+    proto::LeaseEnded notice;
+    notice.lease_id = l.id;
+    notice.expiry_ms = l.expiry_ms;
+    notice.why = end_reason(l.state);
+    hold(p.node, notice);
+  }
+  if (!ended.empty())
+    log()->info("fabric: node {} registered; {} ended lease(s) whose tokens have not expired are "
+                "told again",
+                p.node, ended.size());
 }
 
 bool FabricServer::send_pending(Peer &p) {
@@ -458,6 +502,26 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
   queue_bytes(p, std::move(bytes));
 }
 
+bool FabricServer::admit_client(Peer &p) {
+  if (p.kind == Peer::Kind::Client)
+    return true;
+  if (clients_ + cfg_.reserved_for_nodes >= cfg_.max_connections) {
+    // Answered, then closed: the slot stays free for a node.
+    p.close_after_send = true;
+    p.closing_why = "refused: the client connections are full";
+    return false;
+  }
+  p.kind = Peer::Kind::Client;
+  ++clients_;
+  return true;
+}
+
+std::string FabricServer::client_slots_full() const {
+  return "too many client connections (" + std::to_string(clients_) + " of " +
+         std::to_string(cfg_.max_connections) + "; " + std::to_string(cfg_.reserved_for_nodes) +
+         " are kept for nodes); try again later";
+}
+
 void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Registry &registry) {
   proto::LeaseRequest req;
   std::string why;
@@ -466,7 +530,8 @@ void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Reg
     p.closing_why = "a node connection asked for a lease";
     return;
   }
-  p.kind = Peer::Kind::Client;
+  if (!admit_client(p))
+    return grant_reply(p, Status{Outcome::Unavailable, client_slots_full()}, nullptr, 0);
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRequest: " + why}, nullptr, 0);
   LeaseRequest lr;
@@ -489,7 +554,8 @@ void FabricServer::on_renew(Peer &p, const proto::ControlMessage &m, Registry &r
     p.closing_why = "a node connection sent LeaseRenew";
     return;
   }
-  p.kind = Peer::Kind::Client;
+  if (!admit_client(p))
+    return grant_reply(p, Status{Outcome::Unavailable, client_slots_full()}, nullptr, 0);
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRenew: " + why}, nullptr, 0);
   LeaseSecret secret;
@@ -507,7 +573,8 @@ void FabricServer::on_release(Peer &p, const proto::ControlMessage &m, Registry 
     p.closing_why = "a node connection sent LeaseRelease";
     return;
   }
-  p.kind = Peer::Kind::Client;
+  if (!admit_client(p))
+    return grant_reply(p, Status{Outcome::Unavailable, client_slots_full()}, nullptr, 0);
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRelease: " + why}, nullptr, 0);
   LeaseSecret secret;
@@ -629,6 +696,8 @@ void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
   } else {
     log()->debug("fabric: {} {}", p.remote, why);
   }
+  if (p.kind == Peer::Kind::Client && clients_ > 0)
+    --clients_;
   p.conn.close();
 }
 
@@ -639,6 +708,7 @@ void FabricServer::stop(Registry &) {
     p->conn.close();
   nodes_.clear();
   peers_.clear();
+  clients_ = 0;
 }
 
 } // namespace rfaas::rm

@@ -77,6 +77,10 @@ private:
   void handle(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void dispatch(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_register(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  /// Makes `p` a client if a client slot is free (max_connections less the
+  /// slots reserved for nodes); false: refused, closed after the answer.
+  bool admit_client(Peer &p);
+  std::string client_slots_full() const;
   void on_lease_request(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_renew(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_release(Peer &p, const protocol::ControlMessage &m, Registry &registry);
@@ -84,6 +88,9 @@ private:
   /// Queues the lease-ended notices that wait for node `p`, as many as its
   /// send queue's notice window takes; true if any moved.
   bool send_pending(Peer &p);
+  /// Queues again the notices of every ended lease of node `p` whose token
+  /// has not expired (the node or this process may have restarted).
+  void resend_ended(Peer &p, Registry &registry);
   /// Keeps a notice for `node` until its connection takes it.
   void hold(const std::string &node, const protocol::LeaseEnded &notice);
   void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
@@ -99,6 +106,8 @@ private:
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  /// Peers that are clients (at most max_connections - reserved_for_nodes).
+  size_t clients_ = 0;
   /// Node name -> its registered connection.
   std::map<std::string, Peer *> nodes_;
   /// Notices waiting per node: for nodes that were not connected (sent when

@@ -605,6 +605,12 @@ Status Registry::record_accounting(AccountingRecord r) {
   if (r.reported_ms == 0)
     r.reported_ms = clock_();
   try {
+    // A final report is the last word for its lease on that node: a node
+    // told of the lease's end again (after a restart) reports it again,
+    // possibly with nothing, and must not overwrite it.
+    for (const AccountingRecord &old : store_.accounting_for_lease(r.lease_id))
+      if (old.node == r.node && old.final)
+        return {};
     store_.put_accounting(r);
   } catch (const StoreError &e) {
     return fail(Outcome::StoreFailed, e.what());

@@ -403,6 +403,21 @@ std::optional<Lease> Store::load_lease(uint64_t id) const {
   return std::move(v.front());
 }
 
+std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t now_ms) const {
+  Stmt q(db_, "SELECT DISTINCT l.id FROM leases l JOIN lease_parts p ON p.lease_id = l.id "
+              "WHERE p.node = ?1 AND l.state != 'active' AND l.expiry_ms > ?2");
+  q.bind(1, node);
+  q.bind(2, now_ms);
+  std::vector<uint64_t> ids;
+  while (q.step())
+    ids.push_back(q.u64(0));
+  std::vector<Lease> out;
+  for (uint64_t id : ids)
+    if (auto l = load_lease(id))
+      out.push_back(std::move(*l));
+  return out;
+}
+
 void Store::put_accounting(const AccountingRecord &r) {
   Stmt q(db_, "INSERT OR REPLACE INTO accounting (lease_id, node, client, reported_ms, "
               "allocation_us, hot_polling_us, execution_us, memory_mib, final) "

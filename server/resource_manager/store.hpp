@@ -55,6 +55,9 @@ public:
   std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
                                  size_t limit = SIZE_MAX) const;
   std::optional<Lease> load_lease(uint64_t id) const;
+  /// Leases that ended but whose expiry is after `now_ms`, with a part on
+  /// `node`: their tokens would still verify on a node that forgot the end.
+  std::vector<Lease> ended_unexpired_on(const std::string &node, uint64_t now_ms) const;
 
   /// Inserts or replaces the record of (lease_id, node).
   void put_accounting(const AccountingRecord &rec);

@@ -240,6 +240,11 @@ TEST(ResourceManagerConfig, FabricBlock) {
       "fabric": {"device_database": "d", "device": "x"}})"),
             "test.json: nodes.heartbeat_timeout_ms: not longer than fabric.heartbeat_ms (1000, "
             "the default); expected more than that");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(,
+      "fabric": {"device_database": "d", "device": "x", "max_connections": 8,
+                 "reserved_for_nodes": 8}})"),
+            "test.json: fabric.reserved_for_nodes: fabric.reserved_for_nodes (8) must be below "
+            "fabric.max_connections (8); expected room for at least one client");
   // Without a fabric block the heartbeat is not used: no conflict.
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 500}})"),
             "");

@@ -65,7 +65,8 @@ proto::ControlClock::time_point in(std::chrono::milliseconds d) {
 /// One resource manager for the whole run.
 class ResourceManager {
 public:
-  void start() {
+  /// `fabric` overrides keys of the configuration's fabric block.
+  void start(const json &fabric_overrides = json::object()) {
     char tmpl[] = "/tmp/rfaas-rm-fabric-XXXXXX";
     if (!mkdtemp(tmpl))
       throw std::runtime_error("mkdtemp failed");
@@ -84,6 +85,7 @@ public:
                 {"nodes", {{"heartbeat_timeout_ms", 60000}}},
                 {"tick_ms", 50},
                 {"log", {{"level", "warn"}}}};
+    cfg["fabric"].update(fabric_overrides);
     std::ofstream(dir_ + "/rm.json") << cfg.dump(2);
     // The readiness lines go to stderr: merge it into the pipe the test reads.
     proc_ = rfaas::e2e::Process(
@@ -123,14 +125,16 @@ struct Peer {
   proto::ControlChannel channel;
   rdmalib::Connection conn;
 
-  Peer() {
+  explicit Peer(ResourceManager *to = nullptr) {
+    if (!to)
+      to = rm;
     proto::ClientHello hello;
     uint8_t pd[sizeof hello];
     proto::encode(hello, pd, sizeof pd);
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = 10;
     opts.refused_retries = 3;
-    conn = rdmalib::Connection::connect(*fabric, rm->address(), pd, sizeof pd, 5000ms, opts);
+    conn = rdmalib::Connection::connect(*fabric, to->address(), pd, sizeof pd, 5000ms, opts);
     proto::ControlOptions copts;
     copts.receives = 8;
     copts.receive_size = proto::kMaxLeaseGrantSize;
@@ -497,6 +501,118 @@ TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
   EXPECT_EQ(ended, granted);
   EXPECT_EQ(node_view("foxtrot").value("state", ""), "up");
   EXPECT_EQ(node_view("foxtrot").value("cores_used", -1), 0);
+}
+
+// Clients cannot take the slots kept for nodes, and an idle client's
+// connection closes (its slot is free again).
+TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
+  ResourceManager small;
+  small.start(json{{"max_connections", 4},
+                   {"reserved_for_nodes", 2},
+                   {"client_idle_timeout_ms", 1500},
+                   {"idle_timeout_ms", 60000}});
+  struct Stop {
+    ResourceManager &m;
+    ~Stop() { m.stop(); }
+  } stop{small};
+  auto ask = [](Peer &c) {
+    proto::LeaseRequest req;
+    req.cores = 1000; // more than anyone has: the answer names the reason
+    proto::set_text(req.client, "grace");
+    std::vector<proto::LeaseGrantPart> parts;
+    return c.ask(req, parts);
+  };
+  auto a = std::make_unique<Peer>(&small);
+  auto b = std::make_unique<Peer>(&small);
+  EXPECT_EQ(ask(*a).status, proto::ErrorCode::ResourcesUnavailable);
+  EXPECT_EQ(ask(*b).status, proto::ErrorCode::ResourcesUnavailable);
+  {
+    Peer third(&small);
+    proto::LeaseGrant refused = ask(third);
+    EXPECT_EQ(refused.status, proto::ErrorCode::ResourcesUnavailable);
+    EXPECT_NE(std::string(proto::get_text(refused.message)).find("too many client connections"),
+              std::string::npos)
+        << proto::get_text(refused.message);
+  }
+  // A node still registers: the slots beyond the clients' are its.
+  json body = {{"name", "golf"},
+               {"address", "127.0.0.1:20004"},
+               {"cores", 2},
+               {"memory_mib", 4096},
+               {"secret", secret_hex('d')}};
+  ASSERT_EQ(http(small.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  Peer node(&small);
+  ASSERT_EQ(node.register_node("golf", 'd', 2).status, proto::ErrorCode::Ok);
+  // The idle clients are closed after client_idle_timeout_ms (reliable-
+  // datagram providers do not tell the peer): a new client is served once
+  // their slots are free again.
+  bool served = false;
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (!served && std::chrono::steady_clock::now() < deadline) {
+    Peer again(&small);
+    proto::LeaseGrant r = ask(again);
+    served = std::string(proto::get_text(r.message)).find("too many client connections") ==
+             std::string::npos;
+    if (served) {
+      std::vector<proto::LeaseGrantPart> parts;
+      proto::LeaseGrant g = again.request(1, 10000, parts, "grace");
+      EXPECT_EQ(g.status, proto::ErrorCode::Ok) << proto::get_text(g.message);
+    } else {
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  EXPECT_TRUE(served) << "idle clients kept their connections";
+}
+
+// A node that registers again (after a restart of its own, or of the
+// resource manager) is told again of every ended lease whose token has not
+// expired, so that a token of a released lease does not come back to life.
+TEST(RmFabric, ARegisteringNodeHearsAgainOfEndedLeasesWhoseTokensLive) {
+  add_node("hotel", '8', 2);
+  for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2", "foxtrot"})
+    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  uint64_t id = 0;
+  {
+    Peer node;
+    ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
+    Peer client;
+    std::vector<proto::LeaseGrantPart> parts;
+    proto::LeaseGrant g = client.request(1, 60000, parts, "henry");
+    ASSERT_EQ(g.status, proto::ErrorCode::Ok) << proto::get_text(g.message);
+    id = g.lease_id;
+    proto::LeaseRelease rel;
+    rel.lease_id = id;
+    rel.secret = g.secret;
+    proto::set_text(rel.client, "henry");
+    ASSERT_EQ(client.ask(rel, parts).status, proto::ErrorCode::Ok);
+    EXPECT_EQ(node.await_ended().lease_id, id);
+    proto::AccountingReport final_report;
+    final_report.lease_id = id;
+    final_report.execution_us = 5;
+    final_report.final = 1;
+    EXPECT_EQ(node.channel.send(final_report, in(5s)), proto::ChannelStatus::Ok);
+    proto::Shutdown bye;
+    EXPECT_EQ(node.channel.send(bye, in(5s)), proto::ChannelStatus::Ok);
+  }
+  EXPECT_TRUE(wait_state("hotel", "down"));
+  // The node restarted and remembers nothing: it hears of the lease again.
+  Peer node;
+  ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
+  proto::LeaseEnded again = node.await_ended();
+  EXPECT_EQ(again.lease_id, id);
+  EXPECT_EQ(again.why, proto::LeaseEndReason::Released);
+  // Its report of "nothing" for it does not replace the final one.
+  proto::AccountingReport empty;
+  empty.lease_id = id;
+  empty.final = 1;
+  EXPECT_EQ(node.channel.send(empty, in(5s)), proto::ChannelStatus::Ok);
+  // A connection's messages are handled in order: once a registration on it
+  // is answered, the report before it was taken.
+  ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
+  json acc = json::parse(
+      http(rm->rest(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
+  ASSERT_EQ(acc["records"].size(), 1u) << acc.dump();
+  EXPECT_EQ(acc["records"][0]["execution_us"], 5) << acc.dump();
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
