@@ -167,7 +167,7 @@ if [[ $standalone != 1 ]]; then
   # Registration follows the listening line: wait until the node is up.
   up=0
   for _ in $(seq 1 300); do
-    curl -sS "$rest/nodes" >"$work/nodes.json" 2>/dev/null &&
+    curl -sS -H "Authorization: Bearer $token" "$rest/nodes" >"$work/nodes.json" 2>/dev/null &&
       grep -q '"name":"node1"[^}]*"state":"up"\|"state":"up"[^}]*"name":"node1"' "$work/nodes.json" &&
       { up=1; break; }
     kill -0 "$manager_pid" 2>/dev/null || fail "the executor manager exited"
@@ -194,11 +194,11 @@ if [[ $standalone != 1 ]]; then
   # The lease's end reaches the node, which reports its accounting: show the
   # resource manager's view once that report is final (bounded wait).
   for _ in $(seq 1 100); do
-    curl -sS "$rest/accounting" >"$work/accounting.json" 2>/dev/null &&
+    curl -sS -H "Authorization: Bearer $token" "$rest/accounting" >"$work/accounting.json" 2>/dev/null &&
       grep -q '"final":true' "$work/accounting.json" && break
     sleep 0.1
   done
-  echo "GET $rest/leases?state=all: $(curl -sS "$rest/leases?state=all")"
+  echo "GET $rest/leases?state=all: $(curl -sS -H "Authorization: Bearer $token" "$rest/leases?state=all")"
   echo "GET $rest/accounting: $(cat "$work/accounting.json")"
   grep -q '"final":true' "$work/accounting.json" ||
     fail "the node's final accounting for the lease did not reach the resource manager"

@@ -107,6 +107,11 @@ ChannelStatus ControlChannel::post_encoded(size_t size) noexcept {
   refused_ = st != rdmalib::Status::Ok;
   if (st == rdmalib::Status::Closed)
     return ChannelStatus::Closed;
+  // No room within the connection's post deadline (a peer that does not
+  // read): nothing was posted, and an owner with a queue of its own may
+  // post again later.
+  if (st == rdmalib::Status::Timeout || st == rdmalib::Status::Again)
+    return ChannelStatus::Timeout;
   if (st != rdmalib::Status::Ok)
     return ChannelStatus::SendFailed;
   send_pending_ = true;
@@ -158,6 +163,10 @@ ChannelStatus ControlChannel::send_encoded(size_t size,
     ops_.set_post_deadline(left);
   ChannelStatus s = post_encoded(size);
   ops_.set_post_deadline(saved);
+  // A post refused for want of room fails the send as any refused post
+  // does (after_send() then looks for an answer that arrived before).
+  if (s == ChannelStatus::Timeout)
+    s = ChannelStatus::SendFailed;
   if (s != ChannelStatus::Ok)
     return s;
   return finish_pending(deadline);

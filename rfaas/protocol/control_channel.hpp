@@ -162,7 +162,9 @@ public:
   /// poll()). For owners that queue messages and post one at a time.
   bool send_idle() noexcept;
   /// Post the first `size` bytes of the send area without waiting, like
-  /// post(); the area must be free (send_idle()). Ok, Closed or SendFailed.
+  /// post(); the area must be free (send_idle()). Ok, Closed, SendFailed, or
+  /// Timeout when the provider had no room within the connection's post
+  /// deadline (nothing was posted; post again after polling).
   ChannelStatus post_encoded(size_t size) noexcept;
 
   // ---- receiving -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-// The resource-manager messages of the rFaaS wire protocol (version 4): what
+// The resource-manager messages of the rFaaS wire protocol (version 5): what
 // executor managers (nodes) and clients say to the resource manager, and what
 // a client shows an executor manager to prove its lease.
 //
@@ -144,6 +144,9 @@ struct LeaseRenew {
   Header header{kMagic, kVersion, kType};
   uint64_t lease_id = 0;
   uint64_t duration_ms = 0;
+  /// The lease's secret (LeaseGrant::secret of its grant): the lease id and
+  /// the client name are not enough to renew someone else's lease.
+  Token secret;
   /// Must name the client the lease was granted to.
   char client[kNameCapacity] = {};
 
@@ -151,6 +154,7 @@ struct LeaseRenew {
     f(s.header);
     f(s.lease_id);
     f(s.duration_ms);
+    f(s.secret);
     f(s.client);
   }
   WireResult validate() const noexcept;
@@ -163,11 +167,14 @@ struct LeaseRelease {
   static constexpr const char *kName = "LeaseRelease";
   Header header{kMagic, kVersion, kType};
   uint64_t lease_id = 0;
+  /// The lease's secret, as for LeaseRenew.
+  Token secret;
   char client[kNameCapacity] = {};
 
   template <class S, class F> static void fields(S &s, F &f) {
     f(s.header);
     f(s.lease_id);
+    f(s.secret);
     f(s.client);
   }
   WireResult validate() const noexcept;
@@ -209,6 +216,10 @@ struct LeaseGrant {
   uint64_t lease_id = 0;
   /// Milliseconds since the Unix epoch.
   uint64_t expiry_ms = 0;
+  /// Answering a LeaseRequest: the lease's secret, 128 random bits that only
+  /// the client holding this grant knows; LeaseRenew and LeaseRelease must
+  /// present it. Zero in every other answer (a renewal keeps the secret).
+  Token secret;
   char message[kMessageCapacity] = {};
 
   template <class S, class F> static void fields(S &s, F &f) {
@@ -218,6 +229,7 @@ struct LeaseGrant {
     f(s.parts);
     f(s.lease_id);
     f(s.expiry_ms);
+    f(s.secret);
     f(s.message);
   }
   WireResult validate() const noexcept;
@@ -339,14 +351,16 @@ RFAAS_WIRE_OFFSET(LeaseRequest, memory_mib, 16);
 RFAAS_WIRE_OFFSET(LeaseRequest, duration_ms, 24);
 RFAAS_WIRE_OFFSET(LeaseRequest, client, 32);
 
-RFAAS_WIRE_LAYOUT(LeaseRenew, 88);
+RFAAS_WIRE_LAYOUT(LeaseRenew, 104);
 RFAAS_WIRE_OFFSET(LeaseRenew, lease_id, 8);
 RFAAS_WIRE_OFFSET(LeaseRenew, duration_ms, 16);
-RFAAS_WIRE_OFFSET(LeaseRenew, client, 24);
+RFAAS_WIRE_OFFSET(LeaseRenew, secret, 24);
+RFAAS_WIRE_OFFSET(LeaseRenew, client, 40);
 
-RFAAS_WIRE_LAYOUT(LeaseRelease, 80);
+RFAAS_WIRE_LAYOUT(LeaseRelease, 96);
 RFAAS_WIRE_OFFSET(LeaseRelease, lease_id, 8);
-RFAAS_WIRE_OFFSET(LeaseRelease, client, 16);
+RFAAS_WIRE_OFFSET(LeaseRelease, secret, 16);
+RFAAS_WIRE_OFFSET(LeaseRelease, client, 32);
 
 RFAAS_WIRE_LAYOUT(LeaseGrantPart, 224);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, cores, 0);
@@ -355,12 +369,13 @@ RFAAS_WIRE_OFFSET(LeaseGrantPart, token, 16);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, node, 32);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, address, 96);
 
-RFAAS_WIRE_LAYOUT(LeaseGrant, 160);
+RFAAS_WIRE_LAYOUT(LeaseGrant, 176);
 RFAAS_WIRE_OFFSET(LeaseGrant, status, 8);
 RFAAS_WIRE_OFFSET(LeaseGrant, parts, 12);
 RFAAS_WIRE_OFFSET(LeaseGrant, lease_id, 16);
 RFAAS_WIRE_OFFSET(LeaseGrant, expiry_ms, 24);
-RFAAS_WIRE_OFFSET(LeaseGrant, message, 32);
+RFAAS_WIRE_OFFSET(LeaseGrant, secret, 32);
+RFAAS_WIRE_OFFSET(LeaseGrant, message, 48);
 
 RFAAS_WIRE_LAYOUT(LeaseEnded, 32);
 RFAAS_WIRE_OFFSET(LeaseEnded, lease_id, 8);

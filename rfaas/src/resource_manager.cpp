@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include <rdmalib/rdmalib.hpp>
 
@@ -19,6 +21,7 @@ namespace rfaas {
 
 namespace proto = rfaas::protocol;
 using Clock = std::chrono::steady_clock;
+static_assert(sizeof(lease::secret) == proto::kTokenSize, "LeaseGrant::secret fits rfaas::lease");
 
 namespace {
 
@@ -67,12 +70,15 @@ struct resource_manager::impl {
     if (client.size() >= proto::kNameCapacity)
       throw Error(phase::usage, address, status::invalid_argument,
                   "client name longer than 63 bytes");
-    rdmalib::Address where;
     try {
       where = rdmalib::Address::parse(address);
     } catch (const rdmalib::Error &e) {
       throw Error(phase::configuration, address, status::invalid_argument, e.what());
     }
+    connect(deadlines.connect);
+  }
+
+  void connect(std::chrono::milliseconds within) {
     proto::ClientHello hello;
     uint8_t pd[sizeof hello];
     proto::encode(hello, pd, sizeof pd);
@@ -81,7 +87,7 @@ struct resource_manager::impl {
     o.send_depth = 4;
     o.refused_retries = 3;
     try {
-      conn = rdmalib::Connection::connect(fabric, where, pd, sizeof pd, deadlines.connect, o);
+      conn = rdmalib::Connection::connect(fabric, where, pd, sizeof pd, within, o);
       proto::ConnectReply reply;
       const std::vector<uint8_t> &rpd = conn.peer_private_data();
       if (!proto::decode(rpd.data(), rpd.size(), reply) || reply.status != proto::ErrorCode::Ok)
@@ -120,10 +126,22 @@ struct resource_manager::impl {
   }
 
   /// Sends `m` and decodes the LeaseGrant that answers it; throws on any
-  /// failure or a status other than ok.
+  /// failure or a status other than ok. A connection the resource manager
+  /// closed meanwhile (an idle client, fabric.client_idle_timeout_ms) is
+  /// opened again first: no request was lost on it.
   template <class M>
   proto::LeaseGrant exchange(const M &m, std::vector<proto::LeaseGrantPart> &parts) {
     auto deadline = Clock::now() + deadlines.allocation;
+    // Empty after a reconnection that failed (the resource manager was down).
+    if (!channel.valid() || channel.closed() ||
+        channel.poll().status == proto::ChannelStatus::Closed) {
+      rfaas::logger().info("the connection to the resource manager {} is closed (an idle client "
+                           "is closed after fabric.client_idle_timeout_ms); connecting again",
+                           address);
+      channel = proto::ControlChannel();
+      conn.close();
+      connect(std::min(deadlines.connect, deadlines.allocation));
+    }
     proto::ChannelStatus s = channel.send(m, deadline);
     proto::ControlMessage reply;
     if (s == proto::ChannelStatus::Ok)
@@ -150,6 +168,10 @@ struct resource_manager::impl {
     l.id = g.lease_id;
     l.expiry_ms = g.expiry_ms;
     l.client = client;
+    // Only the grant carries the secret; a renewal keeps the one it had.
+    if (!std::all_of(std::begin(g.secret.bytes), std::end(g.secret.bytes),
+                     [](uint8_t b) { return b == 0; }))
+      std::memcpy(l.secret.data(), g.secret.bytes, l.secret.size());
     l.parts.clear();
     for (const proto::LeaseGrantPart &p : parts) {
       lease_part out;
@@ -172,6 +194,7 @@ struct resource_manager::impl {
   }
 
   std::string address;
+  rdmalib::Address where;
   std::string client;
   timeouts deadlines;
   rdmalib::Fabric fabric;
@@ -212,6 +235,7 @@ void resource_manager::renew(rfaas::lease &l, std::chrono::milliseconds duration
   proto::LeaseRenew req;
   req.lease_id = l.id;
   req.duration_ms = static_cast<uint64_t>(duration.count() > 0 ? duration.count() : 0);
+  std::memcpy(req.secret.bytes, l.secret.data(), l.secret.size());
   if (!proto::set_text(req.client, l.client.empty() ? impl_->client : l.client) || !req.validate())
     throw Error(phase::usage, impl_->address, status::invalid_argument, "not a granted lease");
   std::vector<proto::LeaseGrantPart> parts;
@@ -225,6 +249,7 @@ void resource_manager::renew(rfaas::lease &l, std::chrono::milliseconds duration
 void resource_manager::release(const rfaas::lease &l) {
   proto::LeaseRelease req;
   req.lease_id = l.id;
+  std::memcpy(req.secret.bytes, l.secret.data(), l.secret.size());
   if (!proto::set_text(req.client, l.client.empty() ? impl_->client : l.client) || !req.validate())
     throw Error(phase::usage, impl_->address, status::invalid_argument, "not a granted lease");
   std::vector<proto::LeaseGrantPart> parts;

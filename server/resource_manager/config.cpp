@@ -1,5 +1,6 @@
 #include "resource_manager/config.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -27,15 +28,33 @@ std::string resolve(const std::string &path, const std::string &base_dir) {
   return base_dir + "/" + path;
 }
 
-/// The administrator token: http.token, or the first line of http.token_file.
-std::string read_token(const Node &root, const std::string &base_dir) {
-  Node h = root.required("http",
-                         std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
-  h.expect_object({"host", "port", "threads", "token", "token_file"});
-  if (h.has("token") && h.has("token_file"))
-    h.fail("both \"token\" and \"token_file\" given; expected one of them");
-  if (h.has("token_file")) {
-    Node f = h["token_file"];
+/// Tokens that example configurations ship with: a service started with one
+/// would let anyone who read the example change it.
+bool is_placeholder(const std::string &token) {
+  std::string lower;
+  for (char c : token)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.rfind("change-me", 0) == 0 || lower.rfind("changeme", 0) == 0;
+}
+
+/// A bearer token: `key`, or the first line of `key`_file (one of them;
+/// `required` or absent -> empty).
+std::string read_token(const Node &h, const std::string &base_dir, const std::string &key,
+                       bool required) {
+  const std::string file_key = key + "_file";
+  if (h.has(key.c_str()) && h.has(file_key.c_str()))
+    h.fail("both \"" + key + "\" and \"" + file_key + "\" given; expected one of them");
+  auto check = [&](const Node &where, const std::string &token, const std::string &too_short) {
+    if (token.size() < 16)
+      where.fail(too_short + "; expected " + kTokenHint);
+    if (is_placeholder(token))
+      where.fail("the placeholder token of the shipped example (\"" + token +
+                 "\") is refused; expected your own token, e.g. from `openssl rand -hex 32`, "
+                 "best in http." +
+                 file_key + " (a file only the service can read)");
+  };
+  if (h.has(file_key.c_str())) {
+    Node f = h[file_key.c_str()];
     std::string file = resolve(f.nonempty_string(), base_dir);
     std::ifstream in(file);
     if (!in) {
@@ -47,35 +66,60 @@ std::string read_token(const Node &root, const std::string &base_dir) {
     std::getline(in, token);
     while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
       token.pop_back();
-    if (token.size() < 16)
-      f.fail("the first line of " + file + " has " + std::to_string(token.size()) +
-             " characters; expected " + kTokenHint);
+    check(f, token,
+          "the first line of " + file + " has " + std::to_string(token.size()) + " characters");
     return token;
   }
-  Node t = h.required("token", std::string("\"token\" or \"token_file\": ") + kTokenHint);
+  if (!required && !h.has(key.c_str()))
+    return {};
+  Node t = h.required(key.c_str(), "\"" + key + "\" or \"" + file_key + "\": " + kTokenHint);
   std::string token = t.string();
-  if (token.size() < 16)
-    t.fail("too short (" + std::to_string(token.size()) + " characters); expected " + kTokenHint);
+  check(t, token, "too short (" + std::to_string(token.size()) + " characters)");
   return token;
 }
 
 void read_http(const Node &root, ResourceManagerConfig &c, const std::string &base_dir) {
-  c.admin_token = read_token(root, base_dir);
-  Node h = root["http"];
+  Node h = root.required("http",
+                         std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
+  h.expect_object({"host", "port", "threads", "token", "token_file", "read_token",
+                   "read_token_file", "open_endpoints", "loop_timeout_ms"});
+  c.admin_token = read_token(h, base_dir, "token", true);
+  c.read_token = read_token(h, base_dir, "read_token", false);
+  if (!c.read_token.empty() && c.read_token == c.admin_token)
+    h[h.has("read_token") ? "read_token" : "read_token_file"].fail(
+        "the same as the operator token; expected another token (or leave it out)");
   h.optional("host", c.http_host);
   h.optional("port", c.http_port, 0, 65535);
   h.optional("threads", c.http_threads, 1, 64);
+  h.optional("loop_timeout_ms", c.http_loop_timeout_ms, 10, 600'000);
+  if (h.has("open_endpoints")) {
+    Node open = h["open_endpoints"];
+    const size_t n = open.expect_array();
+    c.open_health = c.open_metrics = false;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string e = open[i].string();
+      if (e == "/health")
+        c.open_health = true;
+      else if (e == "/metrics")
+        c.open_metrics = true;
+      else
+        open[i].fail("unknown endpoint \"" + e +
+                     "\"; expected \"/health\" and/or \"/metrics\" (every other endpoint "
+                     "needs a token)");
+    }
+  }
 }
 
 void read_leases(const Node &root, RegistryOptions &r) {
   if (!root.has("leases"))
     return;
   Node l = root["leases"];
-  l.expect_object({"default_duration_ms", "max_duration_ms", "max_nodes"});
+  l.expect_object({"default_duration_ms", "max_duration_ms", "max_nodes", "default_memory_mib"});
   constexpr uint64_t kMonth = 30ull * 86400000;
   l.optional("default_duration_ms", r.default_lease_ms, 1000, kMonth);
   l.optional("max_duration_ms", r.max_lease_ms, 1000, kMonth);
   l.optional("max_nodes", r.max_nodes_per_lease, 1, 1024);
+  l.optional("default_memory_mib", r.default_memory_mib, 1, 1ull << 32);
   if (r.default_lease_ms <= r.max_lease_ms)
     return;
   // Name the key the file gave; the other one holds its default.
@@ -91,7 +135,8 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
     return;
   Node f = root["fabric"];
   f.expect_object({"device_database", "device", "host", "port", "accept_timeout_ms", "heartbeat_ms",
-                   "registration_window_ms", "idle_timeout_ms", "max_connections"});
+                   "registration_window_ms", "idle_timeout_ms", "max_connections",
+                   "reserved_for_nodes", "client_idle_timeout_ms"});
   fc.enabled = true;
   fc.device_database = resolve(
       f.required("device_database", "the device database, e.g. \"devices.json\"").nonempty_string(),
@@ -105,12 +150,20 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
   f.optional("registration_window_ms", fc.registration_window_ms, 1000, 86'400'000);
   f.optional("idle_timeout_ms", fc.idle_timeout_ms, 100, 600'000);
   f.optional("max_connections", fc.max_connections, 1, 100'000);
+  f.optional("reserved_for_nodes", fc.reserved_for_nodes, 0, 100'000);
+  f.optional("client_idle_timeout_ms", fc.client_idle_timeout_ms, 100, 86'400'000);
+  if (fc.reserved_for_nodes >= fc.max_connections)
+    f[f.has("reserved_for_nodes") ? "reserved_for_nodes" : "max_connections"].fail(
+        "fabric.reserved_for_nodes (" + std::to_string(fc.reserved_for_nodes) +
+        ") must be below fabric.max_connections (" + std::to_string(fc.max_connections) +
+        "); expected room for at least one client");
 }
 
 ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {
   ResourceManagerConfig c;
-  root.expect_object(
-      {"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms", "log"});
+  root.expect_object({"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms",
+                      "retention_days", "log"});
+  root.optional("retention_days", c.registry.retention_days, 0, 36'500);
   if (root.has("database"))
     c.database = root["database"].nonempty_string();
   c.database = resolve(c.database, base_dir);

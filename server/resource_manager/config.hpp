@@ -41,6 +41,13 @@ struct FabricConfig {
   uint64_t idle_timeout_ms = 10'000;
   /// Most open connections (nodes and clients together).
   uint32_t max_connections = 1024;
+  /// Of max_connections, how many clients may never take: they stay free
+  /// for nodes (registering again after a restart, say) however many
+  /// clients connect.
+  uint32_t reserved_for_nodes = 16;
+  /// A client connection that has sent nothing for this long is closed (its
+  /// leases stay; librfaas connects again for its next call).
+  uint64_t client_idle_timeout_ms = 3'600'000;
 };
 
 struct ResourceManagerConfig {
@@ -50,9 +57,18 @@ struct ResourceManagerConfig {
   /// 0: the OS chooses; the readiness line on stderr prints the port.
   uint16_t http_port = 8080;
   uint32_t http_threads = 2;
+  /// Longest a REST request waits for the loop to take it before 503.
+  uint64_t http_loop_timeout_ms = 5000;
   /// Bearer token for mutating REST calls (from http.token or the first line
-  /// of http.token_file).
+  /// of http.token_file); it also reads everything.
   std::string admin_token;
+  /// Optional bearer token that reads nodes, leases and accounting but
+  /// changes nothing (http.read_token or http.read_token_file).
+  std::string read_token;
+  /// Whether GET /health and GET /metrics answer without a token
+  /// (http.open_endpoints; both by default).
+  bool open_health = true;
+  bool open_metrics = true;
   RegistryOptions registry;
   FabricConfig fabric;
   /// How often leases are checked for expiry and nodes for heartbeats.

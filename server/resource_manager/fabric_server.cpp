@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -11,6 +12,7 @@ namespace rfaas::rm {
 
 namespace proto = rfaas::protocol;
 using std::chrono::milliseconds;
+static_assert(kLeaseSecretSize == proto::kTokenSize, "a lease secret travels in a Token field");
 
 namespace {
 
@@ -19,6 +21,14 @@ namespace {
 constexpr uint32_t kReceives = 8;
 /// Queued answers per connection before it is dropped as not reading.
 constexpr size_t kMaxQueued = 256;
+/// Lease-ended notices in a node's send queue at once. A burst (hundreds of
+/// leases ending in one tick, or revoked with their node) waits in the
+/// node's backlog and follows as the queue drains, so it never counts
+/// against kMaxQueued: a node that reads is not dropped for a burst.
+constexpr size_t kNoticeWindow = 64;
+/// Notices kept per node (backlog or disconnected) before the oldest are
+/// dropped: 32 bytes each.
+constexpr size_t kMaxBacklog = 65536;
 /// Messages handled per connection per pass, so one chatty peer cannot
 /// starve the others or the REST tasks.
 constexpr int kMessagesPerPass = 16;
@@ -78,8 +88,13 @@ struct FabricServer::Peer {
   std::string remote;
   std::deque<std::vector<uint8_t>> outbox;
   Clock::time_point since = Clock::now();
+  /// When it last sent a message (idle clients are closed).
+  Clock::time_point heard = Clock::now();
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
+  /// Set when it must go once its queued answers have left (a refused
+  /// registration); closing_why says why.
+  bool close_after_send = false;
   std::string closing_why;
 };
 
@@ -100,10 +115,22 @@ bool FabricServer::poll(Registry &registry) {
     if (p->closing)
       continue;
     worked |= serve(*p, registry);
+    if (p->kind == Peer::Kind::Node && !p->closing && !pending_.empty() &&
+        pending_.count(p->node) && p->outbox.size() < kNoticeWindow) {
+      std::optional<NodeView> view = registry.node(p->node);
+      if (view && view->node.state == NodeState::Up)
+        worked |= send_pending(*p);
+    }
     if (!p->closing && p->kind == Peer::Kind::Unknown &&
         now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
       p->closing = true;
       p->closing_why = "said nothing within fabric.idle_timeout_ms";
+    }
+    // An idle client holds a slot others may need; its leases stay.
+    if (!p->closing && p->kind == Peer::Kind::Client && p->outbox.empty() &&
+        now - p->heard > milliseconds(cfg_.client_idle_timeout_ms)) {
+      p->closing = true;
+      p->closing_why = "sent nothing within fabric.client_idle_timeout_ms";
     }
     if (!p->closing)
       worked |= flush(*p);
@@ -186,6 +213,10 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   opts.check_peer_before_poll = true;
   auto p = std::make_unique<Peer>();
   p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.accept_timeout_ms), opts);
+  // One loop serves every peer: a post finds room at once or waits in the
+  // peer's queue (flush()), instead of holding the loop for the default
+  // post deadline (5 s) while a peer does not read.
+  p->conn.set_post_deadline(milliseconds(0));
   if (reply.status != proto::ErrorCode::Ok) {
     log()->warn("fabric: refused a connection: {}", proto::to_string(reply.status));
     p->conn.close();
@@ -214,6 +245,7 @@ bool FabricServer::serve(Peer &p, Registry &registry) {
       return worked;
     case proto::ChannelStatus::Ok:
       worked = true;
+      p.heard = Clock::now();
       handle(p, m, registry);
       break;
     case proto::ChannelStatus::Shutdown:
@@ -308,8 +340,10 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
     answer.status = code;
     proto::set_text_truncated(answer.message, text);
     queue(p, answer);
-    // Closed once the answer left (or at the next pass if it cannot).
-    p.kind = Peer::Kind::Unknown;
+    // Closed once the answer left (or at the next pass if it cannot). A
+    // connection that had registered keeps its kind: its close marks the
+    // node down and forgets it (drop()), so nothing points at it afterwards.
+    p.close_after_send = true;
     p.closing_why = "registration refused";
   };
   if (p.kind == Peer::Kind::Client) {
@@ -322,6 +356,12 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
   RegistrationClaim claim{std::string(proto::get_text(reg.node)),
                           std::string(proto::get_text(reg.address)), reg.cores, reg.memory_mib,
                           reg.timestamp_ms};
+  // One connection speaks for one node: a second name on it would leave the
+  // first registered with no connection of its own.
+  if (p.kind == Peer::Kind::Node && claim.node != p.node)
+    return refuse(proto::ErrorCode::BadRequest, "this connection is registered as node " + p.node +
+                                                    "; node " + claim.node +
+                                                    " registers on its own connection");
   std::optional<NodeView> known = registry.node(claim.node);
   if (!known)
     return refuse(proto::ErrorCode::LeaseInvalid,
@@ -339,15 +379,12 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
     return refuse(proto::ErrorCode::LeaseInvalid,
                   "node " + claim.node + ": registration timestamp is " + std::to_string(skew) +
                       " ms away from this clock (synchronise the clocks)");
-  auto last = last_registration_.find(claim.node);
-  if (last != last_registration_.end() && claim.timestamp_ms <= last->second)
-    return refuse(proto::ErrorCode::LeaseInvalid,
-                  "node " + claim.node + ": registration replayed (timestamp not newer)");
+  // The registry refuses a replay: its last accepted signed time is stored,
+  // so a recorded registration stays refused after a restart.
   Result<Node> r = registry.register_node(claim.node, claim.address, claim.cores, claim.memory_mib,
-                                          known->node.secret);
+                                          known->node.secret, claim.timestamp_ms);
   if (!r.ok())
     return refuse(wire_code(r.outcome), r.message);
-  last_registration_[claim.node] = claim.timestamp_ms;
   // A node that reconnects replaces its old connection, whose close must
   // not mark it down again.
   if (auto old = nodes_.find(claim.node); old != nodes_.end() && old->second != &p) {
@@ -360,16 +397,68 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
   nodes_[claim.node] = &p;
   answer.heartbeat_ms = cfg_.heartbeat_ms;
   queue(p, answer);
+  resend_ended(p, registry);
   send_pending(p);
 }
 
-void FabricServer::send_pending(Peer &p) {
+void FabricServer::resend_ended(Peer &p, Registry &registry) {
+  // A node that registers may have restarted and forgotten which leases
+  // ended on it, and this process may have restarted and lost the notices it
+  // held: every ended lease of the node whose token has not expired is told
+  // again (a node takes a notice it knew as a no-op). Expired tokens are
+  // refused by the node's own clock anyway.
+  std::vector<Lease> ended;
+  try {
+    ended = registry.store().ended_unexpired_on(p.node, registry.now());
+  } catch (const StoreError &e) {
+    log()->error("fabric: cannot read the ended leases of node {}: {}", p.node, e.what());
+    return;
+  }
+  // Held notices for the node are in pending_; skip those it will get.
+  std::set<uint64_t> held;
+  if (auto it = pending_.find(p.node); it != pending_.end())
+    for (const proto::LeaseEnded &e : it->second)
+      held.insert(e.lease_id);
+  for (const Lease &l : ended) {
+    if (held.count(l.id))
+      continue;
+    proto::LeaseEnded notice;
+    notice.lease_id = l.id;
+    notice.expiry_ms = l.expiry_ms;
+    notice.why = end_reason(l.state);
+    hold(p.node, notice);
+  }
+  if (!ended.empty())
+    log()->info("fabric: node {} registered; {} ended lease(s) whose tokens have not expired are "
+                "told again",
+                p.node, ended.size());
+}
+
+bool FabricServer::send_pending(Peer &p) {
   auto it = pending_.find(p.node);
   if (it == pending_.end())
-    return;
-  for (const proto::LeaseEnded &e : it->second)
-    queue(p, e);
-  pending_.erase(it);
+    return false;
+  std::deque<proto::LeaseEnded> &backlog = it->second;
+  bool moved = false;
+  while (!backlog.empty() && p.outbox.size() < kNoticeWindow && !p.closing) {
+    queue(p, backlog.front());
+    backlog.pop_front();
+    moved = true;
+  }
+  if (backlog.empty())
+    pending_.erase(it);
+  return moved;
+}
+
+void FabricServer::hold(const std::string &node, const proto::LeaseEnded &notice) {
+  std::deque<proto::LeaseEnded> &backlog = pending_[node];
+  if (backlog.size() >= kMaxBacklog) {
+    log()->error("fabric: node {} has {} lease-ended notices waiting; the oldest (lease {}) is "
+                 "dropped",
+                 node, backlog.size(), backlog.front().lease_id);
+    backlog.pop_front();
+  }
+  backlog.push_back(notice);
 }
 
 void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant,
@@ -383,6 +472,7 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
   } else if (grant) {
     g.lease_id = grant->lease.id;
     g.expiry_ms = grant->lease.expiry_ms;
+    std::memcpy(g.secret.bytes, grant->secret.data(), proto::kTokenSize);
     for (size_t i = 0; i < grant->lease.parts.size(); ++i) {
       const LeasePart &lp = grant->lease.parts[i];
       proto::LeaseGrantPart part;
@@ -412,6 +502,26 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
   queue_bytes(p, std::move(bytes));
 }
 
+bool FabricServer::admit_client(Peer &p) {
+  if (p.kind == Peer::Kind::Client)
+    return true;
+  if (clients_ + cfg_.reserved_for_nodes >= cfg_.max_connections) {
+    // Answered, then closed: the slot stays free for a node.
+    p.close_after_send = true;
+    p.closing_why = "refused: the client connections are full";
+    return false;
+  }
+  p.kind = Peer::Kind::Client;
+  ++clients_;
+  return true;
+}
+
+std::string FabricServer::client_slots_full() const {
+  return "too many client connections (" + std::to_string(clients_) + " of " +
+         std::to_string(cfg_.max_connections) + "; " + std::to_string(cfg_.reserved_for_nodes) +
+         " are kept for nodes); try again later";
+}
+
 void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Registry &registry) {
   proto::LeaseRequest req;
   std::string why;
@@ -420,7 +530,8 @@ void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Reg
     p.closing_why = "a node connection asked for a lease";
     return;
   }
-  p.kind = Peer::Kind::Client;
+  if (!admit_client(p))
+    return grant_reply(p, Status{Outcome::Unavailable, client_slots_full()}, nullptr, 0);
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRequest: " + why}, nullptr, 0);
   LeaseRequest lr;
@@ -443,11 +554,14 @@ void FabricServer::on_renew(Peer &p, const proto::ControlMessage &m, Registry &r
     p.closing_why = "a node connection sent LeaseRenew";
     return;
   }
-  p.kind = Peer::Kind::Client;
+  if (!admit_client(p))
+    return grant_reply(p, Status{Outcome::Unavailable, client_slots_full()}, nullptr, 0);
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRenew: " + why}, nullptr, 0);
-  Result<Grant> r =
-      registry.renew(req.lease_id, std::string(proto::get_text(req.client)), req.duration_ms);
+  LeaseSecret secret;
+  std::memcpy(secret.data(), req.secret.bytes, secret.size());
+  Result<Grant> r = registry.renew(req.lease_id, std::string(proto::get_text(req.client)), secret,
+                                   req.duration_ms);
   grant_reply(p, r, r.ok() ? &r.value : nullptr, req.lease_id);
 }
 
@@ -459,10 +573,13 @@ void FabricServer::on_release(Peer &p, const proto::ControlMessage &m, Registry 
     p.closing_why = "a node connection sent LeaseRelease";
     return;
   }
-  p.kind = Peer::Kind::Client;
+  if (!admit_client(p))
+    return grant_reply(p, Status{Outcome::Unavailable, client_slots_full()}, nullptr, 0);
   if (!decode_message(m, req, why))
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRelease: " + why}, nullptr, 0);
-  Status s = registry.release(req.lease_id, std::string(proto::get_text(req.client)));
+  LeaseSecret secret;
+  std::memcpy(secret.data(), req.secret.bytes, secret.size());
+  Status s = registry.release(req.lease_id, std::string(proto::get_text(req.client)), secret);
   grant_reply(p, s, nullptr, req.lease_id);
 }
 
@@ -504,13 +621,13 @@ void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &regi
     std::optional<NodeView> view;
     if (it != nodes_.end() && !it->second->closing)
       view = registry.node(e.node);
-    if (view && view->node.state == NodeState::Up) {
+    // Behind a backlog, or beyond the window, a notice waits its turn.
+    if (view && view->node.state == NodeState::Up && !pending_.count(e.node) &&
+        it->second->outbox.size() < kNoticeWindow) {
       queue(*it->second, notice);
       continue;
     }
-    auto &waiting = pending_[e.node];
-    if (waiting.size() < 4096)
-      waiting.push_back(notice);
+    hold(e.node, notice);
   }
 }
 
@@ -540,6 +657,12 @@ bool FabricServer::flush(Peer &p) {
     const std::vector<uint8_t> &next = p.outbox.front();
     std::memcpy(p.channel.send_area(), next.data(), next.size());
     proto::ChannelStatus s = p.channel.post_encoded(next.size());
+    // No room at the provider (a peer that does not read just now, e.g. a
+    // node busy with a burst of notices on shm): the message stays first in
+    // line and goes at a later pass. kMaxQueued still drops a peer whose
+    // queue keeps growing.
+    if (s == proto::ChannelStatus::Timeout)
+      return worked;
     p.outbox.pop_front();
     worked = true;
     if (s != proto::ChannelStatus::Ok) {
@@ -549,24 +672,32 @@ bool FabricServer::flush(Peer &p) {
     }
   }
   // A refused registration closes once its answer has left.
-  if (p.outbox.empty() && p.kind == Peer::Kind::Unknown && !p.closing_why.empty() &&
-      p.channel.send_idle())
+  if (p.outbox.empty() && p.close_after_send && p.channel.send_idle())
     p.closing = true;
   return worked;
 }
 
 void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
-  if (p.kind == Peer::Kind::Node) {
-    auto it = nodes_.find(p.node);
-    if (it != nodes_.end() && it->second == &p) {
-      nodes_.erase(it);
-      log()->warn("fabric: node {} {}; marking it down", p.node, why);
-      if (Status s = registry.mark_down(p.node); !s.ok())
-        log()->warn("fabric: marking node {} down: {}", p.node, s.message);
+  // Whatever its kind, no entry may keep pointing at a connection that goes:
+  // the next notice or registration for that node would use freed memory.
+  bool was_node = false;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (it->second == &p) {
+      was_node = true;
+      it = nodes_.erase(it);
+    } else {
+      ++it;
     }
+  }
+  if (was_node && p.kind == Peer::Kind::Node) {
+    log()->warn("fabric: node {} {}; marking it down", p.node, why);
+    if (Status s = registry.mark_down(p.node); !s.ok())
+      log()->warn("fabric: marking node {} down: {}", p.node, s.message);
   } else {
     log()->debug("fabric: {} {}", p.remote, why);
   }
+  if (p.kind == Peer::Kind::Client && clients_ > 0)
+    --clients_;
   p.conn.close();
 }
 
@@ -577,6 +708,7 @@ void FabricServer::stop(Registry &) {
     p->conn.close();
   nodes_.clear();
   peers_.clear();
+  clients_ = 0;
 }
 
 } // namespace rfaas::rm

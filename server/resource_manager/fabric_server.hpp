@@ -18,7 +18,11 @@
 // A node's connection closing marks the node down (on reliable-datagram
 // providers, which report no disconnect, the heartbeat timeout does).
 // Lease-ended notices for a node that is not connected, or is down, wait
-// until it registers again or its heartbeats resume.
+// until it registers again or its heartbeats resume. A connected node gets at
+// most a window of notices in its send queue; the rest of a burst waits in
+// its backlog and follows as the queue drains, and a post that finds no room
+// at the provider (a node that does not read just now) is tried again at a
+// later pass rather than holding the loop or failing the node.
 #pragma once
 
 #include <chrono>
@@ -73,12 +77,22 @@ private:
   void handle(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void dispatch(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_register(Peer &p, const protocol::ControlMessage &m, Registry &registry);
+  /// Makes `p` a client if a client slot is free (max_connections less the
+  /// slots reserved for nodes); false: refused, closed after the answer.
+  bool admit_client(Peer &p);
+  std::string client_slots_full() const;
   void on_lease_request(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_renew(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_release(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_accounting(Peer &p, const protocol::ControlMessage &m, Registry &registry);
-  /// Sends the lease-ended notices that waited for node `p` to speak.
-  void send_pending(Peer &p);
+  /// Queues the lease-ended notices that wait for node `p`, as many as its
+  /// send queue's notice window takes; true if any moved.
+  bool send_pending(Peer &p);
+  /// Queues again the notices of every ended lease of node `p` whose token
+  /// has not expired (the node or this process may have restarted).
+  void resend_ended(Peer &p, Registry &registry);
+  /// Keeps a notice for `node` until its connection takes it.
+  void hold(const std::string &node, const protocol::LeaseEnded &notice);
   void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
   template <class M> void queue(Peer &p, const M &m);
   void queue_bytes(Peer &p, std::vector<uint8_t> bytes);
@@ -92,12 +106,14 @@ private:
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  /// Peers that are clients (at most max_connections - reserved_for_nodes).
+  size_t clients_ = 0;
   /// Node name -> its registered connection.
   std::map<std::string, Peer *> nodes_;
-  /// Node name -> timestamp of its last accepted registration (replays).
-  std::map<std::string, uint64_t> last_registration_;
-  /// Notices for nodes that were not connected, sent when they register.
-  std::map<std::string, std::vector<protocol::LeaseEnded>> pending_;
+  /// Notices waiting per node: for nodes that were not connected (sent when
+  /// they register or beat again), and the part of a burst beyond the
+  /// notice window of a connected node's send queue (sent as it drains).
+  std::map<std::string, std::deque<protocol::LeaseEnded>> pending_;
   RequestLatencies *latencies_ = nullptr;
 };
 

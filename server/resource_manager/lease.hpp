@@ -32,6 +32,9 @@ struct Lease {
   uint64_t expiry_ms = 0;
   uint64_t ended_ms = 0; ///< 0 while active
   std::vector<LeasePart> parts;
+  /// Hash of the lease's secret (all zero for a lease recorded before lease
+  /// secrets: it can be neither renewed nor released, only revoked).
+  LeaseSecretHash secret_hash{};
 
   uint32_t total_cores() const {
     uint32_t n = 0;

@@ -41,6 +41,32 @@ uint64_t generate_lease_id() {
   return id == 0 ? 1 : id;
 }
 
+LeaseSecret generate_lease_secret() {
+  ensure_sodium();
+  LeaseSecret s;
+  randombytes_buf(s.data(), s.size());
+  return s;
+}
+
+LeaseSecretHash hash_lease_secret(const LeaseSecret &secret) {
+  ensure_sodium();
+  static constexpr char kTag[] = "rfaas-lease-secret-v1";
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, nullptr, 0, kLeaseSecretHashSize);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char *>(kTag), sizeof kTag - 1);
+  crypto_generichash_update(&st, secret.data(), secret.size());
+  LeaseSecretHash h;
+  crypto_generichash_final(&st, h.data(), h.size());
+  return h;
+}
+
+bool lease_secret_matches(const LeaseSecret &secret, const LeaseSecretHash &hash) {
+  if (sodium_is_zero(hash.data(), hash.size()))
+    return false;
+  LeaseSecretHash given = hash_lease_secret(secret);
+  return sodium_memcmp(given.data(), hash.data(), hash.size()) == 0;
+}
+
 namespace {
 
 // Fixed encoding: a domain tag, then each field little-endian, strings with
@@ -155,15 +181,21 @@ void TokenVerifier::mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t n
   prune(now_ms);
   uint64_t keep_until = std::max(expiry_ms, now_ms + retention_ms_);
   uint64_t &slot = ended_[lease_id];
-  slot = std::max(slot, keep_until);
+  if (keep_until > slot) {
+    slot = keep_until;
+    forget_.emplace(keep_until, lease_id);
+  }
 }
 
 void TokenVerifier::prune(uint64_t now_ms) {
-  for (auto it = ended_.begin(); it != ended_.end();)
-    if (it->second <= now_ms)
-      it = ended_.erase(it);
-    else
-      ++it;
+  while (!forget_.empty() && forget_.top().first <= now_ms) {
+    ++prune_steps_;
+    const auto [until, id] = forget_.top();
+    forget_.pop();
+    auto it = ended_.find(id);
+    if (it != ended_.end() && it->second == until)
+      ended_.erase(it);
+  }
 }
 
 } // namespace rfaas::rm

@@ -12,8 +12,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <queue>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/hex.hpp"
 
@@ -48,6 +52,23 @@ NodeSecret generate_secret();
 /// A fresh random lease id in 1..2^53-1 (0 means "no lease" on the wire; the
 /// bound keeps ids exact in JSON clients).
 uint64_t generate_lease_id();
+
+/// Bytes of a lease secret (LeaseGrant::secret on the wire) and of the hash
+/// the resource manager keeps of it.
+constexpr size_t kLeaseSecretSize = 16;
+constexpr size_t kLeaseSecretHashSize = 32;
+using LeaseSecret = std::array<uint8_t, kLeaseSecretSize>;
+using LeaseSecretHash = std::array<uint8_t, kLeaseSecretHashSize>;
+
+/// A fresh random lease secret: only the client a lease is granted to
+/// receives it, and renewing or releasing the lease needs it.
+LeaseSecret generate_lease_secret();
+/// What the resource manager stores instead of the secret (BLAKE2b under a
+/// domain tag): a copy of its database does not let anyone renew a lease.
+LeaseSecretHash hash_lease_secret(const LeaseSecret &secret);
+/// Constant-time check of `secret` against a stored hash; false for an
+/// all-zero hash (a lease recorded before lease secrets existed).
+bool lease_secret_matches(const LeaseSecret &secret, const LeaseSecretHash &hash);
 
 /// The token of `claim` under `secret`.
 LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret);
@@ -122,6 +143,9 @@ public:
 
   /// Leases remembered as ended (for tests and metrics).
   size_t ended_count() const { return ended_.size(); }
+  /// Entries looked at while forgetting old ones, over this verifier's life
+  /// (for tests: each notice costs O(log n), not a scan of every entry).
+  uint64_t prune_steps() const { return prune_steps_; }
   const std::string &node() const { return node_; }
 
 private:
@@ -131,6 +155,12 @@ private:
   NodeSecret secret_;
   uint64_t retention_ms_;
   std::unordered_map<uint64_t, uint64_t> ended_; // lease id -> forget after (ms)
+  /// (forget after, lease id), soonest first: pruning pops only what is due.
+  /// An entry whose lease was marked again later is stale and skipped.
+  std::priority_queue<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>,
+                      std::greater<>>
+      forget_;
+  uint64_t prune_steps_ = 0;
 };
 
 } // namespace rfaas::rm

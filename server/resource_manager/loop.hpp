@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -30,6 +31,16 @@ namespace rfaas::rm {
 class LoopStopped : public std::runtime_error {
 public:
   LoopStopped() : std::runtime_error("the resource manager is shutting down") {}
+};
+
+/// The loop did not take a call's task within the call timeout; the task
+/// was withdrawn and never runs.
+class LoopBusy : public std::runtime_error {
+public:
+  explicit LoopBusy(std::chrono::milliseconds waited)
+      : std::runtime_error("the resource manager's loop did not take this request within " +
+                           std::to_string(waited.count()) +
+                           " ms (http.loop_timeout_ms); try again") {}
 };
 
 /// Work the loop thread does between tasks (the fabric side). Every call
@@ -64,15 +75,34 @@ public:
   void stop();
 
   /// Runs `f(registry)` on the loop thread and returns its result; rethrows
-  /// what it threw. Throws LoopStopped if the loop is not running.
+  /// what it threw. Throws LoopStopped if the loop is not running, and
+  /// LoopBusy when a call timeout is set and the loop has not started the
+  /// task within it: the task is then withdrawn (it never runs, so `f` may
+  /// refer to the caller's locals). A task the loop has started is waited
+  /// for: tasks are short, it is the loop that may be held up.
   template <class F> auto call(F f) -> std::invoke_result_t<F, Registry &> {
     using R = std::invoke_result_t<F, Registry &>;
+    auto state = std::make_shared<std::atomic<int>>(kQueued);
     auto task = std::make_shared<std::packaged_task<R()>>(
         [this, f = std::move(f)]() mutable { return f(registry_); });
     std::future<R> answer = task->get_future();
-    submit([task] { (*task)(); });
+    submit([task, state] {
+      int queued = kQueued;
+      if (state->compare_exchange_strong(queued, kStarted))
+        (*task)();
+    });
+    const std::chrono::milliseconds timeout = call_timeout_.load();
+    if (timeout.count() > 0 && answer.wait_for(timeout) != std::future_status::ready) {
+      int queued = kQueued;
+      if (state->compare_exchange_strong(queued, kWithdrawn))
+        throw LoopBusy(timeout);
+    }
     return answer.get();
   }
+
+  /// Longest call() waits for the loop to start its task (0: no limit, the
+  /// default). Safe to change while calls run.
+  void set_call_timeout(std::chrono::milliseconds timeout) { call_timeout_ = timeout; }
 
   /// Tasks run so far (for tests).
   uint64_t tasks_run() const { return tasks_run_.load(); }
@@ -93,6 +123,8 @@ private:
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> tasks_run_{0};
+  std::atomic<std::chrono::milliseconds> call_timeout_{std::chrono::milliseconds(0)};
+  static constexpr int kQueued = 0, kStarted = 1, kWithdrawn = 2;
   std::thread thread_;
 };
 

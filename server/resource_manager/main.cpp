@@ -70,6 +70,7 @@ int main(int argc, char **argv) {
                      store.schema_version(), store.journal_mode(), registry.nodes().size(),
                      registry.active_count());
         rfaas::rm::Loop loop(registry, std::chrono::milliseconds(cfg.tick_ms));
+        loop.set_call_timeout(std::chrono::milliseconds(cfg.http_loop_timeout_ms));
         std::unique_ptr<rfaas::rm::FabricServer> fabric;
         if (cfg.fabric.enabled) {
           auto db = rdmalib::DeviceDatabase::load(cfg.fabric.device_database);
@@ -81,7 +82,8 @@ int main(int argc, char **argv) {
                        "register and no client can lease");
         }
         // The fabric's request latencies go to the REST API's /metrics page.
-        rfaas::rm::RestServer rest(loop, cfg.admin_token);
+        rfaas::rm::RestServer rest(loop, rfaas::rm::RestAccess{cfg.admin_token, cfg.read_token,
+                                                               cfg.open_health, cfg.open_metrics});
         if (fabric)
           fabric->observe_latencies(&rest.latencies());
         loop.start();

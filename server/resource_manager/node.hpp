@@ -28,6 +28,10 @@ struct Node {
   bool drained = false;
   uint64_t registered_ms = 0;     ///< last registration (0: never)
   uint64_t last_heartbeat_ms = 0; ///< last heartbeat or registration
+  /// The node's own signed timestamp (NodeRegister::timestamp_ms) of its last
+  /// accepted registration: a registration not newer is a replay, also after
+  /// a restart of the resource manager.
+  uint64_t registration_signed_ms = 0;
 };
 
 } // namespace rfaas::rm

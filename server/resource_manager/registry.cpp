@@ -155,8 +155,8 @@ Result<Node> Registry::add_node(const std::string &name, const std::string &addr
 }
 
 Result<Node> Registry::register_node(const std::string &name, const std::string &address,
-                                     uint32_t cores, uint64_t memory_mib,
-                                     const NodeSecret &secret) {
+                                     uint32_t cores, uint64_t memory_mib, const NodeSecret &secret,
+                                     uint64_t signed_ms) {
   if (auto why = check_node_name(name); !why.empty())
     return error<Node>(Outcome::Invalid, why);
   if (auto why = check_capacity(address, cores, memory_mib); !why.empty())
@@ -170,10 +170,17 @@ Result<Node> Registry::register_node(const std::string &name, const std::string 
                                                  " is registered with another secret (check the "
                                                  "executor manager's secret file)");
     n = it->second.node;
+    if (signed_ms != 0 && signed_ms <= n.registration_signed_ms)
+      return error<Node>(Outcome::Forbidden,
+                         "node " + name + ": registration replayed (timestamp " +
+                             std::to_string(signed_ms) + " not newer than the last accepted, " +
+                             std::to_string(n.registration_signed_ms) + ")");
   } else {
     n.name = name;
     n.secret = secret;
   }
+  if (signed_ms != 0)
+    n.registration_signed_ms = signed_ms;
   n.address = address;
   n.cores = cores;
   n.memory_mib = memory_mib;
@@ -263,6 +270,21 @@ Status Registry::drain(const std::string &name, bool drained) {
   return {};
 }
 
+Result<Node> Registry::rotate_secret(const std::string &name, std::optional<NodeSecret> secret) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return error<Node>(Outcome::NotFound, "no node " + name);
+  Node n = it->second.node;
+  n.secret = secret ? *secret : generate_secret();
+  if (sodium_memcmp(n.secret.data(), it->second.node.secret.data(), n.secret.size()) == 0)
+    return error<Node>(Outcome::Invalid, "node " + name + " has this secret already");
+  if (auto s = persist_node(n); !s.ok())
+    return error<Node>(s);
+  it->second.node = n;
+  log()->info("node {}: secret rotated; its executor manager needs the new one", name);
+  return success(n);
+}
+
 Status Registry::remove_node(const std::string &name, bool revoke_leases) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())
@@ -329,7 +351,12 @@ Grant Registry::make_grant(const Lease &lease) const {
   return g;
 }
 
-Result<Grant> Registry::grant(const LeaseRequest &r) {
+Result<Grant> Registry::grant(const LeaseRequest &request) {
+  LeaseRequest r = request;
+  // A lease for "0 MiB" would leave its executors without a limit on the
+  // node; it gets the configured default instead.
+  if (r.memory_mib == 0)
+    r.memory_mib = options_.default_memory_mib;
   auto refuse = [&](Outcome o, std::string why) {
     ++counters_.refused;
     log()->debug("lease for {} ({} cores, {} MiB) refused: {}", r.client, r.cores, r.memory_mib,
@@ -376,6 +403,8 @@ Result<Grant> Registry::grant(const LeaseRequest &r) {
     return refuse(Outcome::StoreFailed, e.what());
   }
   l.client = r.client;
+  const LeaseSecret secret = generate_lease_secret();
+  l.secret_hash = hash_lease_secret(secret);
   l.granted_ms = now;
   l.expiry_ms = now + (r.duration_ms ? r.duration_ms : options_.default_lease_ms);
   for (const PlacementShare &s : *shares) {
@@ -401,16 +430,37 @@ Result<Grant> Registry::grant(const LeaseRequest &r) {
   ++counters_.granted;
   log()->info("lease {} granted to {}: {} cores, {} MiB on {} node(s), until {}", l.id, l.client,
               l.total_cores(), l.total_memory_mib(), l.parts.size(), l.expiry_ms);
-  return success(make_grant(l));
+  Grant g = make_grant(l);
+  g.secret = secret;
+  return success(std::move(g));
 }
 
-Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms) {
+Status Registry::check_owner(const Lease &l, const std::string &client,
+                             const LeaseSecret &secret) const {
+  const std::string lease = "lease " + std::to_string(l.id);
+  if (sodium_is_zero(l.secret_hash.data(), l.secret_hash.size()))
+    return fail(Outcome::Forbidden, lease +
+                                        " was granted before lease secrets existed: it cannot be "
+                                        "renewed or released, only revoked by an operator");
+  // The client name is public (GET /leases shows it): the secret, compared
+  // in constant time, is what proves the caller holds the grant.
+  const bool secret_ok = lease_secret_matches(secret, l.secret_hash);
+  const bool client_ok = l.client == client;
+  if (!secret_ok)
+    return fail(Outcome::Forbidden, lease + ": wrong lease secret (only the client it was granted "
+                                            "to can renew or release it)");
+  if (!client_ok)
+    return fail(Outcome::Forbidden, lease + " belongs to another client");
+  return {};
+}
+
+Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
+                              const LeaseSecret &secret, uint64_t duration_ms) {
   auto it = active_.find(lease_id);
   if (it == active_.end())
     return error<Grant>(not_active(lease_id));
-  if (it->second.client != client)
-    return error<Grant>(Outcome::Forbidden,
-                        "lease " + std::to_string(lease_id) + " belongs to another client");
+  if (Status s = check_owner(it->second, client, secret); !s.ok())
+    return error<Grant>(std::move(s));
   if (duration_ms > options_.max_lease_ms)
     return error<Grant>(Outcome::Invalid, "duration " + std::to_string(duration_ms) +
                                               " ms exceeds the maximum of " +
@@ -486,11 +536,11 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   return {};
 }
 
-Status Registry::release(uint64_t lease_id, const std::string &client) {
+Status Registry::release(uint64_t lease_id, const std::string &client, const LeaseSecret &secret) {
   auto it = active_.find(lease_id);
-  if (it != active_.end() && it->second.client != client)
-    return fail(Outcome::Forbidden,
-                "lease " + std::to_string(lease_id) + " belongs to another client");
+  if (it != active_.end())
+    if (Status s = check_owner(it->second, client, secret); !s.ok())
+      return s;
   return end_lease(lease_id, LeaseState::Released);
 }
 
@@ -513,6 +563,22 @@ size_t Registry::tick() {
       silent.push_back(name);
   for (const std::string &name : silent)
     mark_down(name);
+  constexpr uint64_t kDay = 86'400'000, kHour = 3'600'000;
+  if (options_.retention_days > 0 && now - std::min(now, last_prune_ms_) >= kHour) {
+    last_prune_ms_ = now;
+    const uint64_t keep = options_.retention_days * kDay;
+    if (now > keep) {
+      try {
+        auto [leases, records] = store_.prune_history(now - keep);
+        if (leases || records)
+          log()->info("retention ({} days): {} ended lease(s) and {} accounting record(s) "
+                      "deleted",
+                      options_.retention_days, leases, records);
+      } catch (const StoreError &e) {
+        log()->error("retention: pruning the history failed: {}", e.what());
+      }
+    }
+  }
   return expired;
 }
 
@@ -539,6 +605,12 @@ Status Registry::record_accounting(AccountingRecord r) {
   if (r.reported_ms == 0)
     r.reported_ms = clock_();
   try {
+    // A final report is the last word for its lease on that node: a node
+    // told of the lease's end again (after a restart) reports it again,
+    // possibly with nothing, and must not overwrite it.
+    for (const AccountingRecord &old : store_.accounting_for_lease(r.lease_id))
+      if (old.node == r.node && old.final)
+        return {};
     store_.put_accounting(r);
   } catch (const StoreError &e) {
     return fail(Outcome::StoreFailed, e.what());

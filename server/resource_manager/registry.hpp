@@ -34,10 +34,16 @@ struct RegistryOptions {
   /// Lease duration when a request says 0, and the most a request may ask.
   uint64_t default_lease_ms = 60'000;
   uint64_t max_lease_ms = 3'600'000;
+  /// Memory of a lease whose request says 0 MiB: a lease always names the
+  /// memory its executors may use (the node enforces it).
+  uint64_t default_memory_mib = 1024;
   /// A node without a heartbeat for this long is marked down.
   uint64_t heartbeat_timeout_ms = 15'000;
   /// Most nodes one lease may span.
   uint32_t max_nodes_per_lease = 16;
+  /// Ended leases and accounting older than this many days are deleted
+  /// (checked hourly by tick()); 0 keeps them forever.
+  uint32_t retention_days = 0;
 };
 
 /// How a request ended. Each maps onto one HTTP status and, later, one wire
@@ -73,6 +79,7 @@ struct NodeView {
 struct LeaseRequest {
   std::string client;
   uint32_t cores = 0;
+  /// In total over the lease's parts; 0: RegistryOptions::default_memory_mib.
   uint64_t memory_mib = 0;
   /// 0: the default duration.
   uint64_t duration_ms = 0;
@@ -86,6 +93,9 @@ struct Grant {
   Lease lease;
   std::vector<std::string> addresses;
   std::vector<LeaseToken> tokens;
+  /// Only in the answer to grant(): the lease's secret, for its client alone
+  /// (the registry keeps only its hash). Zero after renew().
+  LeaseSecret secret{};
 };
 
 /// Something the nodes must hear: a lease ended (their executors for it end
@@ -122,8 +132,11 @@ public:
   /// present its secret and gets its node and its drain flag back (its
   /// leases ended when it went down);
   /// an unknown one is created with the secret it presents.
+  /// `signed_ms` is the node's signed registration time: one not later than
+  /// the last accepted one is a replay (Forbidden), also after a restart of
+  /// the resource manager (it is stored). 0: not checked.
   Result<Node> register_node(const std::string &name, const std::string &address, uint32_t cores,
-                             uint64_t memory_mib, const NodeSecret &secret);
+                             uint64_t memory_mib, const NodeSecret &secret, uint64_t signed_ms = 0);
   Status heartbeat(const std::string &name);
   /// Marks a node down now (its connection closed, or tick() found it
   /// silent) and ends, at once, every active lease that holds cores on it
@@ -132,14 +145,21 @@ public:
   /// naming the node. A node that comes back starts with no leases.
   Status mark_down(const std::string &name);
   Status drain(const std::string &name, bool drained);
+  /// Operator: gives node `name` a new secret (`secret`, or a generated one)
+  /// and returns the node with it. Its leases and its registered connection
+  /// stay; its next registration, and the tokens of grants and renewals from
+  /// now on, use the new secret.
+  Result<Node> rotate_secret(const std::string &name, std::optional<NodeSecret> secret);
   /// Removes a node. With active leases: Conflict, unless `revoke_leases`.
   Status remove_node(const std::string &name, bool revoke_leases);
 
   // ---- leases -------------------------------------------------------------------
   Result<Grant> grant(const LeaseRequest &request);
   /// Extends an active lease to now + duration (0: default); new tokens.
-  Result<Grant> renew(uint64_t lease_id, const std::string &client, uint64_t duration_ms);
-  Status release(uint64_t lease_id, const std::string &client);
+  /// `client` and `secret` must be those of the grant (Forbidden otherwise).
+  Result<Grant> renew(uint64_t lease_id, const std::string &client, const LeaseSecret &secret,
+                      uint64_t duration_ms);
+  Status release(uint64_t lease_id, const std::string &client, const LeaseSecret &secret);
   /// Operator: ends a lease now; its nodes are told to end its executors.
   Status revoke(uint64_t lease_id);
 
@@ -177,6 +197,9 @@ private:
   };
 
   Status end_lease(uint64_t lease_id, LeaseState why);
+  /// Forbidden unless `client` and `secret` are those the lease was granted to.
+  Status check_owner(const Lease &lease, const std::string &client,
+                     const LeaseSecret &secret) const;
   /// Why `lease_id` cannot be renewed or released: not active, and how it
   /// ended when this registry knows.
   Status not_active(uint64_t lease_id) const;
@@ -198,6 +221,8 @@ private:
   /// nodes are named instead).
   std::unordered_map<uint64_t, std::string> down_cause_;
   std::deque<uint64_t> down_order_;
+  /// When tick() last pruned the history (retention_days).
+  uint64_t last_prune_ms_ = 0;
 };
 
 } // namespace rfaas::rm

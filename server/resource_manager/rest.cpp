@@ -110,12 +110,19 @@ json accounting_json(const std::vector<AccountingRecord> &records) {
       {"total", {{"allocation_us", alloc}, {"hot_polling_us", hot}, {"execution_us", exec}}}};
 }
 
-/// CSV fields never contain commas except client names: quote those.
+/// A text field of the CSV export. Client names come from clients: one that
+/// starts like a formula (= + - @, or a tab or carriage return that a
+/// spreadsheet skips) would run as one when an operator opens the file, so it
+/// gets a leading apostrophe, which spreadsheets show as text. Fields with a
+/// comma, a quote or a line break are quoted.
 std::string csv_field(const std::string &s) {
-  if (s.find_first_of(",\"\n") == std::string::npos)
-    return s;
+  std::string v = s;
+  if (!v.empty() && std::string("=+-@\t\r").find(v[0]) != std::string::npos)
+    v.insert(v.begin(), '\'');
+  if (v.find_first_of(",\"\n\r") == std::string::npos)
+    return v;
   std::string q = "\"";
-  for (char c : s)
+  for (char c : v)
     q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
 }
@@ -181,34 +188,53 @@ struct RestServer::Routes {
       send_error(w, http_code(st.outcome), to_string(st.outcome), st.message);
   }
 
-  /// Wraps a handler: timing, authorisation of writes, and errors that must
-  /// not reach pistache (a loop shutting down, a bad body).
-  Pistache::Rest::Route::Handler wrap(bool write,
+  /// What a request needs: nothing (an open endpoint), the read-only or
+  /// the operator token (Read), the operator token (Write).
+  enum class Access { Open, Read, Write };
+
+  /// The refusal for a request without the token `need` asks for, or empty.
+  std::string refusal(Access need, const std::string *header) const {
+    const RestAccess &a = s.access_;
+    if (need == Access::Open || bearer_matches(header, a.admin_token))
+      return {};
+    if (need == Access::Write)
+      return "this request changes state: send `Authorization: Bearer <token>` with the "
+             "operator token of the resource manager's configuration (http.token)";
+    if (!a.read_token.empty() && bearer_matches(header, a.read_token))
+      return {};
+    return std::string("this request reads nodes, leases or accounting: send `Authorization: "
+                       "Bearer <token>` with the operator token (http.token)") +
+           (a.read_token.empty() ? "" : " or the read-only token (http.read_token)");
+  }
+
+  /// Wraps a handler: timing, authorisation, and errors that must not reach
+  /// pistache (a loop shutting down, a bad body).
+  Pistache::Rest::Route::Handler wrap(Access need,
                                       std::function<void(const Request &, ResponseWriter &)> f) {
-    return [this, write, f = std::move(f)](const Request &req, ResponseWriter w) {
+    return [this, need, f = std::move(f)](const Request &req, ResponseWriter w) {
       auto t0 = std::chrono::steady_clock::now();
       try {
         std::string header;
         auto raw = req.headers().tryGetRaw("Authorization");
         if (raw)
           header = raw->value();
-        if (write && !bearer_matches(raw ? &header : nullptr, s.admin_token_)) {
+        if (std::string why = refusal(need, raw ? &header : nullptr); !why.empty()) {
           w.headers().addRaw(Pistache::Http::Header::Raw("WWW-Authenticate", "Bearer"));
-          send_error(w, Code::Unauthorized, "unauthorized",
-                     "this request changes state: send `Authorization: Bearer <token>` with "
-                     "the token of the resource manager's configuration (http.token)");
+          send_error(w, Code::Unauthorized, "unauthorized", why);
         } else {
           f(req, w);
         }
       } catch (const LoopStopped &e) {
         send_error(w, Code::Service_Unavailable, "shutting_down", e.what());
+      } catch (const LoopBusy &e) {
+        send_error(w, Code::Service_Unavailable, "busy", e.what());
       } catch (const json::exception &e) {
         send_error(w, Code::Bad_Request, "invalid", std::string("bad JSON body: ") + e.what());
       } catch (const std::exception &e) {
         send_error(w, Code::Internal_Server_Error, "internal", e.what());
       }
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      (write ? s.latencies_.http_write : s.latencies_.http_read).observe(dt);
+      (need == Access::Write ? s.latencies_.http_write : s.latencies_.http_read).observe(dt);
       return Pistache::Rest::Route::Result::Ok;
     };
   }
@@ -308,6 +334,42 @@ struct RestServer::Routes {
     send_status(w, st, Code::Ok, st.ok() ? node_json(*view) : json());
   }
 
+  void rotate_secret(const Request &req, ResponseWriter &w) {
+    std::string name = req.param(":name").as<std::string>();
+    std::optional<NodeSecret> secret;
+    if (!req.body().empty()) {
+      json in = json::parse(req.body());
+      if (!in.is_object())
+        return send_error(w, Code::Bad_Request, "invalid", "expected a JSON object");
+      for (auto it = in.begin(); it != in.end(); ++it)
+        if (it.key() != "secret")
+          return send_error(w, Code::Bad_Request, "invalid",
+                            "unknown field \"" + it.key() + "\" (valid: secret)");
+      if (in.contains("secret")) {
+        NodeSecret sec;
+        if (!from_hex(in.at("secret").get<std::string>(), sec))
+          return send_error(w, Code::Bad_Request, "invalid",
+                            "secret must be " + std::to_string(2 * kNodeSecretSize) +
+                                " hex digits (or leave it out to have one generated)");
+        secret = sec;
+      }
+    }
+    auto [st, view] = s.loop_.call([&](Registry &r) {
+      auto res = r.rotate_secret(name, secret);
+      std::optional<NodeView> v;
+      if (res.ok())
+        v = r.node(name);
+      return std::make_pair(Status{res.outcome, res.message}, v);
+    });
+    json body;
+    if (st.ok()) {
+      body = node_json(*view);
+      // Shown once, for the executor manager's secret file.
+      body["secret"] = to_hex(view->node.secret);
+    }
+    send_status(w, st, Code::Ok, body);
+  }
+
   void remove_node(const Request &req, ResponseWriter &w) {
     std::string name = req.param(":name").as<std::string>();
     auto force = query(req, "force");
@@ -398,8 +460,7 @@ struct RestServer::Routes {
   }
 };
 
-RestServer::RestServer(Loop &loop, std::string admin_token)
-    : loop_(loop), admin_token_(std::move(admin_token)) {
+RestServer::RestServer(Loop &loop, RestAccess access) : loop_(loop), access_(std::move(access)) {
   ensure_sodium();
 }
 
@@ -412,16 +473,23 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
   auto bind = [&](void (Routes::*m)(const Request &, ResponseWriter &)) {
     return [routes, m](const Request &q, ResponseWriter &w) { ((*routes).*m)(q, w); };
   };
-  Rest::Routes::Get(*router, "/health", routes->wrap(false, bind(&Routes::health)));
-  Rest::Routes::Get(*router, "/metrics", routes->wrap(false, bind(&Routes::metrics)));
-  Rest::Routes::Get(*router, "/nodes", routes->wrap(false, bind(&Routes::list_nodes)));
-  Rest::Routes::Post(*router, "/nodes", routes->wrap(true, bind(&Routes::add_node)));
-  Rest::Routes::Post(*router, "/nodes/:name/drain", routes->wrap(true, bind(&Routes::drain_node)));
-  Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(true, bind(&Routes::remove_node)));
-  Rest::Routes::Get(*router, "/leases", routes->wrap(false, bind(&Routes::list_leases)));
-  Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(true, bind(&Routes::revoke_lease)));
-  Rest::Routes::Get(*router, "/accounting", routes->wrap(false, bind(&Routes::accounting)));
-  Rest::Routes::Get(*router, "/accounting.csv", routes->wrap(false, bind(&Routes::accounting_csv)));
+  using A = Routes::Access;
+  const A health = access_.open_health ? A::Open : A::Read;
+  const A metrics = access_.open_metrics ? A::Open : A::Read;
+  Rest::Routes::Get(*router, "/health", routes->wrap(health, bind(&Routes::health)));
+  Rest::Routes::Get(*router, "/metrics", routes->wrap(metrics, bind(&Routes::metrics)));
+  Rest::Routes::Get(*router, "/nodes", routes->wrap(A::Read, bind(&Routes::list_nodes)));
+  Rest::Routes::Post(*router, "/nodes", routes->wrap(A::Write, bind(&Routes::add_node)));
+  Rest::Routes::Post(*router, "/nodes/:name/drain",
+                     routes->wrap(A::Write, bind(&Routes::drain_node)));
+  Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(A::Write, bind(&Routes::remove_node)));
+  Rest::Routes::Post(*router, "/nodes/:name/secret",
+                     routes->wrap(A::Write, bind(&Routes::rotate_secret)));
+  Rest::Routes::Get(*router, "/leases", routes->wrap(A::Read, bind(&Routes::list_leases)));
+  Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(A::Write, bind(&Routes::revoke_lease)));
+  Rest::Routes::Get(*router, "/accounting", routes->wrap(A::Read, bind(&Routes::accounting)));
+  Rest::Routes::Get(*router, "/accounting.csv",
+                    routes->wrap(A::Read, bind(&Routes::accounting_csv)));
 
   try {
     endpoint_ = std::make_shared<Http::Endpoint>(Address(host, Port(port)));

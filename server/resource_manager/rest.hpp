@@ -3,7 +3,9 @@
 //
 // Handlers run on pistache's threads and never touch the registry: each one
 // hands a task to the Loop and waits for the answer. Requests that change
-// anything (POST, DELETE) need `Authorization: Bearer <http.token>`.
+// anything (POST, DELETE) need `Authorization: Bearer <http.token>`; reads
+// of nodes, leases and accounting need that token or the read-only one;
+// /health and /metrics answer without a token unless configured otherwise.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,20 @@ class Endpoint;
 
 namespace rfaas::rm {
 
+/// Who may call what (from the configuration's http block).
+struct RestAccess {
+  /// Changes and reads.
+  std::string admin_token;
+  /// Reads only; empty: none.
+  std::string read_token;
+  /// Whether /health and /metrics answer without a token.
+  bool open_health = true;
+  bool open_metrics = true;
+};
+
 class RestServer {
 public:
-  RestServer(Loop &loop, std::string admin_token);
+  RestServer(Loop &loop, RestAccess access);
   ~RestServer();
   RestServer(const RestServer &) = delete;
   RestServer &operator=(const RestServer &) = delete;
@@ -38,7 +51,7 @@ public:
 private:
   struct Routes;
   Loop &loop_;
-  std::string admin_token_;
+  RestAccess access_;
   RequestLatencies latencies_;
   std::shared_ptr<Pistache::Http::Endpoint> endpoint_;
   std::shared_ptr<void> router_keepalive_;

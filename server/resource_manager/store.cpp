@@ -1,7 +1,14 @@
 #include "resource_manager/store.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 namespace rfaas::rm {
@@ -140,13 +147,51 @@ const char *const kMigrations[] = {
     "  memory_mib INTEGER NOT NULL, final INTEGER NOT NULL,"
     "  PRIMARY KEY (lease_id, node));"
     "CREATE INDEX accounting_client ON accounting(client);",
+    // 1 -> 2: lease secrets (leases granted before have none: they can only
+    // be revoked) and the last signed registration time (replays after a
+    // restart).
+    "ALTER TABLE leases ADD COLUMN secret_hash BLOB NOT NULL DEFAULT x'';"
+    "ALTER TABLE nodes ADD COLUMN registration_signed_ms INTEGER NOT NULL DEFAULT 0;",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
 
+/// The file holds node secrets: it is created 0600 whatever the umask, and
+/// an existing one readable by others is narrowed to 0600. SQLite gives its
+/// -wal and -shm files the database file's mode.
+void restrict_file(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    throw StoreError("cannot open the database " + path + ": " + std::strerror(errno) +
+                     " (check that its directory exists and is writable)");
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  if (stat_ok && (st.st_mode & 0077) != 0) {
+    if (::fchmod(fd, 0600) != 0) {
+      const int err = errno;
+      ::close(fd);
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+      throw StoreError("the database " + path + " is readable by others (mode " + mode +
+                       ") and cannot be made 0600: " + std::strerror(err) +
+                       " (it holds node secrets; chmod 600 it)");
+    }
+    if (st.st_size > 0) {
+      auto l = spdlog::get("resource_manager");
+      (l ? l : spdlog::default_logger())
+          ->warn("the database {} was readable by others; its mode is 0600 now (it holds node "
+                 "secrets)",
+                 path);
+    }
+  }
+  ::close(fd);
+}
+
 } // namespace
 
 Store::Store(const std::string &path) : path_(path) {
+  if (path != ":memory:" && path.rfind("file:", 0) != 0)
+    restrict_file(path);
   int rc =
       sqlite3_open_v2(path.c_str(), &db_,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -223,7 +268,8 @@ void Store::migrate() {
 
 void Store::put_node(const Node &n) {
   Stmt q(db_, "INSERT OR REPLACE INTO nodes (name, address, cores, memory_mib, secret, state, "
-              "drained, registered_ms, last_heartbeat_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+              "drained, registered_ms, last_heartbeat_ms, registration_signed_ms) "
+              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
   q.bind(1, n.name);
   q.bind(2, n.address);
   q.bind(3, static_cast<int64_t>(n.cores));
@@ -233,6 +279,7 @@ void Store::put_node(const Node &n) {
   q.bind(7, static_cast<int64_t>(n.drained));
   q.bind(8, n.registered_ms);
   q.bind(9, n.last_heartbeat_ms);
+  q.bind(10, n.registration_signed_ms);
   q.run();
 }
 
@@ -244,7 +291,7 @@ void Store::remove_node(const std::string &name) {
 
 std::vector<Node> Store::load_nodes() const {
   Stmt q(db_, "SELECT name, address, cores, memory_mib, secret, state, drained, registered_ms, "
-              "last_heartbeat_ms FROM nodes ORDER BY name");
+              "last_heartbeat_ms, registration_signed_ms FROM nodes ORDER BY name");
   std::vector<Node> out;
   while (q.step()) {
     Node n;
@@ -263,6 +310,7 @@ std::vector<Node> Store::load_nodes() const {
     n.drained = q.i64(6) != 0;
     n.registered_ms = q.u64(7);
     n.last_heartbeat_ms = q.u64(8);
+    n.registration_signed_ms = q.u64(9);
     out.push_back(std::move(n));
   }
   return out;
@@ -272,13 +320,14 @@ void Store::put_lease(const Lease &l) {
   Transaction t(db_);
   {
     Stmt q(db_, "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
-                "ended_ms) VALUES (?1,?2,?3,?4,?5,?6)");
+                "ended_ms, secret_hash) VALUES (?1,?2,?3,?4,?5,?6,?7)");
     q.bind(1, l.id);
     q.bind(2, l.client);
     q.bind(3, std::string(to_string(l.state)));
     q.bind(4, l.granted_ms);
     q.bind(5, l.expiry_ms);
     q.bind(6, l.ended_ms);
+    q.bind_blob(7, l.secret_hash.data(), l.secret_hash.size());
     q.run();
   }
   {
@@ -301,7 +350,8 @@ void Store::put_lease(const Lease &l) {
 
 std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
                                        size_t limit) const {
-  std::string sql = "SELECT id, client, state, granted_ms, expiry_ms, ended_ms FROM leases ";
+  std::string sql =
+      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash FROM leases ";
   sql += where;
   sql += " ORDER BY granted_ms DESC, id LIMIT ?2";
   Stmt q(db_, sql.c_str());
@@ -321,6 +371,10 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
     l.granted_ms = q.u64(3);
     l.expiry_ms = q.u64(4);
     l.ended_ms = q.u64(5);
+    // Empty for a lease recorded before lease secrets (left all zero).
+    std::string hash = q.blob(6);
+    if (hash.size() == l.secret_hash.size())
+      std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
     out.push_back(std::move(l));
   }
   Stmt p(db_, "SELECT node, cores, memory_mib FROM lease_parts WHERE lease_id = ?1 "
@@ -347,6 +401,21 @@ std::optional<Lease> Store::load_lease(uint64_t id) const {
   if (v.empty())
     return std::nullopt;
   return std::move(v.front());
+}
+
+std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t now_ms) const {
+  Stmt q(db_, "SELECT DISTINCT l.id FROM leases l JOIN lease_parts p ON p.lease_id = l.id "
+              "WHERE p.node = ?1 AND l.state != 'active' AND l.expiry_ms > ?2");
+  q.bind(1, node);
+  q.bind(2, now_ms);
+  std::vector<uint64_t> ids;
+  while (q.step())
+    ids.push_back(q.u64(0));
+  std::vector<Lease> out;
+  for (uint64_t id : ids)
+    if (auto l = load_lease(id))
+      out.push_back(std::move(*l));
+  return out;
 }
 
 void Store::put_accounting(const AccountingRecord &r) {
@@ -391,6 +460,26 @@ std::vector<AccountingRecord> Store::accounting_for_client(const std::string &cl
 }
 std::vector<AccountingRecord> Store::all_accounting() const {
   return query_accounting("WHERE ?1 = 0", nullptr, 0);
+}
+
+std::pair<size_t, size_t> Store::prune_history(uint64_t before_ms) {
+  Transaction t(db_);
+  {
+    Stmt q(db_, "DELETE FROM accounting WHERE reported_ms < ?1 AND lease_id NOT IN "
+                "(SELECT id FROM leases WHERE state = 'active')");
+    q.bind(1, before_ms);
+    q.run();
+  }
+  const size_t records = static_cast<size_t>(sqlite3_changes(db_));
+  {
+    // lease_parts go with their lease (ON DELETE CASCADE).
+    Stmt q(db_, "DELETE FROM leases WHERE state != 'active' AND ended_ms < ?1");
+    q.bind(1, before_ms);
+    q.run();
+  }
+  const size_t leases = static_cast<size_t>(sqlite3_changes(db_));
+  t.commit();
+  return {leases, records};
 }
 
 // ---- enum names ------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "resource_manager/lease.hpp"
@@ -30,7 +31,7 @@ class Store {
 public:
   /// The schema version this code writes (PRAGMA user_version). Opening a
   /// file with an older version migrates it; a newer one is refused.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   /// Opens (creating if needed) the database at `path`; ":memory:" works for
   /// tests. Throws StoreError naming the file on failure.
@@ -54,12 +55,20 @@ public:
   std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
                                  size_t limit = SIZE_MAX) const;
   std::optional<Lease> load_lease(uint64_t id) const;
+  /// Leases that ended but whose expiry is after `now_ms`, with a part on
+  /// `node`: their tokens would still verify on a node that forgot the end.
+  std::vector<Lease> ended_unexpired_on(const std::string &node, uint64_t now_ms) const;
 
   /// Inserts or replaces the record of (lease_id, node).
   void put_accounting(const AccountingRecord &rec);
   std::vector<AccountingRecord> accounting_for_lease(uint64_t lease_id) const;
   std::vector<AccountingRecord> accounting_for_client(const std::string &client) const;
   std::vector<AccountingRecord> all_accounting() const;
+
+  /// Deletes leases that ended before `before_ms` (with their parts) and
+  /// accounting records reported before it whose lease is no longer active.
+  /// Returns how many leases and records went.
+  std::pair<size_t, size_t> prune_history(uint64_t before_ms);
 
 private:
   void exec(const char *sql, const char *what);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "resource_manager/config.hpp"
 
@@ -27,21 +28,76 @@ const char *kToken = R"("http": {"token": "0123456789abcdef0123"})";
 
 } // namespace
 
-TEST(ResourceManagerConfig, ExampleParses) {
-  auto c = ResourceManagerConfig::load(RFAAS_SOURCE_DIR "/config/resource_manager.json");
+// The shipped example parses except for its placeholder token, which is
+// refused: a service started with it would take changes from anyone who read
+// the example.
+TEST(ResourceManagerConfig, ExampleParsesButItsPlaceholderTokenIsRefused) {
+  const std::string example = RFAAS_SOURCE_DIR "/config/resource_manager.json";
+  std::string e;
+  try {
+    ResourceManagerConfig::load(example);
+  } catch (const ConfigError &x) {
+    e = x.what();
+  }
+  EXPECT_EQ(e, example + ": http.token: the placeholder token of the shipped example "
+                         "(\"change-me-to-a-long-random-token\") is refused; expected your own "
+                         "token, e.g. from `openssl rand -hex 32`, best in http.token_file (a "
+                         "file only the service can read)");
+  std::ifstream in(example);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string placeholder = "change-me-to-a-long-random-token";
+  ASSERT_NE(text.find(placeholder), std::string::npos);
+  text.replace(text.find(placeholder), placeholder.size(), "0123456789abcdef0123");
+  auto c = ResourceManagerConfig::parse(text, example, RFAAS_SOURCE_DIR "/config");
   EXPECT_EQ(c.registry.policy, PlacementPolicy::Spread);
   EXPECT_EQ(c.http_port, 8080);
   EXPECT_EQ(c.database, RFAAS_SOURCE_DIR "/config/resource_manager.sqlite");
-  EXPECT_GE(c.admin_token.size(), 16u);
+  EXPECT_TRUE(c.read_token.empty());
+  EXPECT_TRUE(c.open_health && c.open_metrics);
+  EXPECT_EQ(error_of(R"({"http": {"token": "CHANGEME-0123456789abcdef"}})")
+                .rfind("test.json: http.token: the placeholder token", 0),
+            0u);
+}
+
+TEST(ResourceManagerConfig, ReadTokenAndOpenEndpoints) {
+  auto c = ResourceManagerConfig::parse(
+      R"({"http": {"token": "0123456789abcdef0123", "read_token": "reader-0123456789abcdef",
+                   "open_endpoints": ["/metrics"]}})",
+      "t", "/");
+  EXPECT_EQ(c.read_token, "reader-0123456789abcdef");
+  EXPECT_FALSE(c.open_health);
+  EXPECT_TRUE(c.open_metrics);
+  c = ResourceManagerConfig::parse(R"({"http": {"token": "0123456789abcdef0123",
+                                                "open_endpoints": []}})",
+                                   "t", "/");
+  EXPECT_FALSE(c.open_health || c.open_metrics);
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef0123", "read_token": "short"}})"),
+            "test.json: http.read_token: too short (5 characters); expected an administrator "
+            "token of at least 16 characters for changes through the REST API (e.g. `openssl "
+            "rand -hex 32`)");
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef0123",
+                                  "read_token": "0123456789abcdef0123"}})"),
+            "test.json: http.read_token: the same as the operator token; expected another token "
+            "(or leave it out)");
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef0123",
+                                  "open_endpoints": ["/nodes"]}})"),
+            "test.json: http.open_endpoints[0]: unknown endpoint \"/nodes\"; expected "
+            "\"/health\" and/or \"/metrics\" (every other endpoint needs a token)");
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef0123", "open_endpoints": "/health"}})")
+                .rfind("test.json: http.open_endpoints: expected an array", 0),
+            0u);
 }
 
 TEST(ResourceManagerConfig, DefaultsAndRelativePaths) {
   auto c = ResourceManagerConfig::parse(std::string("{") + kToken + R"(, "placement": "pack",
-      "database": "db/rm.sqlite", "leases": {"max_nodes": 4}})",
+      "database": "db/rm.sqlite", "retention_days": 90,
+      "leases": {"max_nodes": 4, "default_memory_mib": 512}})",
                                         "t", "/etc/rfaas");
   EXPECT_EQ(c.database, "/etc/rfaas/db/rm.sqlite");
   EXPECT_EQ(c.registry.policy, PlacementPolicy::Pack);
   EXPECT_EQ(c.registry.max_nodes_per_lease, 4u);
+  EXPECT_EQ(c.registry.default_memory_mib, 512u);
+  EXPECT_EQ(c.registry.retention_days, 90u);
   EXPECT_EQ(c.http_host, "127.0.0.1");
 }
 
@@ -50,13 +106,13 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
   // "<file>: <JSON path>: <problem>; <expected>".
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "leases": {"max_duraton_ms": 5}})"),
             "test.json: leases.max_duraton_ms: unknown key; valid keys here: "
-            "default_duration_ms, max_duration_ms, max_nodes");
+            "default_duration_ms, max_duration_ms, max_nodes, default_memory_mib");
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "colour": 1})"),
             "test.json: colour: unknown key; valid keys here: database, http, fabric, "
-            "placement, leases, nodes, tick_ms, log");
+            "placement, leases, nodes, tick_ms, retention_days, log");
   EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
             "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
-            "token_file");
+            "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms");
   EXPECT_EQ(error_of("[1]"), "test.json: (top level): expected an object, got array [1]");
 }
 
@@ -184,6 +240,11 @@ TEST(ResourceManagerConfig, FabricBlock) {
       "fabric": {"device_database": "d", "device": "x"}})"),
             "test.json: nodes.heartbeat_timeout_ms: not longer than fabric.heartbeat_ms (1000, "
             "the default); expected more than that");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(,
+      "fabric": {"device_database": "d", "device": "x", "max_connections": 8,
+                 "reserved_for_nodes": 8}})"),
+            "test.json: fabric.reserved_for_nodes: fabric.reserved_for_nodes (8) must be below "
+            "fabric.max_connections (8); expected room for at least one client");
   // Without a fabric block the heartbeat is not used: no conflict.
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 500}})"),
             "");

@@ -28,10 +28,12 @@ fail() {
 }
 
 token=e2e-token-$RANDOM-0123456789
+reader=e2e-reader-$RANDOM-0123456789
 cat >"$work/rm.json" <<JSON
 {
   "database": "state/rm.sqlite",
-  "http": { "host": "127.0.0.1", "port": 0, "threads": 2, "token": "$token" },
+  "http": { "host": "127.0.0.1", "port": 0, "threads": 2, "token": "$token",
+            "read_token": "$reader" },
   "placement": "pack",
   "tick_ms": 50
 }
@@ -51,6 +53,11 @@ echo '{"http": {"token": "0123456789abcdef"}, "placment": "pack"}' >"$work/bad.j
 [[ $rc == 1 ]] || fail "bad config: exit $rc, expected 1"
 grep -q "placment: unknown key" "$work/bad.log" || fail "bad config: the key is not named"
 "$rm_bin" --config "$example" --help >/dev/null || fail "--help with --config"
+# The shipped example's placeholder token is refused, not served with.
+"$rm_bin" --config "$example" 2>"$work/example.log"; rc=$?
+[[ $rc == 1 ]] || fail "the example with its placeholder token: exit $rc, expected 1"
+grep -q "http.token: the placeholder token of the shipped example" "$work/example.log" ||
+  fail "the placeholder token is not named: $(cat "$work/example.log")"
 set -e
 
 # ---- start, wait for the readiness line ------------------------------------------
@@ -105,14 +112,20 @@ start "$work/run1.log"
 call GET /health >/dev/null
 expect 200 "GET /health"
 grep -q '"journal_mode":"wal"' "$work/body" || fail "health does not report WAL"
-[[ $(call GET /nodes) == "[]" ]] || fail "nodes not empty at start"
-[[ $(call GET /leases) == "[]" ]] || fail "leases not empty at start"
+call GET /nodes >/dev/null
+expect 401 "GET /nodes without a token"
+call GET /leases "" wrong-token-0123456789 >/dev/null
+expect 401 "GET /leases with a wrong token"
+[[ $(call GET /nodes "" "$reader") == "[]" ]] || fail "nodes not empty at start"
+[[ $(call GET /leases "" "$token") == "[]" ]] || fail "leases not empty at start"
 
 node='{"name":"node1","address":"10.0.0.1:10000","cores":8,"memory_mib":16384}'
 call POST /nodes "$node" >/dev/null
 expect 401 "POST /nodes without a token"
 call POST /nodes "$node" wrong-token-0123456789 >/dev/null
 expect 401 "POST /nodes with a wrong token"
+call POST /nodes "$node" "$reader" >/dev/null
+expect 401 "POST /nodes with the read-only token"
 call POST /nodes "$node" "$token" >/dev/null
 expect 201 "POST /nodes"
 secret=$(sed -n 's/.*"secret":"\([0-9a-f]*\)".*/\1/p' "$work/body")
@@ -131,7 +144,7 @@ expect 200 "DELETE /nodes/node2"
 call DELETE /leases/12345 "" "$token" >/dev/null
 expect 404 "revoke an unknown lease"
 
-nodes=$(call GET /nodes)
+nodes=$(call GET /nodes "" "$reader")
 grep -q '"name":"node1"' <<<"$nodes" || fail "node1 missing: $nodes"
 grep -q '"drained":true' <<<"$nodes" || fail "node1 not drained: $nodes"
 grep -q 'node2' <<<"$nodes" && fail "node2 still listed: $nodes"
@@ -144,14 +157,16 @@ for line in 'rfaas_rm_nodes_registered 1' 'rfaas_rm_leases_active 0' \
   'rfaas_rm_request_duration_seconds_count{interface="http",kind="write"}'; do
   grep -qF "$line" <<<"$metrics" || fail "metrics lack '$line'"
 done
-csv=$(call GET /accounting.csv)
+call GET /accounting.csv >/dev/null
+expect 401 "GET /accounting.csv without a token"
+csv=$(call GET /accounting.csv "" "$reader")
 expect 200 "GET /accounting.csv"
 [[ $csv == lease,node,client,* ]] || fail "CSV header: $csv"
 stop TERM
 
 # ---- restart on the same file: the state is back ---------------------------------
 start "$work/run2.log"
-nodes=$(call GET /nodes)
+nodes=$(call GET /nodes "" "$token")
 grep -q '"name":"node1"' <<<"$nodes" || fail "node1 lost across a restart: $nodes"
 grep -q '"drained":true' <<<"$nodes" || fail "drain lost across a restart: $nodes"
 grep -q 'node2' <<<"$nodes" && fail "node2 came back after a restart: $nodes"

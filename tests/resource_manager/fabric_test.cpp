@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -64,7 +65,8 @@ proto::ControlClock::time_point in(std::chrono::milliseconds d) {
 /// One resource manager for the whole run.
 class ResourceManager {
 public:
-  void start() {
+  /// `fabric` overrides keys of the configuration's fabric block.
+  void start(const json &fabric_overrides = json::object()) {
     char tmpl[] = "/tmp/rfaas-rm-fabric-XXXXXX";
     if (!mkdtemp(tmpl))
       throw std::runtime_error("mkdtemp failed");
@@ -83,6 +85,7 @@ public:
                 {"nodes", {{"heartbeat_timeout_ms", 60000}}},
                 {"tick_ms", 50},
                 {"log", {{"level", "warn"}}}};
+    cfg["fabric"].update(fabric_overrides);
     std::ofstream(dir_ + "/rm.json") << cfg.dump(2);
     // The readiness lines go to stderr: merge it into the pipe the test reads.
     proc_ = rfaas::e2e::Process(
@@ -122,14 +125,16 @@ struct Peer {
   proto::ControlChannel channel;
   rdmalib::Connection conn;
 
-  Peer() {
+  explicit Peer(ResourceManager *to = nullptr) {
+    if (!to)
+      to = rm;
     proto::ClientHello hello;
     uint8_t pd[sizeof hello];
     proto::encode(hello, pd, sizeof pd);
     rdmalib::ConnectionOptions opts;
     opts.recv_depth = 10;
     opts.refused_retries = 3;
-    conn = rdmalib::Connection::connect(*fabric, rm->address(), pd, sizeof pd, 5000ms, opts);
+    conn = rdmalib::Connection::connect(*fabric, to->address(), pd, sizeof pd, 5000ms, opts);
     proto::ControlOptions copts;
     copts.receives = 8;
     copts.receive_size = proto::kMaxLeaseGrantSize;
@@ -203,7 +208,7 @@ void add_node(const std::string &name, char secret, uint32_t cores = 4) {
 }
 
 json node_view(const std::string &name) {
-  for (const json &n : json::parse(http(rm->rest(), "GET", "/nodes").body))
+  for (const json &n : json::parse(http(rm->rest(), "GET", "/nodes", "", kToken).body))
     if (n["name"] == name)
       return n;
   return json();
@@ -253,9 +258,31 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
   claim.cores = 3; // a client that claims more than it was granted
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
 
+  // A stranger who read the lease's id and client name (GET /leases) can
+  // neither renew nor release it without the secret only the grant carried.
+  EXPECT_FALSE(proto::equal(grant.secret, proto::Token{}));
+  {
+    Peer stranger;
+    proto::LeaseRenew steal;
+    steal.lease_id = grant.lease_id;
+    proto::set_text(steal.client, "alice");
+    std::vector<proto::LeaseGrantPart> stolen;
+    proto::LeaseGrant r = stranger.ask(steal, stolen);
+    EXPECT_EQ(r.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(r.message)).find("wrong lease secret"), std::string::npos)
+        << proto::get_text(r.message);
+    EXPECT_TRUE(stolen.empty());
+    proto::LeaseRelease end;
+    end.lease_id = grant.lease_id;
+    end.secret.bytes[0] = 1;
+    proto::set_text(end.client, "alice");
+    EXPECT_EQ(stranger.ask(end, stolen).status, proto::ErrorCode::LeaseInvalid);
+  }
+
   proto::LeaseRenew renew;
   renew.lease_id = grant.lease_id;
   renew.duration_ms = 50000;
+  renew.secret = grant.secret;
   proto::set_text(renew.client, "alice");
   std::vector<proto::LeaseGrantPart> renewed_parts;
   proto::LeaseGrant renewed = client.ask(renew, renewed_parts);
@@ -265,9 +292,11 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
   ASSERT_EQ(renewed_parts.size(), 1u);
   EXPECT_FALSE(proto::equal(renewed_parts[0].token, parts[0].token));
 
-  // Another client cannot release it.
+  EXPECT_TRUE(proto::equal(renewed.secret, proto::Token{})) << "sent once, with the grant";
+  // Another client cannot release it, even with the secret.
   proto::LeaseRelease release;
   release.lease_id = grant.lease_id;
+  release.secret = grant.secret;
   proto::set_text(release.client, "mallory");
   std::vector<proto::LeaseGrantPart> none;
   EXPECT_EQ(client.ask(release, none).status, proto::ErrorCode::LeaseInvalid);
@@ -374,6 +403,216 @@ TEST(RmFabric, ANodeWhoseConnectionClosesIsMarkedDownAndComesBack) {
   Peer again;
   EXPECT_EQ(again.register_node("delta", 'd').status, proto::ErrorCode::Ok);
   EXPECT_TRUE(wait_state("delta", "up"));
+}
+
+// A registered node's connection that sends a NodeRegister which is refused
+// (here a replay of its own) is closed; the node goes down and the resource
+// manager forgets the connection. It used to keep pointing at the freed
+// connection: the node stayed "up", and the next registration or notice for
+// it went through freed memory (AddressSanitizer aborts the resource manager
+// in the sanitizer build).
+TEST(RmFabric, ARefusedSecondRegistrationOnARegisteredConnectionMarksTheNodeDown) {
+  add_node("echo", 'e');
+  const uint64_t ts = wall_ms();
+  {
+    Peer node;
+    ASSERT_EQ(node.register_node("echo", 'e', 4, ts).status, proto::ErrorCode::Ok);
+    EXPECT_TRUE(wait_state("echo", "up"));
+    proto::NodeRegistered again = node.register_node("echo", 'e', 4, ts);
+    EXPECT_EQ(again.status, proto::ErrorCode::LeaseInvalid);
+    EXPECT_NE(std::string(proto::get_text(again.message)).find("replayed"), std::string::npos)
+        << proto::get_text(again.message);
+    EXPECT_TRUE(wait_state("echo", "down"));
+  }
+  {
+    // A registered connection may not speak for a second node either.
+    add_node("echo2", 'f');
+    Peer other;
+    ASSERT_EQ(other.register_node("echo2", 'f').status, proto::ErrorCode::Ok);
+    proto::NodeRegistered hijack = other.register_node("echo", 'e');
+    EXPECT_EQ(hijack.status, proto::ErrorCode::BadRequest);
+    EXPECT_NE(std::string(proto::get_text(hijack.message)).find("registered as node echo2"),
+              std::string::npos)
+        << proto::get_text(hijack.message);
+    EXPECT_TRUE(wait_state("echo2", "down"));
+  }
+  EXPECT_EQ(node_view("echo").value("state", ""), "down");
+  // The node registers again and receives its notices: nothing refers to the
+  // connection that went.
+  Peer node;
+  ASSERT_EQ(node.register_node("echo", 'e').status, proto::ErrorCode::Ok);
+  EXPECT_TRUE(wait_state("echo", "up"));
+  for (const char *n : {"alpha", "bravo", "charlie", "delta"})
+    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant grant = client.request(1, 60000, parts, "erin");
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(proto::get_text(parts[0].node), "echo");
+  auto revoke = http(rm->rest(), "DELETE", "/leases/" + std::to_string(grant.lease_id), "", kToken);
+  EXPECT_LT(revoke.status, 300) << revoke.body;
+  EXPECT_EQ(node.await_ended().lease_id, grant.lease_id);
+  EXPECT_EQ(http(rm->rest(), "GET", "/health").status, 200);
+}
+
+// Hundreds of leases ending in one tick: the node receives every notice and
+// stays up. The notices used to go into the node's send queue at once, whose
+// limit (256 queued messages) then dropped the node and marked it down.
+TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
+  constexpr uint32_t kLeases = 400;
+  add_node("foxtrot", '7', kLeases);
+  Peer node;
+  ASSERT_EQ(node.register_node("foxtrot", '7', kLeases).status, proto::ErrorCode::Ok);
+  for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2"})
+    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  // Every lease asks to end at the same wall-clock instant, so the
+  // resource manager's expiry check ends them together.
+  Peer client;
+  const uint64_t end_at = wall_ms() + 3000;
+  std::set<uint64_t> granted;
+  for (uint32_t i = 0; i < kLeases; ++i) {
+    proto::LeaseRequest req;
+    req.cores = 1;
+    req.memory_mib = 1;
+    req.duration_ms = end_at - wall_ms();
+    proto::set_text(req.client, "frank");
+    std::vector<proto::LeaseGrantPart> parts;
+    proto::LeaseGrant grant = client.ask(req, parts);
+    ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << i << ": " << proto::get_text(grant.message);
+    granted.insert(grant.lease_id);
+  }
+  ASSERT_LT(wall_ms(), end_at) << "granting took too long for the leases to end together";
+  // The node does not read until every lease has ended at the resource
+  // manager: its notices pile up on the resource manager's side (on shm a
+  // send completes only once the node takes it).
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (node_view("foxtrot").value("cores_used", -1) != 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  std::set<uint64_t> ended;
+  for (uint32_t i = 0; i < kLeases; ++i) {
+    proto::LeaseEnded e = node.await_ended();
+    if (e.lease_id == 0)
+      break; // await_ended reported the failure
+    EXPECT_EQ(e.why, proto::LeaseEndReason::Expired);
+    ended.insert(e.lease_id);
+  }
+  EXPECT_EQ(ended, granted);
+  EXPECT_EQ(node_view("foxtrot").value("state", ""), "up");
+  EXPECT_EQ(node_view("foxtrot").value("cores_used", -1), 0);
+}
+
+// Clients cannot take the slots kept for nodes, and an idle client's
+// connection closes (its slot is free again).
+TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
+  ResourceManager small;
+  small.start(json{{"max_connections", 4},
+                   {"reserved_for_nodes", 2},
+                   {"client_idle_timeout_ms", 1500},
+                   {"idle_timeout_ms", 60000}});
+  struct Stop {
+    ResourceManager &m;
+    ~Stop() { m.stop(); }
+  } stop{small};
+  auto ask = [](Peer &c) {
+    proto::LeaseRequest req;
+    req.cores = 1000; // more than anyone has: the answer names the reason
+    proto::set_text(req.client, "grace");
+    std::vector<proto::LeaseGrantPart> parts;
+    return c.ask(req, parts);
+  };
+  auto a = std::make_unique<Peer>(&small);
+  auto b = std::make_unique<Peer>(&small);
+  EXPECT_EQ(ask(*a).status, proto::ErrorCode::ResourcesUnavailable);
+  EXPECT_EQ(ask(*b).status, proto::ErrorCode::ResourcesUnavailable);
+  {
+    Peer third(&small);
+    proto::LeaseGrant refused = ask(third);
+    EXPECT_EQ(refused.status, proto::ErrorCode::ResourcesUnavailable);
+    EXPECT_NE(std::string(proto::get_text(refused.message)).find("too many client connections"),
+              std::string::npos)
+        << proto::get_text(refused.message);
+  }
+  // A node still registers: the slots beyond the clients' are its.
+  json body = {{"name", "golf"},
+               {"address", "127.0.0.1:20004"},
+               {"cores", 2},
+               {"memory_mib", 4096},
+               {"secret", secret_hex('d')}};
+  ASSERT_EQ(http(small.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  Peer node(&small);
+  ASSERT_EQ(node.register_node("golf", 'd', 2).status, proto::ErrorCode::Ok);
+  // The idle clients are closed after client_idle_timeout_ms (reliable-
+  // datagram providers do not tell the peer): a new client is served once
+  // their slots are free again.
+  bool served = false;
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (!served && std::chrono::steady_clock::now() < deadline) {
+    Peer again(&small);
+    proto::LeaseGrant r = ask(again);
+    served = std::string(proto::get_text(r.message)).find("too many client connections") ==
+             std::string::npos;
+    if (served) {
+      std::vector<proto::LeaseGrantPart> parts;
+      proto::LeaseGrant g = again.request(1, 10000, parts, "grace");
+      EXPECT_EQ(g.status, proto::ErrorCode::Ok) << proto::get_text(g.message);
+    } else {
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  EXPECT_TRUE(served) << "idle clients kept their connections";
+}
+
+// A node that registers again (after a restart of its own, or of the
+// resource manager) is told again of every ended lease whose token has not
+// expired, so that a token of a released lease does not come back to life.
+TEST(RmFabric, ARegisteringNodeHearsAgainOfEndedLeasesWhoseTokensLive) {
+  add_node("hotel", '8', 2);
+  for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2", "foxtrot"})
+    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  uint64_t id = 0;
+  {
+    Peer node;
+    ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
+    Peer client;
+    std::vector<proto::LeaseGrantPart> parts;
+    proto::LeaseGrant g = client.request(1, 60000, parts, "henry");
+    ASSERT_EQ(g.status, proto::ErrorCode::Ok) << proto::get_text(g.message);
+    id = g.lease_id;
+    proto::LeaseRelease rel;
+    rel.lease_id = id;
+    rel.secret = g.secret;
+    proto::set_text(rel.client, "henry");
+    ASSERT_EQ(client.ask(rel, parts).status, proto::ErrorCode::Ok);
+    EXPECT_EQ(node.await_ended().lease_id, id);
+    proto::AccountingReport final_report;
+    final_report.lease_id = id;
+    final_report.execution_us = 5;
+    final_report.final = 1;
+    EXPECT_EQ(node.channel.send(final_report, in(5s)), proto::ChannelStatus::Ok);
+    proto::Shutdown bye;
+    EXPECT_EQ(node.channel.send(bye, in(5s)), proto::ChannelStatus::Ok);
+  }
+  EXPECT_TRUE(wait_state("hotel", "down"));
+  // The node restarted and remembers nothing: it hears of the lease again.
+  Peer node;
+  ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
+  proto::LeaseEnded again = node.await_ended();
+  EXPECT_EQ(again.lease_id, id);
+  EXPECT_EQ(again.why, proto::LeaseEndReason::Released);
+  // Its report of "nothing" for it does not replace the final one.
+  proto::AccountingReport empty;
+  empty.lease_id = id;
+  empty.final = 1;
+  EXPECT_EQ(node.channel.send(empty, in(5s)), proto::ChannelStatus::Ok);
+  // A connection's messages are handled in order: once a registration on it
+  // is answered, the report before it was taken.
+  ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
+  json acc = json::parse(
+      http(rm->rest(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
+  ASSERT_EQ(acc["records"].size(), 1u) << acc.dump();
+  EXPECT_EQ(acc["records"][0]["execution_us"], 5) << acc.dump();
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {

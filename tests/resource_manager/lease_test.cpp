@@ -143,7 +143,7 @@ bool start_rm(uint16_t port) {
 }
 
 json node_view(const std::string &name = "n1") {
-  for (const json &n : json::parse(http(g.rest, "GET", "/nodes").body))
+  for (const json &n : json::parse(http(g.rest, "GET", "/nodes", "", kToken).body))
     if (n["name"] == name)
       return n;
   return json();
@@ -244,7 +244,7 @@ bool wait_registered_after(uint64_t ms) {
 bool wait_final_accounting(uint64_t id) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
+    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
     if (r.status == 200 && r.body.find("\"final\":true") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
@@ -255,7 +255,7 @@ bool wait_final_accounting(uint64_t id) {
 /// Core indices of node n1 held by active leases, from GET /leases.
 std::vector<int> leased_cores() {
   std::vector<int> cores;
-  for (const json &l : json::parse(http(g.rest, "GET", "/leases").body))
+  for (const json &l : json::parse(http(g.rest, "GET", "/leases", "", kToken).body))
     for (const json &p : l["parts"])
       if (p["node"] == "n1")
         for (const json &c : p["cores"])
@@ -265,7 +265,7 @@ std::vector<int> leased_cores() {
 
 /// Whether lease `id` is still active at the resource manager.
 bool lease_active(uint64_t id) {
-  for (const json &l : json::parse(http(g.rest, "GET", "/leases").body))
+  for (const json &l : json::parse(http(g.rest, "GET", "/leases", "", kToken).body))
     if (l.value("id", uint64_t(0)) == id)
       return true;
   return false;
@@ -275,7 +275,8 @@ bool lease_active(uint64_t id) {
 bool wait_lease_state(uint64_t id, const std::string &state) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    for (const json &l : json::parse(http(g.rest, "GET", "/leases?state=all&limit=1000").body))
+    for (const json &l :
+         json::parse(http(g.rest, "GET", "/leases?state=all&limit=1000", "", kToken).body))
       if (l.value("id", uint64_t(0)) == id && l.value("state", "") == state)
         return true;
     std::this_thread::sleep_for(20ms);
@@ -288,7 +289,7 @@ bool wait_lease_state(uint64_t id, const std::string &state) {
 bool wait_accounting(uint64_t id) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id));
+    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
     if (r.status == 200 && r.body.find("\"node\":\"n1\"") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
@@ -397,9 +398,29 @@ TEST(RmLease, LeaseAllocateInvokeRelease) {
     EXPECT_TRUE(echo(ex)) << manager_log();
     ex.deallocate();
   }
+  {
+    // Another client that copied the lease's id and name but not its
+    // secret can neither renew nor release it.
+    rfaas::resource_manager stranger(device(), g.fabric, "tester", patient());
+    rfaas::lease copy = l;
+    copy.secret = {};
+    for (int op = 0; op < 2; ++op) {
+      try {
+        if (op == 0)
+          stranger.renew(copy, 30s);
+        else
+          stranger.release(copy);
+        ADD_FAILURE() << (op == 0 ? "renewed" : "released") << " without the lease secret";
+      } catch (const rfaas::Error &e) {
+        EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what();
+        EXPECT_NE(std::string(e.what()).find("wrong lease secret"), std::string::npos) << e.what();
+      }
+    }
+  }
   rfaas::lease renewed = l;
   rm.renew(renewed, 30s);
   EXPECT_EQ(renewed.id, l.id);
+  EXPECT_EQ(renewed.secret, l.secret);
   EXPECT_NE(renewed.parts[0].token, l.parts[0].token);
   {
     rfaas::executor ex(device());
@@ -409,7 +430,8 @@ TEST(RmLease, LeaseAllocateInvokeRelease) {
   rm.release(renewed);
   // The node reports the lease's accounting at its end.
   ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
-  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  json acc = json::parse(
+      http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
   EXPECT_NE(acc.dump().find("\"node\":\"n1\""), std::string::npos) << acc.dump();
   EXPECT_NE(acc.dump().find("\"client\":\"tester\""), std::string::npos) << acc.dump();
   try {
@@ -495,7 +517,7 @@ TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
   EXPECT_EQ(g.fabric, fabric);
   EXPECT_TRUE(echo(ex));
   // The lease came back from SQLite, and the node registers again.
-  auto leases = json::parse(http(g.rest, "GET", "/leases").body);
+  auto leases = json::parse(http(g.rest, "GET", "/leases", "", kToken).body);
   bool known = false;
   for (const json &x : leases)
     known |= x.value("id", uint64_t(0)) == l.id;
@@ -718,7 +740,8 @@ TEST(RmLease, LiveAllocationsAreReportedPeriodically) {
   // resource_manager.accounting_interval_ms is 300 here: a report for the
   // live allocation arrives before the lease ends, not final.
   EXPECT_TRUE(wait_accounting(l.id)) << manager_log();
-  json acc = json::parse(http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id)).body);
+  json acc = json::parse(
+      http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
   EXPECT_NE(acc.dump().find("\"final\":false"), std::string::npos) << acc.dump();
   EXPECT_TRUE(echo(ex));
   ex.deallocate();

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "resource_manager/loop.hpp"
 
@@ -72,18 +73,20 @@ TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t)
     threads.emplace_back([&, t] {
-      std::vector<uint64_t> mine;
+      std::vector<std::pair<uint64_t, LeaseSecret>> mine;
       for (int i = 0; i < 100; ++i) {
         uint32_t cores = 1 + static_cast<uint32_t>((t + i) % 5);
         auto g = loop.call([&](Registry &r) {
           return r.grant({"c" + std::to_string(t), cores, 0, 0, 2});
         });
         if (g.ok())
-          mine.push_back(g.value.lease.id);
+          mine.emplace_back(g.value.lease.id, g.value.secret);
         if (mine.size() > 2 || (!g.ok() && !mine.empty())) {
-          uint64_t id = mine.front();
+          auto [id, secret] = mine.front();
           mine.erase(mine.begin());
-          loop.call([&](Registry &r) { return r.release(id, "c" + std::to_string(t)); });
+          loop.call([&, id = id, secret = secret](Registry &r) {
+            return r.release(id, "c" + std::to_string(t), secret);
+          });
         }
         // Checked on the loop thread: every held core belongs to one lease,
         // and the nodes' counts agree with the leases'.
@@ -114,7 +117,7 @@ TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
 
 TEST_F(LoopFixture, TicksExpireLeasesOnTheLoop) {
   NodeSecret s = generate_secret();
-  ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 100, s); }).ok());
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 2048, s); }).ok());
   auto g = loop.call([](Registry &r) { return r.grant({"x", 2, 0, 1000, 1}); });
   ASSERT_TRUE(g.ok());
   now += 1000;
@@ -133,4 +136,57 @@ TEST_F(LoopFixture, ExceptionsReachTheCallerAndStopRefusesNewWork) {
   EXPECT_EQ(loop.call([](Registry &) { return 7; }), 7);
   loop.stop();
   EXPECT_THROW(loop.call([](Registry &) { return 1; }), LoopStopped);
+}
+
+namespace {
+
+/// A fabric side whose pass holds the loop until released (bounded), as a
+/// peer that stalls the loop would.
+struct StallingDriver final : LoopDriver {
+  std::atomic<bool> stall{false};
+  std::atomic<bool> stalled{false};
+  bool poll(Registry &) override {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (stall.load() && std::chrono::steady_clock::now() < until) {
+      stalled = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+  void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
+  bool busy() const override { return true; }
+  void stop(Registry &) override {}
+};
+
+} // namespace
+
+// A REST handler's wait on the loop is bounded: past the call timeout the
+// request fails with LoopBusy (503) and its task is withdrawn, never run.
+TEST(LoopCallTimeout, AStalledLoopAnswersBusyAndTheTaskNeverRuns) {
+  Store store{":memory:"};
+  Registry reg{store, [] { return uint64_t{1'000'000}; }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::milliseconds(5)};
+  StallingDriver driver;
+  loop.attach(&driver);
+  loop.set_call_timeout(std::chrono::milliseconds(100));
+  loop.start();
+  EXPECT_EQ(loop.call([](Registry &) { return 1; }), 1);
+  driver.stall = true;
+  while (!driver.stalled.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::atomic<bool> ran{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(loop.call([&](Registry &) {
+    ran = true;
+    return 2;
+  }),
+               LoopBusy);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(100));
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  driver.stall = false;
+  // The loop takes work again; the withdrawn task did not run.
+  EXPECT_EQ(loop.call([](Registry &) { return 3; }), 3);
+  EXPECT_FALSE(ran.load());
+  loop.stop();
 }

@@ -161,7 +161,7 @@ done
 # the REST API: registration has no line the test can read).
 nodes=''
 for _ in $(seq 1 300); do
-  nodes=$(rmcurl "$rest/nodes")
+  nodes=$(rmcurl -H "Authorization: Bearer $token" "$rest/nodes")
   python3 - "$nodes" "${addr[n1]}" "${addr[n2]}" <<'PY' && break
 import json, sys
 nodes = {n["name"]: n for n in json.loads(sys.argv[1])}
@@ -198,14 +198,14 @@ grep -q "^verified [1-9][0-9]* results, 0 failures$" "$work/client.out" ||
   fail "the client did not verify its results"
 
 # ---- after the release: no active lease, the lease released, its accounting --------
-active=$(rmcurl "$rest/leases")
+active=$(rmcurl -H "Authorization: Bearer $token" "$rest/leases")
 [[ $active == "[]" ]] || fail "GET /leases after the release: $active"
-released=$(rmcurl "$rest/leases?state=released")
+released=$(rmcurl -H "Authorization: Bearer $token" "$rest/leases?state=released")
 [[ $released == *"\"id\":$lease_id,"* && $released == *"\"node\":\"$lease_node\""* ]] ||
   fail "lease $lease_id is not listed as released on $lease_node: $released"
 accounting=''
 for _ in $(seq 1 200); do
-  accounting=$(rmcurl "$rest/accounting?lease=$lease_id")
+  accounting=$(rmcurl -H "Authorization: Bearer $token" "$rest/accounting?lease=$lease_id")
   [[ $accounting == *'"final":true'* ]] && break
   sleep 0.1
 done

@@ -106,19 +106,62 @@ TEST_F(Fixture, MemoryLimitsLeases) {
   EXPECT_EQ(lease(1, 100).outcome, Outcome::Unavailable);
 }
 
+// "0 MiB" gets the configured default, never unlimited memory on the node.
+TEST_F(Fixture, ZeroMemoryTakesTheConfiguredDefault) {
+  two_nodes();
+  auto g = lease(1, 0);
+  ASSERT_TRUE(g.ok()) << g.message;
+  EXPECT_EQ(g.value.lease.total_memory_mib(), RegistryOptions{}.default_memory_mib);
+  EXPECT_EQ(reg->node(g.value.lease.parts[0].node)->used_memory_mib,
+            RegistryOptions{}.default_memory_mib);
+  // The token covers the memory the node will enforce.
+  EXPECT_EQ(g.value.lease.claim(0).memory_mib, RegistryOptions{}.default_memory_mib);
+}
+
 TEST_F(Fixture, ReleaseFreesCoresAtOnce) {
   two_nodes();
   auto g = lease(4, 0, 2);
   auto h = lease(4, 0, 2);
   ASSERT_TRUE(g.ok() && h.ok());
   EXPECT_EQ(lease(1).outcome, Outcome::Unavailable);
-  EXPECT_EQ(reg->release(g.value.lease.id, "mallory").outcome, Outcome::Forbidden);
-  ASSERT_TRUE(reg->release(g.value.lease.id, "alice").ok());
+  EXPECT_EQ(reg->release(g.value.lease.id, "mallory", g.value.secret).outcome, Outcome::Forbidden);
+  ASSERT_TRUE(reg->release(g.value.lease.id, "alice", g.value.secret).ok());
   EXPECT_TRUE(lease(4).ok());
-  EXPECT_EQ(reg->release(g.value.lease.id, "alice").outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->release(g.value.lease.id, "alice", g.value.secret).outcome, Outcome::NotFound);
   auto events = reg->take_events();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].why, LeaseState::Released);
+}
+
+// A lease id and its client's name (both shown by GET /leases) are not
+// enough: renewing and releasing need the secret only the grant carried.
+TEST_F(Fixture, OnlyTheHolderOfTheLeaseSecretRenewsOrReleases) {
+  two_nodes();
+  auto g = lease(2);
+  ASSERT_TRUE(g.ok());
+  auto h = lease(2);
+  ASSERT_TRUE(h.ok());
+  EXPECT_NE(g.value.secret, LeaseSecret{});
+  EXPECT_NE(g.value.secret, h.value.secret);
+  const uint64_t id = g.value.lease.id;
+  for (const LeaseSecret &guess : {LeaseSecret{}, h.value.secret}) {
+    auto r = reg->renew(id, "alice", guess, 0);
+    EXPECT_EQ(r.outcome, Outcome::Forbidden);
+    EXPECT_NE(r.message.find("wrong lease secret"), std::string::npos) << r.message;
+    Status s = reg->release(id, "alice", guess);
+    EXPECT_EQ(s.outcome, Outcome::Forbidden) << s.message;
+  }
+  EXPECT_TRUE(reg->active_lease(id));
+  // The store keeps a hash, not the secret, and a restart keeps checking it.
+  auto stored = store.load_lease(id);
+  ASSERT_TRUE(stored);
+  EXPECT_TRUE(lease_secret_matches(g.value.secret, stored->secret_hash));
+  reg = make();
+  EXPECT_EQ(reg->release(id, "alice", h.value.secret).outcome, Outcome::Forbidden);
+  auto r = reg->renew(id, "alice", g.value.secret, 0);
+  ASSERT_TRUE(r.ok()) << r.message;
+  EXPECT_EQ(r.value.secret, LeaseSecret{}) << "a renewal does not hand the secret out again";
+  EXPECT_TRUE(reg->release(id, "alice", g.value.secret).ok());
 }
 
 TEST_F(Fixture, LeasesExpireUnlessRenewed) {
@@ -129,17 +172,17 @@ TEST_F(Fixture, LeasesExpireUnlessRenewed) {
   now += 9'000;
   reg->heartbeat("a");
   reg->heartbeat("b");
-  auto r = reg->renew(h.value.lease.id, "alice", 0);
+  auto r = reg->renew(h.value.lease.id, "alice", h.value.secret, 0);
   ASSERT_TRUE(r.ok()) << r.message;
   EXPECT_EQ(r.value.lease.expiry_ms, now + 10'000);
   EXPECT_NE(r.value.tokens[0], h.value.tokens[0]); // the expiry is in the token
-  EXPECT_EQ(reg->renew(h.value.lease.id, "bob", 0).outcome, Outcome::Forbidden);
+  EXPECT_EQ(reg->renew(h.value.lease.id, "bob", h.value.secret, 0).outcome, Outcome::Forbidden);
   now += 1'000;
   EXPECT_EQ(reg->tick(), 1u);
   EXPECT_FALSE(reg->active_lease(g.value.lease.id));
   EXPECT_TRUE(reg->active_lease(h.value.lease.id));
   EXPECT_EQ(reg->counters().expired, 1u);
-  EXPECT_EQ(reg->renew(g.value.lease.id, "alice", 0).outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->renew(g.value.lease.id, "alice", g.value.secret, 0).outcome, Outcome::NotFound);
   EXPECT_TRUE(lease(4).ok()); // the expired lease's cores are free
   EXPECT_EQ(store.load_lease(g.value.lease.id)->state, LeaseState::Expired);
 }
@@ -230,17 +273,64 @@ TEST_F(Fixture, ADownNodeEndsItsLeasesWholeAndFreesTheirCores) {
     EXPECT_EQ(e.lease_id, span.value.lease.id);
     EXPECT_EQ(e.why, LeaseState::NodeDown);
   }
-  auto renewed = reg->renew(span.value.lease.id, "alice", 0);
+  auto renewed = reg->renew(span.value.lease.id, "alice", span.value.secret, 0);
   EXPECT_EQ(renewed.outcome, Outcome::NotFound);
   EXPECT_NE(renewed.message.find("node a went down"), std::string::npos) << renewed.message;
-  EXPECT_EQ(reg->release(span.value.lease.id, "alice").outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->release(span.value.lease.id, "alice", span.value.secret).outcome,
+            Outcome::NotFound);
   // A restarted registry names the lease's nodes from the store.
   reg = make();
-  renewed = reg->renew(span.value.lease.id, "alice", 0);
+  renewed = reg->renew(span.value.lease.id, "alice", span.value.secret, 0);
   EXPECT_NE(renewed.message.find("went down"), std::string::npos) << renewed.message;
   // The freed cores serve new leases once a is back.
   ASSERT_TRUE(reg->heartbeat("a").ok());
   EXPECT_TRUE(lease(7, 0, 2).ok());
+}
+
+// A recorded registration replayed after a restart of the resource manager
+// is refused: the last accepted signed time is in the database.
+TEST_F(Fixture, AReplayedRegistrationIsRefusedAlsoAfterARestart) {
+  two_nodes();
+  ASSERT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'000).ok());
+  auto again = reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'000);
+  EXPECT_EQ(again.outcome, Outcome::Forbidden);
+  EXPECT_NE(again.message.find("registration replayed"), std::string::npos) << again.message;
+  reg = make();
+  again = reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'000);
+  EXPECT_EQ(again.outcome, Outcome::Forbidden) << "replayed after a restart";
+  EXPECT_EQ(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 6'999).outcome,
+            Outcome::Forbidden);
+  EXPECT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a, 7'001).ok());
+  EXPECT_EQ(store.load_nodes()[0].registration_signed_ms, 7'001u);
+}
+
+// retention_days: ended leases and their accounting go once older than the
+// retention; active leases and their records stay.
+TEST_F(Fixture, RetentionPrunesEndedLeasesAndAccounting) {
+  opts.retention_days = 1;
+  reg = make();
+  two_nodes();
+  auto old_lease = lease(1, 10);
+  auto live = lease(1, 10);
+  ASSERT_TRUE(old_lease.ok() && live.ok());
+  const uint64_t old_id = old_lease.value.lease.id, live_id = live.value.lease.id;
+  const std::string old_node = old_lease.value.lease.parts[0].node;
+  const std::string live_node = live.value.lease.parts[0].node;
+  ASSERT_TRUE(reg->record_accounting({old_id, old_node, "", 0, 1, 1, 1, 10, false}).ok());
+  ASSERT_TRUE(reg->record_accounting({live_id, live_node, "", 0, 1, 1, 1, 10, false}).ok());
+  ASSERT_TRUE(reg->release(old_id, "alice", old_lease.value.secret).ok());
+  // A day and a half later (renewing the live lease and its nodes' heartbeats).
+  for (int h = 0; h < 36; ++h) {
+    now += 3'600'000;
+    reg->heartbeat("a");
+    reg->heartbeat("b");
+    ASSERT_TRUE(reg->renew(live_id, "alice", live.value.secret, 100'000).ok());
+    reg->tick();
+  }
+  EXPECT_FALSE(store.load_lease(old_id)) << "the ended lease outlived the retention";
+  EXPECT_TRUE(store.accounting_for_lease(old_id).empty());
+  EXPECT_TRUE(store.load_lease(live_id));
+  EXPECT_EQ(store.accounting_for_lease(live_id).size(), 1u);
 }
 
 TEST_F(Fixture, OperatorNodesAndRemoval) {
@@ -276,7 +366,7 @@ TEST_F(Fixture, RestartKeepsLiveLeasesValid) {
   auto g = lease(3, 100);
   auto h = lease(2, 100);
   ASSERT_TRUE(g.ok() && h.ok());
-  ASSERT_TRUE(reg->release(h.value.lease.id, "alice").ok());
+  ASSERT_TRUE(reg->release(h.value.lease.id, "alice", h.value.secret).ok());
   ASSERT_TRUE(reg->drain("b", true).ok());
   reg = make(); // a restart on the same database
   auto live = reg->active_lease(g.value.lease.id);
@@ -290,7 +380,7 @@ TEST_F(Fixture, RestartKeepsLiveLeasesValid) {
     used += v.used_cores;
   EXPECT_EQ(used, 3u);
   // The renewed token still verifies with the node's restored secret.
-  auto r = reg->renew(g.value.lease.id, "alice", 0);
+  auto r = reg->renew(g.value.lease.id, "alice", g.value.secret, 0);
   ASSERT_TRUE(r.ok());
   const std::string &n = r.value.lease.parts[0].node;
   TokenVerifier v(n, n == "a" ? secret_a : secret_b);
@@ -308,7 +398,7 @@ TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
   std::string node = g.value.lease.parts[0].node;
   uint64_t id = g.value.lease.id;
   ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false}).ok());
-  ASSERT_TRUE(reg->release(id, "alice").ok());
+  ASSERT_TRUE(reg->release(id, "alice", g.value.secret).ok());
   ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true}).ok());
   EXPECT_EQ(reg->record_accounting({id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true}).outcome,
             Outcome::Forbidden);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,13 +18,14 @@ using rfaas::rm::test::http;
 namespace {
 
 const std::string kToken = "test-token-0123456789";
+const std::string kReader = "read-only-token-0123456789";
 
 struct RestFixture : ::testing::Test {
   uint64_t now = 5'000'000;
   Store store{":memory:"};
   Registry reg{store, [this] { return now; }, RegistryOptions{}};
   Loop loop{reg, std::chrono::milliseconds(50)};
-  RestServer rest{loop, kToken};
+  RestServer rest{loop, RestAccess{kToken, kReader, true, true}};
   void SetUp() override {
     loop.start();
     rest.start("127.0.0.1", 0, 2);
@@ -51,8 +53,8 @@ TEST_F(RestFixture, HealthAndEmptyLists) {
   auto h = http(rest.port(), "GET", "/health");
   ASSERT_EQ(h.status, 200) << h.body;
   EXPECT_EQ(json::parse(h.body)["status"], "ok");
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body), json::array());
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases").body), json::array());
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body), json::array());
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases", "", kToken).body), json::array());
   EXPECT_EQ(http(rest.port(), "GET", "/nope").status, 404);
 }
 
@@ -65,7 +67,118 @@ TEST_F(RestFixture, MutationsNeedTheToken) {
   EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1").status, 401);
   EXPECT_EQ(http(rest.port(), "DELETE", "/leases/1").status, 401);
   EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/drain").status, 401);
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body).size(), 0u);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body).size(), 0u);
+}
+
+// Nodes, leases and accounting name clients and lease ids: reading them needs
+// the operator token or the read-only one, which changes nothing.
+TEST_F(RestFixture, ReadsNeedATokenAndTheReadOnlyTokenChangesNothing) {
+  for (const char *path :
+       {"/nodes", "/leases", "/leases?state=all", "/accounting", "/accounting.csv"}) {
+    auto r = http(rest.port(), "GET", path);
+    EXPECT_EQ(r.status, 401) << path;
+    EXPECT_NE(r.body.find("read-only token (http.read_token)"), std::string::npos) << r.body;
+    EXPECT_EQ(http(rest.port(), "GET", path, "", "wrong-token-0123456789").status, 401) << path;
+    EXPECT_EQ(http(rest.port(), "GET", path, "", kReader).status, 200) << path;
+    EXPECT_EQ(http(rest.port(), "GET", path, "", kToken).status, 200) << path;
+  }
+  EXPECT_EQ(http(rest.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(http(rest.port(), "GET", "/metrics").status, 200);
+  auto r = http(rest.port(), "POST", "/nodes",
+                R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kReader);
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(r.body.find("changes state"), std::string::npos) << r.body;
+  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/1", "", kReader).status, 401);
+}
+
+// http.open_endpoints: [] closes /health and /metrics too.
+TEST(RestAccessConfig, HealthAndMetricsCanBeClosed) {
+  uint64_t now = 5'000'000;
+  Store store{":memory:"};
+  Registry reg{store, [&] { return now; }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::milliseconds(50)};
+  RestServer rest{loop, RestAccess{kToken, "", false, false}};
+  loop.start();
+  rest.start("127.0.0.1", 0, 1);
+  for (const char *path : {"/health", "/metrics"}) {
+    auto r = http(rest.port(), "GET", path);
+    EXPECT_EQ(r.status, 401) << path;
+    // Without a read-only token configured the message names only the operator's.
+    EXPECT_EQ(r.body.find("read_token"), std::string::npos) << r.body;
+    EXPECT_EQ(http(rest.port(), "GET", path, "", kToken).status, 200) << path;
+  }
+  rest.stop();
+  loop.stop();
+}
+
+// Client names that start like a spreadsheet formula are exported as text.
+TEST_F(RestFixture, CsvExportEscapesFormulaCells) {
+  NodeSecret s = generate_secret();
+  const std::vector<std::string> clients = {
+      "=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2", "@SUM(A1)", "\tcmd", "plain"};
+  for (const std::string &c : clients) {
+    auto g = loop.call([&](Registry &r) {
+      r.register_node("n1", "h:1", 16, 1 << 20, s);
+      return r.grant({c, 1, 1, 0, 1});
+    });
+    ASSERT_TRUE(g.ok()) << g.message;
+    const uint64_t id = g.value.lease.id;
+    ASSERT_TRUE(loop.call([&](Registry &r) {
+                      return r.record_accounting({id, "n1", "", 0, 1, 1, 1, 1, true});
+                    })
+                    .ok());
+  }
+  auto csv = http(rest.port(), "GET", "/accounting.csv", "", kToken);
+  ASSERT_EQ(csv.status, 200);
+  EXPECT_NE(csv.body.find(",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\","), std::string::npos)
+      << csv.body;
+  EXPECT_NE(csv.body.find(",'+1+1,"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",'-2,"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",'@SUM(A1),"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",'\tcmd,"), std::string::npos) << csv.body;
+  EXPECT_NE(csv.body.find(",plain,"), std::string::npos) << csv.body;
+  // No line has a cell that starts with a formula character.
+  for (const char *bad : {",=", ",+", ",-", ",@", ",\"="})
+    EXPECT_EQ(csv.body.find(bad), std::string::npos) << bad << " in " << csv.body;
+}
+
+// POST /nodes/{name}/secret: a new secret, returned once; the node's leases
+// stay, and only the new secret registers it from then on.
+TEST_F(RestFixture, RotatingANodeSecretKeepsItsLeases) {
+  NodeSecret old_secret = generate_secret();
+  auto g = loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 4, 4096, old_secret);
+    return r.grant({"alice", 2, 100, 0, 1});
+  });
+  ASSERT_TRUE(g.ok()) << g.message;
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", "", kReader).status, 401);
+  auto r = http(rest.port(), "POST", "/nodes/n1/secret", "", kToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  NodeSecret fresh;
+  ASSERT_TRUE(from_hex(json::parse(r.body)["secret"].get<std::string>(), fresh)) << r.body;
+  EXPECT_NE(fresh, old_secret);
+  EXPECT_EQ(json::parse(r.body)["active_leases"], 1);
+  EXPECT_EQ(json::parse(r.body)["state"], "up");
+  EXPECT_TRUE(loop.call([&](Registry &reg) { return reg.active_lease(g.value.lease.id); }));
+  EXPECT_EQ(
+      loop.call([&](Registry &reg) { return reg.register_node("n1", "h:1", 4, 4096, old_secret); })
+          .outcome,
+      Outcome::Forbidden);
+  EXPECT_TRUE(
+      loop.call([&](Registry &reg) { return reg.register_node("n1", "h:1", 4, 4096, fresh); })
+          .ok());
+  // An operator's own secret, and the bad inputs.
+  const std::string mine(64, 'c');
+  r = http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["secret"], mine);
+  r = http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("has this secret already"), std::string::npos) << r.body;
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":"xyz"})", kToken).status,
+            400);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", R"({"scret":1})", kToken).status, 400);
+  EXPECT_EQ(http(rest.port(), "POST", "/nodes/zz/secret", "", kToken).status, 404);
 }
 
 TEST_F(RestFixture, AddDrainRemoveNode) {
@@ -91,7 +204,7 @@ TEST_F(RestFixture, AddDrainRemoveNode) {
   EXPECT_EQ(json::parse(r.body)["drained"], false);
   EXPECT_EQ(http(rest.port(), "POST", "/nodes/zz/drain", "", kToken).status, 404);
 
-  auto list = json::parse(http(rest.port(), "GET", "/nodes").body);
+  auto list = json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body);
   ASSERT_EQ(list.size(), 1u);
   EXPECT_FALSE(list[0].contains("secret"));
   EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 200);
@@ -101,12 +214,12 @@ TEST_F(RestFixture, AddDrainRemoveNode) {
 TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   NodeSecret s = generate_secret();
   auto g = loop.call([&](Registry &r) {
-    r.register_node("n1", "h:1", 4, 1024, s);
+    r.register_node("n1", "h:1", 4, 4096, s);
     return r.grant({"alice,the \"first\"", 2, 100, 0, 1});
   });
   ASSERT_TRUE(g.ok());
   uint64_t id = g.value.lease.id;
-  auto leases = json::parse(http(rest.port(), "GET", "/leases").body);
+  auto leases = json::parse(http(rest.port(), "GET", "/leases", "", kToken).body);
   ASSERT_EQ(leases.size(), 1u);
   EXPECT_EQ(leases[0]["id"].get<uint64_t>(), id);
   EXPECT_EQ(leases[0]["cores"], 2);
@@ -114,22 +227,24 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   ASSERT_EQ(http(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status, 200);
   EXPECT_EQ(http(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status, 404);
   EXPECT_EQ(http(rest.port(), "DELETE", "/leases/abc", "", kToken).status, 400);
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases").body).size(), 0u);
-  auto all = json::parse(http(rest.port(), "GET", "/leases?state=all").body);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases", "", kToken).body).size(), 0u);
+  auto all = json::parse(http(rest.port(), "GET", "/leases?state=all", "", kToken).body);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0]["state"], "revoked");
-  EXPECT_EQ(http(rest.port(), "GET", "/leases?state=zombie").status, 400);
+  EXPECT_EQ(http(rest.port(), "GET", "/leases?state=zombie", "", kToken).status, 400);
 
   ASSERT_TRUE(loop.call([&](Registry &r) {
                     return r.record_accounting({id, "n1", "", 0, 1000, 400, 300, 100, true});
                   })
                   .ok());
-  auto acc = json::parse(http(rest.port(), "GET", "/accounting?lease=" + std::to_string(id)).body);
+  auto acc = json::parse(
+      http(rest.port(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
   ASSERT_EQ(acc["records"].size(), 1u);
   EXPECT_EQ(acc["total"]["execution_us"], 300);
-  acc = json::parse(http(rest.port(), "GET", "/accounting?client=alice%2Cthe%20%22first%22").body);
+  acc = json::parse(
+      http(rest.port(), "GET", "/accounting?client=alice%2Cthe%20%22first%22", "", kToken).body);
   EXPECT_EQ(acc["records"].size(), 1u) << acc.dump();
-  auto csv = http(rest.port(), "GET", "/accounting.csv");
+  auto csv = http(rest.port(), "GET", "/accounting.csv", "", kToken);
   ASSERT_EQ(csv.status, 200);
   EXPECT_NE(csv.headers.find("text/csv"), std::string::npos);
   EXPECT_EQ(csv.body.rfind("lease,node,client,", 0), 0u) << csv.body;
@@ -137,17 +252,17 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
                           ",n1,\"alice,the \"\"first\"\"\",5000000,1000,400,300,100,1"),
             std::string::npos)
       << csv.body;
-  EXPECT_EQ(http(rest.port(), "GET", "/accounting?lease=1&client=x").status, 400);
+  EXPECT_EQ(http(rest.port(), "GET", "/accounting?lease=1&client=x", "", kToken).status, 400);
 }
 
 TEST_F(RestFixture, MetricsInPrometheusFormat) {
   NodeSecret s = generate_secret();
   loop.call([&](Registry &r) {
-    r.register_node("n1", "h:1", 2, 1024, s);
+    r.register_node("n1", "h:1", 2, 4096, s);
     r.grant({"a", 2, 0, 0, 1});
     return r.grant({"b", 1, 0, 0, 1});
   });
-  http(rest.port(), "GET", "/nodes");
+  http(rest.port(), "GET", "/nodes", "", kToken);
   auto m = http(rest.port(), "GET", "/metrics");
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.headers.find("text/plain"), std::string::npos);
@@ -175,19 +290,19 @@ TEST_F(RestFixture, ConcurrentRequestsAllReachTheLoop) {
   for (auto &t : threads)
     t.join();
   EXPECT_EQ(created.load(), 16);
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes").body).size(), 16u);
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body).size(), 16u);
 }
 
 TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
   NodeSecret s = generate_secret();
   auto g = loop.call([&](Registry &r) {
-    r.register_node("n1", "h:1", 4, 1024, s);
+    r.register_node("n1", "h:1", 4, 4096, s);
     return r.grant({"alice", 2, 0, 0, 1});
   });
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
   EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1?force=true", "", kToken).status, 200);
-  auto all = json::parse(http(rest.port(), "GET", "/leases?state=revoked").body);
+  auto all = json::parse(http(rest.port(), "GET", "/leases?state=revoked", "", kToken).body);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0]["id"].get<uint64_t>(), g.value.lease.id);
 }

@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <cstdlib>
+#include <sys/stat.h>
+
 #include "resource_manager/store.hpp"
 
 #include <sqlite3.h>
@@ -137,4 +140,29 @@ TEST(Store, UnopenablePathNamesTheFile) {
   } catch (const StoreError &e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/rm.sqlite"), std::string::npos);
   }
+}
+
+// The database holds node secrets: 0600 whatever the umask, also its WAL and
+// shared-memory files, and an existing file readable by others is narrowed.
+TEST(Store, FilesAreCreatedOwnerOnlyWhateverTheUmask) {
+  char dir[] = "/tmp/rfaas-rm-store-mode-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  const mode_t old = umask(0);
+  auto mode = [](const std::string &f) {
+    struct stat st {};
+    return stat(f.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
+  };
+  {
+    Store s(d + "/rm.sqlite");
+    s.put_node(Node{"n", "h:1", 1, 1, NodeSecret{}, NodeState::Down, false, 0, 0, 0});
+    EXPECT_EQ(mode(d + "/rm.sqlite"), 0600);
+    EXPECT_EQ(mode(d + "/rm.sqlite-wal"), 0600);
+    EXPECT_EQ(mode(d + "/rm.sqlite-shm"), 0600);
+  }
+  ASSERT_EQ(chmod((d + "/rm.sqlite").c_str(), 0644), 0);
+  { Store again(d + "/rm.sqlite"); }
+  EXPECT_EQ(mode(d + "/rm.sqlite"), 0600);
+  umask(old);
+  std::system(("rm -rf '" + d + "'").c_str());
 }

@@ -58,6 +58,10 @@ struct lease {
   uint64_t expiry_ms = 0;
   /// The client name it was granted to.
   std::string client;
+  /// The lease's secret: renew() and release() present it, and without it
+  /// nobody can (the id and the client name are not secret). Keep it as
+  /// private as the lease itself.
+  std::array<uint8_t, 16> secret{};
   /// One part per node the cores were spread over.
   std::vector<lease_part> parts;
 
