@@ -42,6 +42,9 @@ struct Target {
   std::string host;
   uint16_t port = 0;
   std::string path;
+  /// "Authorization: Bearer ..." line, or empty (reads of /nodes, /leases
+  /// and /accounting need a token).
+  std::string auth;
   sockaddr_in addr{};
 };
 
@@ -50,7 +53,7 @@ class Connection {
 public:
   explicit Connection(const Target &t) : t_(t) {
     request_ = "GET " + t.path + " HTTP/1.1\r\nHost: " + t.host + ":" + std::to_string(t.port) +
-               "\r\nAccept: */*\r\n\r\n";
+               "\r\nAccept: */*\r\n" + t.auth + "\r\n";
   }
   ~Connection() { drop(); }
   Connection(const Connection &) = delete;
@@ -281,6 +284,7 @@ int main(int argc, char **argv) {
     ("host", "REST host (IPv4 address or name)", rfaas::cli::value<std::string>()->default_value("127.0.0.1"))
     ("port", "REST port", rfaas::cli::value<int>())
     ("path", "path to GET (/health, /nodes, /leases, /metrics ...)", rfaas::cli::value<std::string>()->default_value("/nodes"))
+    ("token-file", "file holding the bearer token (operator or read-only) for /nodes, /leases and /accounting", rfaas::cli::value<std::string>()->default_value(""))
     ("threads", "comma-separated client thread counts", rfaas::cli::value<std::string>()->default_value("1,4"))
     ("seconds", "seconds each count runs", rfaas::cli::value<double>()->default_value("2"))
     ("csv", "append CSV rows to this file", rfaas::cli::value<std::string>()->default_value(""));
@@ -302,6 +306,13 @@ int main(int argc, char **argv) {
         t.path = args["path"].as<std::string>();
         if (t.path.empty() || t.path[0] != '/')
           throw rfaas::cli::UsageError("--path must start with /");
+        if (const std::string f = args["token-file"].as<std::string>(); !f.empty()) {
+          std::ifstream in(f);
+          std::string token;
+          if (!(in >> token))
+            throw rfaas::cli::UsageError("--token-file " + f + ": cannot read a token");
+          t.auth = "Authorization: Bearer " + token + "\r\n";
+        }
         addrinfo hints{}, *res = nullptr;
         hints.ai_family = AF_INET;
         hints.ai_socktype = SOCK_STREAM;

@@ -111,6 +111,9 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-rm-bench.XXXXXX")
 token=rm-bench-token-$RANDOM$RANDOM-0123456789
+auth=(-H "Authorization: Bearer $token")
+# rm_rest_benchmark reads it from a file: never on a command line.
+(umask 077 && printf '%s\n' "$token" >"$work/token")
 rm_pid=
 manager_pids=()
 # shellcheck source=../scripts/lib/manager.sh
@@ -216,7 +219,7 @@ JSON
 wait_nodes_up() {
   local want=$1 up
   for _ in $(seq 1 600); do
-    up=$(curl -s "http://127.0.0.1:$rm_rest/nodes" | grep -o '"state":"up"' | wc -l || true)
+    up=$(curl -s "${auth[@]}" "http://127.0.0.1:$rm_rest/nodes" | grep -o '"state":"up"' | wc -l || true)
     ((up >= want)) && return 0
     sleep 0.05
   done
@@ -268,13 +271,14 @@ for dev in $devices_list; do
   rm -f "$work/one.csv"
   for path in /health /nodes; do
     "${pin_client[@]}" "$bench/rm_rest_benchmark" --port "$rm_rest" --path "$path" \
+      --token-file "$work/token" \
       --threads "$rest_threads" --seconds "$seconds" --csv "$work/one.csv" ||
       fail "rm_rest_benchmark GET $path on $dev failed"
   done
   tail -n +2 "$work/one.csv" | sed "s/^/rest,$dev,/" >>"$rows"
 
   # Every lease was released: none may be left active.
-  active=$(curl -s "http://127.0.0.1:$rm_rest/leases")
+  active=$(curl -s "${auth[@]}" "http://127.0.0.1:$rm_rest/leases")
   [[ $active == "[]" ]] || fail "leases left active after the benchmarks on $dev: $active"
   stop_all
 done

@@ -224,7 +224,7 @@ fi
 echo "executor manager (as rfaas): $manager_line"
 up=0
 for _ in $(seq 1 300); do
-  curl -sS "$rest/nodes" >"$work/nodes.json" 2>/dev/null &&
+  curl -sS -H "Authorization: Bearer $token" "$rest/nodes" >"$work/nodes.json" 2>/dev/null &&
     grep -q "\"name\":\"$node\"[^}]*\"state\":\"up\"\|\"state\":\"up\"[^}]*\"name\":\"$node\"" \
       "$work/nodes.json" && { up=1; break; }
   kill -0 "$manager_pid" 2>/dev/null || fail "the executor manager exited"

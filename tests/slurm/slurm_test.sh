@@ -147,7 +147,7 @@ curl -sS -o /dev/null -w 'app: drain %{http_code}\n' -X POST \\
 srun --overlap -N1 -n1 -w "\${nodes[1]}" -o "\$PWD/client-b.txt" "$client" "\${common[@]}" \\
   --device "\${nodes[1]}"
 echo "app: client B exit \$?"
-curl -sS "\$RFAAS_REST/leases?state=all" >"\$PWD/leases.json"
+curl -sS -H @"\$(dirname "\$RFAAS_GROUP_FILE")/secrets/auth-header" "\$RFAAS_REST/leases?state=all" >"\$PWD/leases.json"
 EOF
 chmod +x "$jobs_dir/app.sh"
 

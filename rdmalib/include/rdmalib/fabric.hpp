@@ -145,6 +145,9 @@ public:
     /// confined process keeps the host's PID namespace.
     bool host_pids = false;
   };
+  /// What a process that opens `config` needs in a sandbox (see
+  /// ConfinementNeeds). Never throws; an unknown provider gives what any
+  /// provider of the backend may need.
   static ConfinementNeeds confinement_needs(const DeviceConfig &config);
   /// Call once, before the first Fabric of the process opens, in a process
   /// that serves peers it must not trust (the executor manager, executors):
