@@ -73,9 +73,8 @@ int main(int argc, char **argv) {
       for (;;) {
         const bool last = !until.empty() && access(until.c_str(), F_OK) == 0;
         std::string in = "victim call " + std::to_string(calls);
-        rfaas::result r =
-            ex.execute("echo", rfaas::const_buffer(in.data(), in.size()),
-                       rfaas::mutable_buffer(out.data(), out.size()));
+        rfaas::result r = ex.execute("echo", rfaas::const_buffer(in.data(), in.size()),
+                                     rfaas::mutable_buffer(out.data(), out.size()));
         ++calls;
         if (!r.ok() || std::string(out.data(), r.output_size) != in) {
           ++wrong;
