@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace rfaas::bench::stats {
+namespace bench_stats {
 
 /// The median of values sorted ascending: the middle value, or the mean of
 /// the two middle values for an even count (so that two runs of a benchmark
@@ -135,4 +135,4 @@ inline Summary summarise_sorted(const std::vector<double> &sorted) {
   return s;
 }
 
-} // namespace rfaas::bench::stats
+} // namespace bench_stats

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-namespace st = rfaas::bench::stats;
+namespace st = bench_stats;
 
 namespace {
 // 1, 2, ..., n in a shuffled order: the order statistic x(i) is i.

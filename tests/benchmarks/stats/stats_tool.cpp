@@ -8,7 +8,7 @@
 #include <vector>
 
 int main() {
-  namespace st = rfaas::bench::stats;
+  namespace st = bench_stats;
   std::vector<double> v;
   for (double x; std::cin >> x;)
     v.push_back(x);
