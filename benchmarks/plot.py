@@ -217,8 +217,13 @@ def draw_payload(fig, docs):
             ax.errorbar(sizes, med, yerr=[lo, hi], marker="o", markersize=3, capsize=2,
                         label=f"{impl} {mode}".strip())
         ax.set_xscale("log", base=2)
+        # Ticks every factor of 16 with readable sizes rather than powers of 2.
+        all_sizes = [z for per_size in lines[provider].values() for z in per_size]
+        ticks = [1 << (4 * i) for i in range(8) if min(all_sizes) / 16 < 1 << (4 * i) <= max(all_sizes) * 4]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([human_size(t) for t in ticks])
         ax.set_yscale("log")
-        ax.set_xlabel("payload (bytes, log)")
+        ax.set_xlabel("payload (log)")
         ax.set_ylabel("round trip, median (µs, log)")
         ax.set_title(provider)
         ax.grid(True, which="both", alpha=0.3)
@@ -228,8 +233,8 @@ def draw_payload(fig, docs):
 def draw_sandbox(fig, docs):
     """Per device: the cold start (first result, ms) and the hot echo round
     trip (µs) of each sandbox kind, median over the rounds."""
-    # device -> metric -> kind -> per-round medians
-    data, kinds = {}, []
+    # device -> metric -> kind -> per-round medians; metric -> its place
+    data, kinds, place = {}, [], {}
     for doc in docs:
         for r in doc.get("results", []):
             kind = r.get("sandbox")
@@ -241,14 +246,16 @@ def draw_sandbox(fig, docs):
                 if r.get("mode") != "first_result":
                     continue
                 metric, value = "cold start, allocate to first result (ms)", r["median_us"] / 1000
+                place[metric] = (0, 0)
             else:
                 metric, value = f"hot {r.get('mode')} {human_size(r['size'])} (µs)", r["median_us"]
+                place[metric] = (1, r["size"])
             dev = r.get("device") or provider_of(doc, r)
             data.setdefault(dev, {}).setdefault(metric, {}).setdefault(kind, []).append(value)
     if not data:
         sys.exit("plot.py: no sandbox rows (write them with run-sandbox-benchmarks.sh --csv FILE)")
     devs = sorted(data)
-    metrics = sorted({m for d in data.values() for m in d}, key=lambda m: (not m.startswith("cold"), m))
+    metrics = sorted(place, key=place.get)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     fig.set_size_inches(max(6.0, 3.6 * len(metrics)), 3.6)
     width = 0.8 / len(devs)
