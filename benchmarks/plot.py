@@ -219,7 +219,7 @@ def draw_payload(fig, docs):
         ax.set_xscale("log", base=2)
         # Ticks every factor of 16 with readable sizes rather than powers of 2.
         all_sizes = [z for per_size in lines[provider].values() for z in per_size]
-        ticks = [1 << (4 * i) for i in range(8) if min(all_sizes) / 16 < 1 << (4 * i) <= max(all_sizes) * 4]
+        ticks = [1 << (4 * i) for i in range(8) if min(all_sizes) / 4 <= 1 << (4 * i) <= max(all_sizes) * 4]
         ax.set_xticks(ticks)
         ax.set_xticklabels([human_size(t) for t in ticks])
         ax.set_yscale("log")
