@@ -9,6 +9,7 @@ As a command, for the shell scripts (numbers or "key,value" lines on stdin):
 
   rfaas_stats.py summary          n median p99 min mean iqm ci_lo ci_hi (ci "-" below 6)
   rfaas_stats.py median-by-key    "key,value" lines -> "key,median", keys in first-seen order
+  rfaas_stats.py median X...      the median of the numbers given as arguments
   rfaas_stats.py ci95-rank N      the rank k of the interval x(k)..x(N+1-k) (0: none)
 """
 import math
@@ -110,6 +111,8 @@ def main(argv):
             m = median(float(t) for t in texts)
             same = [t for t in texts if float(t) == m]
             print(f"{key},{same[0] if same else f'{m:.10g}'}")
+    elif cmd == "median":
+        print(f"{median(float(x) for x in argv[2:]):.17g}")
     elif cmd == "ci95-rank" and len(argv) == 3:
         print(ci95_rank(int(argv[2])))
     else:
