@@ -63,6 +63,12 @@ class ByHand(unittest.TestCase):
         self.assertTrue(rank_errors(lambda n: st.ci95_rank(n) + 1, range(6, 60)))
         self.assertTrue(rank_errors(lambda n: max(0, st.ci95_rank(n) - 1), range(6, 60)))
 
+    def test_median_command(self):
+        # What benchmarks/cluster/'s awk summaries call.
+        out = subprocess.run([sys.executable, st.__file__, "median", "4", "1", "3", "2"],
+                             capture_output=True, text=True, check=True).stdout
+        self.assertEqual(float(out), 2.5)
+
     def test_median_by_key_keeps_digits(self):
         out = subprocess.run([sys.executable, st.__file__, "median-by-key"],
                              input="a,1.500\nb,3\na,2.250\na,0.100\nb,4\n",
