@@ -36,6 +36,7 @@
 // Generated at build time (benchmarks/git_commit.cmake).
 #if __has_include("bench_git_commit.h")
 #include "bench_git_commit.h"
+#include "stats.hpp"
 #endif
 #ifndef RFAAS_GIT_COMMIT
 #define RFAAS_GIT_COMMIT "unknown"
@@ -223,10 +224,8 @@ inline Value cdf(const std::vector<double> &sorted) {
       qs.push_back(i / 100.0);
     qs.insert(qs.end(), {0.995, 0.999, 1.0});
     for (double p : qs) {
-      size_t idx = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-      idx = idx ? idx - 1 : 0;
       q.push(p);
-      us.push(sorted[std::min(idx, sorted.size() - 1)]);
+      us.push(bench_stats::percentile_sorted(sorted, p));
     }
   }
   Value v = Value::object();

@@ -47,6 +47,7 @@
 #include "options.hpp"
 
 #include "bench_json.hpp"
+#include "stats.hpp"
 
 namespace pingpong {
 
@@ -524,18 +525,10 @@ struct Row {
 
 inline Row summarise(Mode mode, size_t size, std::vector<double> &us) {
   std::sort(us.begin(), us.end());
-  size_t n = us.size();
-  Row r{mode, size, n, 0, 0, 0, 0, {}};
-  if (n == 0)
+  const bench_stats::Summary s = bench_stats::summarise_sorted(us);
+  Row r{mode, size, s.n, s.median, s.p99, s.min, s.mean, {}};
+  if (s.n == 0)
     return r;
-  r.median_us = (n % 2) ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
-  size_t k = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(n)));
-  r.p99_us = us[std::min(n - 1, k ? k - 1 : 0)];
-  r.min_us = us.front();
-  double sum = 0;
-  for (double v : us)
-    sum += v;
-  r.mean_us = sum / static_cast<double>(n);
   r.cdf = bench_json::cdf(us);
   return r;
 }

@@ -1,21 +1,32 @@
 #!/usr/bin/env python3
-"""Draw the JSON files the benchmarks write (--json FILE) with matplotlib.
+"""Draw the JSON files the benchmarks write (--json FILE), and the CSV files
+of the benchmarks and their scripts (--csv FILE), with matplotlib.
 
   benchmarks/plot.py raw.json rfaas.json -o latency.png            # CDF + payload sweep
   benchmarks/plot.py --kind cdf --sizes 8,1024 raw.json rfaas.json -o cdf.png
   benchmarks/plot.py --kind sweep out/*.json -o sweep.png
   benchmarks/plot.py --kind rate out/lo-tcp-*.json -o rate.png     # ops/s of rate rows
+  benchmarks/plot.py --kind payload raw.csv lib.csv rfaas.csv -o payload.png
+  benchmarks/plot.py --kind sandbox sandbox.csv -o sandbox.png
 
 Kinds:
-  cdf    latency CDF of every latency result (one line per file and size)
-  sweep  median latency (band: min to p99) against payload size, one line per file and mode
-  rate   operations per second of the rate results (raw_libfabric_msgrate,
-         rfaas_throughput_benchmark), one bar per file and size
-  auto   cdf and sweep side by side when the files hold latency results, else rate
+  cdf      latency CDF of every latency result (one line per file and size)
+  sweep    median latency (band: min to p99) against payload size, one line per file and mode
+  rate     operations per second of the rate results (raw_libfabric_msgrate,
+           rfaas_throughput_benchmark), one bar per file and size
+  payload  median round trip against payload size, one chart per provider with a line
+           per implementation (raw, rdmalib, rfaas) and mode; several runs of the same
+           line: their median, the bar spans the runs (or the 95 % interval of the
+           median from 6 runs on)
+  sandbox  cold start (allocate to first result) and hot echo latency per sandbox kind,
+           from run-sandbox-benchmarks.sh --csv: median over the rounds, bars min..max
+  auto     sandbox for a sandbox CSV; cdf and sweep side by side when the files hold
+           latency results with CDFs; payload for other latency rows; else rate
 
-Needs only python3 and python3-matplotlib.
+Needs /usr/bin/python3, python3-matplotlib and rfaas_stats.py (next to this file).
 """
 import argparse
+import csv
 import json
 import os
 import sys
@@ -25,8 +36,43 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rfaas_stats  # noqa: E402
+
+
+def load_csv(path):
+    """A CSV file as a document without metadata: one latency (or, for the
+    cold benchmark's phases, phase) result per row, with its provider and,
+    from run-sandbox-benchmarks.sh --csv, its device, sandbox kind and round.
+    Reads the ping-pong shape (impl,provider,endpoint,wait,mode,size,iters,
+    median_us,p99_us,...) with any columns before it."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        sys.exit(f"plot.py: cannot read {path}: {e}")
+    need = {"impl", "provider", "mode", "size", "median_us"}
+    if not rows or not need <= set(rows[0]):
+        sys.exit(f"plot.py: {path} is not a benchmark CSV file (needs columns {', '.join(sorted(need))})")
+    results = []
+    for r in rows:
+        res = {"kind": "phase" if r["impl"] == "rfaas-cold" else "latency", "impl": r["impl"],
+               "provider": r["provider"].strip('"'), "mode": r["mode"], "size": int(r["size"]),
+               "median_us": float(r["median_us"])}
+        for col in ("p99_us", "min_us", "mean_us"):
+            if r.get(col):
+                res[col] = float(r[col])
+        for col, key in (("kind", "sandbox"), ("device", "device"), ("round", "round")):
+            if r.get(col) is not None:
+                res[key] = r[col]
+        results.append(res)
+    return {"schema": "rfaas-benchmark/csv", "benchmark": os.path.basename(path), "metadata": {},
+            "results": results}
+
 
 def load(path):
+    if path.endswith(".csv"):
+        return load_csv(path)
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -132,11 +178,109 @@ def draw_rate(ax, docs, paths):
     ax.grid(True, axis="x", alpha=0.3)
 
 
+def provider_of(doc, r):
+    return r.get("provider") or doc.get("metadata", {}).get("provider") or "?"
+
+
+def spread(values):
+    """The bar around a median of several runs: the 95 % interval of the
+    median from 6 runs on, else the runs' range."""
+    ci = rfaas_stats.median_ci95(values)
+    return ci if ci else (min(values), max(values))
+
+
+def draw_payload(fig, docs):
+    """One chart per provider: median round trip against payload, a line per
+    implementation and mode (raw and rdmalib ping-pongs, rFaaS functions)."""
+    # provider -> (impl, mode) -> size -> medians of the runs
+    lines = {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            if r.get("kind") != "latency" or "median_us" not in r:
+                continue
+            key = (r.get("impl") or doc.get("benchmark", "?"), r.get("mode", ""))
+            per_size = lines.setdefault(provider_of(doc, r), {}).setdefault(key, {})
+            per_size.setdefault(r["size"], []).append(r["median_us"])
+    if not lines:
+        sys.exit("plot.py: no latency results to draw against payload")
+    providers = sorted(lines)
+    axes = fig.subplots(1, len(providers), squeeze=False)[0]
+    fig.set_size_inches(max(6.0, 4.5 * len(providers)), 4)
+    order = {"raw": 0, "rdmalib": 1, "rfaas": 2}
+    for ax, provider in zip(axes, providers):
+        for (impl, mode), per_size in sorted(lines[provider].items(),
+                                             key=lambda kv: (order.get(kv[0][0], 9), kv[0])):
+            sizes = sorted(per_size)
+            med = [rfaas_stats.median(per_size[z]) for z in sizes]
+            lo = [m - spread(per_size[z])[0] for m, z in zip(med, sizes)]
+            hi = [spread(per_size[z])[1] - m for m, z in zip(med, sizes)]
+            ax.errorbar(sizes, med, yerr=[lo, hi], marker="o", markersize=3, capsize=2,
+                        label=f"{impl} {mode}".strip())
+        ax.set_xscale("log", base=2)
+        # Ticks every factor of 16 with readable sizes rather than powers of 2.
+        all_sizes = [z for per_size in lines[provider].values() for z in per_size]
+        ticks = [1 << (4 * i) for i in range(8) if min(all_sizes) / 4 <= 1 << (4 * i) <= max(all_sizes) * 4]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([human_size(t) for t in ticks])
+        ax.set_yscale("log")
+        ax.set_xlabel("payload (log)")
+        ax.set_ylabel("round trip, median (µs, log)")
+        ax.set_title(provider)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="x-small")
+
+
+def draw_sandbox(fig, docs):
+    """Per device: the cold start (first result, ms) and the hot echo round
+    trip (µs) of each sandbox kind, median over the rounds."""
+    # device -> metric -> kind -> per-round medians; metric -> its place
+    data, kinds, place = {}, [], {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            kind = r.get("sandbox")
+            if kind is None:
+                continue
+            if kind not in kinds:
+                kinds.append(kind)
+            if r["kind"] == "phase":
+                if r.get("mode") != "first_result":
+                    continue
+                metric, value = "cold start, allocate to first result (ms)", r["median_us"] / 1000
+                place[metric] = (0, 0)
+            else:
+                metric, value = f"hot {r.get('mode')} {human_size(r['size'])} (µs)", r["median_us"]
+                place[metric] = (1, r["size"])
+            dev = r.get("device") or provider_of(doc, r)
+            data.setdefault(dev, {}).setdefault(metric, {}).setdefault(kind, []).append(value)
+    if not data:
+        sys.exit("plot.py: no sandbox rows (write them with run-sandbox-benchmarks.sh --csv FILE)")
+    devs = sorted(data)
+    metrics = sorted(place, key=place.get)
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    fig.set_size_inches(max(6.0, 3.6 * len(metrics)), 3.6)
+    width = 0.8 / len(devs)
+    for ax, metric in zip(axes, metrics):
+        for i, dev in enumerate(devs):
+            per_kind = data[dev].get(metric, {})
+            ks = [k for k in kinds if k in per_kind]
+            med = [rfaas_stats.median(per_kind[k]) for k in ks]
+            lo = [m - min(per_kind[k]) for m, k in zip(med, ks)]
+            hi = [max(per_kind[k]) - m for m, k in zip(med, ks)]
+            x = [kinds.index(k) + (i - (len(devs) - 1) / 2) * width for k in ks]
+            ax.bar(x, med, width, yerr=[lo, hi], capsize=3, label=dev)
+        ax.set_xticks(range(len(kinds)))
+        ax.set_xticklabels(kinds)
+        ax.set_title(metric, fontsize="small")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+", help="JSON files written by the benchmarks (--json)")
+    ap.add_argument("files", nargs="+",
+                    help="JSON (--json) or CSV (--csv) files written by the benchmarks and scripts")
     ap.add_argument("-o", "--output", default="plot.png", help="image to write (png, svg, pdf)")
-    ap.add_argument("--kind", choices=["auto", "cdf", "sweep", "rate"], default="auto")
+    ap.add_argument("--kind", choices=["auto", "cdf", "sweep", "rate", "payload", "sandbox"], default="auto")
     ap.add_argument("--sizes", default="", help="CDF: only these payload sizes, e.g. 8,1024")
     ap.add_argument("--title", default="", help="figure title (default: host and date of the first file)")
     ap.add_argument("--dpi", type=int, default=80)
@@ -145,11 +289,21 @@ def main():
     docs = [load(p) for p in args.files]
     sizes = {int(s) for s in args.sizes.split(",") if s.strip()} or None
     has_latency = any(True for d in docs for _ in latency_rows(d, None))
+    has_cdf = any(r.get("cdf") for d in docs for r in latency_rows(d, None))
+    has_sandbox = any("sandbox" in r for d in docs for r in d.get("results", []))
     kind = args.kind
     if kind == "auto":
-        kind = "both" if has_latency else "rate"
+        if has_sandbox:
+            kind = "sandbox"
+        elif has_latency:
+            kind = "both" if has_cdf else "payload"
+        else:
+            kind = "rate"
 
-    if kind == "both":
+    if kind in ("payload", "sandbox"):
+        fig = plt.figure(figsize=(11, 4))
+        (draw_payload if kind == "payload" else draw_sandbox)(fig, docs)
+    elif kind == "both":
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         draw_cdf(axes[0], docs, sizes)
         draw_sweep(axes[1], docs)
@@ -161,7 +315,11 @@ def main():
             draw_sweep(ax, docs)
         else:
             draw_rate(ax, docs, args.files)
-    m = docs[0].get("metadata", {})
+    # CSV files carry no metadata: the first JSON file's, else their names.
+    m = next((d["metadata"] for d in docs if d.get("metadata")), None)
+    if m is None and not args.title:
+        args.title = ", ".join(os.path.basename(p) for p in args.files)
+    m = m or {}
     loadavg = m.get("loadavg_1m")
     loadavg = f"{loadavg:.1f}" if isinstance(loadavg, (int, float)) else "?"
     commit = str(m.get("git_commit", "?"))

@@ -22,13 +22,14 @@ import json
 import os
 import select
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+import rfaas_stats  # benchmarks/: the statistics of every benchmark
 
 
 def die_with_parent():
@@ -93,7 +94,7 @@ def run_python(rfaas, args, manager, size, iters, registered):
             samples[i] = clock() - t0
     samples.sort()
     us = [s / 1000.0 for s in samples]
-    return {"median": statistics.median(us), "p99": us[int(0.99 * (len(us) - 1))], "min": us[0]}
+    return {"median": rfaas_stats.median(us), "p99": rfaas_stats.percentile(us, 0.99), "min": us[0]}
 
 
 def main():
@@ -131,8 +132,8 @@ def main():
     for name, r, s in rows:
         print(f"{name:<26} {r:>5} {s['median']:>8.2f} {s['p99']:>8.2f} {s['min']:>8.2f}")
     for label in ("Python (Executor.empty)", "Python (plain numpy)"):
-        cpp_med = statistics.median(s["median"] for n, _, s in rows if n.startswith("C++"))
-        py_med = statistics.median(s["median"] for n, _, s in rows if n == label)
+        cpp_med = rfaas_stats.median(s["median"] for n, _, s in rows if n.startswith("C++"))
+        py_med = rfaas_stats.median(s["median"] for n, _, s in rows if n == label)
         print(f"# {label}: +{py_med - cpp_med:.2f} us per call over C++ "
               f"({py_med / cpp_med:.2f}x), medians over {args.rounds} rounds")
 

@@ -48,6 +48,7 @@
 #include "pingpong_common.hpp"
 #include "raw_libfabric_endpoint.hpp"
 #include "rdmalib_side.hpp"
+#include "stats.hpp"
 
 namespace {
 
@@ -185,34 +186,7 @@ struct Comparison {
   double round_extra_ns = 0;   // median over rounds of round_iqm_extra_ns
 };
 
-/// The median of values already sorted.
-double median_of_sorted(const std::vector<double> &v) {
-  if (v.empty())
-    return 0;
-  size_t n = v.size();
-  return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return median_of_sorted(v);
-}
-
-/// The mean of the middle half (the interquartile mean): robust to outliers
-/// like the median, but not bound to the clock's steps. steady_clock
-/// advances in ~10 ns steps on these VMs, so a block median of a 0.5 us
-/// round trip can only move by ~2 %, and a ratio of two of them jumps
-/// between 1.000, 1.019, 1.038, ...; the mean of 500 samples does not.
-/// Of values already sorted.
-double interquartile_mean_of_sorted(const std::vector<double> &v) {
-  if (v.empty())
-    return 0;
-  const size_t lo = v.size() / 4, hi = v.size() - v.size() / 4;
-  double sum = 0;
-  for (size_t i = lo; i < hi; ++i)
-    sum += v[i];
-  return sum / static_cast<double>(hi - lo);
-}
+namespace st = bench_stats;
 
 /// "x" when both implementations agree, else "raw:x/rdmalib:y".
 std::string both_or_each(const std::string &raw, const std::string &lib) {
@@ -408,8 +382,8 @@ void client(const Options &o, Oob &oob) {
           all.insert(all.end(), block_us.begin(), block_us.end());
           // One sort for both statistics (ping_block clears block_us first).
           std::sort(block_us.begin(), block_us.end());
-          med[impl == Impl::Raw ? 0 : 1] = median_of_sorted(block_us);
-          iqm[impl == Impl::Raw ? 0 : 1] = interquartile_mean_of_sorted(block_us);
+          med[impl == Impl::Raw ? 0 : 1] = st::median_sorted(block_us);
+          iqm[impl == Impl::Raw ? 0 : 1] = st::iqm_sorted(block_us);
         }
         if (med[0] > 0)
           c.round_ratios.push_back(med[1] / med[0]);
@@ -422,13 +396,13 @@ void client(const Options &o, Oob &oob) {
       c.lib = summarise(mode, size, lib_all);
       c.ratio_of_medians = c.raw.median_us > 0 ? c.lib.median_us / c.raw.median_us : 0;
       if (!c.round_ratios.empty()) {
-        c.round_median = median_of(c.round_ratios);
+        c.round_median = st::median(c.round_ratios);
         auto mm = std::minmax_element(c.round_ratios.begin(), c.round_ratios.end());
         c.round_min = *mm.first;
         c.round_max = *mm.second;
       }
-      c.round_iqm_median = median_of(c.round_iqm_ratios);
-      c.round_extra_ns = median_of(c.round_iqm_extra_ns);
+      c.round_iqm_median = st::median(c.round_iqm_ratios);
+      c.round_extra_ns = st::median(c.round_iqm_extra_ns);
       rows.push_back(std::move(c));
       print_row(rows.back());
     }

@@ -10,6 +10,7 @@
 
 #include "bench_json.hpp"
 #include "cli.hpp"
+#include "stats.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -131,14 +132,12 @@ inline Stats stats(std::vector<double> v) {
   if (v.empty())
     return s;
   std::sort(v.begin(), v.end());
-  s.n = v.size();
-  s.median = v[v.size() / 2];
-  s.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
-  s.min = v.front();
-  double sum = 0;
-  for (double x : v)
-    sum += x;
-  s.mean = sum / static_cast<double>(v.size());
+  const bench_stats::Summary sum = bench_stats::summarise_sorted(v);
+  s.n = sum.n;
+  s.median = sum.median;
+  s.p99 = sum.p99;
+  s.min = sum.min;
+  s.mean = sum.mean;
   s.cdf = bench_json::cdf(v);
   return s;
 }

@@ -20,6 +20,8 @@
 // not as an error: the figure is then the rate of grants under contention.
 #include <rfaas/rfaas.hpp>
 
+#include "stats.hpp"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -54,14 +56,12 @@ Stats stats_of(std::vector<double> v) {
   if (v.empty())
     return s;
   std::sort(v.begin(), v.end());
-  s.n = v.size();
-  s.median = v[v.size() / 2];
-  s.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
-  s.min = v.front();
-  double sum = 0;
-  for (double x : v)
-    sum += x;
-  s.mean = sum / static_cast<double>(v.size());
+  const bench_stats::Summary sum = bench_stats::summarise_sorted(v);
+  s.n = sum.n;
+  s.median = sum.median;
+  s.p99 = sum.p99;
+  s.min = sum.min;
+  s.mean = sum.mean;
   return s;
 }
 

@@ -33,6 +33,7 @@
 
 #include "cli.hpp"
 #include "count_list.hpp"
+#include "stats.hpp"
 
 namespace {
 
@@ -251,8 +252,8 @@ int run(const Target &t, int threads, double seconds, const std::string &csv) {
       first_error = r.error;
   }
   std::sort(all.begin(), all.end());
-  double median = all.empty() ? 0 : all[all.size() / 2];
-  double p99 = all.empty() ? 0 : all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  const double median = bench_stats::median_sorted(all);
+  const double p99 = bench_stats::percentile_sorted(all, 0.99);
   double per_s = static_cast<double>(ok) / elapsed;
   std::printf("%-8s %-10s %10s %8s %11s %14s %10s %10s\n", "threads", "path", "requests", "errors",
               "connections", "requests_per_s", "median_us", "p99_us");

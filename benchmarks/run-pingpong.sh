@@ -166,13 +166,11 @@ run_interleaved() { # provider wait csvfile run
   child=""
 }
 
-# Median over the runs, per key: input "key,value" lines; output "key,median".
+# Median over the runs, per key: input "key,value" lines; output "key,median"
+# (rfaas_stats.py: the one definition of the benchmarks' statistics).
+stats_py="$here/rfaas_stats.py"
 median_by_key() {
-  sort -t, -k1,1 -k2,2g | awk -F, '
-    function flush() { if (n) printf "%s,%s\n", key, v[int((n + 1) / 2)]; n = 0 }
-    $1 != key { flush(); key = $1 }
-    { v[++n] = $2 }
-    END { flush() }'
+  /usr/bin/python3 "$stats_py" median-by-key
 }
 
 status=0
@@ -256,44 +254,37 @@ if [[ $interleaved -eq 1 && -s "$work/interleaved.csv" ]]; then
   printf '%-12s %-4s %-9s %8s %6s %10s %10s %10s %10s %7s %7s %15s %7s %12s %6s  %s\n' provider ep \
     mode size block raw_med raw_p99 lib_med lib_p99 med/med lib/raw "rounds min..max" iqm iqm_ci95 +ns \
     runs
-  tail -n +2 "$work/interleaved.csv" | tr -d '"' | awk -F, '
-    # The numbers of a space-separated list into a[1..n], ascending; returns n.
-    function sorted(list, a,   n, i, j, t) {
-      n = split(list, a, " ")
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n
-    }
-    function med(list,   n, a) {
-      n = sorted(list, a)
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function lo(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 < m + 0) m = a[i]; return m }
-    function hi(list,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 > m + 0) m = a[i]; return m }
-    # A distribution-free 95 % confidence interval of the median of the per-run
-    # ratios: the order statistics x(k) and x(n+1-k), with k the largest count
-    # whose binomial tail P(X < k), X ~ Bin(n, 1/2), stays within 2.5 %.
-    # Needs 6 runs or more; "-" below that.
-    function ci(list,   n, a, k, c, pk) {
-      n = sorted(list, a)
-      k = 0; c = 0; pk = 2 ^ -n
-      while (k < n && c + pk <= 0.025) { c += pk; k++; pk = pk * (n - k + 1) / k }
-      return k ? sprintf("%.3f..%.3f", a[k], a[n + 1 - k]) : "-"
-    }
-    {
-      k = $1 SUBSEP $4 SUBSEP $5
-      if (!(k in ep)) { order[++nk] = k; ep[k] = $2; mode[k] = $4; size[k] = $5; prov[k] = $1; block[k] = $7 }
-      for (c = 11; c <= 21; c++) col[k, c] = col[k, c] " " $c
-      runs[k] = runs[k] (runs[k] == "" ? "" : " ") sprintf("%.3f", $19)
-    }
-    END {
-      for (i = 1; i <= nk; i++) {
-        k = order[i]
-        printf "%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f %12s %6.1f  %s\n",
-          prov[k], ep[k], mode[k], size[k], block[k], med(col[k, 11]), med(col[k, 12]),
-          med(col[k, 13]), med(col[k, 14]), med(col[k, 15]), med(col[k, 16]), lo(col[k, 17]),
-          hi(col[k, 18]), med(col[k, 19]), ci(runs[k]), med(col[k, 21]), runs[k]
-      }
-    }'
+  tail -n +2 "$work/interleaved.csv" | tr -d '"' >"$work/interleaved.rows"
+  /usr/bin/python3 - "$here" "$work/interleaved.rows" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import rfaas_stats as st
+
+order, rows = [], {}
+for line in open(sys.argv[2]):
+    c = line.rstrip("\n").split(",")
+    if len(c) < 21:
+        continue
+    key = (c[0], c[3], c[4])
+    if key not in rows:
+        order.append(key)
+        rows[key] = {"ep": c[1], "block": c[6], "cols": {i: [] for i in range(10, 21)}, "runs": []}
+    for i in range(10, 21):
+        rows[key]["cols"][i].append(float(c[i]))
+    rows[key]["runs"].append("%.3f" % float(c[18]))
+for key in order:
+    r = rows[key]
+    col = r["cols"]
+    med = lambda i: st.median(col[i])
+    # A distribution-free 95 % confidence interval of the median of the
+    # per-run ratios (order statistics; 6 runs or more, "-" below).
+    ci = st.median_ci95([float(x) for x in r["runs"]])
+    ci_text = "%.3f..%.3f" % ci if ci else "-"
+    print("%-12s %-4s %-9s %8s %6s %10.2f %10.2f %10.2f %10.2f %7.3f %7.3f %7.3f..%.3f %7.3f %12s %6.1f  %s"
+          % (key[0], r["ep"], key[1], key[2], r["block"], med(10), med(11), med(12), med(13),
+             med(14), med(15), min(col[16]), max(col[17]), med(18), ci_text, med(20),
+             " ".join(r["runs"])))
+PY
   echo "(round-trip times in microseconds over all $rounds rounds of blocks of each implementation"
   echo " (over ${endpoints:-1} connection(s) of each),"
   echo " run alternately in the same two processes; med/med = rdmalib median / raw median;"

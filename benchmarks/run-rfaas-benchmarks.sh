@@ -189,9 +189,11 @@ for dev in $devices_list; do
   tail -n +2 "$work/one.csv" | sed "s/^/cold-csv,0,/" >>"$rows"
   stop_manager
 
-  python3 - "$rows" "$dev" "$csv" "$function" <<'PY'
-import csv, os, statistics, sys
+  /usr/bin/python3 - "$rows" "$dev" "$csv" "$function" "$here" <<'PY'
+import csv, os, sys
 rows, dev, out, function = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+sys.path.insert(0, sys.argv[5])
+import rfaas_stats
 # rf / raw / echo [size][rep] = (median, p99, row); cold = rows
 rf, raw, echo, cold = {}, {}, {}, []
 with open(rows) as f:
@@ -203,7 +205,7 @@ with open(rows) as f:
             continue
         table = {"rfaas-csv": rf, "raw-csv": raw, "echo-csv": echo}[tag]
         table.setdefault(int(r[5]), {})[int(rep)] = (float(r[7]), float(r[8]), r)
-med = statistics.median
+med = rfaas_stats.median
 reps = max((len(v) for v in rf.values()), default=0)
 print(f"\n{dev}: {function} through rFaaS vs raw write-with-immediate round trip (us; medians over "
       f"{reps} run(s) of each; diff and ratio: medians of the runs paired back to back)")

@@ -28,6 +28,7 @@ cold_reps=15
 sizes=8,1K
 iters=3000
 idle_ms=300
+csv=
 
 usage() {
   sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
@@ -41,6 +42,9 @@ usage() {
   echo "  --idle-ms N           pause between allocations of a cold run (default: $idle_ms)"
   echo "  --sizes LIST          hot payload sizes (default: $sizes)"
   echo "  --iters N             hot calls per size (default: $iters)"
+  echo "  --csv FILE            also write every round's rows there (device,kind,round, then"
+  echo "                        the benchmarks' impl,...,median_us,p99_us,min_us,mean_us),"
+  echo "                        for benchmarks/plot.py --kind sandbox"
 }
 
 while [[ $# -gt 0 ]]; do
@@ -54,6 +58,7 @@ while [[ $# -gt 0 ]]; do
   --idle-ms) idle_ms=$2; shift 2 ;;
   --sizes) sizes=$2; shift 2 ;;
   --iters) iters=$2; shift 2 ;;
+  --csv) csv=$2; shift 2 ;;
   -h | --help) usage; exit 0 ;;
   *) echo "run-sandbox-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -122,9 +127,16 @@ PY
   done
 done
 
-/usr/bin/python3 - "$rows" "$kinds" <<'PY'
-import collections, csv, statistics, sys
+if [[ -n $csv ]]; then
+  { echo "device,kind,round,impl,provider,endpoint,wait,mode,size,iters,median_us,p99_us,min_us,mean_us"
+    cat "$rows"; } >"$csv"
+fi
+
+/usr/bin/python3 - "$rows" "$kinds" "$here" <<'PY'
+import collections, csv, sys
 rows, kinds = sys.argv[1], sys.argv[2].split()
+sys.path.insert(0, sys.argv[3])
+import rfaas_stats
 # (dev, kind, metric) -> per-round medians
 v = collections.defaultdict(list)
 for line in open(rows):
@@ -141,11 +153,11 @@ for dev in devs:
     metrics = list(dict.fromkeys(k[2] for k in v if k[0] == dev))
     print(f"\n{dev}: median over rounds of each round's median")
     print(f"{'kind':<12}" + "".join(f"{m:>26}" for m in metrics))
-    base = {m: statistics.median(v[(dev, kinds[0], m)]) for m in metrics}
+    base = {m: rfaas_stats.median(v[(dev, kinds[0], m)]) for m in metrics}
     for kind in kinds:
         cells = []
         for m in metrics:
-            x = statistics.median(v[(dev, kind, m)])
+            x = rfaas_stats.median(v[(dev, kind, m)])
             cells.append(f"{x:.2f}" if kind == kinds[0] else
                          f"{x:.2f} ({x - base[m]:+.2f}, x{x / base[m]:.2f})")
         print(f"{kind:<12}" + "".join(f"{c:>26}" for c in cells))

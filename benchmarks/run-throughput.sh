@@ -180,10 +180,12 @@ for dev in $devices_list; do
   for manager_pid in $one_pid $all_pid; do stop_manager; done
   one_pid='' all_pid=''
 
-  python3 - "$json_dir" "$dev" "$repeat" <<'PY'
-import json, os, statistics, sys
+  /usr/bin/python3 - "$json_dir" "$dev" "$repeat" "$here" <<'PY'
+import json, os, sys
 d, dev, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-med = statistics.median
+sys.path.insert(0, sys.argv[4])
+import rfaas_stats
+med = rfaas_stats.median
 def rates(name):
     path = os.path.join(d, f"{dev}-{name}.json")
     if not os.path.exists(path):

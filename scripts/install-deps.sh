@@ -27,6 +27,8 @@ packages=(
   libgtest-dev libbenchmark-dev gdb
   # the Python module (rfaas/python/) for Debian's python3, and its tests
   python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
+  # benchmarks/plot.py (its figures and their smoke test)
+  python3-matplotlib
   # soft-RoCE VM runner (verbs backend tests) and network namespaces
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2
   # API reference (the docs target: doxygen, its graphs with graphviz);

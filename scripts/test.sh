@@ -12,13 +12,14 @@
 #              fatal there: GCC's sanitizer instrumentation causes false positives),
 #              at -O1 -g1, the level ASan recommends (it compiles in half the time of -O2)
 #   san-test   ctest on the sanitizer build, without the tests that do not run its
-#              code (labels docs, install, packaging, python, slurm and sandbox:
+#              code (labels docs, install, packaging, python, slurm, sandbox and scripts:
 #              docs.* only compile the documentation's snippets and render the API
 #              reference, install.* install and configure trees or build and install
 #              the .deb packages, packaging.* check the Spack recipe and configure
 #              trees, the sanitizer build has no Python module, slurm.* test the
 #              SLURM deployment scripts (~40 s), and sandbox.* hold executors to
-#              the lease's memory, which AddressSanitizer's shadow exceeds)
+#              the lease's memory, which AddressSanitizer's shadow exceeds, and
+#              scripts.* are Python only: the benchmarks' statistics and plot.py)
 #   fuzz       scripts/fuzz.sh --smoke: every libFuzzer target of tests/fuzz/ for 8 s,
 #              two at a time (~30 s), after a clang-14 build of only the parsers
 #              in <build root>/fuzz
@@ -197,7 +198,7 @@ run_ctest() { # $1 = build dir, then more ctest arguments
 run_ctest_sanitized() { # $1 = build dir
   ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_init_order=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    run_ctest "$1" -LE '^(docs|install|packaging|python|slurm|sandbox)$'
+    run_ctest "$1" -LE '^(docs|install|packaging|python|slurm|sandbox|scripts)$'
 }
 
 echo "test.sh: rFaaS at $repo ($(git rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))," \

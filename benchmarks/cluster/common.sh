@@ -103,11 +103,16 @@ raw_host() { # node
 
 # For the scripts' summaries: an awk function, median(list), of a list of
 # numbers separated by spaces; put it before the awk program that calls it.
+# It asks benchmarks/rfaas_stats.py, the one definition of the benchmarks'
+# statistics (a few calls per table).
+stats_py=$(cd "$RFAAS_CLUSTER_DIR/.." && pwd)/rfaas_stats.py
+[[ -f $stats_py ]] || die "no $stats_py: run the scripts from benchmarks/cluster/ of an rFaaS tree"
 awk_median='
-  function median(list,   n, a, i, j, t) {
-    n = split(list, a, " ")
-    for (i = 2; i <= n; ++i) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  function median(list,   cmd, m) {
+    cmd = "/usr/bin/python3 \"'"$stats_py"'\" median " list
+    cmd | getline m
+    close(cmd)
+    return m
   }
 '
 
