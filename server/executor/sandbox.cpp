@@ -387,15 +387,58 @@ bool Sandbox::build_root(std::string &error) const {
   // The staging area covers /tmp only until the first pivot: after it the
   // old root (with the host's /tmp visible again) is at /oldroot.
   if (!mount_tmpfs("/tmp", "mode=0755,size=1m", error) || ::chdir("/tmp") != 0 ||
-      ::mkdir("oldroot", 0755) != 0 || ::mkdir("newroot", 0755) != 0 ||
-      ::syscall(SYS_pivot_root, ".", "oldroot") != 0 || ::chdir("/") != 0) {
+      ::mkdir("oldroot", 0755) != 0 || ::mkdir("newroot", 0755) != 0) {
     if (error.empty())
-      error = errno_text("pivot into the staging root");
+      error = errno_text("prepare the staging root");
     return false;
   }
-  const std::string R = "/newroot", O = "/oldroot";
-  if (!mount_tmpfs(R, "mode=0755,size=1m", error))
+  if (::syscall(SYS_pivot_root, ".", "oldroot") == 0) {
+    if (::chdir("/") != 0) {
+      error = errno_text("chdir / in the staging root");
+      return false;
+    }
+    if (!mount_tmpfs("/newroot", "mode=0755,size=1m", error) ||
+        !populate("/newroot", "/oldroot", error))
+      return false;
+    // Into the new root; the staging area and the old root go away.
+    if (::umount2("/oldroot", MNT_DETACH) != 0 || ::chdir("/newroot") != 0 ||
+        ::syscall(SYS_pivot_root, ".", ".") != 0 || ::umount2(".", MNT_DETACH) != 0 ||
+        ::chdir("/") != 0) {
+      error = errno_text("pivot into the executor's root");
+      return false;
+    }
+  } else if (errno == EINVAL) {
+    // The host's root is the initial ramfs (a diskless node booted without
+    // switching root, or a VM's initramfs), which pivot_root cannot move.
+    // The new root is built on a tmpfs over /mnt instead, moved onto / and
+    // entered with chroot, as switch_root does; without capabilities and
+    // with chroot refused by the seccomp filter, nothing leads back out.
+    if (::chdir("/") != 0 || ::umount2("/tmp", MNT_DETACH) != 0) {
+      error = errno_text("leave the staging root");
+      return false;
+    }
+    const std::string R = ::access("/mnt", F_OK) == 0 ? "/mnt" : "/media";
+    if (!mount_tmpfs(R, "mode=0755,size=1m", error) || !populate(R, "", error))
+      return false;
+    if (::chdir(R.c_str()) != 0 || ::mount(".", "/", nullptr, MS_MOVE, nullptr) != 0 ||
+        ::chroot(".") != 0 || ::chdir("/") != 0) {
+      error = errno_text("move the executor's root onto / (the host's root is the initial ramfs)");
+      return false;
+    }
+  } else {
+    error = errno_text("pivot into the staging root");
     return false;
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              nullptr) != 0) {
+    error = errno_text("remount / read-only");
+    return false;
+  }
+  return true;
+}
+
+/// Fill the new root `R` from the host's, seen at `O` ("" when it is still /).
+bool Sandbox::populate(const std::string &R, const std::string &O, std::string &error) const {
   for (const char *d : {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}) {
     const std::string src = O + "/" + d;
     struct stat st;
@@ -455,18 +498,6 @@ bool Sandbox::build_root(std::string &error) const {
       error = errno_text("mount /proc");
       return false;
     }
-  }
-  // Into the new root; the staging area and the old root go away.
-  if (::umount2(O.c_str(), MNT_DETACH) != 0 || ::chdir(R.c_str()) != 0 ||
-      ::syscall(SYS_pivot_root, ".", ".") != 0 || ::umount2(".", MNT_DETACH) != 0 ||
-      ::chdir("/") != 0) {
-    error = errno_text("pivot into the executor's root");
-    return false;
-  }
-  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-              nullptr) != 0) {
-    error = errno_text("remount / read-only");
-    return false;
   }
   return true;
 }

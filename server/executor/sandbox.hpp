@@ -77,6 +77,7 @@ public:
 private:
   bool enter_namespaces(std::string &error) const;
   bool build_root(std::string &error) const;
+  bool populate(const std::string &root, const std::string &host, std::string &error) const;
   bool set_limits(bool pids_limited, std::string &error) const;
 
   server::SandboxConfig config_;
