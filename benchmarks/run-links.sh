@@ -62,12 +62,12 @@ done
 
 if [[ -z $build ]]; then
   for d in "$repo"/build*/ "$repo"/build/*/; do
-    [[ -x $d/server/executor_manager/executor_manager && -x $d/tests/server/rfaas_server_probe ]] &&
+    [[ -x $d/server/executor_manager/executor_manager && -x $d/tests/servers/executor/rfaas_server_probe ]] &&
       { build=$d; break; }
   done
 fi
 manager=$build/server/executor_manager/executor_manager
-probe=$build/tests/server/rfaas_server_probe
+probe=$build/tests/servers/executor/rfaas_server_probe
 library=$build/examples/functions/libfunctions.so
 for f in "$manager" "$probe" "$library"; do
   [[ -e $f ]] || {

@@ -57,7 +57,7 @@ foreach(group IN LISTS groups)
 endforeach()
 # The same cases with addresses exchanged only as the providers' opaque
 # endpoint names ("ofi:FORMAT:HEX"): the devices have no ip_address, as on
-# EFA (tests/conformance/common.hpp, RFAAS_TEST_OPAQUE_ADDRESSES). The native
+# EFA (tests/rdmalib/conformance/common.hpp, RFAAS_TEST_OPAQUE_ADDRESSES). The native
 # configuration of one provider per address format: sockaddr_in over MSG and
 # over RxM, and shm's string names; tcp needs its loopback domain named.
 foreach(group IN LISTS groups)

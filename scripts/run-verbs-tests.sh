@@ -25,7 +25,7 @@
 #      verbs-provider suite.
 #
 # On a machine WITH an RDMA NIC, no VM is needed: build as in step 1 and run
-#   RFAAS_TEST_SERVER_IP=<ip of the NIC> build-verbs/tests/rdmalib_conformance
+#   RFAAS_TEST_SERVER_IP=<ip of the NIC> build-verbs/tests/rdmalib/rdmalib_conformance
 #   build-verbs/tests/softroce/verbs_smoke --server-ip <ip> --client-ip <ip>
 #   build-verbs/tools/rfaas-info --write-devices /tmp/devices.json
 #   build-verbs/tests/e2e/rfaas_e2e_tests --devices /tmp/devices.json --device <name> --host <ip>
@@ -99,8 +99,8 @@ cmake --build "$verbs_dir" -j "$jobs" --target "${vm_targets[@]}" ||
   { note "FAILED: build of the verbs backend"; exit 1; }
 # The guest reports a missing test binary as skipped; here, after the build,
 # one missing is a build problem.
-for bin in tools/rfaas-info tests/rdmalib_unit_tests tests/rdmalib_conformance \
-  tests/softroce/verbs_smoke tests/e2e/rfaas_e2e_tests tests/resource_manager/rfaas_rm_lease_tests \
+for bin in tools/rfaas-info tests/rdmalib/rdmalib_unit_tests tests/rdmalib/rdmalib_conformance \
+  tests/softroce/verbs_smoke tests/e2e/rfaas_e2e_tests tests/servers/resource_manager/rfaas_rm_lease_tests \
   server/resource_manager/resource_manager; do
   [[ -x $verbs_dir/$bin ]] || { note "FAILED: no $verbs_dir/$bin after the build"; exit 1; }
 done

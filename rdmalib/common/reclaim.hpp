@@ -1,5 +1,5 @@
 // Internal: removal of stale shared-memory regions, shared by the backends'
-// Fabric::reclaim_stale and tested directly (tests/unit/reclaim_test.cpp).
+// Fabric::reclaim_stale and tested directly (tests/rdmalib/reclaim_test.cpp).
 #pragma once
 
 #include <chrono>

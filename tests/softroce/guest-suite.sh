@@ -95,8 +95,8 @@ if [ -x "$verbs/tools/rfaas-info" ]; then
   step verbs-rfaas-info 1 sh -c "'$verbs/tools/rfaas-info' --write-devices /tmp/devices.json &&
     '$verbs/tools/rfaas-info' --devices /tmp/devices.json && cat /tmp/devices.json"
 fi
-if [ -x "$verbs/tests/rdmalib_unit_tests" ]; then
-  step verbs-unit-tests 1 "$verbs/tests/rdmalib_unit_tests" --gtest_brief=1
+if [ -x "$verbs/tests/rdmalib/rdmalib_unit_tests" ]; then
+  step verbs-unit-tests 1 "$verbs/tests/rdmalib/rdmalib_unit_tests" --gtest_brief=1
 fi
 smoke=$verbs/tests/softroce/verbs_smoke
 if [ -x "$smoke" ]; then
@@ -108,7 +108,7 @@ fi
 
 # The conformance suite takes its addresses from RFAAS_TEST_SERVER_IP /
 # RFAAS_TEST_CLIENT_IP (rdma_cm cannot use 127.0.0.1).
-conf=$verbs/tests/rdmalib_conformance
+conf=$verbs/tests/rdmalib/rdmalib_conformance
 if [ ! -x "$conf" ]; then
   skip verbs-conformance "no $conf (tests not built)"
 elif ! grep -q RFAAS_TEST_SERVER_IP "$conf"; then
@@ -147,7 +147,7 @@ else
     --manager-device rxe1 --host "$ip1"
 fi
 
-# The resource manager's lease suite (tests/resource_manager/lease_test.cpp):
+# The resource manager's lease suite (tests/servers/resource_manager/lease_test.cpp):
 # a real resource_manager, an executor_manager registered with it and
 # librfaas leasing through it. Its REST API stays on 127.0.0.1 (HTTP); the
 # fabric side listens on the device's address. On rxe0 every case runs (10,
@@ -158,7 +158,7 @@ fi
 # clients (~25 s). The rest (expiry, renewal, restart, accounting, two
 # nodes, a killed executor manager: ~30 s, mostly lease timers and the
 # resource manager's bookkeeping) is left to the rxe0 run.
-lease=$verbs/tests/resource_manager/rfaas_rm_lease_tests
+lease=$verbs/tests/servers/resource_manager/rfaas_rm_lease_tests
 if [ ! -x "$lease" ]; then
   skip verbs-rm-lease "no $lease (resource manager, server or tests not built)"
 else
@@ -181,7 +181,7 @@ if [ -n "$lf" ]; then
   else
     skip libfabric-verbs-smoke "no $lfsmoke (not built)"
   fi
-  lfconf=$lf/tests/rdmalib_conformance
+  lfconf=$lf/tests/rdmalib/rdmalib_conformance
   # The build may be the host's own (other providers compiled in): name them.
   lfproviders='verbs/msg,verbs;ofi_rxm/rdm'
   if [ ! -x "$lfconf" ]; then

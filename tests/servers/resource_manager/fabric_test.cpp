@@ -24,7 +24,7 @@
 
 #include <rdmalib/rdmalib.hpp>
 
-#include "../e2e/process.hpp"
+#include "../../e2e/process.hpp"
 #include "http_client.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"

@@ -28,8 +28,8 @@ declare -A ns=([rm]=rfaas-rm-$id [n1]=rfaas-n1-$id [n2]=rfaas-n2-$id [cli]=rfaas
 declare -A addr=([rm]=10.214.0.1 [n1]=10.214.0.11 [n2]=10.214.0.12 [cli]=10.214.0.21)
 work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-netns-rm.XXXXXX")
 token=netns-rm-token-$RANDOM$RANDOM-0123456789
-# shellcheck source=../../scripts/lib/manager.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/manager.sh"
+# shellcheck source=../../../scripts/lib/manager.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib/manager.sh"
 rm_pid=
 manager_pids=()
 keep=0

@@ -20,7 +20,7 @@
 #include "providers.hpp"
 
 #ifndef RFAAS_PEER_BINARY
-#error "RFAAS_PEER_BINARY must name the peer helper binary (set by tests/CMakeLists.txt)"
+#error "RFAAS_PEER_BINARY must name the peer helper binary (set by tests/rdmalib/CMakeLists.txt)"
 #endif
 
 namespace conformance {
@@ -487,7 +487,7 @@ void FabricPair::open_fabrics(const ProviderConfig &p, const std::string &mask_c
   expect_ = expected_for(server_fabric_->provider());
   if (!expect_.known)
     FAIL() << "no capability expectations for provider \"" << server_fabric_->provider()
-           << "\": add it to kExpectations in tests/conformance/common.cpp, or set "
+           << "\": add it to kExpectations in tests/rdmalib/conformance/common.cpp, or set "
               "RFAAS_TEST_EXPECT_UNSUPPORTED to the capabilities it lacks";
   testing::Test::RecordProperty("capabilities", caps().describe());
 }

@@ -1,6 +1,6 @@
 // The executor manager's admission bookkeeping (admission.hpp), without a
 // network: limits, eviction order, deadlines and counters. The real manager
-// under a flood is tests/server/hostile_test.sh.
+// under a flood is tests/servers/executor/hostile_test.sh.
 #include <gtest/gtest.h>
 
 #include "executor_manager/admission.hpp"

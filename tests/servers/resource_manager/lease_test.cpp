@@ -45,7 +45,7 @@
 #include <thread>
 #include <vector>
 
-#include "../e2e/process.hpp"
+#include "../../e2e/process.hpp"
 #include "http_client.hpp"
 
 using namespace std::chrono_literals;
