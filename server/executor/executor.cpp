@@ -4,6 +4,7 @@
 // termination, and the exit code.
 #include "executor/executor.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -48,7 +49,66 @@ void on_term(int) {
     (void)ignored;
   }
 }
+
+bool is_on_term(const struct sigaction &sa) {
+  return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == on_term;
+}
+
+sigset_t termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+/// The provider's handler for SIGTERM, when one went in front of on_term
+/// (libfabric's shm installs it at the process's first endpoint, on
+/// whichever thread opens it): let it unlink the process's shared-memory
+/// regions before an exit that closes no endpoint. It hands the signal back to
+/// on_term when done. Only the calling thread takes the signal (raise()).
+void run_provider_termination_cleanup() noexcept {
+  struct sigaction cur;
+  if (sigaction(SIGTERM, nullptr, &cur) != 0 || is_on_term(cur) || cur.sa_handler == SIG_DFL ||
+      cur.sa_handler == SIG_IGN)
+    return;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  raise(SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 } // namespace
+
+void hold_termination_signals() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    sigset_t set = termination_signals();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    // A blocked signal is taken here, never by a handler: whatever a
+    // provider installed in front of on_term since does not run.
+    try {
+      std::thread([set] {
+        for (;;) {
+          siginfo_t si;
+          if (sigwaitinfo(&set, &si) > 0)
+            on_term(si.si_signo);
+        }
+      }).detach();
+    } catch (const std::exception &) {
+      // No thread: take the signals through on_term as before, exposed to a
+      // provider's handler in front of it.
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    }
+  });
+}
 
 rdmalib::ConnectionOptions accounting_link_options() {
   rdmalib::ConnectionOptions opts;
@@ -91,12 +151,7 @@ bool Shared::seal(Clock::time_point deadline, std::string &error) {
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexcept {
   const Clock::time_point start = Clock::now();
   try {
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_term;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
+    hold_termination_signals();
     std::string why;
     if (!limit_memory(spec.memory_mib, why))
       spdlog::warn("executor {:x}: {}", spec.allocation_id, why);
@@ -171,6 +226,9 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
           link.flush(start);
         spdlog::warn("executor {:x}: terminated while a function was running", spec.allocation_id);
         std::fflush(nullptr);
+        // No endpoint is closed on this way out: the provider's own cleanup
+        // removes their shared-memory regions, as it would have at SIGTERM.
+        run_provider_termination_cleanup();
         _exit(ExitTerminated);
       }
       if (!manager_gone && link.manager_left()) {

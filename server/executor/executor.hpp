@@ -41,6 +41,19 @@ using server::ExitTerminated;
 /// opening one, with whatever endpoints it prepared.
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened = nullptr) noexcept;
 
+/// Take SIGTERM and SIGINT on a thread of their own (sigwaitinfo), with both
+/// blocked in every other thread, so that they only set the termination flag
+/// the executor's setup and loop watch. Why: libfabric's shm provider puts a
+/// handler in front at the process's first endpoint (shm 1.17
+/// smr_reg_sig_handler) that unlinks every shared-memory region of the process
+/// at once and lets it run on. An executor terminated while it connected then
+/// left its "map my region" command in the peer's queue naming a region that
+/// is gone, and the peer (the executor manager's listener) read a null mapping
+/// (docs/BACKEND-BUGS.md, "a peer that vanishes during connection setup").
+/// Held, the regions go when the executor closes its endpoints. Call before
+/// the process starts any thread (threads inherit the mask); idempotent.
+void hold_termination_signals() noexcept;
+
 /// Options of the executor's link to its manager (the accounting link).
 rdmalib::ConnectionOptions accounting_link_options();
 

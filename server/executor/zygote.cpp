@@ -55,6 +55,8 @@ constexpr std::chrono::milliseconds kSpareGrace(2000);
 /// for a LaunchSpec (read until EOF) and serve it. EOF without a spec: the
 /// zygote dropped the spare.
 int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots) {
+  // Before the fabric's thread that opens endpoints ahead exists.
+  hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
   bool ahead = false;
   try {
