@@ -38,8 +38,17 @@ void post_handshake_recv(ConnectionImpl &c, size_t i) {
 
 /// Send a handshake message from `c` to `to` and wait for it to leave.
 /// `tag`: the peer's link id when it is on a shared endpoint, else 0.
+/// `peer`: the peer's raw address (its hello's), for the check below.
 void send_handshake(ConnectionImpl &c, fi_addr_t to, uint32_t tag, const lf::HandshakeMessage &m,
-                    const lf::Deadline &dl, const std::string &what) {
+                    const lf::Deadline &dl, const std::string &what, const uint8_t *peer,
+                    size_t peer_len) {
+  // Quirks::absent_region_enters_av: a peer whose shared-memory region is
+  // gone reads nothing any more, and its process may not be watched by pid
+  // (its hello names no PID namespace when it sees no /proc, as in an
+  // executor's sandbox): without this look the send stayed in EAGAIN for
+  // the whole deadline, and the listening process with it.
+  const bool check_region = c.fab->quirks.absent_region_enters_av && peer;
+  auto next_region_check = std::chrono::steady_clock::now();
   uint8_t *buf = c.ctl_send(c.ctl_send_next++ % ConnectionImpl::kCtlSendSlots);
   std::memcpy(buf, &m, sizeof m);
   lf::OpSlot *s = c.take_slot(0, OpKind::Send, true);
@@ -56,6 +65,14 @@ void send_handshake(ConnectionImpl &c, fi_addr_t to, uint32_t tag, const lf::Han
         c.put_slot(s);
         throw Error(ErrorKind::Closed,
                     "rdmalib: the peer process went away before the " + what + " could be sent");
+      }
+      if (check_region && std::chrono::steady_clock::now() >= next_region_check) {
+        next_region_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+        if (!lf::shm_region_usable(peer, peer_len)) {
+          c.put_slot(s);
+          throw Error(ErrorKind::Closed, "rdmalib: the peer's endpoint went away before the " +
+                                             what + " could be sent");
+        }
       }
     }
   } while (r == -FI_EAGAIN && !dl.passed());
@@ -131,7 +148,7 @@ void RequestImpl::reject() noexcept {
     m.type = lf::HsReject;
     m.nonce = hello.nonce;
     send_handshake(hs, to, hello.link, m, lf::Deadline(std::chrono::milliseconds(1000)),
-                   "rejection");
+                   "rejection", hello.address, hello.address_len);
     fi_av_remove(hs.av.get(), &to, 1, 0);
   } catch (const std::exception &e) {
     rdmalib::logger().warn("rdmalib: rejecting a connection request failed: {}", e.what());
@@ -238,7 +255,7 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
         throw Error(ErrorKind::Backend, std::string("rdmalib: ") + c->last_error);
     } else {
       send_handshake(*c, c->peer, c->peer_link, m, dl,
-                     "handshake answer to " + c->remote.to_string());
+                     "handshake answer to " + c->remote.to_string(), h.address, h.address_len);
     }
   }
 }
