@@ -82,10 +82,10 @@ struct QuirkColumns {
   /// time the receiver progresses makes the receiver read a null mapping
   /// (shm 1.17 through 1.20: SIGSEGV in smr_progress_connreq). rdmalib points
   /// such commands at a live endpoint of its own (ShmConnreqGuard) before
-  /// each progress call on a handshake or connecting endpoint; as the
-  /// sender, an endpoint waits briefly for live peers to take its command
-  /// before it goes (wait_for_sent_connreqs), since a region that vanishes
-  /// between the receiver's check and its progress call still crashes it.
+  /// each progress call on a handshake or connecting endpoint. A region
+  /// that vanishes between the receiver's check and its progress call still
+  /// crashes it (docs/BACKEND-BUGS.md: executors therefore take SIGTERM on a
+  /// thread of their own, so shm's handler does not unlink their regions).
   Versions connreq_names_vanished_peer;
   /// The first message from a new sender makes the receiving endpoint map
   /// the sender's region, with no address-vector entry; only fi_av_remove of
