@@ -180,9 +180,6 @@ ExecutorCgroup &ExecutorCgroup::operator=(ExecutorCgroup &&o) noexcept {
     memory_v2_ = o.memory_v2_;
     cpuset_v2_ = o.cpuset_v2_;
     pids_v2_ = o.pids_v2_;
-    memory_ = o.memory_;
-    cpuset_ = o.cpuset_;
-    pids_ = o.pids_;
   }
   return *this;
 }
@@ -214,17 +211,14 @@ bool ExecutorCgroup::limit(uint64_t memory_mib, const std::vector<int> &cpus,
       if (exists(memory_dir_ + "/memory.memsw.limit_in_bytes"))
         write_file(memory_dir_ + "/memory.memsw.limit_in_bytes", bytes, error);
     }
-    memory_ = true;
   }
   if (!cpuset_dir_.empty() && !cpus.empty()) {
     if (!write_file(cpuset_dir_ + "/cpuset.cpus", join_cpus(cpus), error))
       return false;
-    cpuset_ = true;
   }
   if (!pids_dir_.empty() && max_processes > 0) {
     if (!write_file(pids_dir_ + "/pids.max", std::to_string(max_processes), error))
       return false;
-    pids_ = true;
   }
   return true;
 }

@@ -54,9 +54,9 @@ public:
   /// none), `max_processes` (0: none). False with `error` on failure.
   bool limit(uint64_t memory_mib, const std::vector<int> &cpus, uint32_t max_processes,
              std::string &error);
-  bool limits_cpus() const { return cpuset_; }
-  bool limits_memory() const { return memory_; }
-  bool limits_processes() const { return pids_; }
+  /// This executor has a group in the pids hierarchy (its limit is written
+  /// when it gets its allocation).
+  bool has_pids() const { return !pids_dir_.empty(); }
   /// Kill every process left in the groups and remove them (best effort;
   /// also done by the destructor).
   void remove() noexcept;
@@ -69,7 +69,6 @@ private:
   std::vector<Dir> dirs_;
   std::string memory_dir_, cpuset_dir_, pids_dir_;
   bool memory_v2_ = false, cpuset_v2_ = false, pids_v2_ = false;
-  bool memory_ = false, cpuset_ = false, pids_ = false;
 };
 
 } // namespace rfaas::executor_process

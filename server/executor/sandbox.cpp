@@ -21,6 +21,8 @@
 #include <cstring>
 #include <fstream>
 
+#include <spdlog/spdlog.h>
+
 #include "common/launch_spec.hpp"
 #include "executor/seccomp_filter.hpp"
 
@@ -100,7 +102,7 @@ unsigned long locked_flags(const std::string &src) {
 
 /// Bind `src` (a path of the old root) at `dst` (inside the new one), read-
 /// only unless `writable`. Files get an empty file to bind over.
-bool bind(const std::string &src, const std::string &dst, bool writable, std::string &error) {
+bool bind_mount(const std::string &src, const std::string &dst, bool writable, std::string &error) {
   struct stat st;
   if (::stat(src.c_str(), &st) != 0) {
     error = errno_text("stat " + src);
@@ -282,6 +284,9 @@ ExecutorCgroup Sandbox::make_cgroup(const std::string &name) const {
     return {};
   std::string error;
   ExecutorCgroup g(cgroups_, name, error);
+  // The executor is then held by rlimits alone (enter() sets them).
+  if (g.empty())
+    spdlog::warn("executor sandbox: no cgroup for {}: {}; rlimits apply", name, error);
   return g;
 }
 
@@ -296,7 +301,8 @@ bool Sandbox::enter(const ExecutorCgroup &cgroup, std::string &error) const {
     return false;
   static const char host[] = "rfaas-executor";
   ::sethostname(host, sizeof host - 1);
-  if (!set_limits(cgroup.limits_processes() || !cgroups_.pids.empty(), error))
+  // Processes are limited by this executor's pids cgroup where it has one.
+  if (!set_limits(cgroup.has_pids(), error))
     return false;
   if (!drop_capabilities(error))
     return false;
@@ -454,7 +460,7 @@ bool Sandbox::populate(const std::string &R, const std::string &O, std::string &
         error = errno_text(std::string("symlink /") + d);
         return false;
       }
-    } else if (!bind(src, R + "/" + d, false, error)) {
+    } else if (!bind_mount(src, R + "/" + d, false, error)) {
       return false;
     }
   }
@@ -464,16 +470,16 @@ bool Sandbox::populate(const std::string &R, const std::string &O, std::string &
        {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "hosts", "host.conf",
         "gai.conf", "localtime", "alternatives", "libibverbs.d", "rdma"}) {
     const std::string src = O + "/etc/" + f;
-    if (::access(src.c_str(), F_OK) == 0 && !bind(src, R + "/etc/" + f, false, error))
+    if (::access(src.c_str(), F_OK) == 0 && !bind_mount(src, R + "/etc/" + f, false, error))
       return false;
   }
   for (const std::string &d : code_dirs_)
-    if (::access((O + d).c_str(), F_OK) == 0 && !bind(O + d, R + d, false, error))
+    if (::access((O + d).c_str(), F_OK) == 0 && !bind_mount(O + d, R + d, false, error))
       return false;
   if (!mount_tmpfs(R + "/dev", "mode=0755,size=64k", error))
     return false;
   for (const char *dev : {"null", "zero", "full", "random", "urandom"})
-    if (!bind(O + "/dev/" + dev, R + "/dev/" + dev, true, error))
+    if (!bind_mount(O + "/dev/" + dev, R + "/dev/" + dev, true, error))
       return false;
   const std::string tmp = "mode=1777,size=" + std::to_string(config_.tmp_mib) + "m";
   bool shared_shm = false;
@@ -481,7 +487,7 @@ bool Sandbox::populate(const std::string &R, const std::string &O, std::string &
     if (::access((O + p).c_str(), F_OK) != 0)
       continue;
     shared_shm = shared_shm || p == "/dev/shm";
-    if (!bind(O + p, R + p, under(p, "/dev"), error))
+    if (!bind_mount(O + p, R + p, under(p, "/dev"), error))
       return false;
   }
   if (!shared_shm && !mount_tmpfs(R + "/dev/shm", tmp, error))

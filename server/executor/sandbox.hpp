@@ -23,7 +23,7 @@
 //      (and the /bin, /lib... links into it), of the directories holding the
 //      executor and the libraries it runs, of a few files of /etc the C
 //      library reads, and of the paths the fabric needs (/dev/shm for shm,
-//      /dev/infiniband and /sys/class/infiniband for verbs); a fresh /proc
+//      /dev/infiniband and /sys for verbs); a fresh /proc
 //      of the new PID namespace; /dev with null, zero, full, random and
 //      urandom; a private size-limited /tmp. It then pivots into it, so the
 //      manager's configuration, secret and database are not there to read;
