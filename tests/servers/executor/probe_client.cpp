@@ -325,16 +325,22 @@ public:
     uint8_t hb[sizeof hello];
     proto::encode(hello, hb, sizeof hb);
     const rdmalib::Address at = rdmalib::Address::parse(o_.manager);
-    size_t sent = 0, refused = 0;
+    size_t sent = 0, refused = 0, timed_out = 0;
     for (uint32_t i = 0; i < o_.rounds; ++i) {
       Link l;
       try {
         l.conn = rdmalib::Connection::connect(fabric_, at, hb, sizeof hb, milliseconds(5000));
       } catch (const rdmalib::Error &e) {
-        // The per-peer admission limit may refuse a burst; not a failure.
-        if (e.kind() != rdmalib::ErrorKind::Refused)
+        // The per-peer admission limit may refuse a burst, and a manager
+        // busy ending the previous requests' executors (a second each on
+        // tcp;ofi_rxm, more under AddressSanitizer) may answer late: neither
+        // is what this checks. That it survives and serves is checked after.
+        if (e.kind() == rdmalib::ErrorKind::Refused)
+          ++refused;
+        else if (e.kind() == rdmalib::ErrorKind::Timeout)
+          ++timed_out;
+        else
           throw;
-        ++refused;
         continue;
       }
       l.setup(fabric_, 4);
@@ -352,8 +358,8 @@ public:
       l.conn.close();
     }
     std::printf("self-address: %zu request(s) naming the manager %s as the client sent, %zu "
-                "connection(s) refused\n",
-                sent, o_.manager.c_str(), refused);
+                "connection(s) refused, %zu not answered in time\n",
+                sent, o_.manager.c_str(), refused, timed_out);
     check(sent > 0, "requests naming the manager's own address sent");
   }
 
