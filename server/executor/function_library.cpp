@@ -130,6 +130,21 @@ void FunctionLibrary::release() noexcept {
 }
 
 namespace {
+/// Write all `size` bytes to `fd`; 0, or the errno of the write that failed.
+int write_fully(int fd, const void *bytes, size_t size) {
+  const auto *p = static_cast<const char *>(bytes);
+  while (size > 0) {
+    ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return errno;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 /// The library's image in a new file of $TMPDIR (else /tmp), read-only; its
 /// path. Throws LibraryError.
 std::string copy_to_private_file(const void *bytes, size_t size, const std::string &what) {
@@ -139,20 +154,10 @@ std::string copy_to_private_file(const void *bytes, size_t size, const std::stri
   if (fd < 0)
     throw LibraryError("cannot load " + what + ": no /proc/self/fd and mkstemp " + path + ": " +
                        errno_text(errno));
-  const auto *p = static_cast<const char *>(bytes);
-  size_t left = size;
-  while (left > 0) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      unlink(path.c_str());
-      throw LibraryError("cannot copy " + what + " to " + path + ": " + errno_text(e));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+  if (int e = write_fully(fd, bytes, size)) {
+    close(fd);
+    unlink(path.c_str());
+    throw LibraryError("cannot copy " + what + " to " + path + ": " + errno_text(e));
   }
   fchmod(fd, 0500);
   close(fd);
@@ -178,19 +183,9 @@ FunctionLibrary FunctionLibrary::load(const void *bytes, size_t size, const std:
     throw LibraryError("cannot create an in-memory file for " + what +
                        ": memfd_create: " + errno_text(errno));
 
-  const auto *p = static_cast<const char *>(bytes);
-  size_t left = size;
-  while (left > 0) {
-    ssize_t n = write(lib.memfd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      throw LibraryError("cannot copy " + what + " (" + std::to_string(size) +
-                         " bytes) into memory: write: " + errno_text(errno));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  if (int e = write_fully(lib.memfd_, bytes, size))
+    throw LibraryError("cannot copy " + what + " (" + std::to_string(size) +
+                       " bytes) into memory: write: " + errno_text(e));
   // Freeze the image: nobody (this process included) can change what was
   // loaded. Best effort: sealing is a defence, not a requirement.
   (void)fcntl(lib.memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);

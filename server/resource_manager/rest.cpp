@@ -187,6 +187,17 @@ struct RestServer::Routes {
     else
       send_error(w, http_code(st.outcome), to_string(st.outcome), st.message);
   }
+  /// A node that was added or got a new secret, with the secret: shown this
+  /// once, for the executor manager's secret file.
+  void send_node_with_secret(ResponseWriter &w, const Status &st,
+                             const std::optional<NodeView> &view, Code ok_code) {
+    json body;
+    if (st.ok()) {
+      body = node_json(*view);
+      body["secret"] = to_hex(view->node.secret);
+    }
+    send_status(w, st, ok_code, body);
+  }
 
   /// What a request needs: nothing (an open endpoint), the read-only or
   /// the operator token (Read), the operator token (Write).
@@ -306,13 +317,7 @@ struct RestServer::Routes {
         v = r.node(name);
       return std::make_pair(Status{res.outcome, res.message}, v);
     });
-    json body;
-    if (st.ok()) {
-      body = node_json(*view);
-      // Shown once, for the executor manager's secret file.
-      body["secret"] = to_hex(view->node.secret);
-    }
-    send_status(w, st, Code::Created, body);
+    send_node_with_secret(w, st, view, Code::Created);
   }
 
   void drain_node(const Request &req, ResponseWriter &w) {
@@ -361,13 +366,7 @@ struct RestServer::Routes {
         v = r.node(name);
       return std::make_pair(Status{res.outcome, res.message}, v);
     });
-    json body;
-    if (st.ok()) {
-      body = node_json(*view);
-      // Shown once, for the executor manager's secret file.
-      body["secret"] = to_hex(view->node.secret);
-    }
-    send_status(w, st, Code::Ok, body);
+    send_node_with_secret(w, st, view, Code::Ok);
   }
 
   void remove_node(const Request &req, ResponseWriter &w) {
