@@ -116,6 +116,8 @@ const char *to_string(ErrorCode c) noexcept {
     return "shutting_down";
   case ErrorCode::Timeout:
     return "timeout";
+  case ErrorCode::Provisioning:
+    return "provisioning";
   }
   return "unknown_error_code";
 }

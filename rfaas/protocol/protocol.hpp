@@ -114,8 +114,13 @@ enum class ErrorCode : uint16_t {
   ShuttingDown = 11,
   /// A deadline passed on the replying side (workers did not connect, ...).
   Timeout = 12,
+  /// The resource manager has no room now but is starting nodes for it (a
+  /// SLURM pilot job): ask again after the hint (LeaseGrant::expiry_ms).
+  /// Added after 12 without changing the others: older peers see an
+  /// unknown code only from a resource manager that provisions nodes.
+  Provisioning = 13,
 };
-constexpr uint16_t kMaxErrorCode = 12;
+constexpr uint16_t kMaxErrorCode = 13;
 static_assert(kMaxErrorCode <= 15, "ErrorCode must fit the 4 status bits of the immediate");
 
 /// Why decoding or encoding failed.

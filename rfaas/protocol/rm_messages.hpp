@@ -214,7 +214,8 @@ struct LeaseGrant {
   Reserved<uint16_t> reserved0;
   uint32_t parts = 0;
   uint64_t lease_id = 0;
-  /// Milliseconds since the Unix epoch.
+  /// Milliseconds since the Unix epoch. With status Provisioning instead:
+  /// how many milliseconds the client should wait before it asks again.
   uint64_t expiry_ms = 0;
   /// Answering a LeaseRequest: the lease's secret, 128 random bits that only
   /// the client holding this grant knows; LeaseRenew and LeaseRelease must

@@ -6,7 +6,7 @@ namespace rfaas {
 
 // The wire statuses keep their protocol values, so a received ErrorCode is
 // converted with a cast.
-static_assert(static_cast<uint16_t>(status::timeout) == protocol::kMaxErrorCode,
+static_assert(static_cast<uint16_t>(status::provisioning) == protocol::kMaxErrorCode,
               "rfaas::status mirrors protocol::ErrorCode");
 static_assert(static_cast<uint16_t>(status::function_crashed) ==
                   static_cast<uint16_t>(protocol::ErrorCode::FunctionCrashed),

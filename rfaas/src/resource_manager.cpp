@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <thread>
 
 #include <rdmalib/rdmalib.hpp>
 
@@ -128,9 +129,11 @@ struct resource_manager::impl {
   /// Sends `m` and decodes the LeaseGrant that answers it; throws on any
   /// failure or a status other than ok. A connection the resource manager
   /// closed meanwhile (an idle client, fabric.client_idle_timeout_ms) is
-  /// opened again first: no request was lost on it.
+  /// opened again first: no request was lost on it. With
+  /// `provisioning_ok`, a Provisioning answer is returned, not thrown.
   template <class M>
-  proto::LeaseGrant exchange(const M &m, std::vector<proto::LeaseGrantPart> &parts) {
+  proto::LeaseGrant exchange(const M &m, std::vector<proto::LeaseGrantPart> &parts,
+                             bool provisioning_ok = false) {
     auto deadline = Clock::now() + deadlines.allocation;
     // Empty after a reconnection that failed (the resource manager was down).
     if (!channel.valid() || channel.closed() ||
@@ -157,7 +160,8 @@ struct resource_manager::impl {
     if (!r)
       throw Error(phase::lease, address, status::bad_request,
                   "unreadable LeaseGrant: " + proto::describe(r));
-    if (grant.status != proto::ErrorCode::Ok)
+    if (grant.status != proto::ErrorCode::Ok &&
+        !(provisioning_ok && grant.status == proto::ErrorCode::Provisioning))
       throw Error(phase::lease, address, static_cast<status>(grant.status),
                   std::string(proto::get_text(grant.message)));
     return grant;
@@ -223,7 +227,22 @@ rfaas::lease resource_manager::lease(uint32_t cores, uint64_t memory_mib,
     throw Error(phase::lease, impl_->address, status::invalid_argument,
                 proto::describe(req.validate()));
   std::vector<proto::LeaseGrantPart> parts;
-  proto::LeaseGrant g = impl_->exchange(req, parts);
+  // A resource manager that starts nodes for this request (a SLURM pilot
+  // job) says so with a retry hint; ask again until timeouts::provisioning.
+  const auto give_up = Clock::now() + impl_->deadlines.provisioning;
+  proto::LeaseGrant g = impl_->exchange(req, parts, true);
+  while (g.status == proto::ErrorCode::Provisioning) {
+    const std::string why(proto::get_text(g.message));
+    const auto hint = std::chrono::milliseconds(std::clamp<uint64_t>(g.expiry_ms, 10, 10'000));
+    if (Clock::now() + hint > give_up)
+      throw Error(phase::lease, impl_->address, status::provisioning,
+                  why + " (gave up after timeouts::provisioning, " +
+                      std::to_string(impl_->deadlines.provisioning.count()) + " ms)");
+    rfaas::logger().info("resource manager {}: {}; asking again in {} ms", impl_->address, why,
+                         hint.count());
+    std::this_thread::sleep_for(hint);
+    g = impl_->exchange(req, parts, true);
+  }
   rfaas::lease l;
   impl_->fill(l, g, parts);
   rfaas::logger().info("lease {}: {} core(s) on {} node(s) until {} (epoch ms)", l.id, l.cores(),

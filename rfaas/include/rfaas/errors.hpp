@@ -51,6 +51,10 @@ enum class status : uint16_t {
   shutting_down = 11,
   /// A deadline passed (on the peer, or locally for an invocation).
   timeout = 12,
+  /// The resource manager is starting nodes for this request (a SLURM pilot
+  /// job); resource_manager::lease() asks again until
+  /// timeouts::provisioning has passed, then throws with this status.
+  provisioning = 13,
 
   /// The connection to the worker is gone (executor ended or crashed).
   closed = 64,

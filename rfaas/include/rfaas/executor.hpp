@@ -55,6 +55,10 @@ struct timeouts {
   std::chrono::milliseconds invocation{30000};
   /// Each Shutdown message of deallocate().
   std::chrono::milliseconds shutdown{2000};
+  /// How long resource_manager::lease() keeps asking a resource manager that
+  /// answers "provisioning" (it is starting nodes through SLURM), at the
+  /// interval it names; 0 throws Error(status::provisioning) at once.
+  std::chrono::milliseconds provisioning{60000};
 };
 
 /// What to ask an executor manager for.
