@@ -159,6 +159,96 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
         "); expected room for at least one client");
 }
 
+bool parse_provider_kind(std::string_view text, NodeProviderKind &out) {
+  if (text == "static")
+    out = NodeProviderKind::Static;
+  else if (text == "slurm")
+    out = NodeProviderKind::Slurm;
+  else
+    return false;
+  return true;
+}
+
+void read_strings(const Node &parent, const char *key, std::vector<std::string> &out) {
+  if (!parent.has(key))
+    return;
+  Node list = parent[key];
+  const size_t n = list.expect_array();
+  out.clear();
+  for (size_t i = 0; i < n; ++i) {
+    std::string v = list[i].string();
+    // Each goes on a line of its own in the batch script.
+    if (v.find_first_of("\n\r") != std::string::npos)
+      list[i].fail("contains a line break; expected one option per entry");
+    out.push_back(std::move(v));
+  }
+}
+
+void read_node_provider(const Node &root, ResourceManagerConfig &c, const std::string &base_dir) {
+  if (!root.has("nodes"))
+    return;
+  Node n = root["nodes"];
+  if (n.has("provider"))
+    c.node_provider = n["provider"].enumeration(parse_provider_kind, "static, slurm");
+  if (c.node_provider == NodeProviderKind::Static) {
+    if (n.has("slurm"))
+      n["slurm"].fail("given, but nodes.provider is \"static\"; expected \"provider\": "
+                      "\"slurm\" with it, or no \"slurm\" block");
+    return;
+  }
+  if (!c.fabric.enabled)
+    n["provider"].fail("\"slurm\" needs the \"fabric\" block: pilots' executor managers "
+                       "register over the fabric");
+  SlurmProviderConfig &s = c.slurm;
+  Node b = n.required("slurm", "an object with \"rfaas_slurm\" and \"work_dir\" (and "
+                               "min_nodes, max_nodes, partition, ...)");
+  b.expect_object({"min_nodes", "max_nodes", "nodes_per_job", "idle_timeout_ms", "partition",
+                   "account", "time_limit", "sbatch", "job_name", "work_dir", "rfaas_slurm",
+                   "pilot_options", "resource_manager_address", "retry_after_ms", "poll_ms",
+                   "command_timeout_ms", "start_timeout_ms", "slurm_bin_dir"});
+  b.optional("min_nodes", s.min_nodes, 0, 100'000);
+  b.optional("max_nodes", s.max_nodes, 1, 100'000);
+  b.optional("nodes_per_job", s.nodes_per_job, 1, 100'000);
+  b.optional("idle_timeout_ms", s.idle_timeout_ms, 100, 30ull * 86'400'000);
+  b.optional("partition", s.partition);
+  b.optional("account", s.account);
+  b.optional("time_limit", s.time_limit);
+  read_strings(b, "sbatch", s.sbatch);
+  b.optional("job_name", s.job_name);
+  s.work_dir = resolve(
+      b.required("work_dir", "a directory for the pilots' scripts, secrets and logs, on a file "
+                             "system the compute nodes see")
+          .nonempty_string(),
+      base_dir);
+  s.rfaas_slurm =
+      resolve(b.required("rfaas_slurm", "the path of the rfaas-slurm script (installed in bin/)")
+                  .nonempty_string(),
+              base_dir);
+  read_strings(b, "pilot_options", s.pilot_options);
+  b.optional("resource_manager_address", s.resource_manager_address);
+  b.optional("retry_after_ms", s.retry_after_ms, 10, 600'000);
+  b.optional("poll_ms", s.poll_ms, 50, 600'000);
+  b.optional("command_timeout_ms", s.command_timeout_ms, 100, 600'000);
+  b.optional("start_timeout_ms", s.start_timeout_ms, 1000, 30ull * 86'400'000);
+  b.optional("slurm_bin_dir", s.slurm_bin_dir);
+  for (const char *key : {"time_limit", "partition", "account", "job_name"}) {
+    if (!b.has(key))
+      continue;
+    const std::string v = b[key].string();
+    if (v.find_first_of(" \t\n\r'\"\\") != std::string::npos)
+      b[key].fail("contains a blank or a quote; expected one SLURM word");
+  }
+  if (s.job_name.empty())
+    b["job_name"].fail("empty; expected a name the pilots' jobs carry");
+  if (s.min_nodes > s.max_nodes)
+    b[b.has("min_nodes") ? "min_nodes" : "max_nodes"].fail(
+        "nodes.slurm.min_nodes (" + std::to_string(s.min_nodes) + ") is above max_nodes (" +
+        std::to_string(s.max_nodes) + "); expected min_nodes <= max_nodes");
+  if (s.nodes_per_job > s.max_nodes)
+    b["nodes_per_job"].fail("above nodes.slurm.max_nodes (" + std::to_string(s.max_nodes) +
+                            "); expected a pilot no larger than the pool");
+}
+
 ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {
   ResourceManagerConfig c;
   root.expect_object({"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms",
@@ -173,10 +263,11 @@ ResourceManagerConfig read_config(const Node &root, const std::string &base_dir)
   read_leases(root, c.registry);
   if (root.has("nodes")) {
     Node n = root["nodes"];
-    n.expect_object({"heartbeat_timeout_ms"});
+    n.expect_object({"heartbeat_timeout_ms", "provider", "slurm"});
     n.optional("heartbeat_timeout_ms", c.registry.heartbeat_timeout_ms, 100, 3'600'000);
   }
   read_fabric(root, c.fabric, base_dir);
+  read_node_provider(root, c, base_dir);
   // Nodes are asked to beat faster than they are declared down; name the key
   // the file gave (the other one holds its default).
   if (c.fabric.enabled && c.fabric.heartbeat_ms >= c.registry.heartbeat_timeout_ms) {

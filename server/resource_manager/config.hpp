@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "resource_manager/registry.hpp"
 
@@ -50,6 +51,51 @@ struct FabricConfig {
   uint64_t client_idle_timeout_ms = 3'600'000;
 };
 
+/// nodes.slurm: the slurm node provider (docs/slurm.md, pilot jobs).
+struct SlurmProviderConfig {
+  /// Executor-manager nodes kept between these bounds (whole pilots).
+  uint32_t min_nodes = 0;
+  uint32_t max_nodes = 1;
+  /// Nodes of each pilot job (sbatch --nodes); one executor manager each.
+  uint32_t nodes_per_job = 1;
+  /// A pilot whose nodes all held no lease for this long is cancelled
+  /// (unless that would go below min_nodes).
+  uint64_t idle_timeout_ms = 300'000;
+  /// sbatch's --partition, --account (empty: the site's default) and --time.
+  std::string partition;
+  std::string account;
+  std::string time_limit = "01:00:00";
+  /// More "#SBATCH" lines, each without the prefix ("--exclusive").
+  std::vector<std::string> sbatch;
+  /// The pilots' job name (squeue lists the provider's jobs by it).
+  std::string job_name = "rfaas-pilot";
+  /// Pilot scripts, secrets and logs, one directory per pilot; on a file
+  /// system the compute nodes see.
+  std::string work_dir;
+  /// The rfaas-slurm script the pilots run, and its options (provider,
+  /// interface, cores...); the resource manager adds --pilot,
+  /// --resource-manager, --secret-file and --work-dir.
+  std::string rfaas_slurm;
+  std::vector<std::string> pilot_options;
+  /// Where the pilots' executor managers reach this resource manager
+  /// (empty: the fabric's listening address).
+  std::string resource_manager_address;
+  /// What a client that must wait for a pilot is told to wait.
+  uint64_t retry_after_ms = 1000;
+  /// How often squeue is asked about the pilots.
+  uint64_t poll_ms = 1000;
+  /// Deadline of each sbatch, squeue or scancel.
+  uint64_t command_timeout_ms = 10'000;
+  /// A running pilot whose executor managers have not all registered in
+  /// this time is cancelled.
+  uint64_t start_timeout_ms = 300'000;
+  /// Directory of sbatch, squeue and scancel (empty: PATH).
+  std::string slurm_bin_dir;
+};
+
+/// nodes.provider: where executor-manager nodes come from.
+enum class NodeProviderKind { Static, Slurm };
+
 struct ResourceManagerConfig {
   /// SQLite file; relative paths are relative to the configuration file.
   std::string database = "resource_manager.sqlite";
@@ -71,6 +117,8 @@ struct ResourceManagerConfig {
   bool open_metrics = true;
   RegistryOptions registry;
   FabricConfig fabric;
+  NodeProviderKind node_provider = NodeProviderKind::Static;
+  SlurmProviderConfig slurm;
   /// How often leases are checked for expiry and nodes for heartbeats.
   uint64_t tick_ms = 250;
   std::string log_level = "info";

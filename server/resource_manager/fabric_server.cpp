@@ -362,13 +362,16 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
     return refuse(proto::ErrorCode::BadRequest, "this connection is registered as node " + p.node +
                                                     "; node " + claim.node +
                                                     " registers on its own connection");
+  LeaseToken proof;
+  std::memcpy(proof.data(), reg.proof.bytes, proof.size());
   std::optional<NodeView> known = registry.node(claim.node);
+  // A pilot job's node is known to its provider only (node_provider.hpp).
+  if (!known && provider_ && provider_->admit(claim, proof, registry))
+    known = registry.node(claim.node);
   if (!known)
     return refuse(proto::ErrorCode::LeaseInvalid,
                   "unknown node " + claim.node +
                       ": an operator adds it first (POST /nodes with its secret)");
-  LeaseToken proof;
-  std::memcpy(proof.data(), reg.proof.bytes, proof.size());
   if (!verify_registration(claim, proof, known->node.secret))
     return refuse(proto::ErrorCode::LeaseInvalid,
                   "node " + claim.node + ": wrong registration proof (check its secret file)");
@@ -541,6 +544,17 @@ void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Reg
   lr.duration_ms = req.duration_ms;
   lr.max_nodes = req.max_nodes;
   Result<Grant> r = registry.grant(lr);
+  if (r.outcome == Outcome::Unavailable && provider_) {
+    if (std::optional<Provisioning> wait = provider_->unplaceable(lr, registry)) {
+      proto::LeaseGrant g;
+      g.status = proto::ErrorCode::Provisioning;
+      g.expiry_ms = wait->retry_after_ms; // the retry hint, for this status
+      proto::set_text_truncated(g.message, wait->message);
+      std::vector<uint8_t> bytes(proto::lease_grant_size(0));
+      if (proto::encode(g, {}, bytes.data(), bytes.size()))
+        return queue_bytes(p, std::move(bytes));
+    }
+  }
   if (!r.ok())
     log()->info("fabric: lease for {} ({} cores) refused: {}", lr.client, lr.cores, r.message);
   grant_reply(p, r, r.ok() ? &r.value : nullptr, 0);

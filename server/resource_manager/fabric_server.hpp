@@ -40,6 +40,7 @@
 #include "resource_manager/config.hpp"
 #include "resource_manager/loop.hpp"
 #include "resource_manager/metrics.hpp"
+#include "resource_manager/node_provider.hpp"
 
 namespace rfaas::rm {
 
@@ -65,6 +66,9 @@ public:
   /// Where the time to answer registrations and lease requests is observed
   /// (the REST API's /metrics page). Set before the loop starts.
   void observe_latencies(RequestLatencies *latencies) { latencies_ = latencies; }
+  /// Asked when a lease cannot be placed and when an unknown node registers
+  /// (nodes.provider "slurm"). Set before the loop starts; not owned.
+  void use_provider(NodeProvider *provider) { provider_ = provider; }
 
 private:
   using Clock = std::chrono::steady_clock;
@@ -115,6 +119,7 @@ private:
   /// notice window of a connected node's send queue (sent as it drains).
   std::map<std::string, std::deque<protocol::LeaseEnded>> pending_;
   RequestLatencies *latencies_ = nullptr;
+  NodeProvider *provider_ = nullptr;
 };
 
 } // namespace rfaas::rm

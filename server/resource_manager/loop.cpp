@@ -85,6 +85,13 @@ void Loop::run() {
       } catch (const std::exception &e) {
         log()->error("periodic check failed: {}", e.what());
       }
+      if (provider_) {
+        try {
+          provider_->tick(registry_);
+        } catch (const std::exception &e) {
+          log()->error("node provider: {}", e.what());
+        }
+      }
       deliver_events();
       next_tick = now + tick_every_;
     }

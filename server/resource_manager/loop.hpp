@@ -23,6 +23,7 @@
 
 #include <readerwriterqueue/readerwriterqueue.h>
 
+#include "resource_manager/node_provider.hpp"
 #include "resource_manager/registry.hpp"
 
 namespace rfaas::rm {
@@ -70,6 +71,8 @@ public:
 
   /// Drive `driver` from the loop thread (call before start()). Not owned.
   void attach(LoopDriver *driver) { driver_ = driver; }
+  /// Ticks `provider` after each Registry::tick (call before start()). Not owned.
+  void attach_provider(NodeProvider *provider) { provider_ = provider; }
   void start();
   /// Runs the queued tasks still waiting, then ends the thread.
   void stop();
@@ -117,6 +120,7 @@ private:
 
   Registry &registry_;
   LoopDriver *driver_ = nullptr;
+  NodeProvider *provider_ = nullptr;
   std::chrono::milliseconds tick_every_;
   moodycamel::BlockingReaderWriterQueue<std::function<void()>> queue_{256};
   std::mutex producers_; // serialises enqueue only (single-producer queue)

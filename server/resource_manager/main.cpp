@@ -27,6 +27,7 @@
 #include "resource_manager/loop.hpp"
 #include "resource_manager/registry.hpp"
 #include "resource_manager/rest.hpp"
+#include "resource_manager/slurm_provider.hpp"
 #include "resource_manager/store.hpp"
 
 int main(int argc, char **argv) {
@@ -81,6 +82,16 @@ int main(int argc, char **argv) {
           logger->warn("no \"fabric\" block in the configuration: REST only, no node can "
                        "register and no client can lease");
         }
+        // nodes.provider "slurm": pilot jobs bring the nodes (slurm_provider.hpp).
+        std::unique_ptr<rfaas::rm::SlurmProvider> provider;
+        if (cfg.node_provider == rfaas::rm::NodeProviderKind::Slurm) {
+          std::string rm_address = cfg.slurm.resource_manager_address;
+          if (rm_address.empty())
+            rm_address = fabric->address().to_string();
+          provider = std::make_unique<rfaas::rm::SlurmProvider>(cfg.slurm, rm_address, registry);
+          loop.attach_provider(provider.get());
+          fabric->use_provider(provider.get());
+        }
         // The fabric's request latencies go to the REST API's /metrics page.
         rfaas::rm::RestServer rest(loop, rfaas::rm::RestAccess{cfg.admin_token, cfg.read_token,
                                                                cfg.open_health, cfg.open_metrics});
@@ -110,6 +121,9 @@ int main(int argc, char **argv) {
         logger->info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
         rest.stop(); // no new requests; those in flight are answered by the loop
         loop.stop(); // closes the fabric connections on the loop thread
+        // The loop has ended: this thread owns the registry now.
+        if (provider)
+          provider->stop(registry);
         fabric.reset();
         logger->info("stopped");
         return rfaas::cli::kSuccess;

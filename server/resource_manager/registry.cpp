@@ -220,7 +220,7 @@ Status Registry::heartbeat(const std::string &name) {
   return {};
 }
 
-Status Registry::mark_down(const std::string &name) {
+Status Registry::mark_down(const std::string &name, const std::string &reason) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())
     return fail(Outcome::NotFound, "no node " + name);
@@ -246,7 +246,7 @@ Status Registry::mark_down(const std::string &name) {
       continue;
     }
     ++ended;
-    down_cause_[id] = name;
+    down_cause_[id] = reason.empty() ? name : name + " (" + reason + ")";
     down_order_.push_back(id);
     while (down_order_.size() > 4096) {
       down_cause_.erase(down_order_.front());

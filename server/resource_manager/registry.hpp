@@ -142,8 +142,9 @@ public:
   /// silent) and ends, at once, every active lease that holds cores on it
   /// (LeaseState::NodeDown, whole leases even when they span other nodes):
   /// their cores are free and renewing them is refused with a message
-  /// naming the node. A node that comes back starts with no leases.
-  Status mark_down(const std::string &name);
+  /// naming the node and `reason`, when given ("pilot job 12 ended:
+  /// CANCELLED"). A node that comes back starts with no leases.
+  Status mark_down(const std::string &name, const std::string &reason = "");
   Status drain(const std::string &name, bool drained);
   /// Operator: gives node `name` a new secret (`secret`, or a generated one)
   /// and returns the node with it. Its leases and its registered connection

@@ -412,6 +412,24 @@ struct RestServer::Routes {
     send_status(w, st, Code::Ok, json{{"revoked", id}});
   }
 
+  /// The slurm node provider's pilot jobs (an empty list with static
+  /// nodes): those that live, and the last 100 that ended, with why.
+  void list_pilots(const Request &, ResponseWriter &w) {
+    json body = s.loop_.call([&](Registry &r) {
+      json a = json::array();
+      for (const PilotRecord &p : r.store().load_pilots(100))
+        a.push_back(json{{"id", p.id},
+                         {"job_id", p.job_id},
+                         {"state", p.state},
+                         {"submitted_ms", p.submitted_ms},
+                         {"ended_ms", p.ended_ms},
+                         {"reason", p.reason},
+                         {"nodes", p.nodes}});
+      return a;
+    });
+    send_json(w, Code::Ok, body);
+  }
+
   /// Records selected by ?lease= or ?client= (all without either).
   bool select_accounting(const Request &req, ResponseWriter &w,
                          std::vector<AccountingRecord> &out) {
@@ -486,6 +504,7 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
                      routes->wrap(A::Write, bind(&Routes::rotate_secret)));
   Rest::Routes::Get(*router, "/leases", routes->wrap(A::Read, bind(&Routes::list_leases)));
   Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(A::Write, bind(&Routes::revoke_lease)));
+  Rest::Routes::Get(*router, "/pilots", routes->wrap(A::Read, bind(&Routes::list_pilots)));
   Rest::Routes::Get(*router, "/accounting", routes->wrap(A::Read, bind(&Routes::accounting)));
   Rest::Routes::Get(*router, "/accounting.csv",
                     routes->wrap(A::Read, bind(&Routes::accounting_csv)));

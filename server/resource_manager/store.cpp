@@ -520,4 +520,59 @@ bool parse_lease_state(const std::string &t, LeaseState &out) {
   return false;
 }
 
+// ---- pilots (the slurm node provider) ----------------------------------------------
+
+void Store::ensure_pilots() {
+  if (pilots_ready_)
+    return;
+  exec("CREATE TABLE IF NOT EXISTS pilots (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, "
+       "state TEXT NOT NULL, secret BLOB NOT NULL, submitted_ms INTEGER NOT NULL, "
+       "ended_ms INTEGER NOT NULL, reason TEXT NOT NULL, nodes TEXT NOT NULL)",
+       "creating the pilots table");
+  pilots_ready_ = true;
+}
+
+void Store::put_pilot(const PilotRecord &p) {
+  ensure_pilots();
+  Stmt q(db_, "INSERT OR REPLACE INTO pilots (id, job_id, state, secret, submitted_ms, ended_ms, "
+              "reason, nodes) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)");
+  q.bind(1, p.id);
+  q.bind(2, p.job_id);
+  q.bind(3, p.state);
+  q.bind_blob(4, p.secret.data(), p.secret.size());
+  q.bind(5, p.submitted_ms);
+  q.bind(6, p.ended_ms);
+  q.bind(7, p.reason);
+  q.bind(8, p.nodes);
+  q.run();
+}
+
+std::vector<PilotRecord> Store::load_pilots(size_t ended_limit) {
+  ensure_pilots();
+  Stmt q(db_, "SELECT id, job_id, state, secret, submitted_ms, ended_ms, reason, nodes FROM "
+              "pilots ORDER BY id DESC");
+  std::vector<PilotRecord> out;
+  size_t ended = 0;
+  while (q.step()) {
+    PilotRecord p;
+    p.id = q.u64(0);
+    p.job_id = q.u64(1);
+    p.state = q.text(2);
+    if (p.state == "ended" && ended++ >= ended_limit)
+      continue;
+    std::string secret = q.blob(3);
+    if (secret.size() != p.secret.size())
+      throw StoreError(path_ + ": pilot " + std::to_string(p.id) + " has a secret of " +
+                       std::to_string(secret.size()) + " bytes, expected " +
+                       std::to_string(p.secret.size()));
+    std::memcpy(p.secret.data(), secret.data(), p.secret.size());
+    p.submitted_ms = q.u64(4);
+    p.ended_ms = q.u64(5);
+    p.reason = q.text(6);
+    p.nodes = q.text(7);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 } // namespace rfaas::rm

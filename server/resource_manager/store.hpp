@@ -21,6 +21,25 @@ struct sqlite3;
 
 namespace rfaas::rm {
 
+/// A pilot job of the slurm node provider (slurm_provider.hpp), as stored
+/// so that a restarted resource manager finds its jobs again.
+struct PilotRecord {
+  /// The resource manager's own number for it (its work directory's name).
+  uint64_t id = 0;
+  /// SLURM's job id; 0 until sbatch answered.
+  uint64_t job_id = 0;
+  /// "submitting", "pending", "running", "cancelling" or "ended".
+  std::string state;
+  /// The per-job secret its executor managers register with.
+  NodeSecret secret{};
+  uint64_t submitted_ms = 0;
+  uint64_t ended_ms = 0;
+  /// Why it ended (empty while it lives).
+  std::string reason;
+  /// Its nodes' names at the resource manager, comma-separated.
+  std::string nodes;
+};
+
 /// A database error, with SQLite's own message and what was being done.
 class StoreError : public std::runtime_error {
 public:
@@ -70,6 +89,13 @@ public:
   /// Returns how many leases and records went.
   std::pair<size_t, size_t> prune_history(uint64_t before_ms);
 
+  /// The slurm node provider's pilots (a table of their own, created on the
+  /// first use: a resource manager with static nodes never has one).
+  void put_pilot(const PilotRecord &pilot);
+  /// Pilots, newest first: all that have not ended, and at most
+  /// `ended_limit` of the ended ones.
+  std::vector<PilotRecord> load_pilots(size_t ended_limit = SIZE_MAX);
+
 private:
   void exec(const char *sql, const char *what);
   void migrate();
@@ -78,8 +104,11 @@ private:
   std::vector<AccountingRecord> query_accounting(const char *where, const std::string *text,
                                                  int64_t id) const;
 
+  void ensure_pilots();
+
   std::string path_;
   sqlite3 *db_ = nullptr;
+  bool pilots_ready_ = false;
 };
 
 } // namespace rfaas::rm
