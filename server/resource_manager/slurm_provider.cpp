@@ -27,6 +27,8 @@ using SteadyClock = std::chrono::steady_clock;
 
 /// Attempts of one sbatch or scancel before it is given up.
 constexpr int kMaxAttempts = 4;
+/// After a pilot could not be submitted, none is for this long.
+constexpr uint64_t kSubmitPauseMs = 30'000;
 /// squeue failing this many times in a row is logged again (not each time).
 constexpr int kSqueueLogEvery = 30;
 
@@ -358,7 +360,11 @@ std::string SlurmProvider::write_script(const Pilot &p) const {
   return s;
 }
 
-void SlurmProvider::submit(Registry &registry, const std::string &why) {
+bool SlurmProvider::submit(Registry &registry, const std::string &why) {
+  // After a pilot that could not be submitted, SLURM is given a pause
+  // rather than a submission per lease request.
+  if (registry.now() < hold_until_ms_)
+    return false;
   Pilot p;
   p.id = next_id_++;
   p.secret = generate_secret();
@@ -372,7 +378,8 @@ void SlurmProvider::submit(Registry &registry, const std::string &why) {
     write_new_file(script, write_script(p), 0700);
   } catch (const std::exception &e) {
     log()->error("slurm: cannot prepare pilot {}: {}", p.id, e.what());
-    return;
+    hold_until_ms_ = registry.now() + kSubmitPauseMs;
+    return false;
   }
   log()->info("slurm: submitting pilot {} ({} node(s)): {}", p.id, cfg_.nodes_per_job, why);
   persist(p, registry);
@@ -386,6 +393,7 @@ void SlurmProvider::submit(Registry &registry, const std::string &why) {
     watch_ = true;
   }
   queue(std::move(c));
+  return true;
 }
 
 void SlurmProvider::cancel(Pilot &p, Registry &registry, const std::string &why) {
@@ -451,7 +459,9 @@ void SlurmProvider::take_answers(Registry &registry) {
     Pilot &p = it->second;
     if (d.kind == Command::Kind::Submit) {
       if (!d.ok) {
-        log()->error("slurm: pilot {} could not be submitted: {}", p.id, d.error);
+        log()->error("slurm: pilot {} could not be submitted: {}; no new pilot for {} s", p.id,
+                     d.error, kSubmitPauseMs / 1000);
+        hold_until_ms_ = registry.now() + kSubmitPauseMs;
         end(p, registry, "sbatch failed: " + d.error);
         continue;
       }
@@ -592,7 +602,8 @@ void SlurmProvider::tick(Registry &registry) {
   take_answers(registry);
   watch_running(registry);
   while (live_nodes() < cfg_.min_nodes && live_nodes() + cfg_.nodes_per_job <= cfg_.max_nodes)
-    submit(registry, "below nodes.slurm.min_nodes (" + std::to_string(cfg_.min_nodes) + ")");
+    if (!submit(registry, "below nodes.slurm.min_nodes (" + std::to_string(cfg_.min_nodes) + ")"))
+      break;
   bool watch = false;
   for (const auto &[id, p] : pilots_)
     watch = watch || p.state != State::Ended;
@@ -619,8 +630,9 @@ std::optional<Provisioning> SlurmProvider::unplaceable(const LeaseRequest &reque
   }
   if (live_nodes() + cfg_.nodes_per_job > cfg_.max_nodes)
     return std::nullopt;
-  submit(registry, "a lease for " + std::to_string(request.cores) + " core(s) from " +
-                       request.client + " found no room");
+  if (!submit(registry, "a lease for " + std::to_string(request.cores) + " core(s) from " +
+                            request.client + " found no room"))
+    return std::nullopt;
   return Provisioning{cfg_.retry_after_ms,
                       "provisioning: a pilot job was submitted to SLURM" + wait};
 }

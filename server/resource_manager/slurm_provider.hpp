@@ -118,7 +118,9 @@ private:
   void take_answers(Registry &registry);
   void apply_snapshot(const Snapshot &snap, Registry &registry);
   void watch_running(Registry &registry);
-  void submit(Registry &registry, const std::string &why);
+  /// Prepares a pilot and queues its sbatch; false when it cannot (the
+  /// work directory, or a pause after a failed submission).
+  bool submit(Registry &registry, const std::string &why);
   void cancel(Pilot &p, Registry &registry, const std::string &why);
   /// Marks the pilot's nodes down (ending their leases with `reason`) and
   /// removes them.
@@ -136,6 +138,8 @@ private:
   std::string rm_address_;
   std::map<uint64_t, Pilot> pilots_;
   uint64_t next_id_ = 1;
+  /// No submission before this time (a pause after a failed one).
+  uint64_t hold_until_ms_ = 0;
 
   std::mutex m_;
   std::condition_variable cv_;
