@@ -100,7 +100,11 @@ public:
   /// Lease `cores` cores and `memory_mib` MiB in total for `duration` (0:
   /// the resource manager's default), on at most `max_nodes` nodes (1..16).
   /// Throws Error(phase::lease) with resources_unavailable when not enough is
-  /// free, bad_request for an unusable request, timeout, network_error.
+  /// free, bad_request for an unusable request, timeout, network_error. A
+  /// resource manager that starts nodes for the request (SLURM pilot jobs,
+  /// docs/slurm.md) answers "provisioning" with a time to wait: this call
+  /// waits and asks again, for at most deadlines.provisioning, then throws
+  /// with status provisioning.
   rfaas::lease lease(uint32_t cores, uint64_t memory_mib, std::chrono::milliseconds duration,
                      uint32_t max_nodes = 1);
   /// Extend `l` to now + `duration` (0: the default); its tokens change, so
