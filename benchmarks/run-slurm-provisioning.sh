@@ -30,6 +30,8 @@
 #   --sched-params TEXT   the test cluster's SchedulerParameters (default:
 #                         slurm-up.sh's, batch_sched_delay=0,bf_interval=1)
 #   --csv FILE            append "benchmark,case,n,median_ms,p99_ms,min_ms,max_ms" rows
+# Exit 77 with the reason when not root or SLURM is not installed. The test
+# suite runs it once, small (slurm.provisioning_smoke), to see that it runs.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,7 +49,7 @@ while [[ $# -gt 0 ]]; do
   --sched-params) sched=$2 ;;
   --csv) csv=$2 ;;
   -h | --help)
-    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -59,7 +61,13 @@ while [[ $# -gt 0 ]]; do
 done
 build=$(realpath "$build")
 PATH=$PATH:/usr/sbin
-[[ $(id -u) == 0 ]] || { echo "run-slurm-provisioning.sh: needs root (the test cluster's slurmd and munged)" >&2; exit 1; }
+# Exit 77 (as the test suite's skips) when this machine cannot run the
+# test cluster.
+[[ $(id -u) == 0 ]] || { echo "SKIP: run-slurm-provisioning.sh: needs root (the test cluster's slurmd and munged)"; exit 77; }
+for tool in munged slurmctld slurmd sbatch squeue scontrol curl; do
+  command -v "$tool" >/dev/null 2>&1 ||
+    { echo "SKIP: run-slurm-provisioning.sh: $tool not found (scripts/install-deps.sh)"; exit 77; }
+done
 bench=$build/benchmarks/rm_lease_benchmark
 for f in "$bench" "$build/server/resource_manager/resource_manager" \
   "$build/server/executor_manager/executor_manager" "$build/tools/rfaas-slurm"; do
@@ -90,7 +98,7 @@ wait_for() { # seconds what command...
   local deadline=$((SECONDS + $1)) what=$2
   shift 2
   until "$@"; do
-    ((SECONDS < deadline)) || die "$what: not within $1 s"
+    ((SECONDS < deadline)) || die "$what: not within its deadline"
     sleep 0.05
   done
 }

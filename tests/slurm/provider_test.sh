@@ -7,6 +7,8 @@
 #           is granted and the client's calls run;
 #   idle    that pilot, idle for nodes.slurm.idle_timeout_ms, is cancelled
 #           and its node removed;
+#   secret  an executor manager naming that pilot's job with another secret
+#           is refused and never becomes a node;
 #   scancel a pilot cancelled with scancel in the middle of a client's calls
 #           ends the client (non-zero, with the error, within its deadline),
 #           ends its lease (REST: node_down) and records why (GET /pilots);
@@ -91,10 +93,11 @@ fail() {
 step() { echo "slurm provider: [$((SECONDS - t0)) s] $*"; }
 # Waits (polling, bounded) until COMMAND succeeds.
 wait_for() { # seconds what command...
-  local deadline=$((SECONDS + $1)) what=$2
+  local limit=$1 what=$2
+  local deadline=$((SECONDS + limit))
   shift 2
   until "$@"; do
-    ((SECONDS < deadline)) || fail "$what: not within ${deadline} s"
+    ((SECONDS < deadline)) || fail "$what: not within $limit s"
     sleep 0.05
   done
 }
@@ -188,6 +191,26 @@ allocated() {
 }
 wait_for 30 "the second client's allocation" allocated
 job=${node##*-j}
+
+# An executor manager that names the pilot's job but holds another secret
+# is refused, and never becomes a node.
+step "secret: a node of job $job with the wrong secret is refused"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/wrong.secret"
+chmod 600 "$tmp/wrong.secret"
+em_json=$(ls "$tmp"/pilots/pilot-*/job-"$job"/nodes/*.json | grep -v devices | head -n 1)
+sed -e "s|\"node\": \"[^\"]*\"|\"node\": \"intruder-j$job\"|" \
+  -e "s|\"secret_file\": \"[^\"]*\"|\"secret_file\": \"$tmp/wrong.secret\"|" "$em_json" >"$tmp/intruder.json"
+"$build/server/executor_manager/executor_manager" --config "$tmp/intruder.json" \
+  >"$tmp/intruder.out" 2>"$tmp/intruder.log" &
+intruder=$!
+wait_for 20 "the intruder's refusal" grep -qs "refused this node's registration" "$tmp/intruder.log"
+kill -TERM "$intruder"
+wait "$intruder" 2>/dev/null
+grep -q "node intruder-j$job claims pilot job $job but its proof does not verify" "$rm_log" ||
+  fail "secret: the resource manager did not say why it refused the intruder"
+get /nodes | grep -q intruder && fail "secret: the intruder became a node: $(get /nodes)"
+
+step "scancel: cancelling pilot job $job"
 cancelled_at=$SECONDS
 scancel "$job"
 client_rc=0
@@ -214,8 +237,7 @@ timeout 60 "${client_cmd[@]}" "$rm_addr" --repetitions 100000000 >"$tmp/client3.
 client_pid=$!
 wait_for 30 "the third client's allocation" allocated
 job=${node##*-j}
-kill -KILL "$rm_pid"
-wait "$rm_pid" 2>/dev/null
+{ kill -KILL "$rm_pid" && wait "$rm_pid"; } 2>/dev/null
 # The same port: the pilot's executor manager reconnects to it.
 port=${rm_addr##*:}
 sed -i "s/\"port\": 0, \"heartbeat_ms\"/\"port\": $port, \"heartbeat_ms\"/" "$tmp/rm.json"
