@@ -306,3 +306,29 @@ TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0]["id"].get<uint64_t>(), g.value.lease.id);
 }
+
+// GET /pilots lists the slurm node provider's pilots, with why they ended,
+// and never their secrets; it needs a token like every other list.
+TEST_F(RestFixture, PilotsAreListedWithoutTheirSecrets) {
+  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/pilots", "", kToken).body), json::array());
+  loop.call([](Registry &r) {
+    PilotRecord p;
+    p.id = 1;
+    p.job_id = 4242;
+    p.state = "ended";
+    p.secret.fill(0xab);
+    p.reason = "SLURM ended pilot job 4242 TIMEOUT";
+    p.nodes = "node017-j4242";
+    r.store().put_pilot(p);
+    return 0;
+  });
+  EXPECT_EQ(http(rest.port(), "GET", "/pilots").status, 401);
+  auto got = http(rest.port(), "GET", "/pilots", "", kReader);
+  ASSERT_EQ(got.status, 200) << got.body;
+  json pilots = json::parse(got.body);
+  ASSERT_EQ(pilots.size(), 1u);
+  EXPECT_EQ(pilots[0]["job_id"], 4242);
+  EXPECT_EQ(pilots[0]["reason"], "SLURM ended pilot job 4242 TIMEOUT");
+  EXPECT_EQ(pilots[0]["nodes"], "node017-j4242");
+  EXPECT_EQ(got.body.find("abab"), std::string::npos);
+}
