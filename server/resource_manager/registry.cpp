@@ -257,6 +257,12 @@ Status Registry::mark_down(const std::string &name, const std::string &reason) {
   return {};
 }
 
+void Registry::explain_down(const std::string &name, const std::string &reason) {
+  for (auto &[lease, cause] : down_cause_)
+    if (cause == name)
+      cause = name + " (" + reason + ")";
+}
+
 Status Registry::drain(const std::string &name, bool drained) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())

@@ -145,6 +145,10 @@ public:
   /// naming the node and `reason`, when given ("pilot job 12 ended:
   /// CANCELLED"). A node that comes back starts with no leases.
   Status mark_down(const std::string &name, const std::string &reason = "");
+  /// Adds `reason` to what the refusal of a renewal says about leases that
+  /// node `name` ended when it went down without one (its connection
+  /// closed before its pilot job's end was known).
+  void explain_down(const std::string &name, const std::string &reason);
   Status drain(const std::string &name, bool drained);
   /// Operator: gives node `name` a new secret (`secret`, or a generated one)
   /// and returns the node with it. Its leases and its registered connection

@@ -421,6 +421,9 @@ void SlurmProvider::drop_nodes(Pilot &p, Registry &registry, const std::string &
       if (job_of_node(v.node.name) == p.job_id)
         p.nodes.insert(v.node.name);
   for (const std::string &n : p.nodes) {
+    // A node whose executor manager said goodbye before SLURM's answer came
+    // is down already: its ended leases learn why now.
+    registry.explain_down(n, reason);
     if (!registry.node(n))
       continue;
     if (Status s = registry.mark_down(n, reason); !s.ok())

@@ -278,6 +278,12 @@ TEST_F(Fixture, ADownNodeEndsItsLeasesWholeAndFreesTheirCores) {
   EXPECT_NE(renewed.message.find("node a went down"), std::string::npos) << renewed.message;
   EXPECT_EQ(reg->release(span.value.lease.id, "alice", span.value.secret).outcome,
             Outcome::NotFound);
+  // Why it went down, learnt later (a pilot job's end), reaches the refusal.
+  reg->explain_down("a", "SLURM ended pilot job 7 TIMEOUT");
+  renewed = reg->renew(span.value.lease.id, "alice", span.value.secret, 0);
+  EXPECT_NE(renewed.message.find("node a (SLURM ended pilot job 7 TIMEOUT) went down"),
+            std::string::npos)
+      << renewed.message;
   // A restarted registry names the lease's nodes from the store.
   reg = make();
   renewed = reg->renew(span.value.lease.id, "alice", span.value.secret, 0);
