@@ -17,6 +17,8 @@
 #           registers again, and the client's calls go on;
 #   stop    SIGTERM to the resource manager cancels its pilots, and that
 #           client ends with an error;
+#   min     with min_nodes 1 a pilot starts with the resource manager and a
+#           lease is granted without a provisioning wait;
 # and afterwards no process of this build is left. The cluster is stopped on
 # every exit path.
 #
@@ -148,6 +150,7 @@ start_rm() { # log
   [[ -n $rm_addr && -n $rest ]] || fail "no fabric address or REST in $rm_log"
 }
 get() { curl -sS -H @"$tmp/auth" "$rest$1"; }
+node_up() { get /nodes | grep -q '"state":"up"'; }
 # Pilot jobs of this resource manager that SLURM still runs or queues.
 live_pilots() { squeue -h -o '%i %j %T' | awk '$2 ~ /^rfaas-pilot-/ && $3 != "COMPLETING"'; }
 no_live_pilot() { [[ -z $(live_pilots) ]]; }
@@ -258,6 +261,20 @@ wait "$client_pid" || client_rc=$?
 ((client_rc != 0 && client_rc != 124)) ||
   fail "stop: the client exited with $client_rc (0: it did not notice; 124: it hung)"
 wait_for 20 "the pilots leaving the queue" no_live_pilot
+
+# ---- min_nodes: a node up before any request ------------------------------
+step "min_nodes: one node kept up; a lease is granted without waiting"
+sed -i 's/"min_nodes": 0/"min_nodes": 1/' "$tmp/rm.json"
+start_rm "$tmp/rm3.log"
+wait_for 20 "the min_nodes pilot's node" node_up
+timeout 60 "${client_cmd[@]}" "$rm_addr" --repetitions 10 --log-level info >"$tmp/client4.txt" 2>&1 ||
+  fail "min_nodes: the client failed: $(tail -n 5 "$tmp/client4.txt")"
+grep -q 'provisioning: ' "$tmp/client4.txt" && fail "min_nodes: the client had to wait for a pilot"
+grep -q 'below nodes.slurm.min_nodes' "$tmp/rm3.log" || fail "min_nodes: no pilot for min_nodes"
+kill -TERM "$rm_pid"
+wait "$rm_pid" 2>/dev/null
+rm_pid=""
+wait_for 20 "the min_nodes pilot leaving the queue" no_live_pilot
 no_rfaas() { [[ -z $(ours) ]]; }
 wait_for 20 "every process of this build ending" no_rfaas
 grep -rlE '[0-9a-f]{64}' "$tmp/pilots" 2>/dev/null | grep -v '/pilot.sh$' | grep -q . &&
