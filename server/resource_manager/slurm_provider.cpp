@@ -285,11 +285,10 @@ void SlurmProvider::work() {
       }
       continue;
     }
-    auto wake = next_poll;
+    // Woken by queue() and stop() too; the second is only an upper bound.
+    auto wake = watch_ ? next_poll : now + std::chrono::seconds(1);
     for (const Command &c : commands_)
       wake = std::min(wake, c.not_before);
-    if (!watch_ && commands_.empty())
-      wake = now + std::chrono::seconds(1);
     cv_.wait_until(lock, std::max(wake, now + std::chrono::milliseconds(1)));
   }
 }
