@@ -253,7 +253,7 @@ struct RestServer::Routes {
   void health(const Request &, ResponseWriter &w) {
     json body = s.loop_.call([](Registry &r) {
       return json{{"status", "ok"},
-                  {"nodes", r.nodes().size()},
+                  {"nodes", r.node_count()},
                   {"active_leases", r.active_count()},
                   {"database", r.store().path()},
                   {"journal_mode", r.store().journal_mode()},
