@@ -53,6 +53,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -363,9 +364,15 @@ std::string fmt(double v, int decimals = 1) {
   return b;
 }
 
+/// Nodes up by /metrics; -1 when the resource manager does not answer (out
+/// of descriptors, or its loop too busy to answer within its deadline).
 double nodes_up(const Run &r) {
-  HttpAnswer m = http(r.rest_port, "GET", "/metrics", r.token);
-  return metric_value(m.body, "rfaas_rm_nodes{state=\"up\"}");
+  try {
+    HttpAnswer m = http(r.rest_port, "GET", "/metrics", r.token);
+    return metric_value(m.body, "rfaas_rm_nodes{state=\"up\"}");
+  } catch (const std::exception &) {
+    return -1;
+  }
 }
 
 int run(const Run &r) {
@@ -559,18 +566,6 @@ int run(const Run &r) {
   put("db_bytes_retention_extrapolated",
       r.retention_days ? fmt(per_lease * per_s * 86400.0 * r.retention_days, 0) : "null");
 
-  std::string line = "{";
-  for (size_t i = 0; i < out.size(); ++i)
-    line += (i ? ", \"" : "\"") + out[i].first + "\": " + out[i].second;
-  line += "}";
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-  if (!r.json.empty()) {
-    std::ofstream f(r.json, std::ios::app);
-    f << line << "\n";
-    if (!f)
-      throw std::runtime_error("writing " + r.json + " failed");
-  }
   // Failing is part of the job: the smoke test relies on it.
   bool ok = true;
   if (up < r.nodes || total.registered < r.nodes) {
@@ -584,6 +579,24 @@ int run(const Run &r) {
   if (errors > 0) {
     log->error("{} lease errors", errors);
     ok = false;
+  }
+  // A failed run's figures are kept, marked: what a fleet size broke is a
+  // result too.
+  put("failed", ok ? "false" : "true");
+  // A shared 2-CPU host: the load says how much of the latency is others'.
+  double load[1] = {0};
+  put("loadavg_1m", fmt(getloadavg(load, 1) == 1 ? load[0] : -1, 2));
+  std::string line = "{";
+  for (size_t i = 0; i < out.size(); ++i)
+    line += (i ? ", \"" : "\"") + out[i].first + "\": " + out[i].second;
+  line += "}";
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (!r.json.empty()) {
+    std::ofstream f(r.json, std::ios::app);
+    f << line << "\n";
+    if (!f)
+      throw std::runtime_error("writing " + r.json + " failed");
   }
   return ok ? 0 : 1;
 }
