@@ -416,8 +416,8 @@ int run(const Run &r) {
     std::vector<NodeSpec> mine;
     for (uint32_t i = h; i < r.nodes; i += r.hosts)
       mine.push_back(specs[i]);
-    hosts.push_back(spawn([&, mine](int stop_fd, int result_fd) {
-      return run_host(r.fleet, mine, stop_fd, result_fd);
+    hosts.push_back(spawn([&, mine](int stop_fd, int result_fd) -> int {
+      run_host(r.fleet, mine, stop_fd, result_fd);
     }));
   }
   double up = 0;
@@ -529,8 +529,10 @@ int run(const Run &r) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   HostResult total;
   uint64_t host_rss = 0, host_fds = 0, host_rss_before = 0, host_fds_before = 0;
-  for (Child &c : hosts) {
+  // All at once: the nodes go silent together, none waits for another's exit.
+  for (Child &c : hosts)
     close(c.stop);
+  for (Child &c : hosts) {
     HostResult h;
     if (read_full(c.result, &h, sizeof h, 30000)) {
       total.links += h.links;

@@ -79,7 +79,7 @@ bool told_to_stop(int fd) {
 
 /// One host: `nodes` simulated executor managers in this process until the
 /// parent says stop, then their figures on `result_fd`.
-int run_host(const FleetSetup &s, const std::vector<NodeSpec> &nodes, int stop_fd, int result_fd) {
+void run_host(const FleetSetup &s, const std::vector<NodeSpec> &nodes, int stop_fd, int result_fd) {
   HostResult r;
   ProcSample before = sample(getpid());
   rdmalib::Fabric fabric(s.device);
@@ -129,9 +129,12 @@ int run_host(const FleetSetup &s, const std::vector<NodeSpec> &nodes, int stop_f
   ProcSample after = sample(getpid());
   r.rss_kib = after.rss_kib;
   r.fds = after.fds;
-  // Leave without goodbyes: the resource manager would mark every node down
-  // (a burst the measurement is over by now); the parent stops it next.
-  return write_full(result_fd, &r, sizeof r) ? 0 : 1;
+  // Leave without goodbyes or teardown: closing a tcp;ofi_rxm fabric took
+  // this process tens of seconds, during which its links were silent and
+  // their nodes went down one by one. The measurement is over; the kernel
+  // closes the sockets.
+  const bool sent = write_full(result_fd, &r, sizeof r);
+  _exit(sent ? 0 : 1);
 }
 
 } // namespace rfaas::fleet

@@ -45,8 +45,10 @@ struct FleetSetup {
 
 /// One host: the executor manager's link for each of `nodes`, all in this
 /// process and polled by its one thread, until `stop_fd` becomes readable;
-/// then the HostResult is written to `result_fd`. Returns the exit status.
-int run_host(const FleetSetup &s, const std::vector<NodeSpec> &nodes, int stop_fd, int result_fd);
+/// then the HostResult is written to `result_fd` and the process exits at
+/// once (no teardown). Returns only by throwing.
+[[noreturn]] void run_host(const FleetSetup &s, const std::vector<NodeSpec> &nodes, int stop_fd,
+                           int result_fd);
 
 /// A process's CPU time (user + system), resident set and open descriptors.
 struct ProcSample {
