@@ -21,8 +21,9 @@
 //   leases:     --seconds of M client processes (librfaas) leasing and
 //               releasing one core at --rate each (0: as fast as they can)
 //               while a thread times GET /nodes and GET /metrics;
-//   settle:     1.5 s for the last notices and final reports, then the
-//               hosts stop and count what their links saw.
+//   settle:     until the resource manager stored a final accounting record
+//               for every lease (GET /accounting), then the hosts stop and
+//               count what their links saw.
 // One JSON object is printed on stdout (one line; --json appends it to a file).
 //
 // Lease churn is real but short: the database growth per lease is measured
@@ -375,6 +376,22 @@ double nodes_up(const Run &r) {
   }
 }
 
+/// Final accounting records the resource manager stored for the fleet's
+/// clients (0 when it does not answer).
+uint64_t accounting_records(const Run &r) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < r.clients; ++i) {
+    try {
+      HttpAnswer a =
+          http(r.rest_port, "GET", "/accounting?client=fleet-client-" + std::to_string(i), r.token);
+      for (size_t at = 0; (at = a.body.find("\"final\":true", at)) != std::string::npos; ++at)
+        ++n;
+    } catch (const std::exception &) {
+    }
+  }
+  return n;
+}
+
 int run(const Run &r) {
   auto log = spdlog::default_logger();
   const std::string provider = r.fleet.device.provider;
@@ -525,8 +542,15 @@ int run(const Run &r) {
   put("rest_samples", std::to_string(rest.nodes_ms.size() + rest.metrics_ms.size()));
   put("rest_errors", std::to_string(rest.errors));
 
-  // 5. A moment for the last notices and reports, then the hosts' figures.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // 5. Until the resource manager holds a final accounting record for every
+  // lease (release -> notice to the node -> its report), 15 s at most; then
+  // the hosts' figures.
+  auto t_settle = Clock::now();
+  uint64_t records = 0;
+  while ((records = accounting_records(r)) < granted && seconds_since(t_settle) < 15)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  put("accounting_records", std::to_string(records));
+  put("settle_seconds", fmt(seconds_since(t_settle), 2));
   HostResult total;
   uint64_t host_rss = 0, host_fds = 0, host_rss_before = 0, host_fds_before = 0;
   // All at once: the nodes go silent together, none waits for another's exit.
@@ -580,6 +604,10 @@ int run(const Run &r) {
   }
   if (errors > 0) {
     log->error("{} lease errors", errors);
+    ok = false;
+  }
+  if (records < granted) {
+    log->error("{} leases released, {} final accounting records stored", granted, records);
     ok = false;
   }
   // A failed run's figures are kept, marked: what a fleet size broke is a

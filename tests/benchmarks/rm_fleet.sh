@@ -3,8 +3,8 @@
 # executor managers over tcp;ofi_rxm, two leasing clients, a few seconds)
 # against a real resource manager, then checks its JSON line: every field
 # there, every node registered, leases granted without errors, each released
-# lease's notice reached its node and came back as an accounting report, and
-# the REST probes answered.
+# lease's notice reached its node and came back as an accounting report that
+# the resource manager stored, and the REST probes answered.
 #
 #   rm_fleet.sh BUILD_DIR
 set -euo pipefail
@@ -29,7 +29,7 @@ lease_p50_us lease_p99_us rm_cpu_lease_cores rm_cpu_per_lease_us rm_rss_mib_leas
 rest_nodes_p50_ms rest_nodes_p99_ms rest_metrics_p50_ms rest_metrics_p99_ms rest_samples
 rest_errors links_registered notices reports host_kib_per_link host_fds_per_link db_bytes
 db_bytes_per_lease db_bytes_hour_extrapolated retention_days
-db_bytes_retention_extrapolated failed""".split()
+db_bytes_retention_extrapolated accounting_records settle_seconds failed""".split()
 missing = [f for f in fields if f not in r]
 assert not missing, f"fields missing: {missing}"
 problems = []
@@ -46,6 +46,9 @@ check(0 < r["lease_p50_us"] <= r["lease_p99_us"], f"lease p50 {r['lease_p50_us']
 # with a final accounting report.
 check(r["notices"] == r["leases"], f"{r['notices']} notices for {r['leases']} released leases")
 check(r["reports"] == r["notices"], f"{r['reports']} reports for {r['notices']} notices")
+check(r["accounting_records"] == r["leases"],
+      f"the resource manager stored {r['accounting_records']} final accounting records for "
+      f"{r['leases']} leases")
 check(r["rm_rss_mib"] > 0 and r["rm_fds"] > 0, "no RSS or descriptors read from /proc")
 check(r["rm_cpu_idle_cores"] > 0, "no CPU time for 100 nodes' heartbeats")
 check(r["rest_samples"] > 0 and r["rest_errors"] == 0,
