@@ -5,6 +5,8 @@
 #                          rdmalib and rFaaS (echo) on one chart per provider
 #   latency-loopback.png   8 B latency CDF and payload sweep, raw against rFaaS
 #   cold-start-sandbox.png cold start and hot latency per sandbox kind
+#   rm-fleet.png           lease latency and resource-manager CPU against the
+#                          number of nodes (only with --fleet-nodes: minutes)
 # It runs run-rfaas-benchmarks.sh (raw and rFaaS, --json-dir), rdmalib_pingpong
 # (write with immediate, as the raw ping-pong) and run-sandbox-benchmarks.sh
 # --csv, then plot.py. The runs are short (--quick, the default: a few minutes
@@ -22,6 +24,8 @@ out="$here/plots"
 sizes="8,1K,64K,1M"
 quick=1
 kinds="process namespaces"
+fleet_nodes=""
+fleet_devices="lo-rxm lo-tcp"
 
 usage() {
   sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -32,6 +36,8 @@ usage() {
   echo "  --kinds LIST      sandbox kinds (default: \"$kinds\")"
   echo "  --out DIR         where the PNGs go (default: benchmarks/plots)"
   echo "  --quick | --full  short runs (default) or the scripts' own lengths"
+  echo "  --fleet-nodes LIST  also run run-rm-fleet.sh for these fleet sizes, e.g. \"100 1000 10000\""
+  echo "  --fleet-devices LIST  its devices (default: \"$fleet_devices\")"
 }
 
 while [[ $# -gt 0 ]]; do
@@ -43,6 +49,8 @@ while [[ $# -gt 0 ]]; do
   --out) out=$2; shift 2 ;;
   --quick) quick=1; shift ;;
   --full) quick=0; shift ;;
+  --fleet-nodes) fleet_nodes=$2; shift 2 ;;
+  --fleet-devices) fleet_devices=$2; shift 2 ;;
   -h | --help) usage; exit 0 ;;
   *) echo "make-plots.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -89,4 +97,12 @@ done
 rounds=$(tail -n +2 "$work/sandbox.csv" | cut -d, -f3 | sort -u | wc -l)
 "${plot[@]}" --kind sandbox "$work/sandbox.csv" -o "$out/cold-start-sandbox.png" \
   --title "sandbox kinds: $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo '?'), $(nproc) CPUs, median over $rounds rounds, bars min..max"
+if [[ -n $fleet_nodes ]]; then
+  echo "==> fleet: run-rm-fleet.sh on $fleet_devices, $fleet_nodes nodes"
+  # A fleet size that fails is drawn as such: the plot goes on.
+  "$here/run-rm-fleet.sh" --build-dir "$build" --devices-list "$fleet_devices" --nodes "$fleet_nodes" \
+    --json "$work/fleet.jsonl" >"$work/fleet.out" || true
+  "${plot[@]}" --kind fleet "$work/fleet.jsonl" -o "$out/rm-fleet.png" \
+    --title "fleet: $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo '?'), $(nproc) CPUs"
+fi
 ls -l "$out"/*.png

@@ -8,6 +8,7 @@ of the benchmarks and their scripts (--csv FILE), with matplotlib.
   benchmarks/plot.py --kind rate out/lo-tcp-*.json -o rate.png     # ops/s of rate rows
   benchmarks/plot.py --kind payload raw.csv lib.csv rfaas.csv -o payload.png
   benchmarks/plot.py --kind sandbox sandbox.csv -o sandbox.png
+  benchmarks/plot.py --kind fleet fleet.jsonl -o fleet.png          # run-rm-fleet.sh --json
 
 Kinds:
   cdf      latency CDF of every latency result (one line per file and size)
@@ -20,7 +21,10 @@ Kinds:
            median from 6 runs on)
   sandbox  cold start (allocate to first result) and hot echo latency per sandbox kind,
            from run-sandbox-benchmarks.sh --csv: median over the rounds, bars min..max
-  auto     sandbox for a sandbox CSV; cdf and sweep side by side when the files hold
+  fleet    the resource manager against the number of nodes, from run-rm-fleet.sh --json
+           (JSON lines): lease p50 and p99, and its CPU (heartbeats only, and while
+           leasing), one line per device; failed runs are marked on the axis
+  auto     fleet for JSON lines; sandbox for a sandbox CSV; cdf and sweep side by side when the files hold
            latency results with CDFs; payload for other latency rows; else rate
 
 Needs /usr/bin/python3, python3-matplotlib and rfaas_stats.py (next to this file).
@@ -70,9 +74,26 @@ def load_csv(path):
             "results": results}
 
 
+def load_jsonl(path):
+    """run-rm-fleet.sh's output: one rm_fleet JSON object per line."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    rows.append(json.loads(line))
+    except (OSError, ValueError) as e:
+        sys.exit(f"plot.py: cannot read {path}: {e}")
+    if not rows or any(r.get("benchmark") != "rm_fleet" for r in rows):
+        sys.exit(f"plot.py: {path} holds no rm_fleet lines (write them with run-rm-fleet.sh --json)")
+    return {"fleet": rows}
+
+
 def load(path):
     if path.endswith(".csv"):
         return load_csv(path)
+    if path.endswith(".jsonl"):
+        return load_jsonl(path)
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -275,12 +296,52 @@ def draw_sandbox(fig, docs):
         ax.legend(fontsize="x-small")
 
 
+def draw_fleet(fig, docs):
+    """Lease latency and the resource manager's CPU against the fleet size,
+    one line per device (several runs of one size: their median)."""
+    data, failed = {}, {}
+    for doc in docs:
+        for r in doc.get("fleet", []):
+            dev = r["device"]
+            if r.get("failed"):  # not every node registered, or no lease: no figure
+                failed.setdefault(dev, []).append(r["nodes"])
+                continue
+            data.setdefault(dev, {}).setdefault(r["nodes"], []).append(r)
+    if not data:
+        sys.exit("plot.py: no successful rm_fleet runs to draw")
+    ax_lat, ax_cpu = fig.subplots(1, 2)
+    for dev in sorted(data):
+        ns = sorted(data[dev])
+
+        def med(key):
+            return [rfaas_stats.median([r[key] for r in data[dev][n]]) for n in ns]
+
+        ax_lat.plot(ns, [v / 1000 for v in med("lease_p50_us")], "o-", label=f"{dev} p50")
+        ax_lat.plot(ns, [v / 1000 for v in med("lease_p99_us")], "s--", label=f"{dev} p99")
+        ax_cpu.plot(ns, med("rm_cpu_idle_cores"), "o-", label=f"{dev} heartbeats only")
+        ax_cpu.plot(ns, med("rm_cpu_lease_cores"), "s--", label=f"{dev} while leasing")
+    for dev, ns in sorted(failed.items()):
+        for ax in (ax_lat, ax_cpu):
+            # At the foot of the axis, whatever its scale.
+            ax.plot(ns, [0.03] * len(ns), "rx", markersize=10, transform=ax.get_xaxis_transform(),
+                    label=f"{dev}: failed")
+    ax_lat.set_yscale("log")
+    ax_lat.set_ylabel("lease latency, request to grant (ms)")
+    ax_cpu.set_ylabel("resource manager CPU (cores)")
+    ax_cpu.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    for ax in (ax_lat, ax_cpu):
+        ax.set_xscale("log")
+        ax.set_xlabel("simulated executor managers (nodes)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="x-small")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+",
                     help="JSON (--json) or CSV (--csv) files written by the benchmarks and scripts")
     ap.add_argument("-o", "--output", default="plot.png", help="image to write (png, svg, pdf)")
-    ap.add_argument("--kind", choices=["auto", "cdf", "sweep", "rate", "payload", "sandbox"], default="auto")
+    ap.add_argument("--kind", choices=["auto", "cdf", "sweep", "rate", "payload", "sandbox", "fleet"], default="auto")
     ap.add_argument("--sizes", default="", help="CDF: only these payload sizes, e.g. 8,1024")
     ap.add_argument("--title", default="", help="figure title (default: host and date of the first file)")
     ap.add_argument("--dpi", type=int, default=80)
@@ -293,14 +354,19 @@ def main():
     has_sandbox = any("sandbox" in r for d in docs for r in d.get("results", []))
     kind = args.kind
     if kind == "auto":
-        if has_sandbox:
+        if any("fleet" in d for d in docs):
+            kind = "fleet"
+        elif has_sandbox:
             kind = "sandbox"
         elif has_latency:
             kind = "both" if has_cdf else "payload"
         else:
             kind = "rate"
 
-    if kind in ("payload", "sandbox"):
+    if kind == "fleet":
+        fig = plt.figure(figsize=(11, 4))
+        draw_fleet(fig, docs)
+    elif kind in ("payload", "sandbox"):
         fig = plt.figure(figsize=(11, 4))
         (draw_payload if kind == "payload" else draw_sandbox)(fig, docs)
     elif kind == "both":

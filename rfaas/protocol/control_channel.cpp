@@ -51,9 +51,16 @@ ControlChannel::ControlChannel(rdmalib::Fabric &fabric, rdmalib::Connection &con
   ops_ = conn.ops();
   current_.resize(opt_.receive_size);
   for (uint64_t i = 0; i < opt_.receives; ++i)
-    if (!repost(i))
-      throw std::runtime_error(std::string("ControlChannel: cannot post a receive: ") +
-                               ops_.last_error());
+    if (!repost(i)) {
+      std::string why = ops_.last_error();
+      // The receives posted so far point into buf_, which goes with this
+      // throw: the connection closes first (cancelling them), or a message
+      // that arrives later is written into freed memory. A shared
+      // reliable-datagram endpoint whose receive queue was full did exactly
+      // that under a fleet of 1,000 links (heap corruption, then SIGSEGV).
+      conn.close();
+      throw std::runtime_error("ControlChannel: cannot post a receive: " + why);
+    }
 }
 
 bool ControlChannel::repost(uint64_t slot) noexcept {

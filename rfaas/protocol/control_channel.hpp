@@ -111,7 +111,8 @@ public:
   ControlChannel() noexcept = default;
   /// Register the buffer on `fabric`, attach it to `conn` and post every
   /// receive. Throws rdmalib::Error (registration, attach) or
-  /// std::runtime_error (a receive cannot be posted).
+  /// std::runtime_error (a receive cannot be posted: `conn` is then closed,
+  /// so that no receive posted into this channel's buffer outlives it).
   ControlChannel(rdmalib::Fabric &fabric, rdmalib::Connection &conn, const ControlOptions &options);
   ControlChannel(ControlChannel &&) noexcept = default;
   ControlChannel &operator=(ControlChannel &&) noexcept = default;

@@ -37,15 +37,14 @@ RegistrySnapshot snapshot(const Registry &registry) {
   RegistrySnapshot s;
   s.counters = registry.counters();
   s.active_leases = registry.active_count();
-  for (const NodeView &v : registry.nodes()) {
-    if (v.node.state == NodeState::Up)
-      ++s.nodes_up;
-    else
-      ++s.nodes_down;
-    s.nodes_drained += v.node.drained;
-    s.cores_total += v.node.cores;
-    s.cores_leased += v.used_cores;
-  }
+  // Counted in place: copying every node (names, addresses, secrets) made a
+  // scrape of 10,000 nodes cost milliseconds of the loop.
+  const NodeTotals t = registry.node_totals();
+  s.nodes_up = t.up;
+  s.nodes_down = t.down;
+  s.nodes_drained = t.drained;
+  s.cores_total = t.cores;
+  s.cores_leased = t.cores_leased;
   return s;
 }
 

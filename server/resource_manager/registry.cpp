@@ -626,30 +626,48 @@ Status Registry::record_accounting(AccountingRecord r) {
 
 // ---- views ------------------------------------------------------------------------
 
+NodeView Registry::view_of(const NodeEntry &e) {
+  NodeView v;
+  v.node = e.node;
+  std::vector<uint64_t> leases;
+  for (uint64_t o : e.owner)
+    if (o != 0) {
+      ++v.used_cores;
+      if (std::find(leases.begin(), leases.end(), o) == leases.end())
+        leases.push_back(o);
+    }
+  v.used_memory_mib = e.used_memory_mib;
+  v.active_leases = leases.size();
+  return v;
+}
+
 std::vector<NodeView> Registry::nodes() const {
   std::vector<NodeView> out;
-  for (const auto &[name, e] : nodes_) {
-    NodeView v;
-    v.node = e.node;
-    std::vector<uint64_t> leases;
-    for (uint64_t o : e.owner)
-      if (o != 0) {
-        ++v.used_cores;
-        if (std::find(leases.begin(), leases.end(), o) == leases.end())
-          leases.push_back(o);
-      }
-    v.used_memory_mib = e.used_memory_mib;
-    v.active_leases = leases.size();
-    out.push_back(std::move(v));
-  }
+  out.reserve(nodes_.size());
+  for (const auto &[name, e] : nodes_)
+    out.push_back(view_of(e));
   return out;
 }
 
 std::optional<NodeView> Registry::node(const std::string &name) const {
-  for (NodeView &v : nodes())
-    if (v.node.name == name)
-      return v;
-  return std::nullopt;
+  // A lookup, not a copy of every node: the fabric side asks this for each
+  // registration and each lease-ended notice.
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    return std::nullopt;
+  return view_of(it->second);
+}
+
+NodeTotals Registry::node_totals() const {
+  NodeTotals t;
+  for (const auto &[name, e] : nodes_) {
+    (e.node.state == NodeState::Up ? t.up : t.down) += 1;
+    t.drained += e.node.drained;
+    t.cores += e.node.cores;
+    for (uint64_t o : e.owner)
+      t.cores_leased += o != 0;
+  }
+  return t;
 }
 
 std::vector<Lease> Registry::active_leases() const {

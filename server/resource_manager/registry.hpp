@@ -76,6 +76,12 @@ struct NodeView {
   uint32_t free_cores() const { return node.cores > used_cores ? node.cores - used_cores : 0; }
 };
 
+/// Node counts and cores over every node, for /metrics.
+struct NodeTotals {
+  uint64_t up = 0, down = 0, drained = 0;
+  uint64_t cores = 0, cores_leased = 0;
+};
+
 struct LeaseRequest {
   std::string client;
   uint32_t cores = 0;
@@ -178,8 +184,13 @@ public:
   Status record_accounting(AccountingRecord record);
 
   // ---- views --------------------------------------------------------------------
+  /// Every node, by name (a copy: O(nodes)).
   std::vector<NodeView> nodes() const;
+  /// One node: a map lookup.
   std::optional<NodeView> node(const std::string &name) const;
+  size_t node_count() const { return nodes_.size(); }
+  /// Counts over every node without copying them (O(nodes), no allocation).
+  NodeTotals node_totals() const;
   std::vector<Lease> active_leases() const;
   std::optional<Lease> active_lease(uint64_t id) const;
   const Counters &counters() const { return counters_; }
@@ -211,6 +222,7 @@ private:
   void occupy(const Lease &lease);
   void vacate(const Lease &lease);
   Grant make_grant(const Lease &lease) const;
+  static NodeView view_of(const NodeEntry &e);
   Status persist_node(const Node &node);
   static Status fail(Outcome o, std::string message) { return Status{o, std::move(message)}; }
 

@@ -104,6 +104,30 @@ class Plot(unittest.TestCase):
         rfaas_json(js)
         self.run_plot("--kind", "sweep", js)
 
+    def test_fleet_against_nodes(self):
+        path = os.path.join(self.d, "fleet.jsonl")
+        rows = [("lo-rxm", 100, 100.0, 2000.0, 0.04, 0.30, False),
+                ("lo-rxm", 1000, 180.0, 30000.0, 0.18, 0.37, False),
+                ("lo-rxm", 1000, 200.0, 40000.0, 0.20, 0.39, False),
+                ("lo-rxm", 10000, 0.0, 0.0, 0.33, 0.78, True)]
+        with open(path, "w") as f:
+            for dev, n, p50, p99, idle, lease, failed in rows:
+                f.write(json.dumps({"benchmark": "rm_fleet", "device": dev, "nodes": n,
+                                    "lease_p50_us": p50, "lease_p99_us": p99,
+                                    "rm_cpu_idle_cores": idle, "rm_cpu_lease_cores": lease,
+                                    "failed": failed}) + "\n")
+        self.run_plot(path)  # auto: JSON lines draw the fleet kind
+        fig = plot.plt.figure()
+        plot.draw_fleet(fig, [plot.load(path)])
+        lat, cpu = fig.axes
+        p50 = next(l for l in lat.get_lines() if l.get_label() == "lo-rxm p50")
+        # Two runs of 1,000 nodes: their median; the failed 10,000 is no point.
+        self.assertEqual(list(p50.get_xdata()), [100, 1000])
+        self.assertAlmostEqual(p50.get_ydata()[1], 0.19)  # ms
+        idle = next(l for l in cpu.get_lines() if l.get_label() == "lo-rxm heartbeats only")
+        self.assertAlmostEqual(idle.get_ydata()[1], 0.19)
+        self.assertIn("lo-rxm: failed", [l.get_label() for l in lat.get_lines()])
+
     def test_not_a_benchmark_file(self):
         bad = os.path.join(self.d, "bad.csv")
         with open(bad, "w") as f:

@@ -232,6 +232,22 @@ TEST_P(ControlChannelTest, AnswerBeforeACloseIsAwaitedAfterAFailedSend) {
       });
 }
 
+// A channel whose receives do not all fit closes the link before its buffer
+// goes: the receives it had posted point into that buffer, and a message
+// arriving later was written into freed memory (a resource manager over
+// tcp;ofi_rxm died of it when its shared receive queue filled).
+TEST_P(ControlChannelTest, ReceivesThatDoNotFitCloseTheLink) {
+  rdmalib::ConnectionOptions o = link_options();
+  o.recv_depth = 2; // the channel posts 8
+  Link link = make_link(*server_fabric_, *client_fabric_, o);
+  ASSERT_TRUE(link.client.is_open());
+  CloseLinkFirst close_first{link};
+  link.client.set_post_deadline(std::chrono::milliseconds(0));
+  EXPECT_THROW(proto::ControlChannel(*client_fabric_, link.client, channel_options()),
+               std::runtime_error);
+  EXPECT_FALSE(link.client.is_open());
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, ControlChannelTest, testing::ValuesIn(provider_configs()),
                          provider_name);
 

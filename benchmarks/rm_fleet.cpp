@@ -1,0 +1,699 @@
+// rm_fleet: one real resource manager against a simulated fleet of N
+// executor managers and M leasing clients.
+//
+//   rm_fleet --device lo-rxm --resource-manager 127.0.0.1:PORT --rest-port P --token-file F
+//            --rm-pid PID --database rm.sqlite --nodes 1000 --hosts 4 --clients 4
+//
+// The simulated managers are the executor manager's own resource-manager link
+// (server/executor_manager/rm_link.cpp) with nothing behind it: they register
+// with a MAC over their node secret, send heartbeats at the period the
+// resource manager asks, take lease-ended notices and answer each with a
+// final accounting report, as a real manager does when its executors end.
+// Many links share one process (a "host"): over a reliable-datagram provider
+// they share the process's one endpoint; over a connected one each link is an
+// endpoint of its own, as it is between real nodes.
+//
+// Phases, each measured on the resource manager's process (/proc/PID):
+//   add:        N nodes added over REST (POST /nodes with a fresh secret each);
+//   register:   the hosts connect every link; done when /metrics counts N up;
+//   heartbeats: --idle-seconds with heartbeats only: the resource manager's
+//               CPU per second, per heartbeat, its RSS and descriptors;
+//   leases:     --seconds of M client processes (librfaas) leasing and
+//               releasing one core at --rate each (0: as fast as they can)
+//               while a thread times GET /nodes and GET /metrics;
+//   settle:     until the resource manager stored a final accounting record
+//               for every lease (GET /accounting), then the hosts stop and
+//               count what their links saw.
+// One JSON object is printed on stdout (one line; --json appends it to a file).
+//
+// Lease churn is real but short: the database growth per lease is measured
+// and the size after an hour at the measured rate, and at the retention
+// limit, are extrapolated from it (the resource manager's clock is the wall
+// clock; nothing here fakes time).
+#include <rfaas/rfaas.hpp>
+
+#include "rm_fleet_host.hpp"
+#include "stats.hpp"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "cli.hpp"
+#include "options.hpp"
+
+namespace {
+
+using namespace rfaas::fleet;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+uint64_t file_size(const std::string &path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+/// The database with its write-ahead log (where recent commits live).
+uint64_t database_bytes(const std::string &path) {
+  return file_size(path) + file_size(path + "-wal");
+}
+
+// ---- a minimal HTTP/1.1 client: one connection per request ---------------------------
+
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+
+HttpAnswer http(uint16_t port, const std::string &method, const std::string &path,
+                const std::string &token, const std::string &body = "") {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+    std::string why = std::strerror(errno);
+    close(fd);
+    throw std::runtime_error("REST port " + std::to_string(port) + ": " + why);
+  }
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!token.empty())
+    req += "Authorization: Bearer " + token + "\r\n";
+  if (!body.empty())
+    req +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  for (size_t off = 0; off < req.size();) {
+    ssize_t n = send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) {
+      close(fd);
+      throw std::runtime_error(std::string("REST send: ") + std::strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  // Until Content-Length bytes of body came (or the server closed).
+  std::string in;
+  char buf[65536];
+  size_t want = std::string::npos;
+  for (;;) {
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    in.append(buf, static_cast<size_t>(n));
+    size_t head = in.find("\r\n\r\n");
+    if (want == std::string::npos && head != std::string::npos) {
+      std::string h = in.substr(0, head);
+      std::transform(h.begin(), h.end(), h.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      size_t cl = h.find("\r\ncontent-length:");
+      if (cl != std::string::npos)
+        want = head + 4 + std::strtoul(h.c_str() + cl + 17, nullptr, 10);
+    }
+    if (want != std::string::npos && in.size() >= want)
+      break;
+  }
+  close(fd);
+  HttpAnswer r;
+  if (in.size() < 12 || in.compare(0, 5, "HTTP/") != 0)
+    throw std::runtime_error("REST " + method + " " + path + ": no HTTP answer");
+  r.status = std::atoi(in.c_str() + 9);
+  size_t head = in.find("\r\n\r\n");
+  if (head != std::string::npos)
+    r.body = in.substr(head + 4);
+  return r;
+}
+
+/// One gauge's value from the Prometheus text, -1 when absent.
+double metric_value(const std::string &text, const std::string &name) {
+  size_t at = 0;
+  while ((at = text.find(name, at)) != std::string::npos) {
+    bool line_start = at == 0 || text[at - 1] == '\n';
+    size_t after = at + name.size();
+    if (line_start && after < text.size() && text[after] == ' ')
+      return std::strtod(text.c_str() + after + 1, nullptr);
+    at = after;
+  }
+  return -1;
+}
+
+std::string hex(const uint8_t *p, size_t n) {
+  static const char *digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
+  }
+  return s;
+}
+
+// ---- pipes between the parent and its children ------------------------------------
+
+bool read_full(int fd, void *buf, size_t len, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t got = 0;
+  while (got < len) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0)
+      return false;
+    pollfd p{fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, left);
+    if (rc < 0 && errno == EINTR)
+      continue;
+    if (rc <= 0)
+      return false;
+    ssize_t n = read(fd, static_cast<char *>(buf) + got, len - got);
+    if (n <= 0)
+      return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int stop = -1;   ///< write end: closing it stops the child
+  int result = -1; ///< read end: the child's result
+};
+
+/// Forks a child that runs `body(stop_fd, result_fd)` and exits; it dies with
+/// the parent.
+template <class F> Child spawn(F body) {
+  int stop[2], result[2];
+  if (pipe2(stop, O_CLOEXEC) != 0 || pipe2(result, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0)
+    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    close(stop[1]);
+    close(result[0]);
+    int rc = 1;
+    try {
+      rc = body(stop[0], result[1]);
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "rm_fleet: child %d: %s\n", getpid(), e.what());
+    }
+    _exit(rc);
+  }
+  close(stop[0]);
+  close(result[1]);
+  return Child{pid, stop[1], result[0]};
+}
+
+// ---- the leasing clients -------------------------------------------------------
+
+struct ClientHeader {
+  uint64_t granted = 0;
+  uint64_t refused = 0;
+  uint64_t errors = 0;
+  double seconds = 0;
+  uint32_t samples = 0;
+  char error[160] = {};
+};
+
+int run_client(const FleetSetup &s, int index, double rate, int stop_fd, int result_fd,
+               int ready_fd) {
+  ClientHeader h;
+  std::vector<double> lease_us;
+  lease_us.reserve(1 << 18);
+  try {
+    rfaas::timeouts t;
+    t.connect = std::chrono::seconds(60);
+    rfaas::resource_manager rm(s.device, s.rm_address, "fleet-client-" + std::to_string(index), t);
+    char one = 'r';
+    if (!write_full(ready_fd, &one, 1))
+      return 1;
+    close(ready_fd);
+    const auto start = Clock::now();
+    const auto period =
+        rate > 0 ? std::chrono::duration<double>(1.0 / rate) : std::chrono::duration<double>(0);
+    auto next = start;
+    while (!told_to_stop(stop_fd)) {
+      if (rate > 0) {
+        next += std::chrono::duration_cast<Clock::duration>(period);
+        std::this_thread::sleep_until(next);
+      }
+      try {
+        auto t0 = Clock::now();
+        rfaas::lease l = rm.lease(1, 64, std::chrono::seconds(60));
+        auto t1 = Clock::now();
+        if (lease_us.size() < lease_us.capacity())
+          lease_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        rm.release(l);
+        ++h.granted;
+      } catch (const rfaas::Error &e) {
+        if (e.code() == rfaas::status::resources_unavailable) {
+          ++h.refused;
+        } else {
+          ++h.errors;
+          if (!h.error[0])
+            std::snprintf(h.error, sizeof h.error, "%s", e.what());
+          if (e.code() == rfaas::status::closed || e.code() == rfaas::status::network_error)
+            break;
+        }
+      }
+    }
+    h.seconds = seconds_since(start);
+  } catch (const std::exception &e) {
+    ++h.errors;
+    std::snprintf(h.error, sizeof h.error, "%s", e.what());
+    char zero = 'x';
+    (void)!write(ready_fd, &zero, 1);
+  }
+  h.samples = static_cast<uint32_t>(lease_us.size());
+  if (!write_full(result_fd, &h, sizeof h))
+    return 1;
+  return write_full(result_fd, lease_us.data(), lease_us.size() * sizeof(double)) ? 0 : 1;
+}
+
+// ---- REST latency while the fleet runs ------------------------------------------
+
+struct RestTimes {
+  std::vector<double> nodes_ms, metrics_ms;
+  uint64_t errors = 0;
+};
+
+void time_rest(uint16_t port, const std::string &token, const std::atomic<bool> &stop,
+               RestTimes &out) {
+  while (!stop.load()) {
+    for (const char *path : {"/nodes", "/metrics"}) {
+      auto t0 = Clock::now();
+      try {
+        HttpAnswer a = http(port, "GET", path, token);
+        if (a.status != 200)
+          ++out.errors;
+      } catch (const std::exception &) {
+        ++out.errors;
+      }
+      double ms = seconds_since(t0) * 1e3;
+      (path[1] == 'n' ? out.nodes_ms : out.metrics_ms).push_back(ms);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// ---- the run -----------------------------------------------------------------
+
+struct Run {
+  FleetSetup fleet;
+  uint32_t nodes = 100;
+  uint32_t hosts = 1;
+  uint32_t clients = 2;
+  double rate = 0;
+  double seconds = 5;
+  double idle_seconds = 3;
+  double register_timeout = 600;
+  uint32_t heartbeat_ms = 1000;
+  uint32_t retention_days = 0;
+  uint16_t rest_port = 0;
+  std::string token;
+  pid_t rm_pid = 0;
+  std::string database;
+  std::string prefix = "fleet";
+  std::string json;
+};
+
+double pct(std::vector<double> v, double p) {
+  return v.empty() ? 0 : bench_stats::percentile(std::move(v), p);
+}
+
+std::string fmt(double v, int decimals = 1) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
+}
+
+/// Nodes up by /metrics; -1 when the resource manager does not answer (out
+/// of descriptors, or its loop too busy to answer within its deadline).
+double nodes_up(const Run &r) {
+  try {
+    HttpAnswer m = http(r.rest_port, "GET", "/metrics", r.token);
+    return metric_value(m.body, "rfaas_rm_nodes{state=\"up\"}");
+  } catch (const std::exception &) {
+    return -1;
+  }
+}
+
+/// Final accounting records the resource manager stored for the fleet's
+/// clients (0 when it does not answer).
+uint64_t accounting_records(const Run &r) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < r.clients; ++i) {
+    try {
+      HttpAnswer a =
+          http(r.rest_port, "GET", "/accounting?client=fleet-client-" + std::to_string(i), r.token);
+      for (size_t at = 0; (at = a.body.find("\"final\":true", at)) != std::string::npos; ++at)
+        ++n;
+    } catch (const std::exception &) {
+    }
+  }
+  return n;
+}
+
+int run(const Run &r) {
+  auto log = spdlog::default_logger();
+  const std::string provider = r.fleet.device.provider;
+  std::vector<std::pair<std::string, std::string>> out; // JSON fields, in order
+  auto put = [&](const std::string &k, const std::string &v) { out.emplace_back(k, v); };
+  put("benchmark", "\"rm_fleet\"");
+  put("device", "\"" + r.fleet.device.name + "\"");
+  put("provider", "\"" + provider + "\"");
+  put("nodes", std::to_string(r.nodes));
+  put("hosts", std::to_string(r.hosts));
+  put("clients", std::to_string(r.clients));
+  put("rate_per_client", fmt(r.rate));
+  put("heartbeat_ms", std::to_string(r.heartbeat_ms));
+
+  // 1. Add the nodes, each with its own secret, as an operator would.
+  std::vector<NodeSpec> specs(r.nodes);
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  const ProcSample empty = sample(r.rm_pid);
+  auto t_add = Clock::now();
+  for (uint32_t i = 0; i < r.nodes; ++i) {
+    specs[i].name = r.prefix + "-" + std::to_string(i);
+    urandom.read(reinterpret_cast<char *>(specs[i].secret.data()), specs[i].secret.size());
+    std::string body = "{\"name\":\"" + specs[i].name +
+                       "\",\"address\":\"127.0.0.1:1\",\"cores\":" + std::to_string(r.fleet.cores) +
+                       ",\"memory_mib\":" + std::to_string(r.fleet.memory_mib) + ",\"secret\":\"" +
+                       hex(specs[i].secret.data(), specs[i].secret.size()) + "\"}";
+    HttpAnswer a = http(r.rest_port, "POST", "/nodes", r.token, body);
+    if (a.status != 201)
+      throw std::runtime_error("POST /nodes for " + specs[i].name + ": HTTP " +
+                               std::to_string(a.status) + " " + a.body);
+  }
+  put("add_seconds", fmt(seconds_since(t_add), 2));
+  const ProcSample added = sample(r.rm_pid);
+
+  // 2. Start the hosts and wait until every node is up.
+  std::vector<Child> hosts;
+  auto t_reg = Clock::now();
+  for (uint32_t h = 0; h < r.hosts; ++h) {
+    std::vector<NodeSpec> mine;
+    for (uint32_t i = h; i < r.nodes; i += r.hosts)
+      mine.push_back(specs[i]);
+    hosts.push_back(spawn([&, mine](int stop_fd, int result_fd) -> int {
+      run_host(r.fleet, mine, stop_fd, result_fd);
+    }));
+  }
+  double up = 0;
+  while ((up = nodes_up(r)) < r.nodes && seconds_since(t_reg) < r.register_timeout) {
+    for (const Child &c : hosts)
+      if (waitpid(c.pid, nullptr, WNOHANG) == c.pid)
+        throw std::runtime_error("a host process died while its nodes registered");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const double register_s = seconds_since(t_reg);
+  put("nodes_up", fmt(up, 0));
+  put("register_seconds", fmt(register_s, 2));
+  // Progress on stderr, so that a long registration is visibly alive.
+  std::fprintf(stderr, "rm_fleet: %.0f of %u nodes up after %.1f s\n", up, r.nodes, register_s);
+
+  // 3. Heartbeats only.
+  const ProcSample idle0 = sample(r.rm_pid);
+  auto t_idle = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(r.idle_seconds));
+  const ProcSample idle1 = sample(r.rm_pid);
+  const double idle_s = seconds_since(t_idle);
+  const double idle_cores = (idle1.cpu_s - idle0.cpu_s) / idle_s;
+  const double heartbeats = up * idle_s * 1000.0 / r.heartbeat_ms;
+  put("rm_cpu_idle_cores", fmt(idle_cores, 4));
+  put("rm_cpu_per_heartbeat_us",
+      fmt(heartbeats > 0 ? (idle1.cpu_s - idle0.cpu_s) * 1e6 / heartbeats : 0, 2));
+  put("rm_rss_mib_empty", fmt(empty.rss_kib / 1024.0));
+  put("rm_rss_mib_added", fmt(added.rss_kib / 1024.0));
+  put("rm_rss_mib", fmt(idle1.rss_kib / 1024.0));
+  put("rm_fds_empty", std::to_string(empty.fds));
+  put("rm_fds", std::to_string(idle1.fds));
+  put("rm_kib_per_link",
+      fmt(up > 0 ? (static_cast<double>(idle1.rss_kib) - added.rss_kib) / up : 0));
+  put("rm_fds_per_link", fmt(up > 0 ? (static_cast<double>(idle1.fds) - added.fds) / up : 0, 3));
+  const uint64_t db_before = database_bytes(r.database);
+
+  // 4. Leases from M clients, REST timed meanwhile.
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  std::vector<Child> clients;
+  for (uint32_t i = 0; i < r.clients; ++i)
+    clients.push_back(spawn([&, i](int stop_fd, int result_fd) {
+      close(ready[0]);
+      return run_client(r.fleet, static_cast<int>(i), r.rate, stop_fd, result_fd, ready[1]);
+    }));
+  close(ready[1]);
+  for (uint32_t i = 0; i < r.clients; ++i) {
+    char c;
+    if (!read_full(ready[0], &c, 1, 120000))
+      break;
+  }
+  close(ready[0]);
+  std::atomic<bool> rest_stop{false};
+  RestTimes rest;
+  const ProcSample lease0 = sample(r.rm_pid);
+  auto t_lease = Clock::now();
+  std::thread rest_thread([&] { time_rest(r.rest_port, r.token, rest_stop, rest); });
+  std::this_thread::sleep_for(std::chrono::duration<double>(r.seconds));
+  for (Child &c : clients) {
+    close(c.stop);
+    c.stop = -1;
+  }
+  std::vector<double> lease_us;
+  uint64_t granted = 0, refused = 0, errors = 0;
+  double longest = 0;
+  for (Child &c : clients) {
+    ClientHeader h;
+    if (read_full(c.result, &h, sizeof h, 120000)) {
+      std::vector<double> v(h.samples);
+      if (read_full(c.result, v.data(), v.size() * sizeof(double), 60000))
+        lease_us.insert(lease_us.end(), v.begin(), v.end());
+      granted += h.granted;
+      refused += h.refused;
+      errors += h.errors;
+      longest = std::max(longest, h.seconds);
+      if (h.error[0])
+        log->warn("client error: {}", h.error);
+    } else {
+      ++errors;
+      kill(c.pid, SIGKILL);
+    }
+    close(c.result);
+    waitpid(c.pid, nullptr, 0);
+  }
+  const ProcSample lease1 = sample(r.rm_pid);
+  const double lease_s = seconds_since(t_lease);
+  rest_stop = true;
+  rest_thread.join();
+  put("leases", std::to_string(granted));
+  put("refused", std::to_string(refused));
+  put("errors", std::to_string(errors));
+  put("leases_per_s", fmt(longest > 0 ? granted / longest : 0));
+  put("lease_p50_us", fmt(pct(lease_us, 0.5)));
+  put("lease_p99_us", fmt(pct(lease_us, 0.99)));
+  put("rm_cpu_lease_cores", fmt((lease1.cpu_s - lease0.cpu_s) / lease_s, 4));
+  put("rm_cpu_per_lease_us",
+      fmt(granted > 0 ? (lease1.cpu_s - lease0.cpu_s) * 1e6 / granted : 0, 1));
+  put("rm_rss_mib_leasing", fmt(lease1.rss_kib / 1024.0));
+  put("rm_fds_leasing", std::to_string(lease1.fds));
+  put("rest_nodes_p50_ms", fmt(pct(rest.nodes_ms, 0.5), 2));
+  put("rest_nodes_p99_ms", fmt(pct(rest.nodes_ms, 0.99), 2));
+  put("rest_metrics_p50_ms", fmt(pct(rest.metrics_ms, 0.5), 2));
+  put("rest_metrics_p99_ms", fmt(pct(rest.metrics_ms, 0.99), 2));
+  put("rest_samples", std::to_string(rest.nodes_ms.size() + rest.metrics_ms.size()));
+  put("rest_errors", std::to_string(rest.errors));
+
+  // 5. Until the resource manager holds a final accounting record for every
+  // lease (release -> notice to the node -> its report), 15 s at most; then
+  // the hosts' figures.
+  auto t_settle = Clock::now();
+  uint64_t records = 0;
+  while ((records = accounting_records(r)) < granted && seconds_since(t_settle) < 15)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  put("accounting_records", std::to_string(records));
+  put("settle_seconds", fmt(seconds_since(t_settle), 2));
+  HostResult total;
+  uint64_t host_rss = 0, host_fds = 0, host_rss_before = 0, host_fds_before = 0;
+  // All at once: the nodes go silent together, none waits for another's exit.
+  for (Child &c : hosts)
+    close(c.stop);
+  for (Child &c : hosts) {
+    HostResult h;
+    if (read_full(c.result, &h, sizeof h, 30000)) {
+      total.links += h.links;
+      total.registered += h.registered;
+      total.notices += h.notices;
+      total.reports += h.reports;
+      host_rss += h.rss_kib;
+      host_fds += h.fds;
+      host_rss_before += h.rss_kib_before;
+      host_fds_before += h.fds_before;
+    } else {
+      kill(c.pid, SIGKILL);
+    }
+    close(c.result);
+    waitpid(c.pid, nullptr, 0);
+  }
+  put("links_registered", std::to_string(total.registered));
+  put("notices", std::to_string(total.notices));
+  put("reports", std::to_string(total.reports));
+  put("host_kib_per_link",
+      fmt(total.links ? (static_cast<double>(host_rss) - host_rss_before) / total.links : 0));
+  put("host_fds_per_link",
+      fmt(total.links ? (static_cast<double>(host_fds) - host_fds_before) / total.links : 0, 3));
+  const uint64_t db_after = database_bytes(r.database);
+  const double per_lease =
+      granted > 0 ? static_cast<double>(db_after > db_before ? db_after - db_before : 0) / granted
+                  : 0;
+  const double per_s = longest > 0 ? granted / longest : 0;
+  put("db_bytes", std::to_string(db_after));
+  put("db_bytes_per_lease", fmt(per_lease));
+  put("db_bytes_hour_extrapolated", fmt(per_lease * per_s * 3600, 0));
+  put("retention_days", std::to_string(r.retention_days));
+  put("db_bytes_retention_extrapolated",
+      r.retention_days ? fmt(per_lease * per_s * 86400.0 * r.retention_days, 0) : "null");
+
+  // Failing is part of the job: the smoke test relies on it.
+  bool ok = true;
+  if (up < r.nodes || total.registered < r.nodes) {
+    log->error("only {} of {} nodes registered (the hosts saw {})", up, r.nodes, total.registered);
+    ok = false;
+  }
+  if (granted == 0) {
+    log->error("no lease was granted");
+    ok = false;
+  }
+  if (errors > 0) {
+    log->error("{} lease errors", errors);
+    ok = false;
+  }
+  if (records < granted) {
+    log->error("{} leases released, {} final accounting records stored", granted, records);
+    ok = false;
+  }
+  // A failed run's figures are kept, marked: what a fleet size broke is a
+  // result too.
+  put("failed", ok ? "false" : "true");
+  // A shared 2-CPU host: the load says how much of the latency is others'.
+  double load[1] = {0};
+  put("loadavg_1m", fmt(getloadavg(load, 1) == 1 ? load[0] : -1, 2));
+  std::string line = "{";
+  for (size_t i = 0; i < out.size(); ++i)
+    line += (i ? ", \"" : "\"") + out[i].first + "\": " + out[i].second;
+  line += "}";
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (!r.json.empty()) {
+    std::ofstream f(r.json, std::ios::app);
+    f << line << "\n";
+    if (!f)
+      throw std::runtime_error("writing " + r.json + " failed");
+  }
+  return ok ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  rfaas::cli::Options cli("rm_fleet",
+                          "One real resource manager against N simulated executor managers "
+                          "(real registrations, heartbeats, notices and accounting) and M "
+                          "leasing clients; prints one JSON line of figures.");
+  // clang-format off
+  cli.add_options()
+    ("devices", "device database", rfaas::cli::value<std::string>()->default_value("config/devices.json"))
+    ("device", "device entry of the simulated managers and clients", rfaas::cli::value<std::string>()->default_value("lo-rxm"))
+    ("resource-manager", "the resource manager's fabric host:port", rfaas::cli::value<std::string>())
+    ("rest-port", "the resource manager's REST port (127.0.0.1)", rfaas::cli::value<int>())
+    ("token-file", "file holding the REST bearer token", rfaas::cli::value<std::string>())
+    ("rm-pid", "the resource manager's process id (its CPU, RSS and descriptors are read from /proc)", rfaas::cli::value<int>())
+    ("database", "the resource manager's SQLite file (its size is reported)", rfaas::cli::value<std::string>())
+    ("nodes", "simulated executor managers", rfaas::cli::value<uint32_t>()->default_value("100"))
+    ("hosts", "processes the simulated managers are spread over", rfaas::cli::value<uint32_t>()->default_value("1"))
+    ("clients", "leasing client processes", rfaas::cli::value<uint32_t>()->default_value("2"))
+    ("rate", "leases per second per client (0: as fast as it can)", rfaas::cli::value<double>()->default_value("0"))
+    ("seconds", "seconds of leasing", rfaas::cli::value<double>()->default_value("5"))
+    ("idle-seconds", "seconds of heartbeats only", rfaas::cli::value<double>()->default_value("3"))
+    ("register-timeout", "seconds the nodes may take to register", rfaas::cli::value<double>()->default_value("600"))
+    ("heartbeat-ms", "the heartbeat period the resource manager asks (for the per-heartbeat figure)", rfaas::cli::value<uint32_t>()->default_value("1000"))
+    ("retention-days", "the resource manager's retention_days (for the extrapolation)", rfaas::cli::value<uint32_t>()->default_value("0"))
+    ("cores", "cores per simulated node", rfaas::cli::value<uint32_t>()->default_value("8"))
+    ("prefix", "node name prefix", rfaas::cli::value<std::string>()->default_value("fleet"))
+    ("json", "append the JSON line to this file", rfaas::cli::value<std::string>()->default_value(""));
+  // clang-format on
+  rfaas::cli::add_standard_options(cli);
+  return rfaas::cli::run("rm_fleet", cli, argc, argv, [](const rfaas::cli::ParseResult &args) {
+    rfaas::cli::apply_log_level(args);
+    for (const char *need : {"resource-manager", "rest-port", "token-file", "rm-pid", "database"})
+      if (!args.count(need))
+        throw rfaas::cli::UsageError(std::string("--") + need + " is required");
+    Run r;
+    r.fleet.device = rfaas::device_database::load(args["devices"].as<std::string>())
+                         .find(args["device"].as<std::string>());
+    r.fleet.rm_address = args["resource-manager"].as<std::string>();
+    r.fleet.cores = args["cores"].as<uint32_t>();
+    r.nodes = args["nodes"].as<uint32_t>();
+    r.hosts = std::max<uint32_t>(1, args["hosts"].as<uint32_t>());
+    r.clients = args["clients"].as<uint32_t>();
+    r.rate = args["rate"].as<double>();
+    r.seconds = args["seconds"].as<double>();
+    r.idle_seconds = args["idle-seconds"].as<double>();
+    r.register_timeout = args["register-timeout"].as<double>();
+    r.heartbeat_ms = args["heartbeat-ms"].as<uint32_t>();
+    r.retention_days = args["retention-days"].as<uint32_t>();
+    r.rest_port = static_cast<uint16_t>(args["rest-port"].as<int>());
+    r.rm_pid = args["rm-pid"].as<int>();
+    r.database = args["database"].as<std::string>();
+    r.prefix = args["prefix"].as<std::string>();
+    r.json = args["json"].as<std::string>();
+    // The simulated links log through the default logger, as the manager
+    // does: thousands of "registered" lines say nothing here.
+    if (!args.count("log-level"))
+      spdlog::default_logger()->set_level(spdlog::level::warn);
+    std::ifstream tf(args["token-file"].as<std::string>());
+    if (!std::getline(tf, r.token) || r.token.empty())
+      throw rfaas::cli::UsageError("cannot read a token from --token-file");
+    if (r.nodes == 0 || r.clients == 0)
+      throw rfaas::cli::UsageError("--nodes and --clients must be > 0");
+    return run(r);
+  });
+}
