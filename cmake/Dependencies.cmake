@@ -23,6 +23,13 @@ if(NOT nlohmann_json_FOUND)
   rfaas_missing("nlohmann-json" "nlohmann-json3-dev")
 endif()
 
+# MUNGE: clients' identity (librfaas encodes credentials for its lease
+# requests, the resource manager decodes them).
+pkg_check_modules(RFAAS_MUNGE QUIET IMPORTED_TARGET GLOBAL munge)
+if(NOT RFAAS_MUNGE_FOUND)
+  rfaas_missing("MUNGE" "libmunge-dev")
+endif()
+
 find_path(CXXOPTS_INCLUDE_DIR cxxopts.hpp)
 if(NOT CXXOPTS_INCLUDE_DIR)
   rfaas_missing("cxxopts" "libcxxopts-dev")

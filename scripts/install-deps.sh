@@ -21,6 +21,8 @@ packages=(
   libspdlog-dev libcxxopts-dev libpistache-dev libreaderwriterqueue-dev nlohmann-json3-dev
   # resource manager: lease tokens (MACs), its SQLite store; curl for its REST tests
   libsodium-dev libsqlite3-dev curl
+  # clients' identity: librfaas encodes MUNGE credentials, the resource manager decodes them
+  libmunge-dev
   # executors' sandbox: seccomp filters
   libseccomp-dev
   # tests and benchmarks; gdb: a test that times out prints the stacks of what hung

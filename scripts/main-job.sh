@@ -24,13 +24,21 @@
 #   RFAAS_MAIN_PINGPONG=1  also run the rdmalib vs raw libfabric ping-pong
 #                          (benchmarks/run-pingpong.sh) over tcp afterwards
 #   RFAAS_SKIP_DEPS=1      do not run scripts/install-deps.sh
+#   RFAAS_MAIN_AUTH        munge or none (default: munge when munged is here)
+#
+# Client identity: when this host's munged answers (its default socket, or
+# RFAAS_MUNGE_SOCKET), or munged and mungekey are installed and this job may
+# start one of its own (a fresh key and socket in the job's directory), the
+# resource manager runs with auth "munge" and the client leases with a MUNGE
+# credential; otherwise with auth "none" (anonymous clients). The job says
+# which.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 
@@ -64,6 +72,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-main-job.XXXXXX")
 source scripts/lib/manager.sh
 manager_pid=
 rm_pid=
+munged_pid=
 # Stops the resource manager (SIGTERM; it stops within a second), waiting
 # for it; SIGKILL if it is still there after 10 s.
 stop_rm() {
@@ -80,6 +89,10 @@ stop_rm() {
 cleanup() {
   stop_manager
   stop_rm
+  if [[ -n $munged_pid ]]; then
+    kill "$munged_pid" 2>/dev/null || true
+    wait "$munged_pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -104,9 +117,43 @@ if [[ $standalone != 1 ]]; then
   token=$(random_hex)
   random_hex >"$work/node.secret"
   chmod 600 "$work/node.secret"
+  # Client identity: this host's munged, one of our own, or none.
+  auth=${RFAAS_MAIN_AUTH:-}
+  munge_socket=${RFAAS_MUNGE_SOCKET:-/run/munge/munge.socket.2}
+  if [[ $auth != none ]] && command -v munge >/dev/null &&
+    munge -n -S "$munge_socket" 2>/dev/null | unmunge -S "$munge_socket" >/dev/null 2>&1; then
+    auth=munge
+  elif [[ $auth != none ]] && command -v munged >/dev/null && command -v mungekey >/dev/null; then
+    # munged refuses a socket directory others cannot traverse.
+    chmod 755 "$work"
+    mkdir -m 711 "$work/munge"
+    munge_socket=$work/munge/munge.sock
+    mungekey -c -k "$work/munge/munge.key"
+    munged --foreground --key-file="$work/munge/munge.key" --socket="$munge_socket" \
+      --pid-file="$work/munge/munged.pid" --log-file="$work/munge/munged.log" \
+      --seed-file="$work/munge/munged.seed" 2>"$work/munged.log" &
+    munged_pid=$!
+    for _ in $(seq 1 100); do
+      [[ -S $munge_socket ]] && break
+      sleep 0.1
+    done
+    [[ -S $munge_socket ]] && auth=munge || fail "munged did not start"
+  elif [[ $auth == munge ]]; then
+    fail "RFAAS_MAIN_AUTH=munge, but no munged answers and none can be started here"
+  else
+    auth=none
+  fi
+  if [[ $auth == munge ]]; then
+    export RFAAS_MUNGE_SOCKET=$munge_socket
+    step "client identity: MUNGE (munged at $munge_socket); the lease records the client's uid"
+  else
+    step "client identity: none (no munged here, or RFAAS_MAIN_AUTH=none); clients are anonymous"
+  fi
   cat >"$work/resource_manager.json" <<JSON
 {
   "database": "$work/resource_manager.sqlite",
+  "auth": "$auth",
+  "munge_socket": "$munge_socket",
   "http": { "host": "127.0.0.1", "port": 0, "threads": 2, "token": "$token" },
   "fabric": { "device_database": "$repo/config/devices.json", "device": "$device",
               "host": "127.0.0.1", "port": 0, "heartbeat_ms": 1000 },

@@ -121,6 +121,15 @@ int main(int argc, char **argv) {
           std::printf("lease %llu: %u core(s) on node %s (%s)\n",
                       static_cast<unsigned long long>(lease.id), lease.parts[0].cores,
                       lease.parts[0].node.c_str(), manager.endpoint().c_str());
+          // How this client was identified: by MUNGE, or not at all.
+          if (lease.owner_uid != rfaas::lease::anonymous_uid)
+            std::printf("lease owner: uid %u (MUNGE credential)\n", lease.owner_uid);
+          else if (rm->credential_problem().empty())
+            std::printf("lease owner: anonymous (the resource manager does not authenticate "
+                        "clients)\n");
+          else
+            std::printf("lease owner: anonymous (no MUNGE credential: %s)\n",
+                        rm->credential_problem().c_str());
         } else if (args.count("manager")) {
           manager = rfaas::server::parse(args["manager"].as<std::string>());
         } else {

@@ -2,6 +2,9 @@
 // See rm_messages.hpp.
 #include "protocol/rm_messages.hpp"
 
+#include <cstddef>
+#include <cstring>
+
 namespace rfaas::protocol {
 
 namespace {
@@ -61,7 +64,24 @@ WireResult LeaseRequest::validate() const noexcept {
     return {WireError::TooLarge, 0, "LeaseRequest.max_nodes must be 1..16"};
   if (!filled(client))
     return {WireError::InvalidField, 0, "LeaseRequest.client must be a non-empty terminated name"};
+  if (!terminated(credential))
+    return {WireError::InvalidField, 0, "LeaseRequest.credential is not NUL-terminated"};
   return {};
+}
+
+std::vector<uint8_t> lease_request_binding(const LeaseRequest &m) {
+  static constexpr char kTag[] = "rfaas-lease-request-v6";
+  constexpr size_t kFields = offsetof(LeaseRequest, credential);
+  LeaseRequest bare = m;
+  std::memset(bare.credential, 0, sizeof bare.credential);
+  std::vector<uint8_t> out(sizeof kTag + sizeof(LeaseRequest), 0);
+  std::memcpy(out.data(), kTag, sizeof kTag);
+  // The wire encoding, not the struct's memory: the same bytes on every host
+  // (an invalid request binds to zeros and is refused before it matters).
+  if (!encode(bare, out.data() + sizeof kTag, sizeof(LeaseRequest)))
+    std::memset(out.data() + sizeof kTag, 0, sizeof(LeaseRequest));
+  out.resize(sizeof kTag + kFields);
+  return out;
 }
 
 WireResult LeaseRenew::validate() const noexcept {

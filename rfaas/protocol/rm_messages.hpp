@@ -1,4 +1,4 @@
-// The resource-manager messages of the rFaaS wire protocol (version 5): what
+// The resource-manager messages of the rFaaS wire protocol (version 6): what
 // executor managers (nodes) and clients say to the resource manager, and what
 // a client shows an executor manager to prove its lease.
 //
@@ -24,6 +24,14 @@ constexpr uint32_t kMaxLeaseNodes = 16;
 /// Capacity of a node's address as clients reach it ("host:port" or the
 /// provider's printable address), NUL-terminated.
 constexpr size_t kNodeAddressCapacity = 128;
+/// Capacity of a MUNGE credential (LeaseRequest::credential), NUL-terminated.
+/// A credential is base64 text; one over lease_request_binding() plus a
+/// SLURM job id takes about 310 bytes with MUNGE's default cipher and MAC.
+constexpr size_t kCredentialCapacity = 416;
+/// LeaseGrantPart::owner_uid and LeaseProof::owner_uid of a lease whose client
+/// was not authenticated (the resource manager's auth "none"): no uid is
+/// known, and the node runs its executors as its configured executor.user.
+constexpr uint32_t kAnonymousUid = 0xffffffffu;
 
 /// Why a lease ended (LeaseEnded::why).
 enum class LeaseEndReason : uint16_t {
@@ -122,8 +130,15 @@ struct LeaseRequest {
   uint32_t max_nodes = 1;
   uint64_t memory_mib = 0;
   uint64_t duration_ms = 0;
-  /// Who asks (for accounting); not authenticated.
+  /// Who asks, as the client names itself (for accounting and logs); the
+  /// authenticated identity is the credential's uid.
   char client[kNameCapacity] = {};
+  /// A MUNGE credential (base64 text, NUL-terminated) whose payload is
+  /// lease_request_binding() of this request followed by the client's SLURM
+  /// job id (empty outside a job); all zero when the client has none (no
+  /// munged reachable). A resource manager with auth "munge" refuses a
+  /// request without a valid one.
+  char credential[kCredentialCapacity] = {};
 
   template <class S, class F> static void fields(S &s, F &f) {
     f(s.header);
@@ -132,9 +147,17 @@ struct LeaseRequest {
     f(s.memory_mib);
     f(s.duration_ms);
     f(s.client);
+    f(s.credential);
   }
   WireResult validate() const noexcept;
 };
+
+/// What a LeaseRequest's credential must carry at the start of its payload:
+/// a tag and the request's fields (the credential excluded) in their wire
+/// encoding. A credential is thus bound to one request and cannot be moved
+/// to another with more cores or another client name. The client's SLURM
+/// job id, if any, follows it in the payload.
+std::vector<uint8_t> lease_request_binding(const LeaseRequest &m);
 
 /// Client -> resource manager: extend lease `lease_id` to now + duration_ms
 /// (0: the default). Answered by a LeaseGrant with new tokens.
@@ -183,7 +206,10 @@ struct LeaseRelease {
 /// One node's share of a granted lease, following a LeaseGrant on the wire.
 struct LeaseGrantPart {
   uint32_t cores = 0;
-  Reserved<uint32_t> reserved0;
+  /// The uid the resource manager authenticated for the lease
+  /// (kAnonymousUid without authentication); the token covers it, and the
+  /// client repeats it in LeaseProof::owner_uid.
+  uint32_t owner_uid = kAnonymousUid;
   uint64_t memory_mib = 0;
   /// What the client presents to this node (LeaseProof::token).
   Token token;
@@ -192,7 +218,7 @@ struct LeaseGrantPart {
 
   template <class S, class F> static void fields(S &s, F &f) {
     f(s.cores);
-    f(s.reserved0);
+    f(s.owner_uid);
     f(s.memory_mib);
     f(s.token);
     f(s.node);
@@ -303,7 +329,9 @@ struct LeaseProof {
   uint64_t expiry_ms = 0;
   uint64_t memory_mib = 0;
   uint32_t cores = 0;
-  Reserved<uint32_t> reserved0;
+  /// LeaseGrantPart::owner_uid of the grant: the token covers it, and a root
+  /// executor manager runs the lease's executors as this uid.
+  uint32_t owner_uid = kAnonymousUid;
   Token token;
   char client[kNameCapacity] = {};
 
@@ -313,7 +341,7 @@ struct LeaseProof {
     f(s.expiry_ms);
     f(s.memory_mib);
     f(s.cores);
-    f(s.reserved0);
+    f(s.owner_uid);
     f(s.token);
     f(s.client);
   }
@@ -345,12 +373,13 @@ RFAAS_WIRE_LAYOUT(Heartbeat, 24);
 RFAAS_WIRE_OFFSET(Heartbeat, sequence, 8);
 RFAAS_WIRE_OFFSET(Heartbeat, allocations, 16);
 
-RFAAS_WIRE_LAYOUT(LeaseRequest, 96);
+RFAAS_WIRE_LAYOUT(LeaseRequest, 512);
 RFAAS_WIRE_OFFSET(LeaseRequest, cores, 8);
 RFAAS_WIRE_OFFSET(LeaseRequest, max_nodes, 12);
 RFAAS_WIRE_OFFSET(LeaseRequest, memory_mib, 16);
 RFAAS_WIRE_OFFSET(LeaseRequest, duration_ms, 24);
 RFAAS_WIRE_OFFSET(LeaseRequest, client, 32);
+RFAAS_WIRE_OFFSET(LeaseRequest, credential, 96);
 
 RFAAS_WIRE_LAYOUT(LeaseRenew, 104);
 RFAAS_WIRE_OFFSET(LeaseRenew, lease_id, 8);
@@ -365,6 +394,7 @@ RFAAS_WIRE_OFFSET(LeaseRelease, client, 32);
 
 RFAAS_WIRE_LAYOUT(LeaseGrantPart, 224);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, cores, 0);
+RFAAS_WIRE_OFFSET(LeaseGrantPart, owner_uid, 4);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, memory_mib, 8);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, token, 16);
 RFAAS_WIRE_OFFSET(LeaseGrantPart, node, 32);
@@ -396,6 +426,7 @@ RFAAS_WIRE_OFFSET(LeaseProof, lease_id, 8);
 RFAAS_WIRE_OFFSET(LeaseProof, expiry_ms, 16);
 RFAAS_WIRE_OFFSET(LeaseProof, memory_mib, 24);
 RFAAS_WIRE_OFFSET(LeaseProof, cores, 32);
+RFAAS_WIRE_OFFSET(LeaseProof, owner_uid, 36);
 RFAAS_WIRE_OFFSET(LeaseProof, token, 40);
 RFAAS_WIRE_OFFSET(LeaseProof, client, 56);
 
@@ -407,6 +438,12 @@ static_assert(sizeof(NodeRegister) <= kControlMessageMax &&
                   sizeof(LeaseGrant) <= kControlMessageMax &&
                   sizeof(LeaseProof) <= kControlMessageMax,
               "resource-manager messages fit kControlMessageMax");
+
+/// What a resource manager's receive slots must hold: every message a node or
+/// a client sends, the LeaseRequest with its credential the largest.
+constexpr size_t kMaxResourceManagerRequest = sizeof(LeaseRequest) > kControlMessageMax
+                                                  ? sizeof(LeaseRequest)
+                                                  : kControlMessageMax;
 
 /// Bytes a LeaseGrant with `parts` parts occupies.
 constexpr size_t lease_grant_size(uint32_t parts) noexcept {

@@ -171,6 +171,14 @@ PYBIND11_MODULE(rfaas, m) {
       .def_readonly("id", &rfaas::lease::id)
       .def_readonly("expiry_ms", &rfaas::lease::expiry_ms, "milliseconds since the Unix epoch")
       .def_readonly("client", &rfaas::lease::client)
+      .def_property_readonly(
+          "owner_uid",
+          [](const rfaas::lease &l) -> py::object {
+            if (l.owner_uid == rfaas::lease::anonymous_uid)
+              return py::none();
+            return py::int_(l.owner_uid);
+          },
+          "the uid the resource manager authenticated (MUNGE), None when anonymous")
       .def_readonly("parts", &rfaas::lease::parts)
       .def_property_readonly("cores", &rfaas::lease::cores)
       .def("__repr__", [](const rfaas::lease &l) {

@@ -196,6 +196,7 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
     proof.expiry_ms = o.lease_expiry_ms;
     proof.memory_mib = o.lease_memory_mib;
     proof.cores = o.lease_cores;
+    proof.owner_uid = o.lease_owner_uid;
     std::memcpy(proof.token.bytes, o.token.data(), proto::kTokenSize);
     if (!proto::set_text(proof.client, o.lease_client))
       fail(phase::allocation, status::invalid_argument, "the lease's client name is too long");

@@ -14,6 +14,7 @@
 
 #include "channel_status.hpp"
 #include "logging.hpp"
+#include "munge_credential.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"
 #include "rm_address.hpp"
@@ -52,6 +53,7 @@ allocation_options lease::options(size_t part, allocation_options base) const {
   base.lease_cores = p.cores;
   base.lease_memory_mib = p.memory_mib;
   base.lease_client = client;
+  base.lease_owner_uid = owner_uid;
   if (base.cores == 0)
     base.cores = p.cores;
   return base;
@@ -99,6 +101,8 @@ struct resource_manager::impl {
       proto::ControlOptions copts;
       copts.receives = 4;
       copts.receive_size = proto::kMaxLeaseGrantSize;
+      // A LeaseRequest with its credential is larger than other messages.
+      copts.send_size = proto::kMaxResourceManagerRequest;
       channel = proto::ControlChannel(fabric, conn, copts);
     } catch (const rdmalib::Error &e) {
       throw Error(phase::connect, address,
@@ -172,6 +176,9 @@ struct resource_manager::impl {
     l.id = g.lease_id;
     l.expiry_ms = g.expiry_ms;
     l.client = client;
+    // Every part carries the lease's owner (the token of each covers it).
+    if (!parts.empty())
+      l.owner_uid = parts.front().owner_uid;
     // Only the grant carries the secret; a renewal keeps the one it had.
     if (!std::all_of(std::begin(g.secret.bytes), std::end(g.secret.bytes),
                      [](uint8_t b) { return b == 0; }))
@@ -200,6 +207,8 @@ struct resource_manager::impl {
   std::string address;
   rdmalib::Address where;
   std::string client;
+  /// rfaas::resource_manager::credential_problem().
+  std::string credential_problem = "no lease requested yet";
   timeouts deadlines;
   rdmalib::Fabric fabric;
   // The channel before the connection: its buffers outlive the close.
@@ -226,6 +235,17 @@ rfaas::lease resource_manager::lease(uint32_t cores, uint64_t memory_mib,
   if (!req.validate())
     throw Error(phase::lease, impl_->address, status::invalid_argument,
                 proto::describe(req.validate()));
+  // Last: the credential covers every other field.
+  std::string problem = detail::attach_munge_credential(req);
+  if (problem != impl_->credential_problem) {
+    if (problem.empty())
+      rfaas::logger().info("lease requests carry a MUNGE credential");
+    else
+      rfaas::logger().info("lease requests carry no MUNGE credential ({}); the resource manager "
+                           "decides whether it leases to anonymous clients",
+                           problem);
+  }
+  impl_->credential_problem = problem;
   std::vector<proto::LeaseGrantPart> parts;
   // A resource manager that starts nodes for this request (a SLURM pilot
   // job) says so with a retry hint; ask again until timeouts::provisioning.
@@ -245,8 +265,11 @@ rfaas::lease resource_manager::lease(uint32_t cores, uint64_t memory_mib,
   }
   rfaas::lease l;
   impl_->fill(l, g, parts);
-  rfaas::logger().info("lease {}: {} core(s) on {} node(s) until {} (epoch ms)", l.id, l.cores(),
-                       l.parts.size(), l.expiry_ms);
+  rfaas::logger().info("lease {}: {} core(s) on {} node(s) until {} (epoch ms), {}", l.id,
+                       l.cores(), l.parts.size(), l.expiry_ms,
+                       l.owner_uid == rfaas::lease::anonymous_uid
+                           ? std::string("anonymous")
+                           : "owner uid " + std::to_string(l.owner_uid));
   return l;
 }
 
@@ -277,5 +300,8 @@ void resource_manager::release(const rfaas::lease &l) {
 
 const std::string &resource_manager::address() const noexcept { return impl_->address; }
 const std::string &resource_manager::client() const noexcept { return impl_->client; }
+const std::string &resource_manager::credential_problem() const noexcept {
+  return impl_->credential_problem;
+}
 
 } // namespace rfaas

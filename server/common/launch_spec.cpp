@@ -30,6 +30,7 @@ std::string LaunchSpec::serialize() const {
   o << "connect_ms " << connect_ms << "\n";
   o << "library_loaded_ms " << library_loaded_ms << "\n";
   o << "seccomp " << (seccomp ? 1 : 0) << "\n";
+  o << "owner_uid " << owner_uid << "\n";
   o << "request " << to_hex(request.data(), request.size()) << "\n";
   o << "end\n";
   return o.str();
@@ -45,7 +46,7 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
   static const char *const kKeys[] = {"allocation_id", "secret",     "cores",
                                       "memory_mib",    "device",     "manager_host",
                                       "manager_port",  "connect_ms", "library_loaded_ms",
-                                      "seccomp",       "request"};
+                                      "seccomp",       "owner_uid",  "request"};
   std::set<std::string> seen;
   auto number = [](const std::string &key, std::istringstream &ls) {
     uint64_t v;
@@ -100,6 +101,11 @@ LaunchSpec LaunchSpec::parse(const std::string &text) {
       s.library_loaded_ms = static_cast<uint32_t>(number(key, ls));
     } else if (key == "seccomp") {
       s.seccomp = number(key, ls) != 0;
+    } else if (key == "owner_uid") {
+      const uint64_t v = number(key, ls);
+      if (v > 0xffffffffu)
+        throw SpecError("launch spec: owner_uid: out of range");
+      s.owner_uid = static_cast<uint32_t>(v);
     } else if (key == "request") {
       std::string h;
       ls >> h;

@@ -17,6 +17,7 @@
 
 #include "common/hex.hpp"
 #include "protocol/protocol.hpp"
+#include "protocol/rm_messages.hpp"
 
 namespace rfaas::server {
 
@@ -68,6 +69,10 @@ struct LaunchSpec {
   /// Install the seccomp filter once the links are up, before the library
   /// is loaded (server/executor/seccomp_filter.hpp).
   bool seccomp = false;
+  /// The uid of the lease's owner as its verified token says
+  /// (protocol::kAnonymousUid: none, or a standalone manager). A root
+  /// zygote runs the executor as this uid (Sandbox::identity_for).
+  uint32_t owner_uid = protocol::kAnonymousUid;
   /// The client's AllocationRequest and its descriptors, encoded as received.
   std::vector<uint8_t> request;
 

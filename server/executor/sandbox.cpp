@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <link.h>
 #include <linux/capability.h>
+#include <pwd.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -265,11 +266,13 @@ std::string Sandbox::describe() const {
            "node; for a single trusted user only)";
   std::string who =
       keep_uid_ ? "the manager's uid " + std::to_string(::getuid()) +
-                      " (the provider connects processes of one uid only: executor.user does "
-                      "not apply)"
-      : root_ ? "uid " + std::to_string(config_.uid) + ", gid " + std::to_string(config_.gid)
+                      " (the provider connects processes of one uid only: neither the lease "
+                      "owner's uid nor executor.user applies)"
+      : root_ ? "the lease owner's uid (anonymous leases: uid " + std::to_string(config_.uid) +
+                    ", gid " + std::to_string(config_.gid) + ")"
               : "the manager's uid " + std::to_string(::getuid()) +
-                    " (not root: executor.user does not apply)";
+                    " for every lease (not root: neither the lease owner's uid nor executor.user "
+                    "applies)";
   return std::string("namespaces (user, mount, ") +
          (host_pids_ ? "ipc, uts, cgroup; the host's PID namespace, which the provider needs, "
                        "without /proc; "
@@ -290,12 +293,39 @@ ExecutorCgroup Sandbox::make_cgroup(const std::string &name) const {
   return g;
 }
 
-bool Sandbox::enter(const ExecutorCgroup &cgroup, std::string &error) const {
+bool Sandbox::identity_for(uint32_t owner_uid, ExecutorIdentity &out, std::string &error) const {
+  if (config_.kind == server::SandboxKind::Process || keep_uid_ || !root_) {
+    out = ExecutorIdentity{::getuid(), ::getgid(), false};
+    return true;
+  }
+  if (owner_uid == protocol::kAnonymousUid || owner_uid == 0) {
+    out = ExecutorIdentity{config_.uid, config_.gid, false};
+    return true;
+  }
+  // The account's primary group, as SLURM's slurmd does for a job's user:
+  // the credential's gid is the client host's view, the node's own
+  // accounts decide here.
+  struct passwd pw;
+  struct passwd *found = nullptr;
+  std::vector<char> buf(16384);
+  int rc = ::getpwuid_r(static_cast<uid_t>(owner_uid), &pw, buf.data(), buf.size(), &found);
+  if (rc != 0 || !found) {
+    error = "the lease's owner, uid " + std::to_string(owner_uid) +
+            ", has no account on this node" +
+            (rc != 0 ? std::string(" (") + std::strerror(rc) + ")" : std::string());
+    return false;
+  }
+  out = ExecutorIdentity{static_cast<uid_t>(owner_uid), pw.pw_gid, true};
+  return true;
+}
+
+bool Sandbox::enter(const ExecutorCgroup &cgroup, const ExecutorIdentity &who,
+                    std::string &error) const {
   if (config_.kind == server::SandboxKind::Process)
     return true;
   if (!cgroup.empty() && !cgroup.join(error))
     return false;
-  if (!enter_namespaces(error))
+  if (!enter_namespaces(who, error))
     return false;
   if (!build_root(error))
     return false;
@@ -312,17 +342,18 @@ bool Sandbox::enter(const ExecutorCgroup &cgroup, std::string &error) const {
   return true;
 }
 
-bool Sandbox::enter_namespaces(std::string &error) const {
+bool Sandbox::enter_namespaces(const ExecutorIdentity &who, std::string &error) const {
   const pid_t zygote = ::getppid();
   uid_t uid = ::getuid();
   gid_t gid = ::getgid();
   if (root_ && !keep_uid_) {
-    if (config_.uid == 0 || config_.gid == 0) {
-      error = "executor.user must not be root in a sandbox";
+    if (who.uid == 0 || who.gid == 0) {
+      error = who.owner ? "the lease's owner must not run as root or group 0 in a sandbox"
+                        : "executor.user must not be root in a sandbox";
       return false;
     }
-    uid = config_.uid;
-    gid = config_.gid;
+    uid = who.uid;
+    gid = who.gid;
     if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 ||
         ::setresuid(uid, uid, uid) != 0) {
       error =

@@ -5,7 +5,10 @@
 // it; the forked child calls Sandbox::enter(), which for the `namespaces`
 // kind:
 //   1. joins the cgroup and, when the zygote runs as root, becomes the
-//      configured unprivileged uid and gid (no supplementary groups);
+//      lease owner's uid (the uid the resource manager authenticated with
+//      MUNGE, which the lease token covers) with that account's primary
+//      gid, or for an anonymous lease (and one of root) the configured
+//      unprivileged executor.user (no supplementary groups either way);
 //   2. sets no_new_privs and unshares user, mount, IPC, UTS, cgroup and PID
 //      namespaces, mapping only its own uid and gid into the new user
 //      namespace;
@@ -37,6 +40,9 @@
 // The `process` kind does none of this (a trusted single user only).
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,6 +52,15 @@
 #include "executor/cgroup.hpp"
 
 namespace rfaas::executor_process {
+
+/// Who an executor runs as.
+struct ExecutorIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  /// The lease's owner (else executor.user, or the zygote's own uid).
+  bool owner = false;
+  bool operator==(const ExecutorIdentity &o) const { return uid == o.uid && gid == o.gid; }
+};
 
 class Sandbox {
 public:
@@ -65,17 +80,27 @@ public:
   /// executor.
   ExecutorCgroup make_cgroup(const std::string &name) const;
 
+  /// In the zygote, before the fork: who the executor of a lease owned by
+  /// `owner_uid` (protocol::kAnonymousUid: nobody known) runs as. As root
+  /// with a provider that lets processes of different uids connect: the
+  /// owner with its account's primary gid (false with `error` when this node
+  /// has no account for it), or executor.user for an anonymous lease and
+  /// for owner uid 0 (root of a client host is not root here). Otherwise
+  /// the zygote's own uid and gid: a manager that is not root cannot change
+  /// uid, and on shm the provider connects one uid only.
+  bool identity_for(uint32_t owner_uid, ExecutorIdentity &out, std::string &error) const;
+
   /// In the forked child. Returns true in the confined process; false with
   /// `error` when confinement failed (the caller exits: an executor never
   /// runs less confined than configured). For the namespaces kind the
   /// process in between never returns.
-  bool enter(const ExecutorCgroup &cgroup, std::string &error) const;
+  bool enter(const ExecutorCgroup &cgroup, const ExecutorIdentity &who, std::string &error) const;
 
   /// Whether cgroups limit memory, cores and processes (else rlimits do).
   const CgroupSupport &cgroups() const { return cgroups_; }
 
 private:
-  bool enter_namespaces(std::string &error) const;
+  bool enter_namespaces(const ExecutorIdentity &who, std::string &error) const;
   bool build_root(std::string &error) const;
   bool populate(const std::string &root, const std::string &host, std::string &error) const;
   bool set_limits(bool pids_limited, std::string &error) const;

@@ -197,9 +197,9 @@ private:
 
   /// In a forked child, before anything of an allocation: enter the
   /// sandbox, or end (an executor never runs less confined than configured).
-  void confine(const ExecutorCgroup &cgroup) {
+  void confine(const ExecutorCgroup &cgroup, const ExecutorIdentity &who) {
     std::string why;
-    if (!sandbox_.enter(cgroup, why)) {
+    if (!sandbox_.enter(cgroup, who, why)) {
       spdlog::error("executor sandbox ({}): {}", server::to_string(sandbox_.config().kind), why);
       _exit(ExitSetupFailed);
     }
@@ -236,6 +236,16 @@ private:
       return;
     }
     const pid_t zygote = ::getpid();
+    // A spare waits as whom an anonymous lease runs; a lease of an owner
+    // who runs as someone else gets a fresh fork (hand_to_spare).
+    std::string why;
+    if (!sandbox_.identity_for(protocol::kAnonymousUid, spare_identity_, why)) {
+      spdlog::warn("zygote: no identity for a spare executor: {}", why);
+      ::close(sv[0]);
+      ::close(sv[1]);
+      keep_spares_ = false;
+      return;
+    }
     ExecutorCgroup cgroup = sandbox_.make_cgroup(next_cgroup_name());
     pid_t pid = ::fork();
     if (pid < 0) {
@@ -250,7 +260,7 @@ private:
       ::close(sv[0]);
       if (::getppid() != zygote)
         _exit(0); // the zygote died before the death signal was armed
-      confine(cgroup);
+      confine(cgroup, spare_identity_);
       prctl(PR_SET_NAME, "executor-spare");
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       _exit(run_spare(sv[1], device_, spare_input_slots_));
@@ -324,8 +334,9 @@ private:
 
   /// Give `text` to the spare; its pid on success, -1 if there is none or it
   /// could not take it (then it is dropped).
-  pid_t hand_to_spare(const std::string &text, const server::LaunchSpec &spec) {
-    if (spare_pid_ <= 0)
+  pid_t hand_to_spare(const std::string &text, const server::LaunchSpec &spec,
+                      const ExecutorIdentity &who) {
+    if (spare_pid_ <= 0 || !(who == spare_identity_))
       return -1;
     // Its limits before its allocation: the client's code comes with it.
     std::string why;
@@ -424,8 +435,17 @@ private:
       emit(std::string("failed 0 ") + e.what());
       return;
     }
+    ExecutorIdentity who;
+    std::string refused;
+    if (!sandbox_.identity_for(spec.owner_uid, who, refused)) {
+      emit("failed " + std::to_string(spec.allocation_id) + " " + refused);
+      return;
+    }
+    if (who.owner)
+      spdlog::info("zygote: allocation {:x} runs as its lease's owner, uid {} gid {}",
+                   spec.allocation_id, who.uid, who.gid);
     if (!exec_each_) {
-      pid_t pid = hand_to_spare(text, spec);
+      pid_t pid = hand_to_spare(text, spec, who);
       if (pid > 0) {
         children_[pid] = spec.allocation_id;
         emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
@@ -463,7 +483,7 @@ private:
     if (pid == 0) {
       // Executor: dies with the zygote (and so with the manager).
       enter_child();
-      confine(cgroup);
+      confine(cgroup, who);
       if (exec_each_) {
         std::string fd = std::to_string(memfd);
         execl(self_.c_str(), "executor", "--spec-fd", fd.c_str(), static_cast<char *>(nullptr));
@@ -507,6 +527,8 @@ private:
   int spare_fd_ = -1;
   bool spare_heard_ = false;
   bool spare_sandboxed_said_ = false;
+  /// Who the spare runs as (that of an anonymous lease).
+  ExecutorIdentity spare_identity_;
   uint32_t spare_input_slots_ = kFirstSpareInputSlots;
   Clock::time_point spare_due_{};
   /// Spares let go unused, reaped without a report: each with the time it is

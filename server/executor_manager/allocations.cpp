@@ -162,6 +162,9 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
   spec.connect_ms = cfg_.workers_connected_ms;
   spec.library_loaded_ms = cfg_.library_loaded_ms;
   spec.seccomp = cfg_.sandbox.kind != server::SandboxKind::Process && cfg_.sandbox.seccomp;
+  // Only a verified lease names an owner; the zygote decides whether the
+  // executor runs as it (Sandbox::identity_for).
+  spec.owner_uid = c.lease_ok ? c.lease_owner_uid : proto::kAnonymousUid;
   spec.request.assign(msg, msg + r.size);
   std::string text = spec.serialize();
   uint64_t id = a->id;

@@ -20,7 +20,8 @@ void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
   } else {
     rm::LeaseClaim claim{proof.lease_id,  verifier_->node(),
                          proof.cores,     proof.memory_mib,
-                         proof.expiry_ms, std::string(proto::get_text(proof.client))};
+                         proof.expiry_ms, std::string(proto::get_text(proof.client)),
+                         proof.owner_uid};
     rm::LeaseToken token;
     std::memcpy(token.data(), c.token.bytes, token.size());
     const uint64_t now_ms =
@@ -32,8 +33,10 @@ void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
       c.lease_ok = true;
       c.lease_cores = proof.cores;
       c.lease_memory_mib = proof.memory_mib;
-      spdlog::info("client {}: lease {} of {} verified ({} core(s), {} MiB)", c.peer,
-                   proof.lease_id, claim.client, proof.cores, proof.memory_mib);
+      c.lease_owner_uid = proof.owner_uid;
+      spdlog::info("client {}: lease {} of {} ({}) verified ({} core(s), {} MiB)", c.peer,
+                   proof.lease_id, claim.client, rm::describe_owner(proof.owner_uid, ""),
+                   proof.cores, proof.memory_mib);
       return;
     }
     why = rm::reason_text(v);

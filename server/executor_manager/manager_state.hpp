@@ -53,6 +53,8 @@ struct Manager::Client {
   std::string lease_ended;
   uint32_t lease_cores = 0;
   uint64_t lease_memory_mib = 0;
+  /// The lease's owner as its verified token says (kAnonymousUid: none).
+  uint32_t lease_owner_uid = proto::kAnonymousUid;
   Admission::Ticket ticket = 0; // pending until granted (admission.hpp)
   bool requested = false;
   bool closed = false;

@@ -252,7 +252,7 @@ void read_node_provider(const Node &root, ResourceManagerConfig &c, const std::s
 ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {
   ResourceManagerConfig c;
   root.expect_object({"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms",
-                      "retention_days", "log"});
+                      "retention_days", "log", "auth", "munge_socket"});
   root.optional("retention_days", c.registry.retention_days, 0, 36'500);
   if (root.has("database"))
     c.database = root["database"].nonempty_string();
@@ -268,6 +268,10 @@ ResourceManagerConfig read_config(const Node &root, const std::string &base_dir)
   }
   read_fabric(root, c.fabric, base_dir);
   read_node_provider(root, c, base_dir);
+  if (root.has("auth"))
+    c.fabric.auth = root["auth"].enumeration(parse_client_auth_mode, "none, munge");
+  if (root.has("munge_socket"))
+    c.fabric.munge_socket = resolve(root["munge_socket"].nonempty_string(), base_dir);
   // Nodes are asked to beat faster than they are declared down; name the key
   // the file gave (the other one holds its default).
   if (c.fabric.enabled && c.fabric.heartbeat_ms >= c.registry.heartbeat_timeout_ms) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "resource_manager/client_auth.hpp"
 #include "resource_manager/registry.hpp"
 
 namespace rfaas::rm {
@@ -49,6 +50,11 @@ struct FabricConfig {
   /// A client connection that has sent nothing for this long is closed (its
   /// leases stay; librfaas connects again for its next call).
   uint64_t client_idle_timeout_ms = 3'600'000;
+  /// How lease requests are authenticated (top-level "auth"): none (clients
+  /// are anonymous) or munge (a MUNGE credential of this realm in each).
+  ClientAuthMode auth = ClientAuthMode::None;
+  /// munged's socket (top-level "munge_socket"); empty: libmunge's default.
+  std::string munge_socket;
 };
 
 /// nodes.slurm: the slurm node provider (docs/slurm.md, pilot jobs).

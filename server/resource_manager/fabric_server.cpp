@@ -99,7 +99,7 @@ struct FabricServer::Peer {
 };
 
 FabricServer::FabricServer(const rdmalib::DeviceConfig &device, const FabricConfig &config)
-    : cfg_(config), device_(device), fabric_(device_),
+    : cfg_(config), auth_(cfg_.auth, cfg_.munge_socket), device_(device), fabric_(device_),
       listener_(fabric_,
                 rdmalib::Address{cfg_.host.empty() ? device_.ip_address : cfg_.host, cfg_.port}) {}
 
@@ -224,7 +224,7 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   }
   proto::ControlOptions copts;
   copts.receives = kReceives;
-  copts.receive_size = proto::kControlMessageMax;
+  copts.receive_size = proto::kMaxResourceManagerRequest;
   copts.send_size = proto::kMaxLeaseGrantSize;
   p->channel = proto::ControlChannel(fabric_, p->conn, copts);
   try {
@@ -480,6 +480,7 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
       const LeasePart &lp = grant->lease.parts[i];
       proto::LeaseGrantPart part;
       part.cores = static_cast<uint32_t>(lp.cores.size());
+      part.owner_uid = grant->lease.owner_uid;
       part.memory_mib = lp.memory_mib;
       std::memcpy(part.token.bytes, grant->tokens[i].data(), proto::kTokenSize);
       if (!proto::set_text(part.node, lp.node) ||
@@ -539,6 +540,13 @@ void FabricServer::on_lease_request(Peer &p, const proto::ControlMessage &m, Reg
     return grant_reply(p, Status{Outcome::Invalid, "bad LeaseRequest: " + why}, nullptr, 0);
   LeaseRequest lr;
   lr.client = std::string(proto::get_text(req.client));
+  ClientIdentity who;
+  if (!auth_.verify(req, who, why)) {
+    log()->warn("fabric: lease for {} refused: {}", lr.client, why);
+    return grant_reply(p, Status{Outcome::Forbidden, why}, nullptr, 0);
+  }
+  lr.owner_uid = who.owner_uid;
+  lr.job_id = who.job_id;
   lr.cores = req.cores;
   lr.memory_mib = req.memory_mib;
   lr.duration_ms = req.duration_ms;

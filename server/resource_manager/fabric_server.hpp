@@ -37,6 +37,7 @@
 
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"
+#include "resource_manager/client_auth.hpp"
 #include "resource_manager/config.hpp"
 #include "resource_manager/loop.hpp"
 #include "resource_manager/metrics.hpp"
@@ -54,6 +55,8 @@ public:
   /// Where nodes and clients connect (real port).
   const rdmalib::Address &address() const { return listener_.address(); }
   const std::string &provider() const { return fabric_.provider(); }
+  /// How lease requests are authenticated.
+  const ClientAuth &auth() const { return auth_; }
 
   bool poll(Registry &registry) override;
   void deliver(const std::vector<LeaseEnded> &events, Registry &registry) override;
@@ -106,6 +109,8 @@ private:
   void drop(Peer &p, Registry &registry, const std::string &why);
 
   FabricConfig cfg_;
+  /// Checks lease requests' credentials (on the loop's thread only).
+  ClientAuth auth_;
   rdmalib::DeviceConfig device_;
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;

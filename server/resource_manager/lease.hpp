@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "resource_manager/lease_token.hpp"
+#include "resource_manager/owner.hpp"
 
 namespace rfaas::rm {
 
@@ -32,6 +33,12 @@ struct Lease {
   uint64_t expiry_ms = 0;
   uint64_t ended_ms = 0; ///< 0 while active
   std::vector<LeasePart> parts;
+  /// The uid its client authenticated with (MUNGE); kAnonymousOwner when the
+  /// resource manager does not authenticate clients. Its tokens cover it, and
+  /// root executor managers run its executors as this uid.
+  uint32_t owner_uid = kAnonymousOwner;
+  /// The client's SLURM job id (empty outside a job or unauthenticated).
+  std::string job_id{};
   /// Hash of the lease's secret (all zero for a lease recorded before lease
   /// secrets: it can be neither renewed nor released, only revoked).
   LeaseSecretHash secret_hash{};
@@ -50,9 +57,13 @@ struct Lease {
   }
   /// What the token of part `i` covers.
   LeaseClaim claim(size_t i) const {
-    return LeaseClaim{
-        id,        parts[i].node, static_cast<uint32_t>(parts[i].cores.size()), parts[i].memory_mib,
-        expiry_ms, client};
+    return LeaseClaim{id,
+                      parts[i].node,
+                      static_cast<uint32_t>(parts[i].cores.size()),
+                      parts[i].memory_mib,
+                      expiry_ms,
+                      client,
+                      owner_uid};
   }
 };
 
@@ -70,6 +81,9 @@ struct AccountingRecord {
   uint64_t execution_us = 0;
   uint64_t memory_mib = 0;
   bool final = false;
+  /// The lease's owner_uid and job_id (copied from the lease when recorded).
+  uint32_t owner_uid = kAnonymousOwner;
+  std::string job_id{};
 };
 
 } // namespace rfaas::rm

@@ -88,13 +88,16 @@ LeaseToken compute_token(const LeaseClaim &claim, const NodeSecret &secret) {
   ensure_sodium();
   crypto_generichash_state st;
   crypto_generichash_init(&st, secret.data(), secret.size(), kLeaseTokenSize);
-  put_str(st, "rfaas-lease-token-v1");
+  // v2: the owner's uid joined the fields (a node runs the lease's
+  // executors as that uid, so a client must not be able to change it).
+  put_str(st, "rfaas-lease-token-v2");
   put_u64(st, claim.lease_id);
   put_str(st, claim.node);
   put_u64(st, claim.cores);
   put_u64(st, claim.memory_mib);
   put_u64(st, claim.expiry_ms);
   put_str(st, claim.client);
+  put_u64(st, claim.owner_uid);
   LeaseToken t;
   crypto_generichash_final(&st, t.data(), t.size());
   sodium_memzero(&st, sizeof st);

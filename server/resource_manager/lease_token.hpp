@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/hex.hpp"
+#include "resource_manager/owner.hpp"
 
 namespace rfaas::rm {
 
@@ -42,6 +43,8 @@ struct LeaseClaim {
   uint64_t expiry_ms = 0;
   /// Who the lease was granted to.
   std::string client;
+  /// The uid the resource manager authenticated (kAnonymousOwner: none).
+  uint32_t owner_uid = kAnonymousOwner;
 };
 
 /// Initialises libsodium once; throws std::runtime_error if it cannot.

@@ -106,8 +106,9 @@ int main(int argc, char **argv) {
         } stop_loop{loop};
         rest.start(cfg.http_host, cfg.http_port, cfg.http_threads);
         if (fabric)
-          std::fprintf(stderr, "resource_manager: fabric on %s (provider %s)\n",
-                       fabric->address().to_string().c_str(), fabric->provider().c_str());
+          std::fprintf(stderr, "resource_manager: fabric on %s (provider %s), %s\n",
+                       fabric->address().to_string().c_str(), fabric->provider().c_str(),
+                       fabric->auth().describe().c_str());
         std::fprintf(stderr, "resource_manager: ready, REST on http://%s:%u\n",
                      cfg.http_host.c_str(), rest.port());
         std::fflush(stderr);

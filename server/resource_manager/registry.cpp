@@ -409,6 +409,8 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
     return refuse(Outcome::StoreFailed, e.what());
   }
   l.client = r.client;
+  l.owner_uid = r.owner_uid;
+  l.job_id = r.job_id;
   const LeaseSecret secret = generate_lease_secret();
   l.secret_hash = hash_lease_secret(secret);
   l.granted_ms = now;
@@ -434,8 +436,9 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
   occupy(l);
   active_.emplace(l.id, l);
   ++counters_.granted;
-  log()->info("lease {} granted to {}: {} cores, {} MiB on {} node(s), until {}", l.id, l.client,
-              l.total_cores(), l.total_memory_mib(), l.parts.size(), l.expiry_ms);
+  log()->info("lease {} granted to {} ({}): {} cores, {} MiB on {} node(s), until {}", l.id,
+              l.client, describe_owner(l.owner_uid, l.job_id), l.total_cores(),
+              l.total_memory_mib(), l.parts.size(), l.expiry_ms);
   Grant g = make_grant(l);
   g.secret = secret;
   return success(std::move(g));
@@ -608,6 +611,8 @@ Status Registry::record_accounting(AccountingRecord r) {
     return fail(Outcome::Forbidden,
                 "lease " + std::to_string(r.lease_id) + " holds nothing on node " + r.node);
   r.client = l->client;
+  r.owner_uid = l->owner_uid;
+  r.job_id = l->job_id;
   if (r.reported_ms == 0)
     r.reported_ms = clock_();
   try {

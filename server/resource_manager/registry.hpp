@@ -91,6 +91,10 @@ struct LeaseRequest {
   uint64_t duration_ms = 0;
   /// 1: one node only; more lets the lease span up to this many nodes.
   uint32_t max_nodes = 1;
+  /// Who asks, as authenticated (ClientAuth): the uid, kAnonymousOwner
+  /// without authentication, and the SLURM job id (empty outside a job).
+  uint32_t owner_uid = kAnonymousOwner;
+  std::string job_id{};
 };
 
 /// A granted (or renewed) lease with what the client needs to use it: per

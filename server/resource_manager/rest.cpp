@@ -73,12 +73,17 @@ json node_json(const NodeView &v) {
               {"last_heartbeat_ms", v.node.last_heartbeat_ms}};
 }
 
+/// A lease owner's uid for JSON: null when the client was anonymous.
+json owner_json(uint32_t uid) { return uid == kAnonymousOwner ? json(nullptr) : json(uid); }
+
 json lease_json(const Lease &l) {
   json parts = json::array();
   for (const LeasePart &p : l.parts)
     parts.push_back({{"node", p.node}, {"cores", p.cores}, {"memory_mib", p.memory_mib}});
   return json{{"id", l.id},
               {"client", l.client},
+              {"owner_uid", owner_json(l.owner_uid)},
+              {"job_id", l.job_id},
               {"state", to_string(l.state)},
               {"granted_ms", l.granted_ms},
               {"expiry_ms", l.expiry_ms},
@@ -100,7 +105,9 @@ json accounting_json(const std::vector<AccountingRecord> &records) {
                     {"hot_polling_us", r.hot_polling_us},
                     {"execution_us", r.execution_us},
                     {"memory_mib", r.memory_mib},
-                    {"final", r.final}});
+                    {"final", r.final},
+                    {"owner_uid", owner_json(r.owner_uid)},
+                    {"job_id", r.job_id}});
     alloc += r.allocation_us;
     hot += r.hot_polling_us;
     exec += r.execution_us;
@@ -466,12 +473,14 @@ struct RestServer::Routes {
     if (!select_accounting(req, w, rows))
       return;
     std::string csv = "lease,node,client,reported_ms,allocation_us,hot_polling_us,execution_us,"
-                      "memory_mib,final\n";
+                      "memory_mib,final,owner_uid,job_id\n";
     for (const AccountingRecord &r : rows)
       csv += std::to_string(r.lease_id) + "," + csv_field(r.node) + "," + csv_field(r.client) +
              "," + std::to_string(r.reported_ms) + "," + std::to_string(r.allocation_us) + "," +
              std::to_string(r.hot_polling_us) + "," + std::to_string(r.execution_us) + "," +
-             std::to_string(r.memory_mib) + "," + (r.final ? "1" : "0") + "\n";
+             std::to_string(r.memory_mib) + "," + (r.final ? "1" : "0") + "," +
+             (r.owner_uid == kAnonymousOwner ? "" : std::to_string(r.owner_uid)) + "," +
+             csv_field(r.job_id) + "\n";
     w.headers().add<Pistache::Http::Header::ContentType>(
         Pistache::Http::Mime::MediaType::fromString("text/csv"));
     w.send(Code::Ok, csv);

@@ -152,6 +152,13 @@ const char *const kMigrations[] = {
     // restart).
     "ALTER TABLE leases ADD COLUMN secret_hash BLOB NOT NULL DEFAULT x'';"
     "ALTER TABLE nodes ADD COLUMN registration_signed_ms INTEGER NOT NULL DEFAULT 0;",
+    // 2 -> 3: the lease's owner as authenticated (MUNGE uid, 4294967295 for
+    // anonymous, what leases granted before were) and SLURM job id, on the
+    // lease and on its accounting.
+    "ALTER TABLE leases ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 4294967295;"
+    "ALTER TABLE leases ADD COLUMN job_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE accounting ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 4294967295;"
+    "ALTER TABLE accounting ADD COLUMN job_id TEXT NOT NULL DEFAULT '';",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
@@ -320,7 +327,7 @@ void Store::put_lease(const Lease &l) {
   Transaction t(db_);
   {
     Stmt q(db_, "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
-                "ended_ms, secret_hash) VALUES (?1,?2,?3,?4,?5,?6,?7)");
+                "ended_ms, secret_hash, owner_uid, job_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
     q.bind(1, l.id);
     q.bind(2, l.client);
     q.bind(3, std::string(to_string(l.state)));
@@ -328,6 +335,8 @@ void Store::put_lease(const Lease &l) {
     q.bind(5, l.expiry_ms);
     q.bind(6, l.ended_ms);
     q.bind_blob(7, l.secret_hash.data(), l.secret_hash.size());
+    q.bind(8, static_cast<uint64_t>(l.owner_uid));
+    q.bind(9, l.job_id);
     q.run();
   }
   {
@@ -351,7 +360,8 @@ void Store::put_lease(const Lease &l) {
 std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
                                        size_t limit) const {
   std::string sql =
-      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash FROM leases ";
+      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash, owner_uid, job_id "
+      "FROM leases ";
   sql += where;
   sql += " ORDER BY granted_ms DESC, id LIMIT ?2";
   Stmt q(db_, sql.c_str());
@@ -375,6 +385,8 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
     std::string hash = q.blob(6);
     if (hash.size() == l.secret_hash.size())
       std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
+    l.owner_uid = static_cast<uint32_t>(q.u64(7));
+    l.job_id = q.text(8);
     out.push_back(std::move(l));
   }
   Stmt p(db_, "SELECT node, cores, memory_mib FROM lease_parts WHERE lease_id = ?1 "
@@ -420,8 +432,8 @@ std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t n
 
 void Store::put_accounting(const AccountingRecord &r) {
   Stmt q(db_, "INSERT OR REPLACE INTO accounting (lease_id, node, client, reported_ms, "
-              "allocation_us, hot_polling_us, execution_us, memory_mib, final) "
-              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+              "allocation_us, hot_polling_us, execution_us, memory_mib, final, owner_uid, job_id) "
+              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)");
   q.bind(1, r.lease_id);
   q.bind(2, r.node);
   q.bind(3, r.client);
@@ -431,13 +443,15 @@ void Store::put_accounting(const AccountingRecord &r) {
   q.bind(7, r.execution_us);
   q.bind(8, r.memory_mib);
   q.bind(9, static_cast<int64_t>(r.final));
+  q.bind(10, static_cast<uint64_t>(r.owner_uid));
+  q.bind(11, r.job_id);
   q.run();
 }
 
 std::vector<AccountingRecord> Store::query_accounting(const char *where, const std::string *text,
                                                       int64_t id) const {
   std::string sql = "SELECT lease_id, node, client, reported_ms, allocation_us, hot_polling_us, "
-                    "execution_us, memory_mib, final FROM accounting ";
+                    "execution_us, memory_mib, final, owner_uid, job_id FROM accounting ";
   sql += where;
   sql += " ORDER BY reported_ms, lease_id, node";
   Stmt q(db_, sql.c_str());
@@ -448,7 +462,8 @@ std::vector<AccountingRecord> Store::query_accounting(const char *where, const s
   std::vector<AccountingRecord> out;
   while (q.step())
     out.push_back(AccountingRecord{q.u64(0), q.text(1), q.text(2), q.u64(3), q.u64(4), q.u64(5),
-                                   q.u64(6), q.u64(7), q.i64(8) != 0});
+                                   q.u64(6), q.u64(7), q.i64(8) != 0,
+                                   static_cast<uint32_t>(q.u64(9)), q.text(10)});
   return out;
 }
 

@@ -10,7 +10,7 @@
 3. Its dependencies: libfabric only with backend=libfabric and rdma-core only
    with backend=verbs, both with a version range; the libraries the project
    finds (spdlog, cxxopts, pistache, readerwriterqueue, nlohmann-json,
-   libsodium, sqlite); googletest only with +tests.
+   libsodium, sqlite, munge); googletest only with +tests.
 4. check() runs ctest in the build directory (recorded, not run).
 5. Every distinct CMake configuration the recipe can emit configures this
    source tree (cmake configure only, in a temporary directory), with no
@@ -80,7 +80,8 @@ MAPPING = {
     "python": ("RFAAS_BUILD_PYTHON", {True: "BOOL=ON", False: "BOOL=OFF"}),
     "tests": ("RFAAS_BUILD_TESTS", {True: "BOOL=ON", False: "BOOL=OFF"}),
 }
-ALWAYS = ["spdlog", "cxxopts", "pistache", "readerwriterqueue", "nlohmann-json", "libsodium", "sqlite"]
+ALWAYS = ["spdlog", "cxxopts", "pistache", "readerwriterqueue", "nlohmann-json", "libsodium", "sqlite",
+          "munge"]
 
 
 def check_declarations(cls):

@@ -605,15 +605,15 @@ TEST(ProtocolReject, BadMagic) {
 TEST(ProtocolReject, WrongVersionReportsThePeersVersion) {
   p::ClientHello m;
   auto b = bytes_of(m);
-  put16(&b[4], 6);
+  put16(&b[4], p::kVersion + 1);
   p::ClientHello back;
   p::WireResult r = p::decode(b.data(), b.size(), back);
   EXPECT_EQ(r.error, p::WireError::VersionMismatch);
-  EXPECT_EQ(back.header.version, 6);
+  EXPECT_EQ(back.header.version, p::kVersion + 1);
   EXPECT_EQ(p::reply_code(r.error), p::ErrorCode::VersionMismatch);
   p::Header h;
   EXPECT_EQ(p::peek(b.data(), b.size(), h).error, p::WireError::VersionMismatch);
-  EXPECT_EQ(h.version, 6);
+  EXPECT_EQ(h.version, p::kVersion + 1);
   // Versions 1 (before result targets), 2 (packed input slots), 3 (64-byte
   // invocation headers) and 4 (no lease secrets) are refused too.
   put16(&b[4], 4);

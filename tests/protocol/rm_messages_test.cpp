@@ -133,7 +133,7 @@ TYPED_TEST(RmMessage, FieldsCoverTheWholeStruct) {
   FieldCounter c;
   TypeParam::fields(static_cast<const TypeParam &>(m), c);
   EXPECT_EQ(c.bytes, sizeof(TypeParam));
-  EXPECT_LE(sizeof(TypeParam), p::kControlMessageMax);
+  EXPECT_LE(sizeof(TypeParam), p::kMaxResourceManagerRequest);
 }
 
 TYPED_TEST(RmMessage, RoundTripIsByteExact) {
@@ -226,4 +226,29 @@ TEST(RmMessages, LeaseGrantCarriesItsParts) {
   g.lease_id = 0;
   EXPECT_FALSE(g.validate().ok());
   EXPECT_LE(p::kMaxLeaseGrantSize, 4096u);
+}
+
+TEST(RmMessages, LeaseRequestBindingCoversEveryFieldButTheCredential) {
+  const p::LeaseRequest base = sample<p::LeaseRequest>();
+  const std::vector<uint8_t> bound = p::lease_request_binding(base);
+  // The credential does not bind itself: attaching it keeps the binding.
+  p::LeaseRequest with = base;
+  p::set_text(with.credential, "MUNGE:AwQ...:");
+  EXPECT_EQ(p::lease_request_binding(with), bound);
+  // Every other field changes it: a credential cannot move to a request with
+  // more cores, memory, time, nodes or another name.
+  std::vector<p::LeaseRequest> altered(5, base);
+  altered[0].cores += 1;
+  altered[1].max_nodes += 1;
+  altered[2].memory_mib += 1;
+  altered[3].duration_ms += 1;
+  p::set_text(altered[4].client, "alicf");
+  for (const p::LeaseRequest &a : altered)
+    EXPECT_NE(p::lease_request_binding(a), bound);
+}
+
+TEST(RmMessages, LeaseRequestCredentialMustBeTerminated) {
+  p::LeaseRequest m = sample<p::LeaseRequest>();
+  std::memset(m.credential, 'A', sizeof m.credential);
+  EXPECT_EQ(m.validate().error, p::WireError::InvalidField);
 }

@@ -261,3 +261,12 @@ RFAAS_FUNCTION(escape_daemon) {
   waitpid(c, nullptr, 0);
   return ok(out, out_capacity, "daemon started");
 }
+
+/// Who the executor runs as: "uid U gid G" (the lease owner test,
+/// owner_test.sh).
+RFAAS_FUNCTION(identity) {
+  (void)in;
+  (void)in_size;
+  return put(out, out_capacity,
+             "uid " + std::to_string(::getuid()) + " gid " + std::to_string(::getgid()));
+}

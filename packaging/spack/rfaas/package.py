@@ -58,6 +58,9 @@ class Rfaas(CMakePackage):
     # The resource manager: lease tokens are MACs (libsodium), its store SQLite.
     depends_on("libsodium@1.0.18:")
     depends_on("sqlite@3.40:")
+    # Clients' identity: librfaas encodes MUNGE credentials, the resource
+    # manager decodes them.
+    depends_on("munge")
 
     depends_on("googletest@1.12:", type=("build", "link"), when="+tests")
     # The test suites check the REST API with curl.

@@ -98,6 +98,9 @@ struct allocation_options {
   uint64_t lease_memory_mib = 0;
   /// The client name the lease was granted to; the node checks it against the token.
   std::string lease_client;
+  /// The uid the resource manager authenticated for the lease
+  /// (rfaas::lease::owner_uid); the node checks it against the token.
+  uint32_t lease_owner_uid = 0xffffffffu;
 };
 
 /// When each cold-start phase of the last allocate() ended, measured from the

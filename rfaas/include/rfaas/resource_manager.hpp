@@ -64,6 +64,13 @@ struct lease {
   std::array<uint8_t, 16> secret{};
   /// One part per node the cores were spread over.
   std::vector<lease_part> parts;
+  /// The uid the resource manager authenticated this client as, from the
+  /// MUNGE credential the lease request carried; anonymous_uid when it does
+  /// not authenticate clients (its auth "none"). Nodes whose executor
+  /// manager runs as root run the lease's executors as this uid.
+  uint32_t owner_uid = anonymous_uid;
+  /// owner_uid of a lease granted to an unauthenticated client.
+  static constexpr uint32_t anonymous_uid = 0xffffffffu;
 
   /// The executor manager of part `part`, for executor::allocate().
   /// Throws Error(phase::usage) for a part that does not exist.
@@ -99,12 +106,17 @@ public:
 
   /// Lease `cores` cores and `memory_mib` MiB in total for `duration` (0:
   /// the resource manager's default), on at most `max_nodes` nodes (1..16).
-  /// Throws Error(phase::lease) with resources_unavailable when not enough is
-  /// free, bad_request for an unusable request, timeout, network_error. A
-  /// resource manager that starts nodes for the request (SLURM pilot jobs,
-  /// docs/slurm.md) answers "provisioning" with a time to wait: this call
-  /// waits and asks again, for at most deadlines.provisioning, then throws
-  /// with status provisioning.
+  /// The request carries a MUNGE credential when munged answers on this host
+  /// (its socket: RFAAS_MUNGE_SOCKET, else libmunge's default), with the
+  /// SLURM job id (SLURM_JOB_ID) inside; without munged it carries none and
+  /// the resource manager decides. Throws Error(phase::lease) with
+  /// resources_unavailable when not enough is free, lease_invalid when the
+  /// resource manager refused the credential (the message says why:
+  /// missing, expired, replayed, another realm), bad_request for an
+  /// unusable request, timeout, network_error. A resource manager that
+  /// starts nodes for the request (SLURM pilot jobs, docs/slurm.md) answers
+  /// "provisioning" with a time to wait: this call waits and asks again, for
+  /// at most deadlines.provisioning, then throws with status provisioning.
   rfaas::lease lease(uint32_t cores, uint64_t memory_mib, std::chrono::milliseconds duration,
                      uint32_t max_nodes = 1);
   /// Extend `l` to now + `duration` (0: the default); its tokens change, so
@@ -122,6 +134,10 @@ public:
   const std::string &address() const noexcept;
   /// The client name this link leases under.
   const std::string &client() const noexcept;
+  /// Empty when the last lease() attached a MUNGE credential; otherwise why
+  /// it did not (munged's error, or "no lease requested yet"), for a program
+  /// that reports how it authenticated.
+  const std::string &credential_problem() const noexcept;
 
 private:
   struct impl;

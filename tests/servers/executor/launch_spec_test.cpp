@@ -24,6 +24,7 @@ LaunchSpec sample() {
   s.manager_port = 4242;
   s.connect_ms = 1234;
   s.library_loaded_ms = 5678;
+  s.owner_uid = 1000;
   s.request = {0, 1, 2, 250, 255};
   return s;
 }
@@ -42,6 +43,10 @@ TEST(LaunchSpec, RoundTrip) {
   EXPECT_EQ(t.connect_ms, 1234u);
   EXPECT_EQ(t.library_loaded_ms, 5678u);
   EXPECT_EQ(t.request, s.request);
+  // Whom the executor runs as (a root zygote): the lease's owner.
+  EXPECT_EQ(t.owner_uid, 1000u);
+  s.owner_uid = rfaas::protocol::kAnonymousUid;
+  EXPECT_EQ(LaunchSpec::parse(s.serialize()).owner_uid, rfaas::protocol::kAnonymousUid);
 }
 
 TEST(LaunchSpec, RejectsDamage) {

@@ -109,7 +109,7 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
             "default_duration_ms, max_duration_ms, max_nodes, default_memory_mib");
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "colour": 1})"),
             "test.json: colour: unknown key; valid keys here: database, http, fabric, "
-            "placement, leases, nodes, tick_ms, retention_days, log");
+            "placement, leases, nodes, tick_ms, retention_days, log, auth, munge_socket");
   EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
             "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
             "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms");
@@ -248,4 +248,19 @@ TEST(ResourceManagerConfig, FabricBlock) {
   // Without a fabric block the heartbeat is not used: no conflict.
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "nodes": {"heartbeat_timeout_ms": 500}})"),
             "");
+}
+
+TEST(ResourceManagerConfig, AuthIsNoneOrMunge) {
+  auto c = ResourceManagerConfig::parse(std::string("{") + kToken + "}", "test.json", "/etc/rfaas");
+  EXPECT_EQ(c.fabric.auth, ClientAuthMode::None);
+  EXPECT_TRUE(c.fabric.munge_socket.empty());
+  c = ResourceManagerConfig::parse(std::string("{") + kToken +
+                                       R"(, "auth": "munge", "munge_socket": "m/munge.sock"})",
+                                   "test.json", "/etc/rfaas");
+  EXPECT_EQ(c.fabric.auth, ClientAuthMode::Munge);
+  // Relative to the configuration file, like every path in it.
+  EXPECT_EQ(c.fabric.munge_socket, "/etc/rfaas/m/munge.sock");
+  const std::string e = error_of(std::string("{") + kToken + R"(, "auth": "kerberos"})");
+  EXPECT_EQ(e.rfind("test.json: auth: ", 0), 0u) << e;
+  EXPECT_NE(e.find("expected one of none, munge"), std::string::npos) << e;
 }

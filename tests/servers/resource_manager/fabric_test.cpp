@@ -26,6 +26,7 @@
 
 #include "../../e2e/process.hpp"
 #include "http_client.hpp"
+#include "munged.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"
 #include "resource_manager/lease_token.hpp"
@@ -65,8 +66,9 @@ proto::ControlClock::time_point in(std::chrono::milliseconds d) {
 /// One resource manager for the whole run.
 class ResourceManager {
 public:
-  /// `fabric` overrides keys of the configuration's fabric block.
-  void start(const json &fabric_overrides = json::object()) {
+  /// `fabric` overrides keys of the configuration's fabric block, `top`
+  /// keys of the whole configuration.
+  void start(const json &fabric_overrides = json::object(), const json &top = json::object()) {
     char tmpl[] = "/tmp/rfaas-rm-fabric-XXXXXX";
     if (!mkdtemp(tmpl))
       throw std::runtime_error("mkdtemp failed");
@@ -86,6 +88,7 @@ public:
                 {"tick_ms", 50},
                 {"log", {{"level", "warn"}}}};
     cfg["fabric"].update(fabric_overrides);
+    cfg.update(top);
     std::ofstream(dir_ + "/rm.json") << cfg.dump(2);
     // The readiness lines go to stderr: merge it into the pipe the test reads.
     proc_ = rfaas::e2e::Process(
@@ -93,6 +96,7 @@ public:
     std::string fabric = proc_.wait_for_line("resource_manager: fabric on ", 30s);
     if (fabric.empty())
       throw std::runtime_error("resource_manager did not open its fabric (see its output)");
+    fabric_line_ = fabric;
     size_t at = fabric.find(" on ") + 4;
     address_ = rdmalib::Address::parse(fabric.substr(at, fabric.find(' ', at) - at));
     std::string ready = proc_.wait_for_line("resource_manager: ready, REST on ", 30s);
@@ -108,10 +112,13 @@ public:
   }
   const rdmalib::Address &address() const { return address_; }
   uint16_t rest() const { return rest_port_; }
+  /// Its "resource_manager: fabric on ..." line.
+  const std::string &fabric_line() const { return fabric_line_; }
   rfaas::e2e::Process &process() { return proc_; }
 
 private:
   std::string dir_;
+  std::string fabric_line_;
   rfaas::e2e::Process proc_;
   rdmalib::Address address_;
   uint16_t rest_port_ = 0;
@@ -138,6 +145,7 @@ struct Peer {
     proto::ControlOptions copts;
     copts.receives = 8;
     copts.receive_size = proto::kMaxLeaseGrantSize;
+    copts.send_size = proto::kMaxResourceManagerRequest;
     channel = proto::ControlChannel(*fabric, conn, copts);
   }
   ~Peer() { conn.close(); }
@@ -163,13 +171,19 @@ struct Peer {
   proto::LeaseGrant request(uint32_t cores, uint64_t duration_ms,
                             std::vector<proto::LeaseGrantPart> &parts,
                             const std::string &client = "alice") {
+    proto::LeaseRequest req = lease_request(cores, duration_ms, client);
+    EXPECT_EQ(channel.send(req, in(5s)), proto::ChannelStatus::Ok);
+    return await_grant(parts);
+  }
+
+  static proto::LeaseRequest lease_request(uint32_t cores, uint64_t duration_ms,
+                                           const std::string &client = "alice") {
     proto::LeaseRequest req;
     req.cores = cores;
     req.memory_mib = 256;
     req.duration_ms = duration_ms;
     proto::set_text(req.client, client);
-    EXPECT_EQ(channel.send(req, in(5s)), proto::ChannelStatus::Ok);
-    return await_grant(parts);
+    return req;
   }
 
   proto::LeaseGrant await_grant(std::vector<proto::LeaseGrantPart> &parts) {
@@ -613,6 +627,144 @@ TEST(RmFabric, ARegisteringNodeHearsAgainOfEndedLeasesWhoseTokensLive) {
       http(rm->rest(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
   ASSERT_EQ(acc["records"].size(), 1u) << acc.dump();
   EXPECT_EQ(acc["records"][0]["execution_us"], 5) << acc.dump();
+}
+
+TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
+  const std::string missing = rfaas::rm::test::Munged::unavailable();
+  if (!missing.empty())
+    GTEST_SKIP() << missing;
+  // This realm's munged, and another realm's (another key).
+  rfaas::rm::test::Munged realm, other;
+  std::string why = realm.start();
+  ASSERT_EQ(why, "");
+  why = other.start();
+  ASSERT_EQ(why, "");
+  ResourceManager secure;
+  secure.start(json::object(), json{{"auth", "munge"}, {"munge_socket", realm.socket()}});
+  struct Stop {
+    ResourceManager &r;
+    ~Stop() { r.stop(); }
+  } stop{secure};
+  EXPECT_NE(secure.fabric_line().find("auth munge"), std::string::npos) << secure.fabric_line();
+  // The shared resource manager (auth none) says its clients are anonymous.
+  EXPECT_NE(rm->fabric_line().find("clients are anonymous"), std::string::npos)
+      << rm->fabric_line();
+
+  json body = {{"name", "mike"},
+               {"address", "127.0.0.1:20004"},
+               {"cores", 8},
+               {"memory_mib", 4096},
+               {"secret", secret_hex('5')}};
+  ASSERT_EQ(http(secure.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  Peer node(&secure);
+  ASSERT_EQ(node.register_node("mike", '5', 8).status, proto::ErrorCode::Ok);
+
+  // An expired credential: made now with a time to live of 1 s, sent once
+  // munged counts it as expired (its check is in whole seconds).
+  proto::LeaseRequest old_req = Peer::lease_request(1, 30000);
+  const std::string old_cred = realm.credential(old_req, "", 1);
+  ASSERT_FALSE(old_cred.empty());
+  const auto old_made = std::chrono::steady_clock::now();
+
+  Peer client(&secure);
+  std::vector<proto::LeaseGrantPart> parts;
+  auto refusal = [&](proto::LeaseRequest req, const std::string &credential) {
+    proto::set_text(req.credential, credential);
+    proto::LeaseGrant g = client.ask(req, parts);
+    EXPECT_EQ(g.status, proto::ErrorCode::LeaseInvalid) << proto::get_text(g.message);
+    EXPECT_TRUE(parts.empty());
+    return std::string(proto::get_text(g.message));
+  };
+
+  // Valid: granted, the uid recorded with the job id, and the token covers
+  // the uid.
+  proto::LeaseRequest req = Peer::lease_request(2, 30000);
+  const std::string cred = realm.credential(req, "4242");
+  ASSERT_FALSE(cred.empty());
+  proto::set_text(req.credential, cred);
+  proto::LeaseGrant grant = client.ask(req, parts);
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].owner_uid, ::getuid());
+  rfaas::rm::TokenVerifier verifier("mike", secret_of('5'));
+  rfaas::rm::LeaseClaim claim{grant.lease_id,  "mike",  parts[0].cores,    parts[0].memory_mib,
+                              grant.expiry_ms, "alice", parts[0].owner_uid};
+  rfaas::rm::LeaseToken token;
+  std::memcpy(token.data(), parts[0].token.bytes, token.size());
+  EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Ok);
+  claim.owner_uid = ::getuid() + 1; // a client claiming another owner
+  EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
+  const json leases = json::parse(http(secure.rest(), "GET", "/leases", "", kToken).body);
+  bool listed = false;
+  for (const json &l : leases)
+    if (l["id"] == grant.lease_id) {
+      listed = true;
+      EXPECT_EQ(l["owner_uid"], ::getuid()) << l.dump();
+      EXPECT_EQ(l["job_id"], "4242") << l.dump();
+    }
+  EXPECT_TRUE(listed) << leases.dump();
+
+  // Replayed: the same request with the same credential once more.
+  std::string msg = refusal(req, cred);
+  EXPECT_NE(msg.find("replayed MUNGE credential"), std::string::npos) << msg;
+  // Moved to another request (more cores): refused, whatever munged says.
+  proto::LeaseRequest bigger = Peer::lease_request(2, 30000);
+  const std::string small_cred = realm.credential(Peer::lease_request(1, 30000));
+  msg = refusal(bigger, small_cred);
+  EXPECT_NE(msg.find("made for another request"), std::string::npos) << msg;
+  // Missing.
+  msg = refusal(Peer::lease_request(1, 30000), "");
+  EXPECT_NE(msg.find("missing MUNGE credential"), std::string::npos) << msg;
+  // Another realm.
+  proto::LeaseRequest foreign = Peer::lease_request(1, 30000);
+  msg = refusal(foreign, other.credential(foreign));
+  EXPECT_NE(msg.find("another realm"), std::string::npos) << msg;
+  // Not a credential at all.
+  msg = refusal(Peer::lease_request(1, 30000), "MUNGE:garbage:");
+  EXPECT_NE(msg.find("MUNGE credential"), std::string::npos) << msg;
+  // Expired: munged's time to live is checked in whole seconds.
+  std::this_thread::sleep_until(old_made + 2100ms);
+  msg = refusal(old_req, old_cred);
+  EXPECT_NE(msg.find("expired MUNGE credential"), std::string::npos) << msg;
+
+  // Only the valid request took cores; the accounting export names its owner.
+  proto::AccountingReport report;
+  report.lease_id = grant.lease_id;
+  report.allocation_us = 10;
+  report.final = 1;
+  EXPECT_EQ(node.channel.post(report), proto::ChannelStatus::Ok);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::string csv;
+  while (std::chrono::steady_clock::now() < deadline) {
+    csv = http(secure.rest(), "GET", "/accounting.csv", "", kToken).body;
+    if (csv.find(std::to_string(grant.lease_id)) != std::string::npos)
+      break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(csv.find("owner_uid,job_id\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("," + std::to_string(::getuid()) + ",4242\n"), std::string::npos) << csv;
+}
+
+TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
+  add_node("november", '6', 2);
+  Peer node;
+  ASSERT_EQ(node.register_node("november", '6', 2).status, proto::ErrorCode::Ok);
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  // A credential is not needed, and one that is there is not checked (any
+  // node may take the lease: its owner is what counts here).
+  proto::LeaseRequest req = Peer::lease_request(1, 30000);
+  proto::set_text(req.credential, "MUNGE:not-checked:");
+  proto::LeaseGrant grant = client.ask(req, parts);
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].owner_uid, proto::kAnonymousUid);
+  const json leases = json::parse(http(rm->rest(), "GET", "/leases", "", kToken).body);
+  for (const json &l : leases)
+    if (l["id"] == grant.lease_id) {
+      EXPECT_TRUE(l["owner_uid"].is_null()) << l.dump();
+      EXPECT_EQ(l["job_id"], "") << l.dump();
+    }
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {

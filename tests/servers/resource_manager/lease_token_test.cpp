@@ -13,7 +13,7 @@ using namespace rfaas::rm;
 namespace {
 
 LeaseClaim claim() {
-  return LeaseClaim{0x1234567890abcdefull, "node-a", 4, 2048, 1'000'000, "client-1"};
+  return LeaseClaim{0x1234567890abcdefull, "node-a", 4, 2048, 1'000'000, "client-1", 1000};
 }
 
 } // namespace
@@ -35,13 +35,16 @@ TEST(LeaseToken, EveryFieldIsCovered) {
   NodeSecret secret = generate_secret();
   TokenVerifier v("node-a", secret);
   LeaseToken t = compute_token(claim(), secret);
-  std::vector<LeaseClaim> altered(6, claim());
+  std::vector<LeaseClaim> altered(8, claim());
   altered[0].lease_id += 1;
   altered[1].cores = 5;
   altered[2].memory_mib = 4096;
   altered[3].expiry_ms += 1;
   altered[4].client = "client-2";
   altered[5].client = "client-1x";
+  // The owner's uid: a node runs the lease's executors as it.
+  altered[6].owner_uid = 0;
+  altered[7].owner_uid = kAnonymousOwner;
   for (const LeaseClaim &c : altered)
     EXPECT_EQ(v.verify(c, t, 0), TokenVerdict::Forged) << c.lease_id << " " << c.client;
 }

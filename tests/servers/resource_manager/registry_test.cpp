@@ -33,7 +33,7 @@ struct Fixture : ::testing::Test {
   }
   Result<Grant> lease(uint32_t cores, uint64_t mem = 0, uint32_t max_nodes = 1,
                       std::string client = "alice") {
-    return reg->grant(LeaseRequest{client, cores, mem, 0, max_nodes});
+    return reg->grant(LeaseRequest{client, cores, mem, 0, max_nodes, kAnonymousOwner, ""});
   }
 };
 
@@ -322,8 +322,12 @@ TEST_F(Fixture, RetentionPrunesEndedLeasesAndAccounting) {
   const uint64_t old_id = old_lease.value.lease.id, live_id = live.value.lease.id;
   const std::string old_node = old_lease.value.lease.parts[0].node;
   const std::string live_node = live.value.lease.parts[0].node;
-  ASSERT_TRUE(reg->record_accounting({old_id, old_node, "", 0, 1, 1, 1, 10, false}).ok());
-  ASSERT_TRUE(reg->record_accounting({live_id, live_node, "", 0, 1, 1, 1, 10, false}).ok());
+  ASSERT_TRUE(
+      reg->record_accounting({old_id, old_node, "", 0, 1, 1, 1, 10, false, kAnonymousOwner, ""})
+          .ok());
+  ASSERT_TRUE(
+      reg->record_accounting({live_id, live_node, "", 0, 1, 1, 1, 10, false, kAnonymousOwner, ""})
+          .ok());
   ASSERT_TRUE(reg->release(old_id, "alice", old_lease.value.secret).ok());
   // A day and a half later (renewing the live lease and its nodes' heartbeats).
   for (int h = 0; h < 36; ++h) {
@@ -363,7 +367,8 @@ TEST_F(Fixture, InvalidRequestsAreRefused) {
   EXPECT_EQ(lease(0).outcome, Outcome::Invalid);
   EXPECT_EQ(lease(1, 0, 0).outcome, Outcome::Invalid);
   EXPECT_EQ(lease(1, 0, 1, "").outcome, Outcome::Invalid);
-  EXPECT_EQ(reg->grant(LeaseRequest{"alice", 1, 0, 100'001, 1}).outcome, Outcome::Invalid);
+  EXPECT_EQ(reg->grant(LeaseRequest{"alice", 1, 0, 100'001, 1, kAnonymousOwner, ""}).outcome,
+            Outcome::Invalid);
   EXPECT_EQ(reg->counters().refused, 4u);
 }
 
@@ -403,13 +408,18 @@ TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
   ASSERT_TRUE(g.ok());
   std::string node = g.value.lease.parts[0].node;
   uint64_t id = g.value.lease.id;
-  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false}).ok());
+  ASSERT_TRUE(
+      reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false, kAnonymousOwner, ""}).ok());
   ASSERT_TRUE(reg->release(id, "alice", g.value.secret).ok());
-  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true}).ok());
-  EXPECT_EQ(reg->record_accounting({id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true}).outcome,
+  ASSERT_TRUE(
+      reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true, kAnonymousOwner, ""}).ok());
+  EXPECT_EQ(reg->record_accounting(
+                   {id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true, kAnonymousOwner, ""})
+                .outcome,
             Outcome::Forbidden);
-  EXPECT_EQ(reg->record_accounting({12345, node, "", 0, 1, 1, 1, 1, true}).outcome,
-            Outcome::NotFound);
+  EXPECT_EQ(
+      reg->record_accounting({12345, node, "", 0, 1, 1, 1, 1, true, kAnonymousOwner, ""}).outcome,
+      Outcome::NotFound);
   auto rows = store.accounting_for_client("alice");
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].allocation_us, 200u);

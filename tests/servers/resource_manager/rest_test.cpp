@@ -123,10 +123,11 @@ TEST_F(RestFixture, CsvExportEscapesFormulaCells) {
     });
     ASSERT_TRUE(g.ok()) << g.message;
     const uint64_t id = g.value.lease.id;
-    ASSERT_TRUE(loop.call([&](Registry &r) {
-                      return r.record_accounting({id, "n1", "", 0, 1, 1, 1, 1, true});
-                    })
-                    .ok());
+    ASSERT_TRUE(
+        loop.call([&](Registry &r) {
+              return r.record_accounting({id, "n1", "", 0, 1, 1, 1, 1, true, kAnonymousOwner, ""});
+            })
+            .ok());
   }
   auto csv = http(rest.port(), "GET", "/accounting.csv", "", kToken);
   ASSERT_EQ(csv.status, 200);
@@ -234,7 +235,8 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   EXPECT_EQ(http(rest.port(), "GET", "/leases?state=zombie", "", kToken).status, 400);
 
   ASSERT_TRUE(loop.call([&](Registry &r) {
-                    return r.record_accounting({id, "n1", "", 0, 1000, 400, 300, 100, true});
+                    return r.record_accounting(
+                        {id, "n1", "", 0, 1000, 400, 300, 100, true, kAnonymousOwner, ""});
                   })
                   .ok());
   auto acc = json::parse(
