@@ -49,6 +49,7 @@ proto::ErrorCode wire_code(Outcome o) {
   case Outcome::Conflict:
     return proto::ErrorCode::LeaseInvalid;
   case Outcome::Unavailable:
+  case Outcome::QuotaExceeded: // the message names the quota
     return proto::ErrorCode::ResourcesUnavailable;
   case Outcome::StoreFailed:
     return proto::ErrorCode::Internal;

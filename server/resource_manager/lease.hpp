@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ struct Lease {
   /// Hash of the lease's secret (all zero for a lease recorded before lease
   /// secrets: it can be neither renewed nor released, only revoked).
   LeaseSecretHash secret_hash{};
+  /// The owner's verified uid, when the request carried a credential the
+  /// resource manager checked; unknown in an anonymous deployment. Quotas
+  /// count against it (else against `client`).
+  std::optional<uint32_t> owner_uid;
+  /// The batch job the owner ran in (SLURM_JOB_ID), when known; "" otherwise.
+  std::string job_id;
 
   uint32_t total_cores() const {
     uint32_t n = 0;
@@ -70,6 +77,9 @@ struct AccountingRecord {
   uint64_t execution_us = 0;
   uint64_t memory_mib = 0;
   bool final = false;
+  /// The lease's owner_uid and job_id (copied from the lease).
+  std::optional<uint32_t> owner_uid;
+  std::string job_id;
 };
 
 } // namespace rfaas::rm

@@ -20,6 +20,7 @@
 #include "resource_manager/lease.hpp"
 #include "resource_manager/node.hpp"
 #include "resource_manager/placement.hpp"
+#include "resource_manager/quota.hpp"
 #include "resource_manager/store.hpp"
 
 namespace rfaas::rm {
@@ -44,6 +45,9 @@ struct RegistryOptions {
   /// Ended leases and accounting older than this many days are deleted
   /// (checked hourly by tick()); 0 keeps them forever.
   uint32_t retention_days = 0;
+  /// Per-user limits from the configuration (quota.hpp); REST changes are
+  /// stored and applied on top.
+  QuotaConfig quotas;
 };
 
 /// How a request ended. Each maps onto one HTTP status and, later, one wire
@@ -55,6 +59,9 @@ enum class Outcome {
   Conflict,    ///< exists already, or in use (409)
   Forbidden,   ///< wrong node secret or another client's lease (403)
   Unavailable, ///< not enough free cores or memory (503 / resources_unavailable)
+  /// The requester's quota does not allow it (429; on the wire
+  /// resources_unavailable, the message names the quota).
+  QuotaExceeded,
   StoreFailed, ///< the database refused the write; nothing changed (500)
 };
 const char *to_string(Outcome o);
@@ -85,6 +92,10 @@ struct LeaseRequest {
   uint64_t duration_ms = 0;
   /// 1: one node only; more lets the lease span up to this many nodes.
   uint32_t max_nodes = 1;
+  /// The requester's verified uid and batch job (Lease::owner_uid, job_id);
+  /// unset when the request carried no verified identity.
+  std::optional<uint32_t> owner_uid;
+  std::string job_id;
 };
 
 /// A granted (or renewed) lease with what the client needs to use it: per
@@ -110,6 +121,8 @@ struct LeaseEnded {
 struct Counters {
   uint64_t granted = 0;
   uint64_t refused = 0;
+  /// Of `refused`: by a quota.
+  uint64_t refused_quota = 0;
   uint64_t renewed = 0;
   uint64_t released = 0;
   uint64_t expired = 0;
@@ -167,6 +180,18 @@ public:
   /// Returns how many leases expired.
   size_t tick();
 
+  // ---- quotas -------------------------------------------------------------------
+  const Quotas &quotas() const { return quotas_; }
+  /// What the active leases of `user` hold now.
+  QuotaUsage quota_usage(const QuotaUser &user) const;
+  /// Operator: sets the default limits (`key` empty; absent fields keep the
+  /// configuration's) or the override of user `key` (QuotaUser::key()),
+  /// stored so that a restart keeps it. Leases already granted stay.
+  Status set_quota(const std::string &key, const QuotaLimits &limits);
+  /// Operator: drops a REST override (`key` empty: the default's); the
+  /// configuration's limits apply again. NotFound when there was none.
+  Status remove_quota(const std::string &key);
+
   // ---- accounting ---------------------------------------------------------------
   /// A node's report for its part of a lease (any state: the final report
   /// arrives after the end).
@@ -216,6 +241,7 @@ private:
   std::unordered_map<uint64_t, Lease> active_;
   std::deque<LeaseEnded> events_;
   Counters counters_;
+  Quotas quotas_;
   /// Lease id -> the node whose going down ended it, for the refusal of a
   /// later renewal (bounded: the oldest are forgotten, then the lease's
   /// nodes are named instead).

@@ -34,6 +34,12 @@ public:
   void bind_blob(int i, const void *p, size_t n) {
     check(sqlite3_bind_blob(st_, i, p, static_cast<int>(n), SQLITE_TRANSIENT));
   }
+  void bind(int i, const std::optional<uint64_t> &v) {
+    if (v)
+      bind(i, *v);
+    else
+      check(sqlite3_bind_null(st_, i));
+  }
   /// true: a row is ready; false: done.
   bool step() {
     int rc = sqlite3_step(st_);
@@ -58,6 +64,11 @@ public:
     return t ? std::string(reinterpret_cast<const char *>(t),
                            static_cast<size_t>(sqlite3_column_bytes(st_, c)))
              : std::string();
+  }
+  std::optional<uint64_t> opt_u64(int c) const {
+    if (sqlite3_column_type(st_, c) == SQLITE_NULL)
+      return std::nullopt;
+    return u64(c);
   }
   std::string blob(int c) const {
     const void *b = sqlite3_column_blob(st_, c);
@@ -100,6 +111,17 @@ private:
   sqlite3 *db_;
   bool done_ = false;
 };
+
+std::optional<uint64_t> uid_column(const std::optional<uint32_t> &uid) {
+  if (uid)
+    return *uid;
+  return std::nullopt;
+}
+std::optional<uint32_t> uid_of(const std::optional<uint64_t> &column) {
+  if (column && *column <= UINT32_MAX)
+    return static_cast<uint32_t>(*column);
+  return std::nullopt;
+}
 
 std::string join_cores(const std::vector<uint32_t> &cores) {
   std::string s;
@@ -152,6 +174,16 @@ const char *const kMigrations[] = {
     // restart).
     "ALTER TABLE leases ADD COLUMN secret_hash BLOB NOT NULL DEFAULT x'';"
     "ALTER TABLE nodes ADD COLUMN registration_signed_ms INTEGER NOT NULL DEFAULT 0;",
+    // 2 -> 3: the owner's verified uid and batch job on leases and
+    // accounting (NULL and '' when unknown), and quotas set through REST
+    // (user '' is the default; NULL: the field is not overridden).
+    "ALTER TABLE leases ADD COLUMN owner_uid INTEGER;"
+    "ALTER TABLE leases ADD COLUMN job_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE accounting ADD COLUMN owner_uid INTEGER;"
+    "ALTER TABLE accounting ADD COLUMN job_id TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE quotas ("
+    "  user TEXT PRIMARY KEY, cores INTEGER, memory_mib INTEGER, leases INTEGER,"
+    "  requests_per_minute INTEGER);",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
@@ -320,7 +352,7 @@ void Store::put_lease(const Lease &l) {
   Transaction t(db_);
   {
     Stmt q(db_, "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
-                "ended_ms, secret_hash) VALUES (?1,?2,?3,?4,?5,?6,?7)");
+                "ended_ms, secret_hash, owner_uid, job_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
     q.bind(1, l.id);
     q.bind(2, l.client);
     q.bind(3, std::string(to_string(l.state)));
@@ -328,6 +360,8 @@ void Store::put_lease(const Lease &l) {
     q.bind(5, l.expiry_ms);
     q.bind(6, l.ended_ms);
     q.bind_blob(7, l.secret_hash.data(), l.secret_hash.size());
+    q.bind(8, uid_column(l.owner_uid));
+    q.bind(9, l.job_id);
     q.run();
   }
   {
@@ -351,7 +385,8 @@ void Store::put_lease(const Lease &l) {
 std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
                                        size_t limit) const {
   std::string sql =
-      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash FROM leases ";
+      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash, owner_uid, job_id "
+      "FROM leases ";
   sql += where;
   sql += " ORDER BY granted_ms DESC, id LIMIT ?2";
   Stmt q(db_, sql.c_str());
@@ -375,6 +410,8 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
     std::string hash = q.blob(6);
     if (hash.size() == l.secret_hash.size())
       std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
+    l.owner_uid = uid_of(q.opt_u64(7));
+    l.job_id = q.text(8);
     out.push_back(std::move(l));
   }
   Stmt p(db_, "SELECT node, cores, memory_mib FROM lease_parts WHERE lease_id = ?1 "
@@ -420,8 +457,8 @@ std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t n
 
 void Store::put_accounting(const AccountingRecord &r) {
   Stmt q(db_, "INSERT OR REPLACE INTO accounting (lease_id, node, client, reported_ms, "
-              "allocation_us, hot_polling_us, execution_us, memory_mib, final) "
-              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+              "allocation_us, hot_polling_us, execution_us, memory_mib, final, owner_uid, job_id) "
+              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)");
   q.bind(1, r.lease_id);
   q.bind(2, r.node);
   q.bind(3, r.client);
@@ -431,13 +468,15 @@ void Store::put_accounting(const AccountingRecord &r) {
   q.bind(7, r.execution_us);
   q.bind(8, r.memory_mib);
   q.bind(9, static_cast<int64_t>(r.final));
+  q.bind(10, uid_column(r.owner_uid));
+  q.bind(11, r.job_id);
   q.run();
 }
 
 std::vector<AccountingRecord> Store::query_accounting(const char *where, const std::string *text,
                                                       int64_t id) const {
   std::string sql = "SELECT lease_id, node, client, reported_ms, allocation_us, hot_polling_us, "
-                    "execution_us, memory_mib, final FROM accounting ";
+                    "execution_us, memory_mib, final, owner_uid, job_id FROM accounting ";
   sql += where;
   sql += " ORDER BY reported_ms, lease_id, node";
   Stmt q(db_, sql.c_str());
@@ -448,7 +487,8 @@ std::vector<AccountingRecord> Store::query_accounting(const char *where, const s
   std::vector<AccountingRecord> out;
   while (q.step())
     out.push_back(AccountingRecord{q.u64(0), q.text(1), q.text(2), q.u64(3), q.u64(4), q.u64(5),
-                                   q.u64(6), q.u64(7), q.i64(8) != 0});
+                                   q.u64(6), q.u64(7), q.i64(8) != 0, uid_of(q.opt_u64(9)),
+                                   q.text(10)});
   return out;
 }
 
@@ -460,6 +500,33 @@ std::vector<AccountingRecord> Store::accounting_for_client(const std::string &cl
 }
 std::vector<AccountingRecord> Store::all_accounting() const {
   return query_accounting("WHERE ?1 = 0", nullptr, 0);
+}
+
+void Store::put_quota(const std::string &key, const QuotaLimits &l) {
+  Stmt q(db_, "INSERT OR REPLACE INTO quotas (user, cores, memory_mib, leases, "
+              "requests_per_minute) VALUES (?1,?2,?3,?4,?5)");
+  q.bind(1, key);
+  q.bind(2, l.cores);
+  q.bind(3, l.memory_mib);
+  q.bind(4, l.leases);
+  q.bind(5, l.requests_per_minute);
+  q.run();
+}
+
+void Store::remove_quota(const std::string &key) {
+  Stmt q(db_, "DELETE FROM quotas WHERE user = ?1");
+  q.bind(1, key);
+  q.run();
+}
+
+std::vector<std::pair<std::string, QuotaLimits>> Store::load_quotas() const {
+  Stmt q(db_, "SELECT user, cores, memory_mib, leases, requests_per_minute FROM quotas "
+              "ORDER BY user");
+  std::vector<std::pair<std::string, QuotaLimits>> out;
+  while (q.step())
+    out.emplace_back(q.text(0),
+                     QuotaLimits{q.opt_u64(1), q.opt_u64(2), q.opt_u64(3), q.opt_u64(4)});
+  return out;
 }
 
 std::pair<size_t, size_t> Store::prune_history(uint64_t before_ms) {

@@ -33,7 +33,7 @@ struct Fixture : ::testing::Test {
   }
   Result<Grant> lease(uint32_t cores, uint64_t mem = 0, uint32_t max_nodes = 1,
                       std::string client = "alice") {
-    return reg->grant(LeaseRequest{client, cores, mem, 0, max_nodes});
+    return reg->grant(LeaseRequest{client, cores, mem, 0, max_nodes, {}, ""});
   }
 };
 
@@ -316,8 +316,8 @@ TEST_F(Fixture, RetentionPrunesEndedLeasesAndAccounting) {
   const uint64_t old_id = old_lease.value.lease.id, live_id = live.value.lease.id;
   const std::string old_node = old_lease.value.lease.parts[0].node;
   const std::string live_node = live.value.lease.parts[0].node;
-  ASSERT_TRUE(reg->record_accounting({old_id, old_node, "", 0, 1, 1, 1, 10, false}).ok());
-  ASSERT_TRUE(reg->record_accounting({live_id, live_node, "", 0, 1, 1, 1, 10, false}).ok());
+  ASSERT_TRUE(reg->record_accounting({old_id, old_node, "", 0, 1, 1, 1, 10, false, {}, ""}).ok());
+  ASSERT_TRUE(reg->record_accounting({live_id, live_node, "", 0, 1, 1, 1, 10, false, {}, ""}).ok());
   ASSERT_TRUE(reg->release(old_id, "alice", old_lease.value.secret).ok());
   // A day and a half later (renewing the live lease and its nodes' heartbeats).
   for (int h = 0; h < 36; ++h) {
@@ -357,7 +357,7 @@ TEST_F(Fixture, InvalidRequestsAreRefused) {
   EXPECT_EQ(lease(0).outcome, Outcome::Invalid);
   EXPECT_EQ(lease(1, 0, 0).outcome, Outcome::Invalid);
   EXPECT_EQ(lease(1, 0, 1, "").outcome, Outcome::Invalid);
-  EXPECT_EQ(reg->grant(LeaseRequest{"alice", 1, 0, 100'001, 1}).outcome, Outcome::Invalid);
+  EXPECT_EQ(reg->grant(LeaseRequest{"alice", 1, 0, 100'001, 1, {}, ""}).outcome, Outcome::Invalid);
   EXPECT_EQ(reg->counters().refused, 4u);
 }
 
@@ -397,16 +397,118 @@ TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
   ASSERT_TRUE(g.ok());
   std::string node = g.value.lease.parts[0].node;
   uint64_t id = g.value.lease.id;
-  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false}).ok());
+  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 100, 50, 40, 64, false, {}, ""}).ok());
   ASSERT_TRUE(reg->release(id, "alice", g.value.secret).ok());
-  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true}).ok());
-  EXPECT_EQ(reg->record_accounting({id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true}).outcome,
+  ASSERT_TRUE(reg->record_accounting({id, node, "", 0, 200, 90, 80, 64, true, {}, ""}).ok());
+  EXPECT_EQ(reg->record_accounting({id, node == "a" ? "b" : "a", "", 0, 1, 1, 1, 1, true, {}, ""})
+                .outcome,
             Outcome::Forbidden);
-  EXPECT_EQ(reg->record_accounting({12345, node, "", 0, 1, 1, 1, 1, true}).outcome,
+  EXPECT_EQ(reg->record_accounting({12345, node, "", 0, 1, 1, 1, 1, true, {}, ""}).outcome,
             Outcome::NotFound);
   auto rows = store.accounting_for_client("alice");
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].allocation_us, 200u);
   EXPECT_TRUE(rows[0].final);
   EXPECT_EQ(rows[0].reported_ms, now);
+}
+
+// ---- quotas ------------------------------------------------------------------------
+
+namespace {
+
+LeaseRequest request_of(const std::string &client, uint32_t cores, uint64_t mem,
+                        std::optional<uint32_t> uid = std::nullopt) {
+  return LeaseRequest{client, cores, mem, 0, 1, uid, uid ? "77" : ""};
+}
+
+} // namespace
+
+TEST_F(Fixture, CoreQuotaCountsTheUidAcrossClientNames) {
+  opts.quotas.defaults = QuotaLimits{4, 0, 0, 0};
+  opts.quotas.users["1000"] = QuotaLimits{2, std::nullopt, std::nullopt, std::nullopt};
+  reg = make();
+  two_nodes();
+  // uid 1000 holds 2 cores under two client names: the uid is the user.
+  ASSERT_TRUE(reg->grant(request_of("alice@h1", 1, 10, 1000)).ok());
+  auto second = reg->grant(request_of("alice@h2", 1, 10, 1000));
+  ASSERT_TRUE(second.ok()) << second.message;
+  EXPECT_EQ(second.value.lease.owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(second.value.lease.job_id, "77");
+  auto third = reg->grant(request_of("alice@h3", 1, 10, 1000));
+  EXPECT_EQ(third.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(third.message,
+            "quota exceeded: cores 2 of 2 in use for uid 1000; this request asks for 1 more");
+  // Another uid, and an anonymous client, get the default (4 cores).
+  EXPECT_TRUE(reg->grant(request_of("bob", 1, 10, 1001)).ok());
+  EXPECT_TRUE(reg->grant(request_of("carol", 3, 10)).ok());
+  auto over = reg->grant(request_of("carol", 2, 10));
+  EXPECT_EQ(over.message,
+            "quota exceeded: cores 3 of 4 in use for client carol; this request asks for 2 more");
+  EXPECT_EQ(reg->counters().refused_quota, 2u);
+  // Releasing frees the quota as well as the cores.
+  ASSERT_TRUE(reg->release(second.value.lease.id, "alice@h2", second.value.secret).ok());
+  EXPECT_TRUE(reg->grant(request_of("alice@h3", 1, 10, 1000)).ok());
+}
+
+TEST_F(Fixture, MemoryAndLeaseCountQuotasNameTheirLimit) {
+  opts.quotas.defaults = QuotaLimits{0, 1000, 2, 0};
+  reg = make();
+  two_nodes();
+  ASSERT_TRUE(reg->grant(request_of("dave", 1, 600)).ok());
+  auto mem = reg->grant(request_of("dave", 1, 500));
+  EXPECT_EQ(mem.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(mem.message, "quota exceeded: memory 600 of 1000 MiB in use for client dave; this "
+                         "request asks for 500 MiB more");
+  ASSERT_TRUE(reg->grant(request_of("dave", 1, 400)).ok());
+  auto count = reg->grant(request_of("dave", 1, 0));
+  EXPECT_EQ(count.message, "quota exceeded: leases 2 of 2 active for client dave");
+  // A lease for 0 MiB counts with the default memory it gets.
+  opts.quotas.defaults = QuotaLimits{0, 1000, 0, 0};
+  opts.default_memory_mib = 1024;
+  reg = make();
+  EXPECT_EQ(reg->grant(request_of("erin", 1, 0)).outcome, Outcome::QuotaExceeded);
+}
+
+TEST_F(Fixture, RequestRateQuotaSlidesWithTheClock) {
+  opts.quotas.defaults = QuotaLimits{0, 0, 0, 3};
+  reg = make();
+  two_nodes();
+  // Refused requests count too (here: too many cores for any node).
+  EXPECT_EQ(reg->grant(request_of("frank", 100, 10)).outcome, Outcome::Unavailable);
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  now += 30'000;
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  auto fourth = reg->grant(request_of("frank", 1, 10));
+  EXPECT_EQ(fourth.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(fourth.message,
+            "quota exceeded: lease requests 3 of 3 per minute for client frank; retry in 30 s");
+  // Another user is not affected; frank is again once the first two left
+  // the window (the refused fourth was not counted).
+  EXPECT_TRUE(reg->grant(request_of("grace", 1, 10)).ok());
+  now += 30'000;
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  EXPECT_EQ(reg->grant(request_of("frank", 1, 10)).outcome, Outcome::QuotaExceeded);
+}
+
+TEST_F(Fixture, QuotasSetByTheOperatorWinAndSurviveARestart) {
+  opts.quotas.defaults = QuotaLimits{1, 0, 0, 0};
+  reg = make();
+  two_nodes();
+  ASSERT_TRUE(
+      reg->set_quota("1000", QuotaLimits{3, std::nullopt, std::nullopt, std::nullopt}).ok());
+  ASSERT_TRUE(reg->set_quota("", QuotaLimits{2, std::nullopt, std::nullopt, std::nullopt}).ok());
+  reg = make(); // the same store: a restart
+  QuotaSource src;
+  EXPECT_EQ(*reg->quotas().effective(QuotaUser{1000u, "x"}, &src).cores, 3u);
+  EXPECT_EQ(src, QuotaSource::Rest);
+  EXPECT_EQ(*reg->quotas().effective(QuotaUser{std::nullopt, "x"}, &src).cores, 2u);
+  EXPECT_EQ(src, QuotaSource::Default);
+  EXPECT_TRUE(reg->grant(request_of("x", 3, 10, 1000)).ok());
+  EXPECT_EQ(reg->grant(request_of("y", 3, 10)).outcome, Outcome::QuotaExceeded);
+  // Removing the REST default brings the configuration's back.
+  ASSERT_TRUE(reg->remove_quota("").ok());
+  EXPECT_EQ(reg->remove_quota("").outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->grant(request_of("y", 2, 10)).outcome, Outcome::QuotaExceeded);
+  EXPECT_TRUE(reg->grant(request_of("y", 1, 10)).ok());
 }
