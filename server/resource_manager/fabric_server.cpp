@@ -65,6 +65,8 @@ proto::LeaseEndReason end_reason(LeaseState s) {
     return proto::LeaseEndReason::Revoked;
   case LeaseState::NodeDown:
     return proto::LeaseEndReason::NodeDown;
+  case LeaseState::Active: // a renewal (Registry::renew)
+    return proto::LeaseEndReason::Renewed;
   default:
     return proto::LeaseEndReason::Released;
   }

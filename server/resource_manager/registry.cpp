@@ -202,6 +202,10 @@ Result<Node> Registry::register_node(const std::string &name, const std::string 
   e.node = n;
   if (e.owner.size() < cores)
     e.owner.resize(cores, 0);
+  for (const auto &[id, l] : active_)
+    for (const LeasePart &p : l.parts)
+      if (p.node == name)
+        events_.push_back(LeaseEnded{id, name, l.expiry_ms, LeaseState::Active});
   log()->info("node {} registered ({} cores, {} MiB, {}){}", name, cores, memory_mib, address,
               it != nodes_.end() ? " again" : "");
   return success(n);
@@ -497,6 +501,8 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
   }
   it->second = l;
   ++counters_.renewed;
+  for (const LeasePart &p : l.parts)
+    events_.push_back(LeaseEnded{l.id, p.node, l.expiry_ms, LeaseState::Active});
   return success(make_grant(l));
 }
 

@@ -110,7 +110,9 @@ struct Grant {
 };
 
 /// Something the nodes must hear: a lease ended (their executors for it end
-/// and its token becomes a replay). The fabric side delivers these.
+/// and its token becomes a replay), or, with `why` Active, a lease was
+/// renewed until `expiry_ms` (nodes end allocations at the expiry they know,
+/// on their own clock). The fabric side delivers these.
 struct LeaseEnded {
   uint64_t lease_id = 0;
   std::string node;
@@ -144,7 +146,9 @@ public:
   /// Executor manager: (re-)registers; marks the node up. A known node must
   /// present its secret and gets its node and its drain flag back (its
   /// leases ended when it went down);
-  /// an unknown one is created with the secret it presents.
+  /// an unknown one is created with the secret it presents. The node is
+  /// told again the expiry of every active lease it holds a part of (it may
+  /// have missed renewals while its link was down).
   /// `signed_ms` is the node's signed registration time: one not later than
   /// the last accepted one is a replay (Forbidden), also after a restart of
   /// the resource manager (it is stored). 0: not checked.
@@ -170,6 +174,7 @@ public:
   Result<Grant> grant(const LeaseRequest &request);
   /// Extends an active lease to now + duration (0: default); new tokens.
   /// `client` and `secret` must be those of the grant (Forbidden otherwise).
+  /// Its nodes are told the new expiry (a LeaseEnded event with why Active).
   Result<Grant> renew(uint64_t lease_id, const std::string &client, const LeaseSecret &secret,
                       uint64_t duration_ms);
   Status release(uint64_t lease_id, const std::string &client, const LeaseSecret &secret);
