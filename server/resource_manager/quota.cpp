@@ -1,6 +1,8 @@
 #include "resource_manager/quota.hpp"
 
 #include <cctype>
+#include <iterator>
+#include <utility>
 
 namespace rfaas::rm {
 

@@ -512,3 +512,33 @@ TEST_F(Fixture, QuotasSetByTheOperatorWinAndSurviveARestart) {
   EXPECT_EQ(reg->grant(request_of("y", 2, 10)).outcome, Outcome::QuotaExceeded);
   EXPECT_TRUE(reg->grant(request_of("y", 1, 10)).ok());
 }
+
+// Nodes end allocations at the expiry they know, on their own clock: a
+// renewal is told to each node of the lease, and a node that registers again
+// hears the expiry of each active lease it holds a part of.
+TEST_F(Fixture, RenewalsAndRegistrationsTellTheNodesTheExpiry) {
+  two_nodes();
+  auto g = lease(6, 100, 2); // spans both nodes
+  ASSERT_TRUE(g.ok()) << g.message;
+  ASSERT_EQ(g.value.lease.parts.size(), 2u);
+  reg->take_events();
+  now += 1000;
+  auto r = reg->renew(g.value.lease.id, "alice", g.value.secret, 2000);
+  ASSERT_TRUE(r.ok()) << r.message;
+  auto events = reg->take_events();
+  ASSERT_EQ(events.size(), 2u);
+  std::set<std::string> nodes;
+  for (const LeaseEnded &e : events) {
+    EXPECT_EQ(e.lease_id, g.value.lease.id);
+    EXPECT_EQ(e.why, LeaseState::Active);
+    EXPECT_EQ(e.expiry_ms, now + 2000);
+    nodes.insert(e.node);
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"a", "b"}));
+  ASSERT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a).ok());
+  events = reg->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].node, "a");
+  EXPECT_EQ(events[0].why, LeaseState::Active);
+  EXPECT_EQ(events[0].expiry_ms, now + 2000);
+}
