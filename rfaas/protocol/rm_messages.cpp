@@ -32,6 +32,8 @@ const char *to_string(LeaseEndReason r) noexcept {
     return "revoked";
   case LeaseEndReason::NodeDown:
     return "node_down";
+  case LeaseEndReason::Renewed:
+    return "renewed";
   }
   return "unknown_lease_end_reason";
 }

@@ -39,8 +39,12 @@ enum class LeaseEndReason : uint16_t {
   Expired = 1,  ///< not renewed in time
   Revoked = 2,  ///< an operator revoked it (or removed its node)
   NodeDown = 3, ///< a node it held cores on went down
+  /// Not an end: the lease was renewed and lives until the notice's
+  /// expiry_ms. The node ends the lease's allocations at the latest expiry
+  /// it knows, on its own clock, so it must hear of renewals.
+  Renewed = 4,
 };
-constexpr uint16_t kMaxLeaseEndReason = 3;
+constexpr uint16_t kMaxLeaseEndReason = 4;
 const char *to_string(LeaseEndReason r) noexcept;
 
 /// Node -> resource manager, first message on the node's connection, and again
@@ -264,7 +268,8 @@ struct LeaseGrant {
 };
 
 /// Resource manager -> node: lease `lease_id` ended; end its executors and
-/// refuse its token from now on (a replay).
+/// refuse its token from now on (a replay). With `why` Renewed it did not
+/// end: its executors may run until the new `expiry_ms`.
 struct LeaseEnded {
   static constexpr MessageType kType = MessageType::LeaseEnded;
   static constexpr const char *kName = "LeaseEnded";

@@ -128,8 +128,8 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
   }
   if (root.has("resource_manager")) {
     Node r = root["resource_manager"];
-    r.expect_object(
-        {"enabled", "address", "secret_file", "node", "connect_ms", "accounting_interval_ms"});
+    r.expect_object({"enabled", "address", "secret_file", "node", "connect_ms",
+                     "accounting_interval_ms", "ended_leases_file"});
     r.optional("enabled", c.resource_manager_enabled);
     r.optional("address", c.resource_manager_address);
     r.optional("node", c.resource_manager_node);
@@ -137,6 +137,10 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
     r.optional("accounting_interval_ms", c.accounting_interval_ms, 0, 86400000);
     if (r.has("secret_file"))
       c.resource_manager_secret_file = resolve(base_dir, r["secret_file"].string());
+    if (r.has("ended_leases_file"))
+      c.resource_manager_ended_file = resolve(base_dir, r["ended_leases_file"].nonempty_string());
+    else if (!c.resource_manager_secret_file.empty())
+      c.resource_manager_ended_file = c.resource_manager_secret_file + ".ended";
     if (c.resource_manager_enabled && c.resource_manager_address.empty())
       r.fail("enabled is true but \"address\" (the resource manager's fabric host:port) is "
              "missing");

@@ -55,6 +55,10 @@ struct ManagerConfig {
   std::string resource_manager_address;
   /// The node secret shared with the resource manager (64 hex digits).
   std::string resource_manager_secret_file;
+  /// Where the leases that ended on this node are kept (lease id and last
+  /// expiry, one a line), so that their tokens stay refused after a restart
+  /// of this manager; default: the secret file's path + ".ended".
+  std::string resource_manager_ended_file;
   /// This node's name at the resource manager; empty: the host name.
   std::string resource_manager_node;
   /// How long one attempt to reach the resource manager may take. Apart from

@@ -1,13 +1,25 @@
 #include "executor_manager/manager_state.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 
 namespace rfaas::manager {
 
 using std::chrono::milliseconds;
+
+namespace {
+
+uint64_t wall_now_ms() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+} // namespace
 
 void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
   proto::LeaseProof proof;
@@ -30,6 +42,9 @@ void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
                                   .count());
     rm::TokenVerdict v = verifier_->verify(claim, token, now_ms);
     if (v == rm::TokenVerdict::Ok) {
+      // A renewed lease's newer token carries its later expiry.
+      uint64_t &expiry = lease_expiry_[proof.lease_id];
+      expiry = std::max(expiry, proof.expiry_ms);
       c.lease_ok = true;
       c.lease_cores = proof.cores;
       c.lease_memory_mib = proof.memory_mib;
@@ -46,11 +61,44 @@ void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
   client_left(c, false);
 }
 
+void Manager::lease_renewed(const proto::LeaseEnded &e) {
+  // Only leases with a client here are watched; a later client presents
+  // the renewed token itself. The resource manager's word is the latest: a
+  // renewal may also shorten a lease.
+  auto it = lease_expiry_.find(e.lease_id);
+  if (it == lease_expiry_.end())
+    return;
+  spdlog::debug("lease {} renewed until {}", e.lease_id, e.expiry_ms);
+  it->second = e.expiry_ms;
+}
+
+void Manager::expire_leases() {
+  const uint64_t now_ms = wall_now_ms();
+  std::vector<proto::LeaseEnded> due;
+  for (const auto &[id, expiry] : lease_expiry_)
+    if (expiry <= now_ms) {
+      proto::LeaseEnded e;
+      e.lease_id = id;
+      e.expiry_ms = expiry;
+      e.why = proto::LeaseEndReason::Expired;
+      due.push_back(e);
+    }
+  for (const proto::LeaseEnded &e : due) {
+    spdlog::warn("lease {} expired at {} by this node's clock ({} ms ago) without a renewal "
+                 "reaching this node{}: ending its allocations",
+                 e.lease_id, e.expiry_ms, now_ms - e.expiry_ms,
+                 rm_->registered() ? "" : " (the resource manager is not reachable)");
+    lease_ended(e);
+  }
+}
+
 void Manager::lease_ended(const proto::LeaseEnded &e) {
-  const uint64_t now_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  const uint64_t now_ms = wall_now_ms();
+  // A notice told again (after a registration) is written once.
+  if (!verifier_->knows_ended(e.lease_id))
+    remember_ended(e.lease_id, e.expiry_ms);
   verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms);
+  lease_expiry_.erase(e.lease_id);
   lease_use_[e.lease_id].ended = true;
   auto now = Clock::now();
   bool live = false;
@@ -138,4 +186,62 @@ void Manager::report_live_leases() {
     rm_->report(r);
   }
 }
+
+// One line per ended lease: "<lease id> <last expiry ms>". Entries whose
+// expiry passed are dropped when the file is read: their tokens are refused
+// as expired anyway.
+void Manager::load_ended_leases() {
+  const std::string &path = cfg_.resource_manager_ended_file;
+  if (path.empty())
+    return;
+  const uint64_t now_ms = wall_now_ms();
+  std::vector<std::pair<uint64_t, uint64_t>> live;
+  {
+    std::ifstream in(path);
+    uint64_t id = 0, expiry = 0;
+    while (in >> id >> expiry)
+      if (id != 0 && expiry > now_ms)
+        live.emplace_back(id, expiry);
+  }
+  for (const auto &[id, expiry] : live)
+    verifier_->mark_ended(id, expiry, now_ms);
+  // Rewritten with the live entries only, so the file stays as small as the
+  // set of ended leases whose tokens could still verify.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto &[id, expiry] : live)
+      out << id << ' ' << expiry << '\n';
+    if (!out.flush()) {
+      spdlog::warn("cannot write the ended-lease file {}: {}; a restart of this manager will "
+                   "accept the tokens of leases that ended before it until the resource "
+                   "manager tells it again (set resource_manager.ended_leases_file to a "
+                   "writable path)",
+                   tmp, std::strerror(errno));
+      cfg_.resource_manager_ended_file.clear();
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    spdlog::warn("cannot replace the ended-lease file {}: {}", path, std::strerror(errno));
+    cfg_.resource_manager_ended_file.clear();
+    return;
+  }
+  ended_out_.open(path, std::ios::app);
+  spdlog::info("{} ended lease(s) whose tokens have not expired read from {}", live.size(), path);
+}
+
+void Manager::remember_ended(uint64_t lease_id, uint64_t expiry_ms) {
+  if (!ended_out_.is_open() || expiry_ms <= wall_now_ms())
+    return;
+  // Flushed at once: the point is to survive a crash of this process.
+  ended_out_ << lease_id << ' ' << expiry_ms << '\n';
+  if (!ended_out_.flush()) {
+    spdlog::warn("cannot append to the ended-lease file {}: {}; leases that end from now on are "
+                 "not kept across a restart",
+                 cfg_.resource_manager_ended_file, std::strerror(errno));
+    ended_out_.close();
+  }
+}
+
 } // namespace rfaas::manager

@@ -66,6 +66,9 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     spdlog::info("resource-manager mode: node {}, resource manager {}; clients need a lease",
                  o.node, o.resource_manager.to_string());
     rm_ = std::make_unique<RmLink>(fabric_, std::move(o));
+    // Before any client is accepted: tokens of leases that ended before a
+    // restart stay refused, whether or not the resource manager is reachable.
+    load_ended_leases();
   }
   // Providers allocate a few hundred KiB per endpoint. A fixed threshold keeps
   // such blocks in mmap (glibc raises a dynamic one after the first frees,
@@ -168,8 +171,13 @@ int Manager::run() {
     if (rm_) {
       std::vector<proto::LeaseEnded> ended;
       rm_->poll(ended, static_cast<uint32_t>(allocations_.size()));
-      for (const proto::LeaseEnded &e : ended)
-        lease_ended(e);
+      for (const proto::LeaseEnded &e : ended) {
+        if (e.why == proto::LeaseEndReason::Renewed)
+          lease_renewed(e);
+        else
+          lease_ended(e);
+      }
+      expire_leases();
     }
     if (events_ != events_seen_ || !settled())
       last_activity_ = Clock::now();

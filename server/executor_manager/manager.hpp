@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -83,6 +84,18 @@ private:
   void finish(Allocation &a);
   void check_lease(Client &c, const uint8_t *msg, size_t len);
   void lease_ended(const protocol::LeaseEnded &e);
+  /// A LeaseEnded notice with why Renewed: the lease's allocations may run
+  /// until its new expiry.
+  void lease_renewed(const protocol::LeaseEnded &e);
+  /// Ends, by this node's clock, the allocations of leases past their
+  /// latest known expiry: they end even while the resource manager, which
+  /// would tell us, cannot be reached.
+  void expire_leases();
+  /// The ended-lease file (resource_manager.ended_leases_file): read at
+  /// start, so that a restarted manager refuses the tokens of leases that
+  /// ended before, and appended to as leases end.
+  void load_ended_leases();
+  void remember_ended(uint64_t lease_id, uint64_t expiry_ms);
   void report_lease(uint64_t lease_id, bool final);
   void signal_executor(Allocation &a, int sig);
 
@@ -115,6 +128,11 @@ private:
     bool ended = false;
   };
   std::map<uint64_t, LeaseUse> lease_use_;
+  /// Per lease with a verified client here: the latest expiry (wall-clock
+  /// ms) its tokens or the resource manager's renewal notices named.
+  std::map<uint64_t, uint64_t> lease_expiry_;
+  /// The ended-lease file, open for appending (closed when it cannot be written).
+  std::ofstream ended_out_;
   /// When live allocations' accounting was last reported.
   Clock::time_point last_periodic_report_{};
   /// When the loop last looked for connection requests.

@@ -130,6 +130,42 @@ void read_leases(const Node &root, RegistryOptions &r) {
                             std::to_string(r.default_lease_ms) + "); expected at least that");
 }
 
+/// One set of quota limits; absent keys stay unset (0 means no limit).
+QuotaLimits read_limits(const Node &n) {
+  n.expect_object({"cores", "memory_mib", "leases", "requests_per_minute"});
+  QuotaLimits l;
+  auto field = [&](const char *key, std::optional<uint64_t> &out, uint64_t max) {
+    if (n.has(key))
+      out = n[key].integer(0, max);
+  };
+  field("cores", l.cores, 1'000'000);
+  field("memory_mib", l.memory_mib, 1ull << 40);
+  field("leases", l.leases, 1'000'000);
+  field("requests_per_minute", l.requests_per_minute, 1'000'000);
+  return l;
+}
+
+void read_quotas(const Node &root, QuotaConfig &q) {
+  if (!root.has("quotas"))
+    return;
+  Node n = root["quotas"];
+  n.expect_object({"default", "users"});
+  if (n.has("default"))
+    q.defaults = read_limits(n["default"]).over(QuotaLimits{0, 0, 0, 0});
+  if (!n.has("users"))
+    return;
+  Node users = n["users"];
+  if (!users.json().is_object())
+    users.fail("expected an object mapping a uid (\"1000\") or a client name to its limits, "
+               "got " +
+               users.shown());
+  for (auto it = users.json().begin(); it != users.json().end(); ++it) {
+    if (it.key().empty() || it.key().size() > 255)
+      users.fail("a user key must be 1..255 characters (a uid or a client name)");
+    q.users[QuotaUser::from_key(it.key()).key()] = read_limits(users[it.key().c_str()]);
+  }
+}
+
 void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir) {
   if (!root.has("fabric"))
     return;
@@ -252,7 +288,7 @@ void read_node_provider(const Node &root, ResourceManagerConfig &c, const std::s
 ResourceManagerConfig read_config(const Node &root, const std::string &base_dir) {
   ResourceManagerConfig c;
   root.expect_object({"database", "http", "fabric", "placement", "leases", "nodes", "tick_ms",
-                      "retention_days", "log", "auth", "munge_socket"});
+                      "retention_days", "quotas", "log", "auth", "munge_socket"});
   root.optional("retention_days", c.registry.retention_days, 0, 36'500);
   if (root.has("database"))
     c.database = root["database"].nonempty_string();
@@ -261,6 +297,7 @@ ResourceManagerConfig read_config(const Node &root, const std::string &base_dir)
   if (root.has("placement"))
     c.registry.policy = root["placement"].enumeration(parse_placement_policy, "spread, pack");
   read_leases(root, c.registry);
+  read_quotas(root, c.registry.quotas);
   if (root.has("nodes")) {
     Node n = root["nodes"];
     n.expect_object({"heartbeat_timeout_ms", "provider", "slurm"});

@@ -49,6 +49,7 @@ proto::ErrorCode wire_code(Outcome o) {
   case Outcome::Conflict:
     return proto::ErrorCode::LeaseInvalid;
   case Outcome::Unavailable:
+  case Outcome::QuotaExceeded: // the message names the quota
     return proto::ErrorCode::ResourcesUnavailable;
   case Outcome::StoreFailed:
     return proto::ErrorCode::Internal;
@@ -64,6 +65,8 @@ proto::LeaseEndReason end_reason(LeaseState s) {
     return proto::LeaseEndReason::Revoked;
   case LeaseState::NodeDown:
     return proto::LeaseEndReason::NodeDown;
+  case LeaseState::Active: // a renewal (Registry::renew)
+    return proto::LeaseEndReason::Renewed;
   default:
     return proto::LeaseEndReason::Released;
   }

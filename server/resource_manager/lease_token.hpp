@@ -144,6 +144,8 @@ public:
   /// as expired anyway.
   void mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms);
 
+  /// Whether lease `lease_id` is remembered as ended here.
+  bool knows_ended(uint64_t lease_id) const { return ended_.count(lease_id) > 0; }
   /// Leases remembered as ended (for tests and metrics).
   size_t ended_count() const { return ended_.size(); }
   /// Entries looked at while forgetting old ones, over this verifier's life

@@ -61,7 +61,9 @@ std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &la
   const Counters &c = s.counters;
   metric(out, "rfaas_rm_leases_granted_total", "counter", "Leases granted since start.", c.granted);
   metric(out, "rfaas_rm_leases_refused_total", "counter",
-         "Lease requests refused since start (invalid or no capacity).", c.refused);
+         "Lease requests refused since start (invalid, no capacity or a quota).", c.refused);
+  metric(out, "rfaas_rm_leases_refused_quota_total", "counter",
+         "Lease requests refused since start by a user's quota.", c.refused_quota);
   metric(out, "rfaas_rm_leases_expired_total", "counter",
          "Leases that expired without renewal since start.", c.expired);
   metric(out, "rfaas_rm_leases_released_total", "counter", "Leases released since start.",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace rfaas::rm {
@@ -10,6 +11,14 @@ namespace rfaas::rm {
 /// The owner_uid of a lease granted without authentication. The same value
 /// as protocol::kAnonymousUid, and (uid_t)-1, which no account has.
 constexpr uint32_t kAnonymousOwner = 0xffffffffu;
+
+/// The owner as an optional: empty for kAnonymousOwner (quotas then count
+/// against the client name).
+inline std::optional<uint32_t> known_owner(uint32_t owner_uid) {
+  if (owner_uid == kAnonymousOwner)
+    return std::nullopt;
+  return owner_uid;
+}
 
 /// "uid 1000, job 42", "uid 1000" or "anonymous", for logs.
 inline std::string describe_owner(uint32_t owner_uid, const std::string &job_id) {

@@ -73,6 +73,8 @@ const char *to_string(Outcome o) {
     return "forbidden";
   case Outcome::Unavailable:
     return "resources_unavailable";
+  case Outcome::QuotaExceeded:
+    return "quota_exceeded";
   case Outcome::StoreFailed:
     return "store_failed";
   }
@@ -87,9 +89,16 @@ uint32_t Registry::NodeEntry::free_cores() const {
 }
 
 Registry::Registry(Store &store, Clock clock, RegistryOptions options)
-    : store_(store), clock_(std::move(clock)), options_(options) {
+    : store_(store), clock_(std::move(clock)), options_(options), quotas_(options_.quotas) {
   ensure_sodium();
   const uint64_t now = clock_();
+  // Limits an operator set through REST win over the configuration's.
+  for (const auto &[key, limits] : store_.load_quotas()) {
+    if (key.empty())
+      quotas_.set_rest_default(limits);
+    else
+      quotas_.set_rest_user(key, limits);
+  }
   for (Node &n : store_.load_nodes()) {
     if (n.state == NodeState::Up)
       n.last_heartbeat_ms = now; // a grace period to reconnect after our restart
@@ -193,6 +202,10 @@ Result<Node> Registry::register_node(const std::string &name, const std::string 
   e.node = n;
   if (e.owner.size() < cores)
     e.owner.resize(cores, 0);
+  for (const auto &[id, l] : active_)
+    for (const LeasePart &p : l.parts)
+      if (p.node == name)
+        events_.push_back(LeaseEnded{id, name, l.expiry_ms, LeaseState::Active});
   log()->info("node {} registered ({} cores, {} MiB, {}){}", name, cores, memory_mib, address,
               it != nodes_.end() ? " again" : "");
   return success(n);
@@ -380,6 +393,18 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
     return refuse(Outcome::Invalid, "duration " + std::to_string(r.duration_ms) +
                                         " ms exceeds the maximum of " +
                                         std::to_string(options_.max_lease_ms) + " ms");
+  const QuotaUser user{known_owner(r.owner_uid), r.client};
+  auto refuse_quota = [&](std::string why) {
+    ++counters_.refused_quota;
+    log()->info("lease for {} ({} cores, {} MiB) refused: {}", user.describe(), r.cores,
+                r.memory_mib, why);
+    return refuse(Outcome::QuotaExceeded, std::move(why));
+  };
+  if (std::string why = quotas_.count_request(user, clock_()); !why.empty())
+    return refuse_quota(std::move(why));
+  if (std::string why = quotas_.check_holding(user, quota_usage(user), r.cores, r.memory_mib);
+      !why.empty())
+    return refuse_quota(std::move(why));
   std::vector<NodeCapacity> eligible;
   for (const auto &[name, e] : nodes_) {
     if (e.node.state != NodeState::Up || e.node.drained)
@@ -483,6 +508,8 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
   }
   it->second = l;
   ++counters_.renewed;
+  for (const LeasePart &p : l.parts)
+    events_.push_back(LeaseEnded{l.id, p.node, l.expiry_ms, LeaseState::Active});
   return success(make_grant(l));
 }
 
@@ -572,6 +599,7 @@ size_t Registry::tick() {
       silent.push_back(name);
   for (const std::string &name : silent)
     mark_down(name);
+  quotas_.forget_idle(now);
   constexpr uint64_t kDay = 86'400'000, kHour = 3'600'000;
   if (options_.retention_days > 0 && now - std::min(now, last_prune_ms_) >= kHour) {
     last_prune_ms_ = now;
@@ -589,6 +617,58 @@ size_t Registry::tick() {
     }
   }
   return expired;
+}
+
+// ---- quotas -----------------------------------------------------------------------
+
+QuotaUsage Registry::quota_usage(const QuotaUser &user) const {
+  QuotaUsage u;
+  for (const auto &[id, l] : active_) {
+    // A lease counts against its owner's uid when known, else its client
+    // name: the same rule grant() applies to a request.
+    const std::optional<uint32_t> owner = known_owner(l.owner_uid);
+    if (user.uid ? owner != user.uid : (owner || l.client != user.client))
+      continue;
+    u.cores += l.total_cores();
+    u.memory_mib += l.total_memory_mib();
+    ++u.leases;
+  }
+  return u;
+}
+
+Status Registry::set_quota(const std::string &key, const QuotaLimits &limits) {
+  try {
+    store_.put_quota(key, limits);
+  } catch (const StoreError &e) {
+    return fail(Outcome::StoreFailed, e.what());
+  }
+  if (key.empty())
+    quotas_.set_rest_default(limits);
+  else
+    quotas_.set_rest_user(key, limits);
+  log()->info("quota of {} set",
+              key.empty() ? std::string("the default") : QuotaUser::from_key(key).describe());
+  return {};
+}
+
+Status Registry::remove_quota(const std::string &key) {
+  const bool known =
+      key.empty() ? quotas_.rest_default().has_value() : quotas_.rest_users().count(key) > 0;
+  const std::string who =
+      key.empty() ? std::string("the default") : QuotaUser::from_key(key).describe();
+  if (!known)
+    return fail(Outcome::NotFound, "no quota set through the API for " + who);
+  try {
+    store_.remove_quota(key);
+  } catch (const StoreError &e) {
+    return fail(Outcome::StoreFailed, e.what());
+  }
+  if (key.empty())
+    quotas_.remove_rest_default();
+  else
+    quotas_.remove_rest_user(key);
+  log()->info("quota of {} removed: the configuration's applies", who);
+  return {};
 }
 
 // ---- accounting -------------------------------------------------------------------

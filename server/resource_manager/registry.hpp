@@ -20,6 +20,7 @@
 #include "resource_manager/lease.hpp"
 #include "resource_manager/node.hpp"
 #include "resource_manager/placement.hpp"
+#include "resource_manager/quota.hpp"
 #include "resource_manager/store.hpp"
 
 namespace rfaas::rm {
@@ -44,6 +45,9 @@ struct RegistryOptions {
   /// Ended leases and accounting older than this many days are deleted
   /// (checked hourly by tick()); 0 keeps them forever.
   uint32_t retention_days = 0;
+  /// Per-user limits from the configuration (quota.hpp); REST changes are
+  /// stored and applied on top.
+  QuotaConfig quotas;
 };
 
 /// How a request ended. Each maps onto one HTTP status and, later, one wire
@@ -55,6 +59,9 @@ enum class Outcome {
   Conflict,    ///< exists already, or in use (409)
   Forbidden,   ///< wrong node secret or another client's lease (403)
   Unavailable, ///< not enough free cores or memory (503 / resources_unavailable)
+  /// The requester's quota does not allow it (429; on the wire
+  /// resources_unavailable, the message names the quota).
+  QuotaExceeded,
   StoreFailed, ///< the database refused the write; nothing changed (500)
 };
 const char *to_string(Outcome o);
@@ -109,7 +116,9 @@ struct Grant {
 };
 
 /// Something the nodes must hear: a lease ended (their executors for it end
-/// and its token becomes a replay). The fabric side delivers these.
+/// and its token becomes a replay), or, with `why` Active, a lease was
+/// renewed until `expiry_ms` (nodes end allocations at the expiry they know,
+/// on their own clock). The fabric side delivers these.
 struct LeaseEnded {
   uint64_t lease_id = 0;
   std::string node;
@@ -120,6 +129,8 @@ struct LeaseEnded {
 struct Counters {
   uint64_t granted = 0;
   uint64_t refused = 0;
+  /// Of `refused`: by a quota.
+  uint64_t refused_quota = 0;
   uint64_t renewed = 0;
   uint64_t released = 0;
   uint64_t expired = 0;
@@ -141,7 +152,9 @@ public:
   /// Executor manager: (re-)registers; marks the node up. A known node must
   /// present its secret and gets its node and its drain flag back (its
   /// leases ended when it went down);
-  /// an unknown one is created with the secret it presents.
+  /// an unknown one is created with the secret it presents. The node is
+  /// told again the expiry of every active lease it holds a part of (it may
+  /// have missed renewals while its link was down).
   /// `signed_ms` is the node's signed registration time: one not later than
   /// the last accepted one is a replay (Forbidden), also after a restart of
   /// the resource manager (it is stored). 0: not checked.
@@ -172,6 +185,7 @@ public:
   Result<Grant> grant(const LeaseRequest &request);
   /// Extends an active lease to now + duration (0: default); new tokens.
   /// `client` and `secret` must be those of the grant (Forbidden otherwise).
+  /// Its nodes are told the new expiry (a LeaseEnded event with why Active).
   Result<Grant> renew(uint64_t lease_id, const std::string &client, const LeaseSecret &secret,
                       uint64_t duration_ms);
   Status release(uint64_t lease_id, const std::string &client, const LeaseSecret &secret);
@@ -181,6 +195,18 @@ public:
   /// Periodic: expires leases past their expiry and marks silent nodes down.
   /// Returns how many leases expired.
   size_t tick();
+
+  // ---- quotas -------------------------------------------------------------------
+  const Quotas &quotas() const { return quotas_; }
+  /// What the active leases of `user` hold now.
+  QuotaUsage quota_usage(const QuotaUser &user) const;
+  /// Operator: sets the default limits (`key` empty; absent fields keep the
+  /// configuration's) or the override of user `key` (QuotaUser::key()),
+  /// stored so that a restart keeps it. Leases already granted stay.
+  Status set_quota(const std::string &key, const QuotaLimits &limits);
+  /// Operator: drops a REST override (`key` empty: the default's); the
+  /// configuration's limits apply again. NotFound when there was none.
+  Status remove_quota(const std::string &key);
 
   // ---- accounting ---------------------------------------------------------------
   /// A node's report for its part of a lease (any state: the final report
@@ -237,6 +263,7 @@ private:
   std::unordered_map<uint64_t, Lease> active_;
   std::deque<LeaseEnded> events_;
   Counters counters_;
+  Quotas quotas_;
   /// Lease id -> the node whose going down ended it, for the refusal of a
   /// later renewal (bounded: the oldest are forgotten, then the lease's
   /// nodes are named instead).

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <set>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -53,6 +54,8 @@ Code http_code(Outcome o) {
     return Code::Forbidden;
   case Outcome::Unavailable:
     return Code::Service_Unavailable;
+  case Outcome::QuotaExceeded:
+    return Code::Too_Many_Requests;
   case Outcome::StoreFailed:
     return Code::Internal_Server_Error;
   }
@@ -100,6 +103,8 @@ json accounting_json(const std::vector<AccountingRecord> &records) {
     rows.push_back({{"lease", r.lease_id},
                     {"node", r.node},
                     {"client", r.client},
+                    {"owner_uid", owner_json(r.owner_uid)},
+                    {"job_id", r.job_id},
                     {"reported_ms", r.reported_ms},
                     {"allocation_us", r.allocation_us},
                     {"hot_polling_us", r.hot_polling_us},
@@ -132,6 +137,44 @@ std::string csv_field(const std::string &s) {
   for (char c : v)
     q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
+}
+
+/// Limits as JSON; unset fields (an override's, inherited) are left out.
+json limits_json(const QuotaLimits &l) {
+  json j = json::object();
+  auto put = [&](const char *key, const std::optional<uint64_t> &v) {
+    if (v)
+      j[key] = *v;
+  };
+  put("cores", l.cores);
+  put("memory_mib", l.memory_mib);
+  put("leases", l.leases);
+  put("requests_per_minute", l.requests_per_minute);
+  return j;
+}
+
+/// A PUT body of limits, or why it is not one.
+std::string parse_limits(const json &in, QuotaLimits &out) {
+  if (!in.is_object())
+    return "expected a JSON object";
+  for (auto it = in.begin(); it != in.end(); ++it) {
+    std::optional<uint64_t> *field = nullptr;
+    if (it.key() == "cores")
+      field = &out.cores;
+    else if (it.key() == "memory_mib")
+      field = &out.memory_mib;
+    else if (it.key() == "leases")
+      field = &out.leases;
+    else if (it.key() == "requests_per_minute")
+      field = &out.requests_per_minute;
+    else
+      return "unknown field \"" + it.key() +
+             "\" (valid: cores, memory_mib, leases, requests_per_minute)";
+    if (!it->is_number_unsigned())
+      return "\"" + it.key() + "\" must be an integer >= 0 (0: no limit)";
+    *field = it->get<uint64_t>();
+  }
+  return {};
 }
 
 /// Pistache 0.0.5 hands query values over still percent-encoded.
@@ -487,6 +530,96 @@ struct RestServer::Routes {
   }
 };
 
+// ---- quotas ------------------------------------------------------------------------
+
+namespace {
+
+/// One user's quota as GET /quotas/users/{user} shows it.
+json user_quota_json(Registry &r, const std::string &key) {
+  const QuotaUser user = QuotaUser::from_key(key);
+  QuotaSource source;
+  const QuotaLimits limits = r.quotas().effective(user, &source);
+  const QuotaUsage usage = r.quota_usage(user);
+  return json{{"user", user.key()},
+              {"who", user.describe()},
+              {"source", to_string(source)},
+              {"limits", limits_json(limits)},
+              {"usage",
+               {{"cores", usage.cores},
+                {"memory_mib", usage.memory_mib},
+                {"leases", usage.leases},
+                {"requests_last_minute", r.quotas().recent_requests(user, r.now())}}}};
+}
+
+json all_quotas_json(Registry &r) {
+  const Quotas &q = r.quotas();
+  json users = json::array();
+  std::set<std::string> keys;
+  for (const auto &kv : q.config().users)
+    keys.insert(kv.first);
+  for (const auto &kv : q.rest_users())
+    keys.insert(kv.first);
+  for (const std::string &k : keys)
+    users.push_back(user_quota_json(r, k));
+  return json{{"default", limits_json(q.default_limits())},
+              {"default_source", q.rest_default() ? "rest" : "config"},
+              {"users", users}};
+}
+
+} // namespace
+
+struct RestServer::QuotaRoutes {
+  RestServer &s;
+  Routes &base;
+
+  std::string user_key(const Request &req) {
+    std::string key = url_decode(req.param(":user").as<std::string>());
+    return QuotaUser::from_key(key).key();
+  }
+
+  void list(const Request &, ResponseWriter &w) {
+    base.send_json(w, Code::Ok, s.loop_.call([](Registry &r) { return all_quotas_json(r); }));
+  }
+
+  void get_user(const Request &req, ResponseWriter &w) {
+    const std::string key = user_key(req);
+    if (key.empty() || key.size() > 255)
+      return base.send_error(w, Code::Bad_Request, "invalid", "a user is 1..255 characters");
+    base.send_json(w, Code::Ok, s.loop_.call([&](Registry &r) { return user_quota_json(r, key); }));
+  }
+
+  /// PUT of the default (`key` empty) or of a user's override.
+  void put(const Request &req, ResponseWriter &w, const std::string &key) {
+    QuotaLimits limits;
+    if (std::string why = parse_limits(json::parse(req.body()), limits); !why.empty())
+      return base.send_error(w, Code::Bad_Request, "invalid", why);
+    auto [st, body] = s.loop_.call([&](Registry &r) {
+      Status st = r.set_quota(key, limits);
+      return std::make_pair(
+          st, st.ok() ? (key.empty() ? all_quotas_json(r) : user_quota_json(r, key)) : json());
+    });
+    base.send_status(w, st, Code::Ok, body);
+  }
+  void put_default(const Request &req, ResponseWriter &w) { put(req, w, ""); }
+  void put_user(const Request &req, ResponseWriter &w) {
+    const std::string key = user_key(req);
+    if (key.empty() || key.size() > 255)
+      return base.send_error(w, Code::Bad_Request, "invalid", "a user is 1..255 characters");
+    put(req, w, key);
+  }
+
+  void remove(ResponseWriter &w, const std::string &key) {
+    auto [st, body] = s.loop_.call([&](Registry &r) {
+      Status st = r.remove_quota(key);
+      return std::make_pair(
+          st, st.ok() ? (key.empty() ? all_quotas_json(r) : user_quota_json(r, key)) : json());
+    });
+    base.send_status(w, st, Code::Ok, body);
+  }
+  void remove_default(const Request &, ResponseWriter &w) { remove(w, ""); }
+  void remove_user(const Request &req, ResponseWriter &w) { remove(w, user_key(req)); }
+};
+
 RestServer::RestServer(Loop &loop, RestAccess access) : loop_(loop), access_(std::move(access)) {
   ensure_sodium();
 }
@@ -516,6 +649,21 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
   Rest::Routes::Delete(*router, "/leases/:id", routes->wrap(A::Write, bind(&Routes::revoke_lease)));
   Rest::Routes::Get(*router, "/pilots", routes->wrap(A::Read, bind(&Routes::list_pilots)));
   Rest::Routes::Get(*router, "/accounting", routes->wrap(A::Read, bind(&Routes::accounting)));
+  auto quotas = std::make_shared<QuotaRoutes>(QuotaRoutes{*this, *routes});
+  auto qbind = [&](void (QuotaRoutes::*m)(const Request &, ResponseWriter &)) {
+    return [routes, quotas, m](const Request &q, ResponseWriter &w) { ((*quotas).*m)(q, w); };
+  };
+  Rest::Routes::Get(*router, "/quotas", routes->wrap(A::Read, qbind(&QuotaRoutes::list)));
+  Rest::Routes::Put(*router, "/quotas/default",
+                    routes->wrap(A::Write, qbind(&QuotaRoutes::put_default)));
+  Rest::Routes::Delete(*router, "/quotas/default",
+                       routes->wrap(A::Write, qbind(&QuotaRoutes::remove_default)));
+  Rest::Routes::Get(*router, "/quotas/users/:user",
+                    routes->wrap(A::Read, qbind(&QuotaRoutes::get_user)));
+  Rest::Routes::Put(*router, "/quotas/users/:user",
+                    routes->wrap(A::Write, qbind(&QuotaRoutes::put_user)));
+  Rest::Routes::Delete(*router, "/quotas/users/:user",
+                       routes->wrap(A::Write, qbind(&QuotaRoutes::remove_user)));
   Rest::Routes::Get(*router, "/accounting.csv",
                     routes->wrap(A::Read, bind(&Routes::accounting_csv)));
 

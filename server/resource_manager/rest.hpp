@@ -3,7 +3,7 @@
 //
 // Handlers run on pistache's threads and never touch the registry: each one
 // hands a task to the Loop and waits for the answer. Requests that change
-// anything (POST, DELETE) need `Authorization: Bearer <http.token>`; reads
+// anything (POST, PUT, DELETE) need `Authorization: Bearer <http.token>`; reads
 // of nodes, leases and accounting need that token or the read-only one;
 // /health and /metrics answer without a token unless configured otherwise.
 #pragma once
@@ -50,6 +50,7 @@ public:
 
 private:
   struct Routes;
+  struct QuotaRoutes;
   Loop &loop_;
   RestAccess access_;
   RequestLatencies latencies_;

@@ -34,6 +34,12 @@ public:
   void bind_blob(int i, const void *p, size_t n) {
     check(sqlite3_bind_blob(st_, i, p, static_cast<int>(n), SQLITE_TRANSIENT));
   }
+  void bind(int i, const std::optional<uint64_t> &v) {
+    if (v)
+      bind(i, *v);
+    else
+      check(sqlite3_bind_null(st_, i));
+  }
   /// true: a row is ready; false: done.
   bool step() {
     int rc = sqlite3_step(st_);
@@ -58,6 +64,11 @@ public:
     return t ? std::string(reinterpret_cast<const char *>(t),
                            static_cast<size_t>(sqlite3_column_bytes(st_, c)))
              : std::string();
+  }
+  std::optional<uint64_t> opt_u64(int c) const {
+    if (sqlite3_column_type(st_, c) == SQLITE_NULL)
+      return std::nullopt;
+    return u64(c);
   }
   std::string blob(int c) const {
     const void *b = sqlite3_column_blob(st_, c);
@@ -154,11 +165,15 @@ const char *const kMigrations[] = {
     "ALTER TABLE nodes ADD COLUMN registration_signed_ms INTEGER NOT NULL DEFAULT 0;",
     // 2 -> 3: the lease's owner as authenticated (MUNGE uid, 4294967295 for
     // anonymous, what leases granted before were) and SLURM job id, on the
-    // lease and on its accounting.
+    // lease and on its accounting; and quotas set through REST (user '' is
+    // the default; NULL: that field is not overridden).
     "ALTER TABLE leases ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 4294967295;"
     "ALTER TABLE leases ADD COLUMN job_id TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE accounting ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 4294967295;"
-    "ALTER TABLE accounting ADD COLUMN job_id TEXT NOT NULL DEFAULT '';",
+    "ALTER TABLE accounting ADD COLUMN job_id TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE quotas ("
+    "  user TEXT PRIMARY KEY, cores INTEGER, memory_mib INTEGER, leases INTEGER,"
+    "  requests_per_minute INTEGER);",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
@@ -475,6 +490,33 @@ std::vector<AccountingRecord> Store::accounting_for_client(const std::string &cl
 }
 std::vector<AccountingRecord> Store::all_accounting() const {
   return query_accounting("WHERE ?1 = 0", nullptr, 0);
+}
+
+void Store::put_quota(const std::string &key, const QuotaLimits &l) {
+  Stmt q(db_, "INSERT OR REPLACE INTO quotas (user, cores, memory_mib, leases, "
+              "requests_per_minute) VALUES (?1,?2,?3,?4,?5)");
+  q.bind(1, key);
+  q.bind(2, l.cores);
+  q.bind(3, l.memory_mib);
+  q.bind(4, l.leases);
+  q.bind(5, l.requests_per_minute);
+  q.run();
+}
+
+void Store::remove_quota(const std::string &key) {
+  Stmt q(db_, "DELETE FROM quotas WHERE user = ?1");
+  q.bind(1, key);
+  q.run();
+}
+
+std::vector<std::pair<std::string, QuotaLimits>> Store::load_quotas() const {
+  Stmt q(db_, "SELECT user, cores, memory_mib, leases, requests_per_minute FROM quotas "
+              "ORDER BY user");
+  std::vector<std::pair<std::string, QuotaLimits>> out;
+  while (q.step())
+    out.emplace_back(q.text(0),
+                     QuotaLimits{q.opt_u64(1), q.opt_u64(2), q.opt_u64(3), q.opt_u64(4)});
+  return out;
 }
 
 std::pair<size_t, size_t> Store::prune_history(uint64_t before_ms) {

@@ -16,6 +16,7 @@
 
 #include "resource_manager/lease.hpp"
 #include "resource_manager/node.hpp"
+#include "resource_manager/quota.hpp"
 
 struct sqlite3;
 
@@ -83,6 +84,12 @@ public:
   std::vector<AccountingRecord> accounting_for_lease(uint64_t lease_id) const;
   std::vector<AccountingRecord> accounting_for_client(const std::string &client) const;
   std::vector<AccountingRecord> all_accounting() const;
+
+  /// Quota limits set through the REST API, per user key (QuotaUser::key();
+  /// "" is the default). Absent fields are stored as NULL.
+  void put_quota(const std::string &key, const QuotaLimits &limits);
+  void remove_quota(const std::string &key);
+  std::vector<std::pair<std::string, QuotaLimits>> load_quotas() const;
 
   /// Deletes leases that ended before `before_ms` (with their parts) and
   /// accounting records reported before it whose lease is no longer active.

@@ -109,7 +109,7 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
             "default_duration_ms, max_duration_ms, max_nodes, default_memory_mib");
   EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "colour": 1})"),
             "test.json: colour: unknown key; valid keys here: database, http, fabric, "
-            "placement, leases, nodes, tick_ms, retention_days, log, auth, munge_socket");
+            "placement, leases, nodes, tick_ms, retention_days, quotas, log, auth, munge_socket");
   EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
             "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
             "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms");
@@ -263,4 +263,30 @@ TEST(ResourceManagerConfig, AuthIsNoneOrMunge) {
   const std::string e = error_of(std::string("{") + kToken + R"(, "auth": "kerberos"})");
   EXPECT_EQ(e.rfind("test.json: auth: ", 0), 0u) << e;
   EXPECT_NE(e.find("expected one of none, munge"), std::string::npos) << e;
+}
+
+TEST(ResourceManagerConfig, QuotasHaveADefaultAndPerUserOverrides) {
+  auto c = ResourceManagerConfig::parse(std::string("{") + kToken + R"(, "quotas": {
+      "default": {"cores": 8, "requests_per_minute": 60},
+      "users": {"1000": {"cores": 32}, "alice@login1": {"leases": 2}}}})",
+                                        "t", "/etc/rfaas");
+  const QuotaConfig &q = c.registry.quotas;
+  EXPECT_EQ(q.defaults, (QuotaLimits{8, 0, 0, 60}));
+  ASSERT_EQ(q.users.size(), 2u);
+  EXPECT_EQ(q.users.at("1000"), (QuotaLimits{32, std::nullopt, std::nullopt, std::nullopt}));
+  Quotas quotas(q);
+  EXPECT_EQ(quotas.effective(QuotaUser{1000u, "anyone"}), (QuotaLimits{32, 0, 0, 60}));
+  EXPECT_EQ(quotas.effective(QuotaUser{std::nullopt, "alice@login1"}), (QuotaLimits{8, 0, 2, 60}));
+  EXPECT_EQ(quotas.effective(QuotaUser{1001u, "alice@login1"}), (QuotaLimits{8, 0, 0, 60}));
+  // Without a quotas block nothing is limited.
+  auto none = ResourceManagerConfig::parse(std::string("{") + kToken + "}", "t", "/etc/rfaas");
+  EXPECT_EQ(none.registry.quotas.defaults, (QuotaLimits{0, 0, 0, 0}));
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "quotas": {"default": {"core": 1}}})"),
+            "test.json: quotas.default.core: unknown key; valid keys here: cores, memory_mib, "
+            "leases, requests_per_minute");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "quotas": {"users": {"7": {"cores": -1}}}})"),
+            "test.json: quotas.users.7.cores: expected an integer 0..1000000, got number -1");
+  EXPECT_EQ(error_of(std::string("{") + kToken + R"(, "quotas": {"users": [1]}})"),
+            "test.json: quotas.users: expected an object mapping a uid (\"1000\") or a client "
+            "name to its limits, got array [1]");
 }

@@ -307,6 +307,12 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
   EXPECT_FALSE(proto::equal(renewed_parts[0].token, parts[0].token));
 
   EXPECT_TRUE(proto::equal(renewed.secret, proto::Token{})) << "sent once, with the grant";
+  // The node hears of the renewal: it ends the lease's allocations at the
+  // new expiry by its own clock.
+  proto::LeaseEnded extended = node.await_ended();
+  EXPECT_EQ(extended.lease_id, grant.lease_id);
+  EXPECT_EQ(extended.why, proto::LeaseEndReason::Renewed);
+  EXPECT_EQ(extended.expiry_ms, renewed.expiry_ms);
   // Another client cannot release it, even with the secret.
   proto::LeaseRelease release;
   release.lease_id = grant.lease_id;

@@ -788,6 +788,123 @@ TEST(RmLease, LeaseSpreadOverTwoNodesServesOnBothAndTokensStayWithTheirNode) {
   EXPECT_TRUE(wait_final_accounting(l.id)) << manager_log();
 }
 
+// A quota set through REST refuses the next lease over the wire, and the
+// client's error names the quota.
+TEST(RmLease, QuotaRefusalNamesTheQuotaTheClientHit) {
+  auto put = http(g.rest, "PUT", "/quotas/users/quota-tester", R"({"cores": 1})", kToken);
+  ASSERT_EQ(put.status, 200) << put.body;
+  rfaas::resource_manager rm(device(), g.fabric, "quota-tester", patient());
+  rfaas::lease first = lease(rm);
+  try {
+    rm.lease(1, 64, 10s);
+    ADD_FAILURE() << "leased beyond a quota of 1 core";
+  } catch (const rfaas::Error &e) {
+    std::printf("refused: %s\n", e.what());
+    EXPECT_EQ(e.code(), rfaas::status::resources_unavailable) << e.what();
+    EXPECT_NE(std::string(e.what()).find("quota exceeded: cores 1 of 1 in use for client "
+                                         "quota-tester; this request asks for 1 more"),
+              std::string::npos)
+        << e.what();
+  }
+  json q = json::parse(http(g.rest, "GET", "/quotas/users/quota-tester", "", kToken).body);
+  EXPECT_EQ(q["usage"]["cores"], 1) << q.dump();
+  // At least the two above (lease() asks again while a previous test's lease
+  // still holds the core).
+  EXPECT_GE(q["usage"]["requests_last_minute"].get<int>(), 2) << q.dump();
+  rm.release(first);
+  EXPECT_EQ(http(g.rest, "DELETE", "/quotas/users/quota-tester", "", kToken).status, 200);
+}
+
+/// SIGCONT for a stopped resource manager on every way out of a test.
+struct ContinueRm {
+  ~ContinueRm() {
+    if (g.rm.running())
+      kill(g.rm.pid(), SIGCONT);
+  }
+};
+
+// The node ends an allocation at its lease's expiry by its own clock: the
+// resource manager, which would tell it, is stopped (SIGSTOP) meanwhile. A
+// renewal before the stop reached the node (it shortened the lease to 2 s).
+TEST(RmLease, AllocationEndsAtExpiryOnTheNodesClockWhileTheResourceManagerIsStopped) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, l, options_of(l));
+  ASSERT_TRUE(echo(ex));
+  rm.renew(l, 2000ms);
+  // The renewal's notice reaches the node before its expiry; the allocation
+  // serves until then.
+  ASSERT_TRUE(echo(ex));
+  ContinueRm resume;
+  ASSERT_EQ(kill(g.rm.pid(), SIGSTOP), 0);
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  bool ended = false;
+  rfaas::result res;
+  while (!ended && std::chrono::steady_clock::now() < deadline) {
+    std::vector<uint8_t> in(8), out(8);
+    res = ex.execute("echo", in, out, 1000ms);
+    ended = !res.ok();
+    if (!ended)
+      std::this_thread::sleep_for(50ms);
+  }
+  const uint64_t at = wall_ms();
+  kill(g.rm.pid(), SIGCONT);
+  ASSERT_TRUE(ended) << "the allocation outlived its lease's expiry: " << manager_log();
+  std::printf("the client's invocation after the expiry: %s, %llu ms after the expiry\n",
+              rfaas::to_string(res.status),
+              static_cast<unsigned long long>(at > l.expiry_ms ? at - l.expiry_ms : 0));
+  EXPECT_GE(at + 50, l.expiry_ms) << "ended before the expiry";
+  const std::string log = manager_log(0);
+  EXPECT_NE(log.find("lease " + std::to_string(l.id) + " expired at"), std::string::npos) << log;
+  EXPECT_NE(log.find("by this node's clock"), std::string::npos) << manager_log();
+  // The resource manager, running again, expires it too.
+  EXPECT_TRUE(wait_lease_state(l.id, "expired"));
+  EXPECT_TRUE(wait_node("up"));
+}
+
+// A lease revoked before the executor manager restarts stays refused after
+// the restart, with the resource manager stopped (SIGSTOP): the manager
+// kept its ended leases (resource_manager.ended_leases_file), it does not
+// depend on the resource manager telling it again.
+TEST(RmLease, EndedLeaseStaysRefusedAfterAnExecutorManagerRestart) {
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease l = lease(rm);
+  auto r = http(g.rest, "DELETE", "/leases/" + std::to_string(l.id), "", kToken);
+  ASSERT_LT(r.status, 300) << r.body;
+  ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
+  ASSERT_EQ(g.manager.stop(5000ms), 0);
+  const uint64_t restarted = wall_ms();
+  {
+    ContinueRm resume;
+    ASSERT_EQ(kill(g.rm.pid(), SIGSTOP), 0);
+    g.manager =
+        Process({g.manager_bin, "--config", g.dir + "/manager.json"}, g.dir + "/manager.log");
+    std::string line = g.manager.wait_for_line("listening on", 60s);
+    ASSERT_FALSE(line.empty()) << manager_log();
+    // Its new address (the port, or an "ofi:" name, changed): the stopped
+    // resource manager cannot tell the client.
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r'))
+      line.pop_back();
+    const rfaas::server restarted_at = rfaas::server::parse(line.substr(line.rfind(' ') + 1));
+    // The manager's loop may be busy trying to reach the stopped resource
+    // manager (connect_ms): the client waits for it.
+    rfaas::executor ex(device(), patient());
+    try {
+      ex.allocate(restarted_at, options_of(l));
+      ADD_FAILURE() << "a restarted executor manager accepted a revoked lease";
+    } catch (const rfaas::Error &e) {
+      EXPECT_EQ(e.code(), rfaas::status::lease_invalid) << e.what() << "\n" << manager_log();
+    }
+    const std::string log = manager_log(0);
+    EXPECT_NE(log.find("ended lease(s) whose tokens have not expired read from"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("already ended on this node (replayed token)"), std::string::npos) << log;
+  }
+  // Running again, the resource manager sees the node register again.
+  EXPECT_TRUE(wait_registered_after(restarted)) << manager_log();
+}
+
 TEST(RmLease, KilledExecutorManagerIsMarkedDownAndTheOtherNodeKeepsWorking) {
   ASSERT_TRUE(wait_node("up"));
   ASSERT_TRUE(second_node()) << manager_log(3000, "n2-manager.log");

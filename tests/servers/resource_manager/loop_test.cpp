@@ -28,7 +28,10 @@ TEST_F(LoopFixture, SixteenThreadsRaceForTheLastCores) {
   NodeSecret s = generate_secret();
   ASSERT_TRUE(
       loop.call([&](Registry &r) { return r.register_node("n", "h:1", 16, 1 << 20, s); }).ok());
-  ASSERT_TRUE(loop.call([](Registry &r) { return r.grant({"big", 12, 0, 0, 1}); }).ok());
+  ASSERT_TRUE(loop.call([](Registry &r) {
+                    return r.grant({"big", 12, 0, 0, 1, kAnonymousOwner, ""});
+                  })
+                  .ok());
 
   constexpr int kThreads = 16;
   std::atomic<int> go{0};
@@ -40,7 +43,7 @@ TEST_F(LoopFixture, SixteenThreadsRaceForTheLastCores) {
       while (go.load() < kThreads) {
       }
       results[i] = loop.call([i](Registry &r) {
-        return r.grant({"client-" + std::to_string(i), 1, 0, 0, 1});
+        return r.grant({"client-" + std::to_string(i), 1, 0, 0, 1, kAnonymousOwner, ""});
       });
     });
   for (auto &t : threads)
@@ -77,7 +80,7 @@ TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
       for (int i = 0; i < 100; ++i) {
         uint32_t cores = 1 + static_cast<uint32_t>((t + i) % 5);
         auto g = loop.call([&](Registry &r) {
-          return r.grant({"c" + std::to_string(t), cores, 0, 0, 2});
+          return r.grant({"c" + std::to_string(t), cores, 0, 0, 2, kAnonymousOwner, ""});
         });
         if (g.ok())
           mine.emplace_back(g.value.lease.id, g.value.secret);
@@ -118,7 +121,9 @@ TEST_F(LoopFixture, ChurnFromSixteenThreadsNeverDoubleBooks) {
 TEST_F(LoopFixture, TicksExpireLeasesOnTheLoop) {
   NodeSecret s = generate_secret();
   ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 2048, s); }).ok());
-  auto g = loop.call([](Registry &r) { return r.grant({"x", 2, 0, 1000, 1}); });
+  auto g = loop.call([](Registry &r) {
+    return r.grant({"x", 2, 0, 1000, 1, kAnonymousOwner, ""});
+  });
   ASSERT_TRUE(g.ok());
   now += 1000;
   // The loop ticks every 5 ms; wait (bounded) for it to notice.

@@ -426,3 +426,134 @@ TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
   EXPECT_TRUE(rows[0].final);
   EXPECT_EQ(rows[0].reported_ms, now);
 }
+
+// ---- quotas ------------------------------------------------------------------------
+
+namespace {
+
+LeaseRequest request_of(const std::string &client, uint32_t cores, uint64_t mem,
+                        std::optional<uint32_t> uid = std::nullopt) {
+  return LeaseRequest{client, cores, mem, 0, 1, uid, uid ? "77" : ""};
+}
+
+} // namespace
+
+TEST_F(Fixture, CoreQuotaCountsTheUidAcrossClientNames) {
+  opts.quotas.defaults = QuotaLimits{4, 0, 0, 0};
+  opts.quotas.users["1000"] = QuotaLimits{2, std::nullopt, std::nullopt, std::nullopt};
+  reg = make();
+  two_nodes();
+  // uid 1000 holds 2 cores under two client names: the uid is the user.
+  ASSERT_TRUE(reg->grant(request_of("alice@h1", 1, 10, 1000)).ok());
+  auto second = reg->grant(request_of("alice@h2", 1, 10, 1000));
+  ASSERT_TRUE(second.ok()) << second.message;
+  EXPECT_EQ(second.value.lease.owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(second.value.lease.job_id, "77");
+  auto third = reg->grant(request_of("alice@h3", 1, 10, 1000));
+  EXPECT_EQ(third.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(third.message,
+            "quota exceeded: cores 2 of 2 in use for uid 1000; this request asks for 1 more");
+  // Another uid, and an anonymous client, get the default (4 cores).
+  EXPECT_TRUE(reg->grant(request_of("bob", 1, 10, 1001)).ok());
+  EXPECT_TRUE(reg->grant(request_of("carol", 3, 10)).ok());
+  auto over = reg->grant(request_of("carol", 2, 10));
+  EXPECT_EQ(over.message,
+            "quota exceeded: cores 3 of 4 in use for client carol; this request asks for 2 more");
+  EXPECT_EQ(reg->counters().refused_quota, 2u);
+  // Releasing frees the quota as well as the cores.
+  ASSERT_TRUE(reg->release(second.value.lease.id, "alice@h2", second.value.secret).ok());
+  EXPECT_TRUE(reg->grant(request_of("alice@h3", 1, 10, 1000)).ok());
+}
+
+TEST_F(Fixture, MemoryAndLeaseCountQuotasNameTheirLimit) {
+  opts.quotas.defaults = QuotaLimits{0, 1000, 2, 0};
+  reg = make();
+  two_nodes();
+  ASSERT_TRUE(reg->grant(request_of("dave", 1, 600)).ok());
+  auto mem = reg->grant(request_of("dave", 1, 500));
+  EXPECT_EQ(mem.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(mem.message, "quota exceeded: memory 600 of 1000 MiB in use for client dave; this "
+                         "request asks for 500 MiB more");
+  ASSERT_TRUE(reg->grant(request_of("dave", 1, 400)).ok());
+  auto count = reg->grant(request_of("dave", 1, 0));
+  EXPECT_EQ(count.message, "quota exceeded: leases 2 of 2 active for client dave");
+  // A lease for 0 MiB counts with the default memory it gets.
+  opts.quotas.defaults = QuotaLimits{0, 1000, 0, 0};
+  opts.default_memory_mib = 1024;
+  reg = make();
+  EXPECT_EQ(reg->grant(request_of("erin", 1, 0)).outcome, Outcome::QuotaExceeded);
+}
+
+TEST_F(Fixture, RequestRateQuotaSlidesWithTheClock) {
+  opts.quotas.defaults = QuotaLimits{0, 0, 0, 3};
+  reg = make();
+  two_nodes();
+  // Refused requests count too (here: too many cores for any node).
+  EXPECT_EQ(reg->grant(request_of("frank", 100, 10)).outcome, Outcome::Unavailable);
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  now += 30'000;
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  auto fourth = reg->grant(request_of("frank", 1, 10));
+  EXPECT_EQ(fourth.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(fourth.message,
+            "quota exceeded: lease requests 3 of 3 per minute for client frank; retry in 30 s");
+  // Another user is not affected; frank is again once the first two left
+  // the window (the refused fourth was not counted).
+  EXPECT_TRUE(reg->grant(request_of("grace", 1, 10)).ok());
+  now += 30'000;
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  EXPECT_TRUE(reg->grant(request_of("frank", 1, 10)).ok());
+  EXPECT_EQ(reg->grant(request_of("frank", 1, 10)).outcome, Outcome::QuotaExceeded);
+}
+
+TEST_F(Fixture, QuotasSetByTheOperatorWinAndSurviveARestart) {
+  opts.quotas.defaults = QuotaLimits{1, 0, 0, 0};
+  reg = make();
+  two_nodes();
+  ASSERT_TRUE(
+      reg->set_quota("1000", QuotaLimits{3, std::nullopt, std::nullopt, std::nullopt}).ok());
+  ASSERT_TRUE(reg->set_quota("", QuotaLimits{2, std::nullopt, std::nullopt, std::nullopt}).ok());
+  reg = make(); // the same store: a restart
+  QuotaSource src;
+  EXPECT_EQ(*reg->quotas().effective(QuotaUser{1000u, "x"}, &src).cores, 3u);
+  EXPECT_EQ(src, QuotaSource::Rest);
+  EXPECT_EQ(*reg->quotas().effective(QuotaUser{std::nullopt, "x"}, &src).cores, 2u);
+  EXPECT_EQ(src, QuotaSource::Default);
+  EXPECT_TRUE(reg->grant(request_of("x", 3, 10, 1000)).ok());
+  EXPECT_EQ(reg->grant(request_of("y", 3, 10)).outcome, Outcome::QuotaExceeded);
+  // Removing the REST default brings the configuration's back.
+  ASSERT_TRUE(reg->remove_quota("").ok());
+  EXPECT_EQ(reg->remove_quota("").outcome, Outcome::NotFound);
+  EXPECT_EQ(reg->grant(request_of("y", 2, 10)).outcome, Outcome::QuotaExceeded);
+  EXPECT_TRUE(reg->grant(request_of("y", 1, 10)).ok());
+}
+
+// Nodes end allocations at the expiry they know, on their own clock: a
+// renewal is told to each node of the lease, and a node that registers again
+// hears the expiry of each active lease it holds a part of.
+TEST_F(Fixture, RenewalsAndRegistrationsTellTheNodesTheExpiry) {
+  two_nodes();
+  auto g = lease(6, 100, 2); // spans both nodes
+  ASSERT_TRUE(g.ok()) << g.message;
+  ASSERT_EQ(g.value.lease.parts.size(), 2u);
+  reg->take_events();
+  now += 1000;
+  auto r = reg->renew(g.value.lease.id, "alice", g.value.secret, 2000);
+  ASSERT_TRUE(r.ok()) << r.message;
+  auto events = reg->take_events();
+  ASSERT_EQ(events.size(), 2u);
+  std::set<std::string> nodes;
+  for (const LeaseEnded &e : events) {
+    EXPECT_EQ(e.lease_id, g.value.lease.id);
+    EXPECT_EQ(e.why, LeaseState::Active);
+    EXPECT_EQ(e.expiry_ms, now + 2000);
+    nodes.insert(e.node);
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"a", "b"}));
+  ASSERT_TRUE(reg->register_node("a", "10.0.0.1:1", 4, 4096, secret_a).ok());
+  events = reg->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].node, "a");
+  EXPECT_EQ(events[0].why, LeaseState::Active);
+  EXPECT_EQ(events[0].expiry_ms, now + 2000);
+}

@@ -119,7 +119,7 @@ TEST_F(RestFixture, CsvExportEscapesFormulaCells) {
   for (const std::string &c : clients) {
     auto g = loop.call([&](Registry &r) {
       r.register_node("n1", "h:1", 16, 1 << 20, s);
-      return r.grant({c, 1, 1, 0, 1});
+      return r.grant({c, 1, 1, 0, 1, kAnonymousOwner, ""});
     });
     ASSERT_TRUE(g.ok()) << g.message;
     const uint64_t id = g.value.lease.id;
@@ -149,7 +149,7 @@ TEST_F(RestFixture, RotatingANodeSecretKeepsItsLeases) {
   NodeSecret old_secret = generate_secret();
   auto g = loop.call([&](Registry &r) {
     r.register_node("n1", "h:1", 4, 4096, old_secret);
-    return r.grant({"alice", 2, 100, 0, 1});
+    return r.grant({"alice", 2, 100, 0, 1, kAnonymousOwner, ""});
   });
   ASSERT_TRUE(g.ok()) << g.message;
   EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", "", kReader).status, 401);
@@ -216,7 +216,7 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   NodeSecret s = generate_secret();
   auto g = loop.call([&](Registry &r) {
     r.register_node("n1", "h:1", 4, 4096, s);
-    return r.grant({"alice,the \"first\"", 2, 100, 0, 1});
+    return r.grant({"alice,the \"first\"", 2, 100, 0, 1, kAnonymousOwner, ""});
   });
   ASSERT_TRUE(g.ok());
   uint64_t id = g.value.lease.id;
@@ -251,7 +251,7 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   EXPECT_NE(csv.headers.find("text/csv"), std::string::npos);
   EXPECT_EQ(csv.body.rfind("lease,node,client,", 0), 0u) << csv.body;
   EXPECT_NE(csv.body.find(std::to_string(id) +
-                          ",n1,\"alice,the \"\"first\"\"\",5000000,1000,400,300,100,1"),
+                          ",n1,\"alice,the \"\"first\"\"\",,,5000000,1000,400,300,100,1"),
             std::string::npos)
       << csv.body;
   EXPECT_EQ(http(rest.port(), "GET", "/accounting?lease=1&client=x", "", kToken).status, 400);
@@ -261,8 +261,8 @@ TEST_F(RestFixture, MetricsInPrometheusFormat) {
   NodeSecret s = generate_secret();
   loop.call([&](Registry &r) {
     r.register_node("n1", "h:1", 2, 4096, s);
-    r.grant({"a", 2, 0, 0, 1});
-    return r.grant({"b", 1, 0, 0, 1});
+    r.grant({"a", 2, 0, 0, 1, kAnonymousOwner, ""});
+    return r.grant({"b", 1, 0, 0, 1, kAnonymousOwner, ""});
   });
   http(rest.port(), "GET", "/nodes", "", kToken);
   auto m = http(rest.port(), "GET", "/metrics");
@@ -299,7 +299,7 @@ TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
   NodeSecret s = generate_secret();
   auto g = loop.call([&](Registry &r) {
     r.register_node("n1", "h:1", 4, 4096, s);
-    return r.grant({"alice", 2, 0, 0, 1});
+    return r.grant({"alice", 2, 0, 0, 1, kAnonymousOwner, ""});
   });
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
@@ -333,4 +333,68 @@ TEST_F(RestFixture, PilotsAreListedWithoutTheirSecrets) {
   EXPECT_EQ(pilots[0]["reason"], "SLURM ended pilot job 4242 TIMEOUT");
   EXPECT_EQ(pilots[0]["nodes"], "node017-j4242");
   EXPECT_EQ(got.body.find("abab"), std::string::npos);
+}
+
+// Quotas through REST: reading needs a token, changing the operator's; a
+// change applies to the next request and is stored (a new registry on the
+// same store, as after a restart, keeps it).
+TEST_F(RestFixture, QuotasAreReadAndSetThroughRest) {
+  const int p = rest.port();
+  EXPECT_EQ(http(p, "GET", "/quotas").status, 401);
+  EXPECT_EQ(http(p, "GET", "/quotas", "", kReader).status, 200);
+  EXPECT_EQ(http(p, "PUT", "/quotas/users/1000", R"({"cores": 2})", kReader).status, 401);
+  EXPECT_EQ(http(p, "PUT", "/quotas/default", R"({"cores": 1})").status, 401);
+  EXPECT_EQ(http(p, "DELETE", "/quotas/users/1000", "", kReader).status, 401);
+
+  auto bad = http(p, "PUT", "/quotas/users/1000", R"({"cpus": 2})", kToken);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("valid: cores, memory_mib, leases, requests_per_minute"),
+            std::string::npos)
+      << bad.body;
+  EXPECT_EQ(http(p, "PUT", "/quotas/users/1000", R"({"cores": -2})", kToken).status, 400);
+
+  auto put = http(p, "PUT", "/quotas/users/1000", R"({"cores": 2, "leases": 5})", kToken);
+  ASSERT_EQ(put.status, 200) << put.body;
+  json u = json::parse(put.body);
+  EXPECT_EQ(u["who"], "uid 1000");
+  EXPECT_EQ(u["source"], "rest");
+  EXPECT_EQ(u["limits"], json::parse(R"({"cores": 2, "memory_mib": 0, "leases": 5,
+                                          "requests_per_minute": 0})"));
+  ASSERT_EQ(http(p, "PUT", "/quotas/default", R"({"requests_per_minute": 100})", kToken).status,
+            200);
+  auto alice = http(p, "PUT", "/quotas/users/alice%40login1", R"({"memory_mib": 64})", kToken);
+  ASSERT_EQ(alice.status, 200) << alice.body;
+  EXPECT_EQ(json::parse(alice.body)["who"], "client alice@login1");
+
+  // Applied to the next lease request: uid 1000 may hold 2 cores.
+  auto grant = [&](uint32_t cores, std::optional<uint32_t> uid) {
+    return loop.call([&](Registry &r) {
+      Result<Grant> g = r.grant(LeaseRequest{"someone", cores, 10, 0, 1, uid, ""});
+      return Status{g.outcome, g.message};
+    });
+  };
+  ASSERT_TRUE(loop.call(
+      [](Registry &r) { return r.register_node("n1", "h:1", 8, 4096, generate_secret()).ok(); }));
+  Status refused = grant(3, 1000u);
+  EXPECT_EQ(refused.outcome, Outcome::QuotaExceeded);
+  EXPECT_EQ(refused.message,
+            "quota exceeded: cores 0 of 2 in use for uid 1000; this request asks for 3 more");
+  json usage = json::parse(http(p, "GET", "/quotas/users/1000", "", kReader).body);
+  EXPECT_EQ(usage["usage"]["requests_last_minute"], 1) << usage.dump();
+  EXPECT_EQ(usage["limits"]["requests_per_minute"], 100) << usage.dump();
+
+  json all = json::parse(http(p, "GET", "/quotas", "", kToken).body);
+  EXPECT_EQ(all["default_source"], "rest");
+  EXPECT_EQ(all["users"].size(), 2u) << all.dump();
+  // Stored: a registry opened on the same store (a restart) has them.
+  Registry again{store, [this] { return now; }, RegistryOptions{}};
+  EXPECT_EQ(*again.quotas().effective(QuotaUser{1000u, ""}).cores, 2u);
+  EXPECT_EQ(*again.quotas().effective(QuotaUser{std::nullopt, "x"}).requests_per_minute, 100u);
+
+  EXPECT_EQ(http(p, "DELETE", "/quotas/users/1000", "", kToken).status, 200);
+  EXPECT_EQ(http(p, "DELETE", "/quotas/users/1000", "", kToken).status, 404);
+  json after = json::parse(http(p, "GET", "/quotas/users/1000", "", kToken).body);
+  EXPECT_EQ(after["source"], "default");
+  EXPECT_EQ(after["limits"]["cores"], 0);
+  EXPECT_EQ(grant(3, 1000u).outcome, Outcome::Ok);
 }

@@ -67,14 +67,18 @@ TEST(Store, ReopenRestoresEverything) {
     Store s(db.path);
     s.put_node(n1);
     s.put_node(node("n2"));
-    s.put_lease(lease(big_id));
+    Lease owned = lease(big_id);
+    owned.owner_uid = 1000;
+    owned.job_id = "4242";
+    s.put_lease(owned);
     Lease ended = lease(7);
     ended.state = LeaseState::Expired;
     ended.ended_ms = 210;
     s.put_lease(ended);
-    s.put_accounting({big_id, "n1", "alice", 150, 10, 20, 30, 300, false});
-    s.put_accounting({big_id, "n1", "alice", 190, 11, 21, 31, 300, true}); // supersedes
-    s.put_accounting({7, "n2", "bob", 190, 1, 2, 3, 4, true});
+    s.put_accounting({big_id, "n1", "alice", 150, 10, 20, 30, 300, false, 1000u, "4242"});
+    // supersedes:
+    s.put_accounting({big_id, "n1", "alice", 190, 11, 21, 31, 300, true, 1000u, "4242"});
+    s.put_accounting({7, "n2", "bob", 190, 1, 2, 3, 4, true, kAnonymousOwner, ""});
   }
   Store s(db.path);
   auto nodes = s.load_nodes();
@@ -89,6 +93,8 @@ TEST(Store, ReopenRestoresEverything) {
   ASSERT_EQ(active.size(), 1u);
   EXPECT_EQ(active[0].id, big_id);
   EXPECT_EQ(active[0].client, "alice");
+  EXPECT_EQ(active[0].owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(active[0].job_id, "4242");
   ASSERT_EQ(active[0].parts.size(), 2u);
   EXPECT_EQ(active[0].parts[0].cores, (std::vector<uint32_t>{0, 1, 2}));
   EXPECT_EQ(active[0].parts[1].node, "n2");
@@ -98,14 +104,37 @@ TEST(Store, ReopenRestoresEverything) {
   ASSERT_TRUE(ended);
   EXPECT_EQ(ended->state, LeaseState::Expired);
   EXPECT_EQ(ended->ended_ms, 210u);
+  EXPECT_FALSE(ended->owner_uid); // unknown stays unknown (NULL), not uid 0
+  EXPECT_EQ(ended->job_id, "");
   EXPECT_FALSE(s.load_lease(8));
 
   auto acc = s.accounting_for_lease(big_id);
   ASSERT_EQ(acc.size(), 1u);
   EXPECT_EQ(acc[0].execution_us, 31u);
   EXPECT_TRUE(acc[0].final);
-  EXPECT_EQ(s.accounting_for_client("bob").size(), 1u);
+  EXPECT_EQ(acc[0].owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(acc[0].job_id, "4242");
+  ASSERT_EQ(s.accounting_for_client("bob").size(), 1u);
+  EXPECT_FALSE(s.accounting_for_client("bob")[0].owner_uid);
   EXPECT_EQ(s.all_accounting().size(), 2u);
+}
+
+TEST(Store, QuotasSetThroughRestSurviveAReopen) {
+  TempDb db;
+  {
+    Store s(db.path);
+    s.put_quota("", QuotaLimits{8, std::nullopt, 4, 60});
+    s.put_quota("1000", QuotaLimits{2, 512, std::nullopt, std::nullopt});
+    s.put_quota("bob@h", QuotaLimits{1, 1, 1, 1});
+    s.remove_quota("bob@h");
+  }
+  Store s(db.path);
+  auto q = s.load_quotas();
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].first, "");
+  EXPECT_EQ(q[0].second, (QuotaLimits{8, std::nullopt, 4, 60}));
+  EXPECT_EQ(q[1].first, "1000");
+  EXPECT_EQ(q[1].second, (QuotaLimits{2, 512, std::nullopt, std::nullopt}));
 }
 
 TEST(Store, RemovedNodeStaysRemoved) {
