@@ -433,7 +433,7 @@ namespace {
 
 LeaseRequest request_of(const std::string &client, uint32_t cores, uint64_t mem,
                         std::optional<uint32_t> uid = std::nullopt) {
-  return LeaseRequest{client, cores, mem, 0, 1, uid, uid ? "77" : ""};
+  return LeaseRequest{client, cores, mem, 0, 1, uid.value_or(kAnonymousOwner), uid ? "77" : ""};
 }
 
 } // namespace
@@ -447,7 +447,7 @@ TEST_F(Fixture, CoreQuotaCountsTheUidAcrossClientNames) {
   ASSERT_TRUE(reg->grant(request_of("alice@h1", 1, 10, 1000)).ok());
   auto second = reg->grant(request_of("alice@h2", 1, 10, 1000));
   ASSERT_TRUE(second.ok()) << second.message;
-  EXPECT_EQ(second.value.lease.owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(second.value.lease.owner_uid, 1000u);
   EXPECT_EQ(second.value.lease.job_id, "77");
   auto third = reg->grant(request_of("alice@h3", 1, 10, 1000));
   EXPECT_EQ(third.outcome, Outcome::QuotaExceeded);

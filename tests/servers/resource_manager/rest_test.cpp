@@ -369,7 +369,8 @@ TEST_F(RestFixture, QuotasAreReadAndSetThroughRest) {
   // Applied to the next lease request: uid 1000 may hold 2 cores.
   auto grant = [&](uint32_t cores, std::optional<uint32_t> uid) {
     return loop.call([&](Registry &r) {
-      Result<Grant> g = r.grant(LeaseRequest{"someone", cores, 10, 0, 1, uid, ""});
+      Result<Grant> g =
+          r.grant(LeaseRequest{"someone", cores, 10, 0, 1, uid.value_or(kAnonymousOwner), ""});
       return Status{g.outcome, g.message};
     });
   };

@@ -93,7 +93,7 @@ TEST(Store, ReopenRestoresEverything) {
   ASSERT_EQ(active.size(), 1u);
   EXPECT_EQ(active[0].id, big_id);
   EXPECT_EQ(active[0].client, "alice");
-  EXPECT_EQ(active[0].owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(active[0].owner_uid, 1000u);
   EXPECT_EQ(active[0].job_id, "4242");
   ASSERT_EQ(active[0].parts.size(), 2u);
   EXPECT_EQ(active[0].parts[0].cores, (std::vector<uint32_t>{0, 1, 2}));
@@ -104,7 +104,7 @@ TEST(Store, ReopenRestoresEverything) {
   ASSERT_TRUE(ended);
   EXPECT_EQ(ended->state, LeaseState::Expired);
   EXPECT_EQ(ended->ended_ms, 210u);
-  EXPECT_FALSE(ended->owner_uid); // unknown stays unknown (NULL), not uid 0
+  EXPECT_EQ(ended->owner_uid, kAnonymousOwner); // unknown stays unknown, not uid 0
   EXPECT_EQ(ended->job_id, "");
   EXPECT_FALSE(s.load_lease(8));
 
@@ -112,7 +112,7 @@ TEST(Store, ReopenRestoresEverything) {
   ASSERT_EQ(acc.size(), 1u);
   EXPECT_EQ(acc[0].execution_us, 31u);
   EXPECT_TRUE(acc[0].final);
-  EXPECT_EQ(acc[0].owner_uid, std::optional<uint32_t>(1000));
+  EXPECT_EQ(acc[0].owner_uid, 1000u);
   EXPECT_EQ(acc[0].job_id, "4242");
   ASSERT_EQ(s.accounting_for_client("bob").size(), 1u);
   EXPECT_FALSE(s.accounting_for_client("bob")[0].owner_uid);
