@@ -251,7 +251,7 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   EXPECT_NE(csv.headers.find("text/csv"), std::string::npos);
   EXPECT_EQ(csv.body.rfind("lease,node,client,", 0), 0u) << csv.body;
   EXPECT_NE(csv.body.find(std::to_string(id) +
-                          ",n1,\"alice,the \"\"first\"\"\",,,5000000,1000,400,300,100,1"),
+                          ",n1,\"alice,the \"\"first\"\"\",5000000,1000,400,300,100,1,,"),
             std::string::npos)
       << csv.body;
   EXPECT_EQ(http(rest.port(), "GET", "/accounting?lease=1&client=x", "", kToken).status, 400);

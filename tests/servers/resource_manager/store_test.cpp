@@ -115,7 +115,7 @@ TEST(Store, ReopenRestoresEverything) {
   EXPECT_EQ(acc[0].owner_uid, 1000u);
   EXPECT_EQ(acc[0].job_id, "4242");
   ASSERT_EQ(s.accounting_for_client("bob").size(), 1u);
-  EXPECT_FALSE(s.accounting_for_client("bob")[0].owner_uid);
+  EXPECT_EQ(s.accounting_for_client("bob")[0].owner_uid, kAnonymousOwner);
   EXPECT_EQ(s.all_accounting().size(), 2u);
 }
 
