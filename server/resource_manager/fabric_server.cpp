@@ -103,6 +103,12 @@ struct FabricServer::Peer {
   /// row arm() found something pending.
   int wait_fd = -2;
   int arm_failures = 0;
+  /// The loop slept on wait_fd for this link: it is read again only once
+  /// the descriptor fired (ready), so a pass touches the links that have
+  /// something rather than every link (a provider call, often a system
+  /// call, each).
+  bool armed = false;
+  bool ready = false;
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
   /// Set when it must go once its queued answers have left (a refused
@@ -215,10 +221,14 @@ bool FabricServer::take_accepted() {
 
 int FabricServer::prepare_wait(std::vector<int> &fds) {
   int limit = -1;
+  bool now = false;
   bool fdless = false;
   for (auto &p : peers_) {
-    if (p->closing)
-      return 0; // goes at the next pass
+    p->armed = false;
+    if (p->closing) {
+      now = true; // goes at the next pass
+      continue;
+    }
     if (p->wait_fd == -2)
       p->wait_fd = p->conn.wait_fd();
     if (p->wait_fd < 0) {
@@ -230,6 +240,7 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
       limit = 1;
     if (p->conn.ops().arm()) {
       p->arm_failures = 0;
+      p->armed = true;
       fds.push_back(p->wait_fd);
       continue;
     }
@@ -237,16 +248,25 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
     // stays so (a handshake answer the provider cannot take yet) is looked
     // at every millisecond rather than spun on.
     if (++p->arm_failures <= 2)
-      return 0;
-    limit = 1;
-    fds.push_back(p->wait_fd);
+      now = true;
+    else
+      limit = 1;
   }
   if (fdless) {
     if (Clock::now() - fdless_active_ < kPollWindow)
-      return 0;
-    limit = 1;
+      now = true;
+    else
+      limit = 1;
   }
-  return limit;
+  return now ? 0 : limit;
+}
+
+void FabricServer::ready(const std::vector<int> &fds) {
+  if (fds.empty())
+    return;
+  for (auto &p : peers_)
+    if (p->armed && std::find(fds.begin(), fds.end(), p->wait_fd) != fds.end())
+      p->ready = true;
 }
 
 bool FabricServer::poll(Registry &registry) {
@@ -273,7 +293,13 @@ bool FabricServer::poll(Registry &registry) {
     for (auto &p : peers_) {
       if (p->closing)
         continue;
-      const bool spoke = serve(*p, registry);
+      // A link the loop slept on is read once its descriptor fired; until
+      // it is armed again, at every pass.
+      bool spoke = false;
+      if (!p->armed || p->ready) {
+        p->armed = p->ready = false;
+        spoke = serve(*p, registry);
+      }
       worked |= spoke;
       if (spoke && p->wait_fd < 0)
         fdless_active_ = now;

@@ -68,6 +68,7 @@ public:
   bool poll(Registry &registry) override;
   void deliver(const std::vector<LeaseEnded> &events, Registry &registry) override;
   int prepare_wait(std::vector<int> &fds) override;
+  void ready(const std::vector<int> &fds) override;
   /// Starts the acceptor thread.
   void started(std::function<void()> wake) override;
   void stop(Registry &registry) override;

@@ -100,17 +100,17 @@ bool Loop::run_task(std::function<void()> &task) {
 void Loop::sleep_until_work(std::chrono::steady_clock::time_point next_tick) {
   wait_fds_.clear();
   int limit_ms = driver_ ? driver_->prepare_wait(wait_fds_) : -1;
-  if (limit_ms == 0) {
-    // Polling without sleeping: let the clients (and a provider's progress
-    // thread) have the core between passes.
-    sched_yield();
-    return;
-  }
   const auto left =
       std::chrono::ceil<std::chrono::milliseconds>(next_tick - std::chrono::steady_clock::now());
   int timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
-  if (limit_ms > 0)
+  if (limit_ms >= 0)
     timeout = std::min(timeout, limit_ms);
+  if (timeout == 0) {
+    // Polling without sleeping: let the clients (and a provider's progress
+    // thread) have the core between passes. The look below still tells the
+    // driver which links have something.
+    sched_yield();
+  }
   std::vector<pollfd> pfds;
   pfds.reserve(wait_fds_.size() + 1);
   pfds.push_back({wake_fd_, POLLIN, 0});
@@ -127,6 +127,13 @@ void Loop::sleep_until_work(std::chrono::steady_clock::time_point next_tick) {
     uint64_t count = 0;
     [[maybe_unused]] ssize_t n = ::read(wake_fd_, &count, sizeof count);
   }
+  if (!driver_)
+    return;
+  ready_fds_.clear();
+  for (size_t i = 1; i < pfds.size(); ++i)
+    if (pfds[i].revents)
+      ready_fds_.push_back(pfds[i].fd);
+  driver_->ready(ready_fds_);
 }
 
 void Loop::run() {

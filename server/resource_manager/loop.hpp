@@ -66,6 +66,9 @@ public:
   /// must not sleep now (something is pending that no descriptor announces),
   /// -1 when the descriptors say everything.
   virtual int prepare_wait(std::vector<int> &fds) = 0;
+  /// After the sleep (or the non-blocking look that replaces it when
+  /// prepare_wait returned 0): which of those descriptors were readable.
+  virtual void ready(const std::vector<int> &fds) { (void)fds; }
   /// Called on the loop thread before the first pass with a function that
   /// wakes the loop from any thread (a pass follows soon).
   virtual void started(std::function<void()> wake) { (void)wake; }
@@ -142,6 +145,7 @@ private:
   /// loop when it wakes.
   int wake_fd_ = -1;
   std::vector<int> wait_fds_;
+  std::vector<int> ready_fds_;
   std::mutex producers_; // serialises enqueue only (single-producer queue)
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
