@@ -226,6 +226,16 @@ wait_nodes_up() {
   fail "only $up of $want nodes registered within 30 s (logs in $work)"
 }
 
+# The resource manager's CPU time so far, in clock ticks (utime + stime of
+# /proc/PID/stat: every thread of the process).
+clk_tck=$(getconf CLK_TCK)
+rm_cpu_ticks() {
+  local stat
+  stat=$(cat "/proc/$rm_pid/stat") || fail "the resource manager is gone"
+  stat=${stat##*) }
+  awk '{ print $12 + $13 }' <<<"$stat"
+}
+
 provider_of() {
   python3 -c 'import json, sys
 db = json.load(open(sys.argv[1]))
@@ -257,16 +267,25 @@ for dev in $devices_list; do
   tail -n +2 "$work/raw.csv" | sed "s/^/raw,$dev,/" >>"$rows"
 
   rm -f "$work/one.csv"
+  cpu0=$(rm_cpu_ticks)
   "${pin_client[@]}" "$bench/rm_lease_benchmark" --devices "$devices_db" --device "$dev" \
     --resource-manager "$rm_fabric" --mode latency --iterations "$iterations" --budget "$budget" \
     --csv "$work/one.csv" || fail "rm_lease_benchmark --mode latency on $dev failed"
+  echo "cpu,$dev,latency,1,$(($(rm_cpu_ticks) - cpu0)),$clk_tck" >>"$rows"
   tail -n +2 "$work/one.csv" | sed "s/^/lease,$dev,/" >>"$rows"
 
-  rm -f "$work/one.csv"
-  "$bench/rm_lease_benchmark" --devices "$devices_db" --device "$dev" \
-    --resource-manager "$rm_fabric" --mode throughput --clients "$clients" --seconds "$seconds" \
-    --csv "$work/one.csv" || fail "rm_lease_benchmark --mode throughput on $dev failed"
-  tail -n +2 "$work/one.csv" | sed "s/^/leases,$dev,/" >>"$rows"
+  # One run per client count, so that the resource manager's CPU time
+  # (utime + stime of the process, all its threads: what getrusage would
+  # give it) is known per run.
+  for n in ${clients//,/ }; do
+    rm -f "$work/one.csv"
+    cpu0=$(rm_cpu_ticks)
+    "$bench/rm_lease_benchmark" --devices "$devices_db" --device "$dev" \
+      --resource-manager "$rm_fabric" --mode throughput --clients "$n" --seconds "$seconds" \
+      --csv "$work/one.csv" || fail "rm_lease_benchmark --mode throughput on $dev failed"
+    echo "cpu,$dev,throughput,$n,$(($(rm_cpu_ticks) - cpu0)),$clk_tck" >>"$rows"
+    tail -n +2 "$work/one.csv" | sed "s/^/leases,$dev,/" >>"$rows"
+  done
 
   rm -f "$work/one.csv"
   for path in /health /nodes; do
@@ -287,7 +306,7 @@ python3 - "$rows" "$csv" "$json" "$smoke" "$repo" <<'PY'
 import csv, json, os, platform, subprocess, sys, time
 rows_file, out_csv, out_json, smoke = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 repo = sys.argv[5]
-raw, lease, thr, rest, devices = {}, {}, {}, {}, []
+raw, lease, thr, rest, cpu, devices = {}, {}, {}, {}, {}, []
 with open(rows_file) as f:
     for line in f:
         tag, dev, rest_of = line.rstrip("\n").split(",", 2)
@@ -306,6 +325,8 @@ with open(rows_file) as f:
                                             "errors": int(r[6]), "leases_per_s": float(r[7]),
                                             "requests_per_s": float(r[8]),
                                             "lease_median_us": float(r[9])})
+        elif tag == "cpu":  # phase,clients,ticks,ticks_per_s
+            cpu.setdefault(dev, {})[(r[0], int(r[1]))] = int(r[2]) / float(r[3])
         elif tag == "rest":  # benchmark,path,threads,seconds,requests,errors,conns,per_s,median,p99
             rest.setdefault(dev, []).append({"path": r[1], "threads": int(r[2]),
                                              "requests": int(r[4]), "connections": int(r[6]),
@@ -322,24 +343,38 @@ print("load average %.1f %.1f %.1f on %d CPUs (a shared host: p99 mostly measure
       (os.getloadavg() + (len(os.sched_getaffinity(0)),)))
 print("Lease latency against the raw send round trip (%d B) of the same provider, µs" %
       next(iter(raw.values()))["size"])
-print("%-8s %10s %10s %12s %12s %12s %12s %10s" % ("device", "raw_med", "raw_p99", "lease_med",
-      "lease_p99", "release_med", "release_p99", "lease/raw"))
+print("%-8s %8s %8s %9s %9s %11s %11s %9s %11s %9s" % ("device", "raw_med", "raw_p99",
+      "lease_med", "lease_p99", "release_med", "release_p99", "lease/raw", "release/raw",
+      "p99/med"))
 summary = {}
+nan = float("nan")
 for d in devices:
     lr, rl = lease[d]["lease"], lease[d].get("release", {"median_us": 0, "p99_us": 0})
-    ratio = lr["median_us"] / raw[d]["median_us"] if raw[d]["median_us"] > 0 else float("nan")
-    print("%-8s %10.1f %10.1f %12.1f %12.1f %12.1f %12.1f %10.1f" % (d, raw[d]["median_us"],
-          raw[d]["p99_us"], lr["median_us"], lr["p99_us"], rl["median_us"], rl["p99_us"], ratio))
+    base = raw[d]["median_us"]
+    ratio = lr["median_us"] / base if base > 0 else nan
+    rel_ratio = rl["median_us"] / base if base > 0 else nan
+    tail = lr["p99_us"] / lr["median_us"] if lr["median_us"] > 0 else nan
+    print("%-8s %8.1f %8.1f %9.1f %9.1f %11.1f %11.1f %9.1f %11.1f %9.1f" % (d, base,
+          raw[d]["p99_us"], lr["median_us"], lr["p99_us"], rl["median_us"], rl["p99_us"], ratio,
+          rel_ratio, tail))
     summary[d] = {"raw": raw[d], "lease": lr, "release": rl, "lease_over_raw": ratio,
+                  "release_over_raw": rel_ratio, "lease_p99_over_median": tail,
                   "throughput": thr[d], "rest": rest[d]}
+    n = lr["n"]
+    if ("latency", 1) in cpu.get(d, {}) and n:
+        summary[d]["latency_cpu_us_per_lease"] = cpu[d][("latency", 1)] * 1e6 / n
 print()
-print("Leases per second (lease + release loops; refused = no free core at that moment)")
-print("%-8s %8s %12s %14s %10s %16s" % ("device", "clients", "leases_per_s", "requests_per_s",
-      "refused", "lease_median_us"))
+print("Leases per second (lease + release loops; refused = no free core at that moment);")
+print("rm_cpu_us: the resource manager's CPU time over the run (utime + stime, all threads)")
+print("per lease granted, its release and any refused requests included")
+print("%-8s %8s %12s %14s %10s %16s %10s" % ("device", "clients", "leases_per_s",
+      "requests_per_s", "refused", "lease_median_us", "rm_cpu_us"))
 for d in devices:
     for t in thr[d]:
-        print("%-8s %8d %12.0f %14.0f %10d %16.1f" % (d, t["clients"], t["leases_per_s"],
-              t["requests_per_s"], t["refused"], t["lease_median_us"]))
+        sec = cpu.get(d, {}).get(("throughput", t["clients"]))
+        t["rm_cpu_us_per_lease"] = sec * 1e6 / t["leases"] if sec is not None and t["leases"] else nan
+        print("%-8s %8d %12.0f %14.0f %10d %16.1f %10.1f" % (d, t["clients"], t["leases_per_s"],
+              t["requests_per_s"], t["refused"], t["lease_median_us"], t["rm_cpu_us_per_lease"]))
 print()
 print("REST requests per second (GET, one request at a time per thread; a new connection per request when the server closes it)")
 print("%-8s %-8s %8s %14s %10s %10s" % ("device", "path", "threads", "requests_per_s", "median_us",

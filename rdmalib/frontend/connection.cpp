@@ -145,4 +145,8 @@ void Connection::set_post_deadline(std::chrono::milliseconds deadline) noexcept 
 
 Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }
 
+int Connection::wait_fd() const noexcept {
+  return impl_ && impl_->open && impl_->fab->caps.wait_fd ? impl_->wait_fd() : -1;
+}
+
 } // namespace rdmalib

@@ -106,6 +106,12 @@
 //       provider. Operations::wait calls it before each look, so it must
 //       see a death before the next entry wherever it can do so cheaply.
 //       False where the backend has no such case.
+//   int wait_fd() noexcept;
+//       Connection::wait_fd(): a descriptor readable when the link may have
+//       a completion (either queue) or may have ended; -1 where none exists.
+//   bool arm() noexcept;
+//       Operations::arm(): after the caller's polls, true when sleeping on
+//       wait_fd() is safe; false when something may already be pending.
 //   int wait_slice_ms() const;
 //       The longest single sleep in Operations::wait, so that check_peer()
 //       runs often enough (events that do not wake the sleep).

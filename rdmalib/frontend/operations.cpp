@@ -414,6 +414,18 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
   }
 }
 
+bool Operations::arm() noexcept {
+  ConnectionImpl *c = impl_;
+  if (!c || !c->open || !c->fab->caps.wait_fd)
+    return false;
+  // Completions read ahead (a post that waited for room) are in the stashes,
+  // where no descriptor announces them; an end seen but not yet reported
+  // is the caller's to read.
+  if (!c->tx_stash.empty() || !c->rx_stash.empty() || (c->peer_closed && !c->peer_close_reported))
+    return false;
+  return c->arm();
+}
+
 std::chrono::milliseconds Operations::post_deadline() const noexcept {
   return impl_ ? impl_->options.post_deadline : std::chrono::milliseconds(0);
 }

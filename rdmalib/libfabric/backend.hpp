@@ -200,6 +200,31 @@ struct RawCompletion {
   }
 };
 
+/// Connection::wait_fd(): one epoll descriptor over the descriptors behind
+/// some queues' wait objects (FI_WAIT_FD: one descriptor; FI_WAIT_POLLFD: a
+/// set of them, which the provider changes as sockets come and go), so that
+/// a caller sleeps on one descriptor per link whatever the provider keeps.
+struct WaitEpoll {
+  /// -2: not built yet; -1: some queue has no descriptor (callers poll).
+  int fd = -2;
+  /// The last FI_WAIT_POLLFD set seen (its change_index), re-read by arm().
+  uint64_t change_index = 0;
+  bool pollfd = false;
+  std::vector<std::pair<int, uint32_t>> added; // (descriptor, epoll events)
+
+  WaitEpoll() = default;
+  WaitEpoll(const WaitEpoll &) = delete;
+  WaitEpoll &operator=(const WaitEpoll &) = delete;
+  ~WaitEpoll() { reset(); }
+  void reset() noexcept;
+  /// Builds the descriptor from the wait objects of `fids` on first use;
+  /// returns it (-1 when one of them has no descriptor).
+  int build(fid_t const *fids, size_t n) noexcept;
+  /// Follows a change of an FI_WAIT_POLLFD set (`wait`, the set's owner);
+  /// false when it cannot be read any more.
+  bool refresh(fid_t wait) noexcept;
+};
+
 /// Quirks::links_share_endpoint: the fabric's one endpoint, address vector
 /// and completion queues for every reliable-datagram link. Opened with the
 /// first link, closed with the fabric. Completions are read under `m`: a
@@ -219,6 +244,8 @@ struct SharedRdm {
   std::vector<Fid<fid_mr>> dead_mr;
   // Order matters: the endpoint closes before what it is bound to.
   Fid<fid_cq> txcq, rxcq;
+  /// Connection::wait_fd() of every link: over both shared queues.
+  WaitEpoll wait;
   Fid<fid_av> av;
   Fid<fid_ep> ep;
   uint32_t next_link = 1;
@@ -517,6 +544,10 @@ struct ConnectionImpl final : LinkCore {
   /// MSG: one connection-manager event, waiting up to `ms` (fi_eq_sread's
   /// results: -FI_EAGAIN when none came).
   ssize_t read_event(uint32_t &event, void *buf, size_t len, int ms) noexcept;
+  /// Connection::wait_fd() and Operations::arm() (operations.cpp).
+  lf::WaitEpoll wait;
+  int wait_fd() noexcept;
+  bool arm() noexcept;
   /// The event queue (a peer's shutdown on connected endpoints) is only
   /// looked at between sleeps; completions wake a sleep at once.
   int wait_slice_ms() const noexcept { return eq ? 20 : 200; }

@@ -635,6 +635,8 @@ void ConnectionImpl::close() noexcept {
   if (!open)
     return;
   open = false;
+  // Its descriptors belong to the queues that go now.
+  wait.reset();
   if (!ep)
     return;
   if (sh) {

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <thread>
 
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include "backend.hpp"
 
 namespace rdmalib::detail {
@@ -145,6 +149,155 @@ bool ConnectionImpl::check_peer() noexcept {
     return true;
   }
   return false;
+}
+
+} // namespace rdmalib::detail
+
+namespace {
+
+/// The descriptors behind one wait object (or a queue's): false when it has
+/// none (FI_WAIT_YIELD, FI_WAIT_MUTEX_COND, a provider that cannot say).
+bool wait_descriptors(fid_t f, std::vector<std::pair<int, uint32_t>> &out, bool &pollfd,
+                      uint64_t &change) noexcept {
+  fi_wait_obj obj = FI_WAIT_NONE;
+  if (fi_control(f, FI_GETWAITOBJ, &obj) != 0)
+    return false;
+  if (obj == FI_WAIT_FD) {
+    int fd = -1;
+    if (fi_control(f, FI_GETWAIT, &fd) != 0 || fd < 0)
+      return false;
+    out.emplace_back(fd, EPOLLIN);
+    return true;
+  }
+  if (obj != FI_WAIT_POLLFD)
+    return false;
+  pollfd = true;
+  struct pollfd fds[32];
+  fi_wait_pollfd set{};
+  set.nfds = sizeof fds / sizeof fds[0];
+  set.fd = fds;
+  if (fi_control(f, FI_GETWAIT, &set) != 0)
+    return false;
+  change = set.change_index;
+  for (size_t i = 0; i < set.nfds; ++i) {
+    uint32_t ev = 0;
+    if (fds[i].events & POLLIN)
+      ev |= EPOLLIN;
+    if (fds[i].events & POLLOUT)
+      ev |= EPOLLOUT;
+    out.emplace_back(fds[i].fd, ev ? ev : EPOLLIN);
+  }
+  return true;
+}
+
+} // namespace
+
+namespace rdmalib::lf {
+
+void WaitEpoll::reset() noexcept {
+  if (fd >= 0)
+    ::close(fd);
+  fd = -2;
+  added.clear();
+  pollfd = false;
+  change_index = 0;
+}
+
+int WaitEpoll::build(fid_t const *fids, size_t n) noexcept {
+  if (fd != -2)
+    return fd;
+  fd = -1;
+  std::vector<std::pair<int, uint32_t>> want;
+  for (size_t i = 0; i < n; ++i)
+    if (!wait_descriptors(fids[i], want, pollfd, change_index))
+      return -1;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0)
+    return -1;
+  for (const auto &[d, ev] : want) {
+    epoll_event e{};
+    e.events = ev;
+    e.data.fd = d;
+    // The same descriptor behind two queues (one wait set) is added once.
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, d, &e) != 0 && errno != EEXIST) {
+      ::close(ep);
+      return -1;
+    }
+  }
+  added = std::move(want);
+  fd = ep;
+  return fd;
+}
+
+bool WaitEpoll::refresh(fid_t wait) noexcept {
+  if (fd < 0 || !pollfd)
+    return fd >= 0;
+  std::vector<std::pair<int, uint32_t>> now;
+  bool is_pollfd = false;
+  uint64_t change = 0;
+  if (!wait_descriptors(wait, now, is_pollfd, change))
+    return false;
+  if (change == change_index)
+    return true;
+  for (const auto &[d, ev] : added)
+    epoll_ctl(fd, EPOLL_CTL_DEL, d, nullptr); // a closed one is gone already
+  for (const auto &[d, ev] : now) {
+    epoll_event e{};
+    e.events = ev;
+    e.data.fd = d;
+    if (epoll_ctl(fd, EPOLL_CTL_ADD, d, &e) != 0 && errno != EEXIST)
+      return false;
+  }
+  added = std::move(now);
+  change_index = change;
+  return true;
+}
+
+} // namespace rdmalib::lf
+
+namespace rdmalib::detail {
+
+int ConnectionImpl::wait_fd() noexcept {
+  if (!ep)
+    return -1;
+  if (sh) {
+    std::lock_guard<std::mutex> g(sh->m);
+    fid_t fids[2] = {&sh->txcq->fid, &sh->rxcq->fid};
+    return sh->wait.build(fids, 2);
+  }
+  if (waitset) {
+    fid_t fids[1] = {&waitset->fid};
+    return wait.build(fids, 1);
+  }
+  fid_t fids[3] = {&txcq->fid, &rxcq->fid, eq ? &eq->fid : nullptr};
+  return wait.build(fids, eq ? 3 : 2);
+}
+
+bool ConnectionImpl::arm() noexcept {
+  if (!ep || peer_dead)
+    return false;
+  // Work the provider is owed only moves when polled: a notification
+  // waiting for room, a handshake answer posted again.
+  if (pending_count || answer_pending || answer_failed)
+    return false;
+  if (sh) {
+    std::lock_guard<std::mutex> g(sh->m);
+    // Completions another link read for this one sit in its inbox.
+    if (!inbox[0].empty() || !inbox[1].empty() || sh->wait.fd < 0)
+      return false;
+    fid_t fids[2] = {&sh->txcq->fid, &sh->rxcq->fid};
+    return fi_trywait(fab->fabric.get(), fids, 2) == 0;
+  }
+  if (waitset) {
+    if (wait.fd < 0 || !wait.refresh(&waitset->fid))
+      return false;
+    fid_t fids[1] = {&waitset->fid};
+    return fi_trywait(fab->fabric.get(), fids, 1) == 0;
+  }
+  if (wait.fd < 0)
+    return false;
+  fid_t fids[3] = {&txcq->fid, &rxcq->fid, eq ? &eq->fid : nullptr};
+  return fi_trywait(fab->fabric.get(), fids, eq ? 3 : 2) == 0;
 }
 
 size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms) noexcept {

@@ -272,6 +272,14 @@ struct ConnectionImpl final : LinkCore {
   size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   /// The sleep also wakes on the connection manager's events.
   int wait_slice_ms() const noexcept { return 1000; }
+  /// Connection::wait_fd(): an epoll descriptor over both completion
+  /// channels and the connection's event channel (-2 until built).
+  int wait_epoll = -2;
+  int wait_fd() noexcept;
+  bool arm() noexcept;
+  /// Takes the channel's pending events (non-blocking) and acknowledges
+  /// them; the queue must be armed again afterwards.
+  void drain_channel(Queue q) noexcept;
 
   // --- data path helpers (data_path.hpp, operations.cpp)
   vb::Slot *take_send_slot(uint64_t ctx, OpKind kind) noexcept;

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <rdmalib/connection.hpp>
@@ -83,6 +85,9 @@ void ConnectionImpl::create_resources() {
 }
 
 void ConnectionImpl::close() noexcept {
+  if (wait_epoll >= 0)
+    ::close(wait_epoll);
+  wait_epoll = -2;
   if (!id && !qp)
     return;
   if (open && !peer_closed && id) {

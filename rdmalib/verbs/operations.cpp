@@ -7,6 +7,8 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -161,6 +163,67 @@ void ConnectionImpl::make_room(Queue q) noexcept {
     return;
   check_cm_events();
   sched_yield();
+}
+
+void ConnectionImpl::drain_channel(Queue q) noexcept {
+  bool &armed = q == Queue::Send ? send_armed : recv_armed;
+  vb::Cq &cq = q == Queue::Send ? send_cq : recv_cq;
+  ibv_comp_channel *ch = q == Queue::Send ? send_channel.get() : recv_channel.get();
+  ibv_cq *ev_cq = nullptr;
+  void *ev_ctx = nullptr;
+  // The channels are non-blocking: this ends when none is pending.
+  while (ch && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0) {
+    cq.event_received();
+    armed = false;
+  }
+}
+
+int ConnectionImpl::wait_fd() noexcept {
+  if (wait_epoll != -2)
+    return wait_epoll;
+  wait_epoll = -1;
+  if (!send_channel || !recv_channel || !events)
+    return -1;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0)
+    return -1;
+  for (int fd : {send_channel->fd, recv_channel->fd, events->fd}) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = fd;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) != 0) {
+      ::close(ep);
+      return -1;
+    }
+  }
+  wait_epoll = ep;
+  return wait_epoll;
+}
+
+bool ConnectionImpl::arm() noexcept {
+  if (wait_epoll < 0 || !send_cq.get() || !recv_cq.get())
+    return false;
+  // A disconnect announced on the event channel is read here, so that the
+  // caller's next poll reports it instead of the descriptor staying readable.
+  pollfd pfd{events->fd, POLLIN, 0};
+  if (::poll(&pfd, 1, 0) > 0 && check_cm_events())
+    return false;
+  bool fresh = false;
+  for (Queue q : {Queue::Send, Queue::Recv}) {
+    drain_channel(q);
+    bool &armed = q == Queue::Send ? send_armed : recv_armed;
+    if (armed)
+      continue;
+    if (ibv_req_notify_cq((q == Queue::Send ? send_cq : recv_cq).get(), 0)) {
+      set_error("ibv_req_notify_cq failed: %s", std::strerror(errno));
+      return false;
+    }
+    armed = true;
+    fresh = true;
+  }
+  // A completion that arrived before a queue was armed raises no event: the
+  // caller polls once more, and the next arm() finds both armed.
+  return !fresh;
 }
 
 size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms) noexcept {

@@ -1,6 +1,9 @@
 #include "resource_manager/fabric_server.hpp"
 
 #include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -32,6 +35,12 @@ constexpr size_t kMaxBacklog = 65536;
 /// Messages handled per connection per pass, so one chatty peer cannot
 /// starve the others or the REST tasks.
 constexpr int kMessagesPerPass = 16;
+/// After a link without a wait descriptor (shm) last spoke, the loop polls
+/// instead of sleeping for this long: a client's next request usually
+/// follows within microseconds, and a sleep would add a scheduler wake-up
+/// (or, without a descriptor, a whole timeout) to it. Past it, such links
+/// are looked at every millisecond.
+constexpr auto kPollWindow = std::chrono::milliseconds(10);
 
 std::shared_ptr<spdlog::logger> log() {
   auto l = spdlog::get("resource_manager");
@@ -93,6 +102,16 @@ struct FabricServer::Peer {
   Clock::time_point since = Clock::now();
   /// When it last sent a message (idle clients are closed).
   Clock::time_point heard = Clock::now();
+  /// Connection::wait_fd() once asked (-2 before), and how many times in a
+  /// row arm() found something pending.
+  int wait_fd = -2;
+  int arm_failures = 0;
+  /// The loop slept on wait_fd for this link: it is read again only once
+  /// the descriptor fired (ready), so a pass touches the links that have
+  /// something rather than every link (a provider call, often a system
+  /// call, each).
+  bool armed = false;
+  bool ready = false;
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
   /// Set when it must go once its queued answers have left (a refused
@@ -101,43 +120,214 @@ struct FabricServer::Peer {
   std::string closing_why;
 };
 
+namespace {
+rdmalib::ConnectionOptions accept_options() {
+  rdmalib::ConnectionOptions opts;
+  opts.recv_depth = kReceives + 2;
+  // Every peer speaks first (NodeRegister, LeaseRequest, ...), so on
+  // reliable-datagram fabrics the answer to its hello may leave in the
+  // background, posted again by the loop's polls until accept_timeout_ms.
+  // Waiting for it held the acceptor for a second per connection on
+  // tcp;ofi_rxm (it first connects back to the peer), and for the whole
+  // timeout when the peer had given up.
+  opts.accept_in_background = true;
+  // One loop polls every peer: a peer that died must not hang it.
+  opts.check_peer_before_poll = true;
+  return opts;
+}
+} // namespace
+
 FabricServer::FabricServer(const rdmalib::DeviceConfig &device, const FabricConfig &config)
     : cfg_(config), auth_(cfg_.auth, cfg_.munge_socket), device_(device), fabric_(device_),
       listener_(fabric_,
-                rdmalib::Address{cfg_.host.empty() ? device_.ip_address : cfg_.host, cfg_.port}) {}
+                rdmalib::Address{cfg_.host.empty() ? device_.ip_address : cfg_.host, cfg_.port}) {
+  acceptor_stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (acceptor_stop_fd_ < 0)
+    throw std::runtime_error(std::string("fabric: eventfd: ") + std::strerror(errno));
+  // Where opening an endpoint is slow (shm), one waits ready for the next
+  // connection; elsewhere this does nothing.
+  fabric_.prepare(accept_options());
+}
 
 FabricServer::~FabricServer() {
+  stop_acceptor();
   nodes_.clear();
   peers_.clear();
+  accepted_.clear();
+  ::close(acceptor_stop_fd_);
+}
+
+void FabricServer::started(std::function<void()> wake) {
+  wake_ = std::move(wake);
+  if (accepting_.exchange(true))
+    return;
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+void FabricServer::stop_acceptor() {
+  if (!accepting_.exchange(false))
+    return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(acceptor_stop_fd_, &one, sizeof one);
+  if (acceptor_.joinable())
+    acceptor_.join();
+}
+
+void FabricServer::accept_loop() {
+  // A readable descriptor means a request may be pending; the listener's
+  // contract asks for a look every few hundred milliseconds regardless (a
+  // peer in another network namespace cannot ring shm's doorbell).
+  const int lfd = listener_.fd();
+  while (accepting_.load()) {
+    if (lfd >= 0) {
+      pollfd pfds[2] = {{lfd, POLLIN, 0}, {acceptor_stop_fd_, POLLIN, 0}};
+      ::poll(pfds, 2, 200);
+      if (!accepting_.load())
+        return;
+    }
+    for (int i = 0; i < 64 && accepting_.load(); ++i) {
+      rdmalib::ConnectionRequest req;
+      try {
+        req = listener_.next_request(milliseconds(lfd >= 0 ? 0 : 100));
+      } catch (const rdmalib::Error &e) {
+        if (e.kind() != rdmalib::ErrorKind::Timeout)
+          log()->warn("fabric listener: {}", e.what());
+        break;
+      }
+      try {
+        std::unique_ptr<Peer> p = accept_one(req);
+        if (!p)
+          continue;
+        ++open_count_;
+        {
+          std::lock_guard<std::mutex> g(accepted_mutex_);
+          accepted_.push_back(std::move(p));
+        }
+        if (wake_)
+          wake_();
+      } catch (const std::exception &e) {
+        log()->warn("fabric: connection setup failed: {}", e.what());
+      }
+    }
+  }
+}
+
+bool FabricServer::take_accepted() {
+  std::lock_guard<std::mutex> g(accepted_mutex_);
+  if (accepted_.empty())
+    return false;
+  for (auto &p : accepted_)
+    peers_.push_back(std::move(p));
+  accepted_.clear();
+  return true;
+}
+
+int FabricServer::prepare_wait(std::vector<int> &fds) {
+  int limit = -1;
+  bool now = false;
+  bool fdless = false;
+  for (auto &p : peers_) {
+    p->armed = false;
+    if (p->closing) {
+      now = true; // goes at the next pass
+      continue;
+    }
+    if (p->wait_fd == -2)
+      p->wait_fd = p->conn.wait_fd();
+    if (p->wait_fd < 0) {
+      fdless = true;
+      continue;
+    }
+    // An answer that found no room at the provider moves only when polled.
+    if (!p->outbox.empty() && p->channel.send_idle())
+      limit = 1;
+    if (p->conn.ops().arm()) {
+      p->arm_failures = 0;
+      p->armed = true;
+      fds.push_back(p->wait_fd);
+      continue;
+    }
+    // Something may be pending: poll again at once, twice; a link that
+    // stays so (a handshake answer the provider cannot take yet) is looked
+    // at every millisecond rather than spun on.
+    if (++p->arm_failures <= 2)
+      now = true;
+    else
+      limit = 1;
+  }
+  if (fdless) {
+    if (Clock::now() - fdless_active_ < kPollWindow)
+      now = true;
+    else
+      limit = 1;
+  }
+  return now ? 0 : limit;
+}
+
+void FabricServer::ready(const std::vector<int> &fds) {
+  if (fds.empty())
+    return;
+  for (auto &p : peers_)
+    if (p->armed && std::find(fds.begin(), fds.end(), p->wait_fd) != fds.end())
+      p->ready = true;
 }
 
 bool FabricServer::poll(Registry &registry) {
-  bool worked = accept_pending();
+  bool worked = take_accepted();
   const auto now = Clock::now();
-  for (auto &p : peers_) {
-    if (p->closing)
-      continue;
-    worked |= serve(*p, registry);
-    if (p->kind == Peer::Kind::Node && !p->closing && !pending_.empty() &&
-        pending_.count(p->node) && p->outbox.size() < kNoticeWindow) {
-      std::optional<NodeView> view = registry.node(p->node);
-      if (view && view->node.state == NodeState::Up)
-        worked |= send_pending(*p);
+  // The pass's writes are one transaction, and its answers wait for its
+  // commit (queue_bytes holds them), whatever ends the pass.
+  Store &store = registry.store();
+  store.begin_batch();
+  holding_ = true;
+  struct EndBatch {
+    FabricServer &self;
+    Store &store;
+    ~EndBatch() {
+      std::vector<uint64_t> failed = store.commit_batch();
+      self.holding_ = false;
+      if (!failed.empty())
+        self.fail_held(failed);
+      self.held_.clear();
     }
-    if (!p->closing && p->kind == Peer::Kind::Unknown &&
-        now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
-      p->closing = true;
-      p->closing_why = "said nothing within fabric.idle_timeout_ms";
+  };
+  {
+    EndBatch end{*this, store};
+    for (auto &p : peers_) {
+      if (p->closing)
+        continue;
+      // A link the loop slept on is read once its descriptor fired; until
+      // it is armed again, at every pass.
+      bool spoke = false;
+      if (!p->armed || p->ready) {
+        p->armed = p->ready = false;
+        spoke = serve(*p, registry);
+      }
+      worked |= spoke;
+      if (spoke && p->wait_fd < 0)
+        fdless_active_ = now;
+      if (p->kind == Peer::Kind::Node && !p->closing && !pending_.empty() &&
+          pending_.count(p->node) && p->outbox.size() < kNoticeWindow) {
+        std::optional<NodeView> view = registry.node(p->node);
+        if (view && view->node.state == NodeState::Up)
+          worked |= send_pending(*p);
+      }
+      if (!p->closing && p->kind == Peer::Kind::Unknown &&
+          now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
+        p->closing = true;
+        p->closing_why = "said nothing within fabric.idle_timeout_ms";
+      }
+      // An idle client holds a slot others may need; its leases stay.
+      if (!p->closing && p->kind == Peer::Kind::Client && p->outbox.empty() &&
+          now - p->heard > milliseconds(cfg_.client_idle_timeout_ms)) {
+        p->closing = true;
+        p->closing_why = "sent nothing within fabric.client_idle_timeout_ms";
+      }
     }
-    // An idle client holds a slot others may need; its leases stay.
-    if (!p->closing && p->kind == Peer::Kind::Client && p->outbox.empty() &&
-        now - p->heard > milliseconds(cfg_.client_idle_timeout_ms)) {
-      p->closing = true;
-      p->closing_why = "sent nothing within fabric.client_idle_timeout_ms";
-    }
+  }
+  for (auto &p : peers_)
     if (!p->closing)
       worked |= flush(*p);
-  }
   for (auto it = peers_.begin(); it != peers_.end();) {
     if ((*it)->closing) {
       drop(**it, registry, (*it)->closing_why);
@@ -150,42 +340,7 @@ bool FabricServer::poll(Registry &registry) {
   return worked;
 }
 
-bool FabricServer::accept_pending() {
-  bool any = false;
-  // A readable fd (or a fabric without one) means a request may be pending.
-  // Each accept waits at most accept_timeout_ms for the peer to complete it.
-  // Connected endpoints announce a request on the listener's fd; a
-  // reliable-datagram listener's handshake arrives as a message, which only
-  // a poll of its queue progresses, so it is polled every pass.
-  const bool connected = fabric_.capabilities().endpoint == rdmalib::EndpointType::Connected;
-  for (int i = 0; i < 8; ++i) {
-    if (connected && listener_.fd() >= 0) {
-      pollfd pfd{listener_.fd(), POLLIN, 0};
-      if (::poll(&pfd, 1, 0) <= 0)
-        return any;
-    }
-    rdmalib::ConnectionRequest req;
-    try {
-      // A zero timeout still reads what is there (the fd's announcement on a
-      // connected listener, one pass over a datagram listener's queue) and
-      // never holds the loop for a peer.
-      req = listener_.next_request(milliseconds(0));
-    } catch (const rdmalib::Error &e) {
-      if (e.kind() != rdmalib::ErrorKind::Timeout)
-        log()->warn("fabric listener: {}", e.what());
-      return any;
-    }
-    any = true;
-    try {
-      accept_one(req);
-    } catch (const std::exception &e) {
-      log()->warn("fabric: connection setup failed: {}", e.what());
-    }
-  }
-  return any;
-}
-
-void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
+std::unique_ptr<FabricServer::Peer> FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   const std::vector<uint8_t> &pd = req.private_data();
   proto::ClientHello hello;
   proto::WireResult r = proto::decode(pd.data(), pd.size(), hello);
@@ -194,26 +349,15 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
     if (r.error != proto::WireError::VersionMismatch) {
       log()->warn("fabric: rejecting a connection request: {}", proto::describe(r));
       req.reject();
-      return;
+      return nullptr;
     }
     reply.status = proto::ErrorCode::VersionMismatch;
-  } else if (peers_.size() >= cfg_.max_connections) {
+  } else if (open_count_.load() >= cfg_.max_connections) {
     reply.status = proto::ErrorCode::ResourcesUnavailable;
   }
   uint8_t reply_bytes[sizeof reply];
   proto::encode(reply, reply_bytes, sizeof reply_bytes);
-  rdmalib::ConnectionOptions opts;
-  opts.recv_depth = kReceives + 2;
-  // Every peer speaks first (NodeRegister, LeaseRequest, ...), so on
-  // reliable-datagram fabrics the answer to its hello may leave in the
-  // background, posted again by the channel's polls until
-  // accept_timeout_ms. Waiting for it here held the loop for a second per
-  // connection on tcp;ofi_rxm (it first connects back to the peer), and for
-  // the whole timeout when the peer had given up: 16 clients connecting at
-  // once kept a node from registering and every lease unanswered.
-  opts.accept_in_background = true;
-  // One loop polls every peer: a peer that died must not hang it.
-  opts.check_peer_before_poll = true;
+  const rdmalib::ConnectionOptions opts = accept_options();
   auto p = std::make_unique<Peer>();
   p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.accept_timeout_ms), opts);
   // One loop serves every peer: a post finds room at once or waits in the
@@ -223,7 +367,7 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
   if (reply.status != proto::ErrorCode::Ok) {
     log()->warn("fabric: refused a connection: {}", proto::to_string(reply.status));
     p->conn.close();
-    return;
+    return nullptr;
   }
   proto::ControlOptions copts;
   copts.receives = kReceives;
@@ -236,7 +380,7 @@ void FabricServer::accept_one(rdmalib::ConnectionRequest &req) {
     p->remote = "?";
   }
   log()->debug("fabric: {} connected", p->remote);
-  peers_.push_back(std::move(p));
+  return p;
 }
 
 bool FabricServer::serve(Peer &p, Registry &registry) {
@@ -506,7 +650,28 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
     p.closing_why = "internal error";
     return;
   }
+  const size_t before = p.outbox.size();
   queue_bytes(p, std::move(bytes));
+  // A success that the batch's commit must confirm.
+  if (holding_ && status.ok() && g.lease_id != 0 && p.outbox.size() > before)
+    held_.push_back(Held{&p, p.outbox.size() - 1, g.lease_id});
+}
+
+void FabricServer::fail_held(const std::vector<uint64_t> &leases) {
+  for (const Held &h : held_) {
+    if (std::find(leases.begin(), leases.end(), h.lease) == leases.end() || h.peer->closing ||
+        h.index >= h.peer->outbox.size())
+      continue;
+    proto::LeaseGrant g;
+    g.status = proto::ErrorCode::Internal;
+    g.lease_id = h.lease;
+    proto::set_text_truncated(g.message, "the resource manager could not record this change in "
+                                         "its database; its memory and the database disagree "
+                                         "on this lease until it restarts");
+    std::vector<uint8_t> bytes(proto::lease_grant_size(0));
+    if (proto::encode(g, {}, bytes.data(), bytes.size()))
+      h.peer->outbox[h.index] = std::move(bytes);
+  }
 }
 
 bool FabricServer::admit_client(Peer &p) {
@@ -673,7 +838,8 @@ void FabricServer::queue_bytes(Peer &p, std::vector<uint8_t> bytes) {
     return;
   }
   p.outbox.push_back(std::move(bytes));
-  flush(p);
+  if (!holding_)
+    flush(p);
 }
 
 bool FabricServer::flush(Peer &p) {
@@ -723,10 +889,14 @@ void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
   }
   if (p.kind == Peer::Kind::Client && clients_ > 0)
     --clients_;
+  if (open_count_.load() > 0)
+    --open_count_;
   p.conn.close();
 }
 
 void FabricServer::stop(Registry &) {
+  stop_acceptor();
+  take_accepted();
   // The nodes stay up in the registry: a restarted resource manager gives
   // them a full heartbeat timeout to register again.
   for (auto &p : peers_)
@@ -734,6 +904,7 @@ void FabricServer::stop(Registry &) {
   nodes_.clear();
   peers_.clear();
   clients_ = 0;
+  open_count_ = 0;
 }
 
 } // namespace rfaas::rm

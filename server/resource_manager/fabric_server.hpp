@@ -4,14 +4,21 @@
 // every backend and provider.
 //
 // It runs on the Loop's thread as its LoopDriver: poll() makes one
-// non-blocking pass (accept what is pending, read what every connection
-// sent, answer, flush queued sends), and the loop alternates it with the
-// HTTP threads' tasks, so the Registry is touched by one thread only. No call
-// waits for a peer, except, on connected fabrics, the completion of one
-// connection's setup in the provider's connection manager (at most
-// fabric.accept_timeout_ms; on reliable-datagram fabrics the answer to a
-// hello leaves in the background): a silent or malicious peer cannot stall
-// the loop.
+// non-blocking pass (take the connections accepted meanwhile, read what
+// every connection sent, answer, flush queued sends), and the loop
+// alternates it with the HTTP threads' tasks, so the Registry is touched by
+// one thread only. Between passes with nothing to do the loop sleeps on the
+// connections' wait descriptors (rdmalib's Connection::wait_fd), so a
+// request wakes it at once; links without one (shm 1.17 has no descriptor
+// to sleep on) are polled, continuously for a while after they last spoke.
+// Connection setup happens on a thread of its own (the acceptor), which
+// hands finished connections to the loop: a handshake, however slow (an
+// endpoint opened, an answer to a peer that is gone), never delays a
+// request of a connected peer, and no call of the loop waits for a peer.
+//
+// The database writes of one pass are one transaction (Store::begin_batch),
+// and the answers queued during the pass leave only after its commit: a
+// client never holds a grant that a crash could forget.
 // Answers are queued per connection and posted one at a time as the previous
 // send completes; a connection whose queue overflows is dropped.
 //
@@ -25,12 +32,16 @@
 // later pass rather than holding the loop or failing the node.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <rdmalib/rdmalib.hpp>
@@ -60,7 +71,10 @@ public:
 
   bool poll(Registry &registry) override;
   void deliver(const std::vector<LeaseEnded> &events, Registry &registry) override;
-  bool busy() const override { return !peers_.empty(); }
+  int prepare_wait(std::vector<int> &fds) override;
+  void ready(const std::vector<int> &fds) override;
+  /// Starts the acceptor thread.
+  void started(std::function<void()> wake) override;
   void stop(Registry &registry) override;
 
   /// Open connections (for tests and metrics).
@@ -77,8 +91,15 @@ private:
   using Clock = std::chrono::steady_clock;
   struct Peer;
 
-  bool accept_pending();
-  void accept_one(rdmalib::ConnectionRequest &req);
+  /// The acceptor thread: waits for connection requests and sets them up.
+  void accept_loop();
+  /// Sets one request up; the connection, or null when it was refused.
+  std::unique_ptr<Peer> accept_one(rdmalib::ConnectionRequest &req);
+  /// Moves what the acceptor finished into peers_ (loop thread).
+  bool take_accepted();
+  /// After the batch's commit failed for `leases`: their answers say so.
+  void fail_held(const std::vector<uint64_t> &leases);
+  void stop_acceptor();
   /// Reads and handles what `p` sent; false when the connection ended.
   bool serve(Peer &p, Registry &registry);
   void handle(Peer &p, const protocol::ControlMessage &m, Registry &registry);
@@ -125,6 +146,30 @@ private:
   std::map<std::string, std::deque<protocol::LeaseEnded>> pending_;
   RequestLatencies *latencies_ = nullptr;
   NodeProvider *provider_ = nullptr;
+
+
+  // The acceptor thread and what it hands over (under accepted_mutex_).
+  std::thread acceptor_;
+  std::atomic<bool> accepting_{false};
+  int acceptor_stop_fd_ = -1; // an eventfd that ends the acceptor's sleep
+  std::function<void()> wake_;
+  std::mutex accepted_mutex_;
+  std::vector<std::unique_ptr<Peer>> accepted_;
+  /// Connections open or handed over (the acceptor's max_connections check).
+  std::atomic<size_t> open_count_{0};
+
+  /// True during a pass: answers wait in the outboxes for the batch's commit.
+  bool holding_ = false;
+  /// Grant answers queued during the pass: (peer, outbox index, lease id).
+  struct Held {
+    Peer *peer;
+    size_t index;
+    uint64_t lease;
+  };
+  std::vector<Held> held_;
+  /// When a link without a wait descriptor last had work: until kPollWindow
+  /// after it, the loop keeps polling instead of sleeping.
+  Clock::time_point fdless_active_{};
 };
 
 } // namespace rfaas::rm

@@ -1,6 +1,13 @@
 #include "resource_manager/loop.hpp"
 
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -14,9 +21,23 @@ std::shared_ptr<spdlog::logger> log() {
 } // namespace
 
 Loop::Loop(Registry &registry, std::chrono::milliseconds tick_every)
-    : registry_(registry), tick_every_(tick_every) {}
+    : registry_(registry), tick_every_(tick_every) {
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0)
+    throw std::runtime_error(std::string("resource manager loop: eventfd: ") +
+                             std::strerror(errno));
+}
 
-Loop::~Loop() { stop(); }
+Loop::~Loop() {
+  stop();
+  ::close(wake_fd_);
+}
+
+void Loop::wake() noexcept {
+  const uint64_t one = 1;
+  // EAGAIN means the counter is saturated: the loop is woken anyway.
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
 
 void Loop::start() {
   if (running_.exchange(true))
@@ -31,8 +52,9 @@ void Loop::stop() {
   {
     std::lock_guard<std::mutex> g(producers_);
     stopping_ = true;
-    queue_.enqueue(nullptr); // wakes the loop
+    queue_.enqueue(nullptr);
   }
+  wake();
   if (thread_.joinable())
     thread_.join();
   running_ = false;
@@ -45,6 +67,7 @@ void Loop::submit(std::function<void()> task) {
   if (stopping_ || !running_)
     throw LoopStopped();
   queue_.enqueue(std::move(task));
+  wake();
 }
 
 void Loop::deliver_events() {
@@ -74,9 +97,50 @@ bool Loop::run_task(std::function<void()> &task) {
   return true;
 }
 
+void Loop::sleep_until_work(std::chrono::steady_clock::time_point next_tick) {
+  wait_fds_.clear();
+  int limit_ms = driver_ ? driver_->prepare_wait(wait_fds_) : -1;
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(next_tick - std::chrono::steady_clock::now());
+  int timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+  if (limit_ms >= 0)
+    timeout = std::min(timeout, limit_ms);
+  if (timeout == 0) {
+    // Polling without sleeping: let the clients (and a provider's progress
+    // thread) have the core between passes. The look below still tells the
+    // driver which links have something.
+    sched_yield();
+  }
+  std::vector<pollfd> pfds;
+  pfds.reserve(wait_fds_.size() + 1);
+  pfds.push_back({wake_fd_, POLLIN, 0});
+  std::sort(wait_fds_.begin(), wait_fds_.end());
+  wait_fds_.erase(std::unique(wait_fds_.begin(), wait_fds_.end()), wait_fds_.end());
+  for (int fd : wait_fds_)
+    if (fd >= 0)
+      pfds.push_back({fd, POLLIN, 0});
+  if (::poll(pfds.data(), pfds.size(), timeout) < 0 && errno != EINTR)
+    log()->error("resource manager loop: poll: {}", std::strerror(errno));
+  if (pfds[0].revents) {
+    // Reset before the queue is read: a task enqueued after this read
+    // writes again, so none can wait unseen.
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t n = ::read(wake_fd_, &count, sizeof count);
+  }
+  if (!driver_)
+    return;
+  ready_fds_.clear();
+  for (size_t i = 1; i < pfds.size(); ++i)
+    if (pfds[i].revents)
+      ready_fds_.push_back(pfds[i].fd);
+  driver_->ready(ready_fds_);
+}
+
 void Loop::run() {
   auto next_tick = std::chrono::steady_clock::now();
   std::function<void()> task;
+  if (driver_)
+    driver_->started([this] { wake(); });
   for (;;) {
     auto now = std::chrono::steady_clock::now();
     if (now >= next_tick) {
@@ -103,33 +167,20 @@ void Loop::run() {
         log()->error("fabric pass failed: {}", e.what());
       }
       deliver_events();
-      // Tasks queued meanwhile run now, a bounded batch per pass, so a
-      // flood of REST calls cannot starve the fabric either.
-      for (int i = 0; i < 64 && queue_.try_dequeue(task); ++i) {
-        worked = true;
-        if (!run_task(task)) {
+    }
+    // Tasks queued meanwhile run now, a bounded batch per pass, so a flood
+    // of REST calls cannot starve the fabric either.
+    for (int i = 0; i < 64 && queue_.try_dequeue(task); ++i) {
+      worked = true;
+      if (!run_task(task)) {
+        // Tasks enqueued before the stop marker have run; none can follow it.
+        if (driver_)
           driver_->stop(registry_);
-          return;
-        }
+        return;
       }
-      if (worked)
-        continue;
     }
-    // A negative timeout means "forever" to readerwriterqueue: clamp it.
-    auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
-        next_tick - std::chrono::steady_clock::now());
-    if (driver_)
-      wait = std::min(wait, std::chrono::microseconds(driver_->busy() ? 1000 : 10000));
-    if (wait.count() < 0)
-      wait = std::chrono::microseconds(0);
-    if (!queue_.wait_dequeue_timed(task, wait))
-      continue;
-    if (!run_task(task)) {
-      // Tasks enqueued before the stop marker have run; none can follow it.
-      if (driver_)
-        driver_->stop(registry_);
-      return;
-    }
+    if (!worked)
+      sleep_until_work(next_tick);
   }
 }
 

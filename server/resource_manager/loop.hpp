@@ -4,6 +4,13 @@
 // runs on the loop thread itself: the loop alternates a non-blocking pass
 // over the fabric with draining its task queue, so neither needs a lock.
 //
+// When a pass finds nothing to do, the loop sleeps in poll(2) on the
+// descriptors the driver names (the fabric's wait objects) and on an
+// eventfd that every submitted task writes, so a request from either side
+// wakes it at once; the only timeout is the next periodic check (expiry,
+// heartbeats), or what the driver asks for where the fabric offers no
+// descriptor.
+//
 // readerwriterqueue is single-producer: producers take a small mutex around
 // the enqueue alone (a few nanoseconds), never around the loop or its state;
 // the loop dequeues without any lock.
@@ -54,9 +61,18 @@ public:
   virtual bool poll(Registry &registry) = 0;
   /// Lease-ended notices taken from the registry, to be delivered.
   virtual void deliver(const std::vector<LeaseEnded> &events, Registry &registry) = 0;
-  /// True while connections are open: the loop then waits at most 1 ms for a
-  /// task between passes (connections have no fd to wake it), else 10 ms.
-  virtual bool busy() const = 0;
+  /// Called after a pass that found no work, before the loop sleeps: adds
+  /// to `fds` the descriptors whose readiness (POLLIN) means work for poll()
+  /// and returns the longest the loop may sleep, in milliseconds: 0 when it
+  /// must not sleep now (something is pending that no descriptor announces),
+  /// -1 when the descriptors say everything.
+  virtual int prepare_wait(std::vector<int> &fds) = 0;
+  /// After the sleep (or the non-blocking look that replaces it when
+  /// prepare_wait returned 0): which of those descriptors were readable.
+  virtual void ready(const std::vector<int> &fds) { (void)fds; }
+  /// Called on the loop thread before the first pass with a function that
+  /// wakes the loop from any thread (a pass follows soon).
+  virtual void started(std::function<void()> wake) { (void)wake; }
   /// The loop is ending: close every connection (bounded in time).
   virtual void stop(Registry &registry) = 0;
 };
@@ -110,6 +126,9 @@ public:
   /// Tasks run so far (for tests).
   uint64_t tasks_run() const { return tasks_run_.load(); }
 
+  /// Makes the loop run a pass soon, from any thread (an eventfd write).
+  void wake() noexcept;
+
 private:
   void submit(std::function<void()> task);
   void run();
@@ -122,7 +141,15 @@ private:
   LoopDriver *driver_ = nullptr;
   NodeProvider *provider_ = nullptr;
   std::chrono::milliseconds tick_every_;
-  moodycamel::BlockingReaderWriterQueue<std::function<void()>> queue_{256};
+  /// Sleeps between passes on the driver's descriptors and on wake_fd_.
+  void sleep_until_work(std::chrono::steady_clock::time_point next_tick);
+
+  moodycamel::ReaderWriterQueue<std::function<void()>> queue_{256};
+  /// An eventfd: written after every enqueue (and by wake()), read by the
+  /// loop when it wakes.
+  int wake_fd_ = -1;
+  std::vector<int> wait_fds_;
+  std::vector<int> ready_fds_;
   std::mutex producers_; // serialises enqueue only (single-producer queue)
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};

@@ -7,22 +7,57 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 namespace rfaas::rm {
 
+/// Prepared statements kept for the life of the connection, by their text:
+/// preparing one costs more than running it (a lease writes three rows).
+class StatementCache {
+public:
+  ~StatementCache() {
+    for (auto &[sql, st] : statements_)
+      sqlite3_finalize(st);
+  }
+  /// The statement for `sql`, prepared on first use; reset and unbound.
+  sqlite3_stmt *get(sqlite3 *db, const char *sql) {
+    auto it = statements_.find(sql);
+    if (it != statements_.end())
+      return it->second;
+    sqlite3_stmt *st = nullptr;
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK)
+      throw StoreError(std::string("SQLite: preparing \"") + sql + "\": " + sqlite3_errmsg(db));
+    statements_.emplace(sql, st);
+    return st;
+  }
+
+private:
+  std::unordered_map<std::string, sqlite3_stmt *> statements_;
+};
+
 namespace {
 
-/// One prepared statement; finalised on scope exit.
+/// One prepared statement, taken from the cache (reset on scope exit) or,
+/// without one, prepared here and finalised on scope exit.
 class Stmt {
 public:
   Stmt(sqlite3 *db, const char *sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
       throw StoreError(std::string("SQLite: preparing \"") + sql + "\": " + sqlite3_errmsg(db));
   }
-  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(sqlite3 *db, StatementCache &cache, const char *sql)
+      : db_(db), st_(cache.get(db, sql)), cached_(true) {}
+  ~Stmt() {
+    if (cached_) {
+      sqlite3_reset(st_);
+      sqlite3_clear_bindings(st_);
+    } else {
+      sqlite3_finalize(st_);
+    }
+  }
   Stmt(const Stmt &) = delete;
   Stmt &operator=(const Stmt &) = delete;
 
@@ -84,18 +119,29 @@ private:
   }
   sqlite3 *db_;
   sqlite3_stmt *st_ = nullptr;
+  bool cached_ = false;
 };
 
-/// BEGIN IMMEDIATE ... COMMIT, rolled back if not committed.
+/// BEGIN IMMEDIATE ... COMMIT, rolled back if not committed. Inside a batch
+/// (Store::begin_batch) a savepoint instead: a write that fails is undone
+/// alone, and the batch's COMMIT makes the others durable.
 class Transaction {
 public:
-  explicit Transaction(sqlite3 *db) : db_(db) { exec("BEGIN IMMEDIATE"); }
+  Transaction(sqlite3 *db, bool nested) : db_(db), nested_(nested) {
+    exec(nested_ ? "SAVEPOINT w" : "BEGIN IMMEDIATE");
+  }
   ~Transaction() {
-    if (!done_)
+    if (done_)
+      return;
+    if (nested_) {
+      sqlite3_exec(db_, "ROLLBACK TO w", nullptr, nullptr, nullptr);
+      sqlite3_exec(db_, "RELEASE w", nullptr, nullptr, nullptr);
+    } else {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
   }
   void commit() {
-    exec("COMMIT");
+    exec(nested_ ? "RELEASE w" : "COMMIT");
     done_ = true;
   }
 
@@ -109,6 +155,7 @@ private:
     }
   }
   sqlite3 *db_;
+  bool nested_;
   bool done_ = false;
 };
 
@@ -211,7 +258,7 @@ void restrict_file(const std::string &path) {
 
 } // namespace
 
-Store::Store(const std::string &path) : path_(path) {
+Store::Store(const std::string &path) : path_(path), cache_(std::make_unique<StatementCache>()) {
   if (path != ":memory:" && path.rfind("file:", 0) != 0)
     restrict_file(path);
   int rc =
@@ -246,8 +293,58 @@ Store::Store(const std::string &path) : path_(path) {
 }
 
 Store::~Store() {
+  if (batch_open_)
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  cache_.reset(); // statements go before the connection
   if (db_)
     sqlite3_close(db_);
+}
+
+void Store::begin_batch() {
+  batch_wanted_ = true;
+  journal_.clear();
+}
+
+bool Store::open_batch() {
+  if (batch_wanted_ && !batch_open_) {
+    // Begun at the first write, so that a pass that writes nothing costs
+    // nothing.
+    exec("BEGIN IMMEDIATE", "starting a batch of writes");
+    batch_open_ = true;
+  }
+  return batch_open_;
+}
+
+std::vector<uint64_t> Store::commit_batch() {
+  batch_wanted_ = false;
+  if (!batch_open_)
+    return {};
+  batch_open_ = false;
+  char *err = nullptr;
+  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, &err) == SQLITE_OK) {
+    journal_.clear();
+    return {};
+  }
+  const std::string why = err ? err : sqlite3_errmsg(db_);
+  sqlite3_free(err);
+  sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  if (auto log = spdlog::get("resource_manager"))
+    log->error("database: committing {} write(s) together failed ({}); writing them one by one",
+               journal_.size(), why);
+  // Each write again in a transaction of its own: the registry's memory
+  // already holds them, so what can be saved is saved.
+  std::vector<uint64_t> failed;
+  std::vector<std::pair<uint64_t, std::function<void()>>> journal;
+  journal.swap(journal_);
+  for (auto &[lease, write] : journal) {
+    try {
+      write();
+    } catch (const StoreError &e) {
+      if (lease)
+        failed.push_back(lease);
+    }
+  }
+  return failed;
 }
 
 void Store::exec(const char *sql, const char *what) {
@@ -280,7 +377,7 @@ void Store::migrate() {
                      ", newer than this resource_manager understands (" +
                      std::to_string(kSchemaVersion) + "); run a newer resource_manager");
   for (; version < kSchemaVersion; ++version) {
-    Transaction t(db_);
+    Transaction t(db_, open_batch());
     exec(kMigrations[version], "migrating the schema");
     exec(("PRAGMA user_version=" + std::to_string(version + 1)).c_str(),
          "recording the schema version");
@@ -289,9 +386,11 @@ void Store::migrate() {
 }
 
 void Store::put_node(const Node &n) {
-  Stmt q(db_, "INSERT OR REPLACE INTO nodes (name, address, cores, memory_mib, secret, state, "
-              "drained, registered_ms, last_heartbeat_ms, registration_signed_ms) "
-              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
+  open_batch();
+  Stmt q(db_, *cache_,
+         "INSERT OR REPLACE INTO nodes (name, address, cores, memory_mib, secret, state, "
+         "drained, registered_ms, last_heartbeat_ms, registration_signed_ms) "
+         "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
   q.bind(1, n.name);
   q.bind(2, n.address);
   q.bind(3, static_cast<int64_t>(n.cores));
@@ -303,12 +402,17 @@ void Store::put_node(const Node &n) {
   q.bind(9, n.last_heartbeat_ms);
   q.bind(10, n.registration_signed_ms);
   q.run();
+  if (batch_open_)
+    journal_.emplace_back(0, [this, n] { put_node(n); });
 }
 
 void Store::remove_node(const std::string &name) {
+  open_batch();
   Stmt q(db_, "DELETE FROM nodes WHERE name = ?1");
   q.bind(1, name);
   q.run();
+  if (batch_open_)
+    journal_.emplace_back(0, [this, name] { remove_node(name); });
 }
 
 std::vector<Node> Store::load_nodes() const {
@@ -339,10 +443,11 @@ std::vector<Node> Store::load_nodes() const {
 }
 
 void Store::put_lease(const Lease &l) {
-  Transaction t(db_);
+  Transaction t(db_, open_batch());
   {
-    Stmt q(db_, "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
-                "ended_ms, secret_hash, owner_uid, job_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+    Stmt q(db_, *cache_,
+           "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
+           "ended_ms, secret_hash, owner_uid, job_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
     q.bind(1, l.id);
     q.bind(2, l.client);
     q.bind(3, std::string(to_string(l.state)));
@@ -355,13 +460,14 @@ void Store::put_lease(const Lease &l) {
     q.run();
   }
   {
-    Stmt q(db_, "DELETE FROM lease_parts WHERE lease_id = ?1");
+    Stmt q(db_, *cache_, "DELETE FROM lease_parts WHERE lease_id = ?1");
     q.bind(1, l.id);
     q.run();
   }
   for (size_t i = 0; i < l.parts.size(); ++i) {
-    Stmt q(db_, "INSERT INTO lease_parts (lease_id, idx, node, cores, memory_mib) "
-                "VALUES (?1,?2,?3,?4,?5)");
+    Stmt q(db_, *cache_,
+           "INSERT INTO lease_parts (lease_id, idx, node, cores, memory_mib) "
+           "VALUES (?1,?2,?3,?4,?5)");
     q.bind(1, l.id);
     q.bind(2, static_cast<int64_t>(i));
     q.bind(3, l.parts[i].node);
@@ -370,6 +476,8 @@ void Store::put_lease(const Lease &l) {
     q.run();
   }
   t.commit();
+  if (batch_open_)
+    journal_.emplace_back(l.id, [this, l] { put_lease(l); });
 }
 
 std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
@@ -446,9 +554,11 @@ std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t n
 }
 
 void Store::put_accounting(const AccountingRecord &r) {
-  Stmt q(db_, "INSERT OR REPLACE INTO accounting (lease_id, node, client, reported_ms, "
-              "allocation_us, hot_polling_us, execution_us, memory_mib, final, owner_uid, job_id) "
-              "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)");
+  open_batch();
+  Stmt q(db_, *cache_,
+         "INSERT OR REPLACE INTO accounting (lease_id, node, client, reported_ms, "
+         "allocation_us, hot_polling_us, execution_us, memory_mib, final, owner_uid, job_id) "
+         "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)");
   q.bind(1, r.lease_id);
   q.bind(2, r.node);
   q.bind(3, r.client);
@@ -461,6 +571,8 @@ void Store::put_accounting(const AccountingRecord &r) {
   q.bind(10, static_cast<uint64_t>(r.owner_uid));
   q.bind(11, r.job_id);
   q.run();
+  if (batch_open_)
+    journal_.emplace_back(0, [this, r] { put_accounting(r); });
 }
 
 std::vector<AccountingRecord> Store::query_accounting(const char *where, const std::string *text,
@@ -520,7 +632,7 @@ std::vector<std::pair<std::string, QuotaLimits>> Store::load_quotas() const {
 }
 
 std::pair<size_t, size_t> Store::prune_history(uint64_t before_ms) {
-  Transaction t(db_);
+  Transaction t(db_, open_batch());
   {
     Stmt q(db_, "DELETE FROM accounting WHERE reported_ms < ?1 AND lease_id NOT IN "
                 "(SELECT id FROM leases WHERE state = 'active')");

@@ -4,10 +4,15 @@
 //
 // Every write is one transaction; the registry writes before it changes its
 // memory, so a failed write (disk full, read-only file) leaves both as they
-// were. Only the loop thread uses a Store.
+// were. The loop groups the writes of one pass over the fabric in a batch:
+// one commit for all its grants, each write a savepoint inside it, and the
+// answers leave only once the batch is committed. Only the loop thread uses
+// a Store.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -40,6 +45,8 @@ struct PilotRecord {
   /// Its nodes' names at the resource manager, comma-separated.
   std::string nodes;
 };
+
+class StatementCache;
 
 /// A database error, with SQLite's own message and what was being done.
 class StoreError : public std::runtime_error {
@@ -91,6 +98,18 @@ public:
   void remove_quota(const std::string &key);
   std::vector<std::pair<std::string, QuotaLimits>> load_quotas() const;
 
+  /// Groups the writes that follow, until commit_batch(), in one
+  /// transaction (one commit instead of one per write); each write is a
+  /// savepoint inside it, so a write that fails is undone alone and
+  /// reported as before. Throws StoreError when the transaction cannot start.
+  void begin_batch();
+  /// Commits the batch. When the commit fails, the batch is rolled back and
+  /// each of its writes made again in a transaction of its own; returns the
+  /// ids of the leases whose write failed again (empty: all is durable).
+  /// Never throws.
+  std::vector<uint64_t> commit_batch();
+  bool in_batch() const { return batch_wanted_; }
+
   /// Deletes leases that ended before `before_ms` (with their parts) and
   /// accounting records reported before it whose lease is no longer active.
   /// Returns how many leases and records went.
@@ -116,6 +135,14 @@ private:
   std::string path_;
   sqlite3 *db_ = nullptr;
   bool pilots_ready_ = false;
+
+  std::unique_ptr<StatementCache> cache_;
+  /// Opens the batch's transaction at its first write; true inside one.
+  bool open_batch();
+  bool batch_wanted_ = false;
+  bool batch_open_ = false;
+  /// The batch's writes (lease id or 0, and the write), for a failed commit.
+  std::vector<std::pair<uint64_t, std::function<void()>>> journal_;
 };
 
 } // namespace rfaas::rm

@@ -127,6 +127,19 @@ public:
   /// The Fabric this connection was made on.
   Fabric &fabric() const noexcept;
 
+  /// A file descriptor that becomes readable (POLLIN) when this link may
+  /// have a completion on either queue, or may have ended, so that one
+  /// thread serves many links by sleeping in poll/epoll instead of spinning
+  /// over them or sleeping for a fixed time. -1 when the fabric has no such
+  /// descriptor (Capabilities::wait_fd false, or a provider whose blocking
+  /// wait is no descriptor: shm 1.17 yields the CPU in a loop instead):
+  /// poll such links. Links that share one endpoint (reliable-datagram
+  /// fabrics) share one descriptor: a wake-up may concern any of them.
+  /// Owned by the link (or its fabric), valid until close(); never read or
+  /// close it. Before each sleep call Operations::arm() on every link whose
+  /// descriptor is waited on. Not thread-safe, like the data path.
+  int wait_fd() const noexcept;
+
 private:
   friend struct detail::Internals;
   friend class ConnectionRequest;

@@ -154,6 +154,15 @@ public:
   /// closes, or `timeout_ms` passes (negative = no deadline, use with care).
   WaitResult wait(Queue q, Completion *out, size_t max, int timeout_ms) noexcept;
 
+  /// Prepares Connection::wait_fd() for a sleep, after the caller polled
+  /// both queues: true when sleeping on it is safe (whatever arrives from
+  /// now on makes it readable); false when something may already wait
+  /// (completions read ahead into this link's stash, a notification the
+  /// device raises only once re-armed, progress owed to the provider such as
+  /// a handshake answer posted again by polls): poll again, then arm again.
+  /// Never blocks; false on an empty handle or a link without a descriptor.
+  bool arm() noexcept;
+
   /// How long a post retries on a full queue before Status::Timeout: the
   /// connection's ConnectionOptions::post_deadline, or what
   /// set_post_deadline() made it (0 ms on an empty handle).

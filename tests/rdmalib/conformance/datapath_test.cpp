@@ -8,6 +8,8 @@
 #include <cstring>
 #include <set>
 
+#include <poll.h>
+
 using namespace rdmalib;
 using namespace conformance;
 
@@ -685,3 +687,54 @@ TEST_P(DataPath, PeerCloseIsReported) {
 INSTANTIATE_TEST_SUITE_P(Providers, DataPath, testing::ValuesIn(params(all_masks())), param_name);
 
 } // namespace
+
+// ---- sleeping on many links ----------------------------------------------------------
+
+// Connection::wait_fd() and Operations::arm(): a server that sleeps in
+// poll(2) on the descriptor wakes for each message, armed again after each.
+TEST_P(DataPath, WaitFdWakesForEachMessage) {
+  Buffer<uint8_t> s_recv(*server_fabric_, 2 * 64), c_send(*client_fabric_, 64);
+  Link k = make_link(*server_fabric_, *client_fabric_);
+  ASSERT_FALSE(HasFailure());
+  attach_if_needed(k.server, s_recv.region());
+  attach_if_needed(k.client, c_send.region());
+  const int fd = k.server.wait_fd();
+  if (fd < 0)
+    GTEST_SKIP() << "no wait descriptor on this fabric (Capabilities::wait_fd " << caps().wait_fd
+                 << ", or a provider wait object that is no descriptor): callers poll it";
+  constexpr int kMessages = 3;
+  Event armed[kMessages];
+  run_both(
+      [&] {
+        Operations ops = k.server.ops();
+        for (int i = 0; i < kMessages; ++i) {
+          ASSERT_EQ(ops.post_recv(s_recv.local_bytes((i % 2) * 64, 64), 10 + i), Status::Ok)
+              << ops.last_error();
+          // Poll until arm() says a sleep is safe (it may ask for a few polls).
+          auto deadline = Clock::now() + kDeadline;
+          Completion c;
+          while (!ops.arm()) {
+            ASSERT_LT(Clock::now(), deadline) << "arm() never allowed a sleep";
+            ASSERT_EQ(ops.poll(Queue::Recv, &c, 1), 0u) << "a message before the peer sent one";
+            ops.poll(Queue::Send, &c, 1);
+          }
+          armed[i].post();
+          pollfd pfd{fd, POLLIN, 0};
+          ASSERT_EQ(::poll(&pfd, 1, kDeadlineMs), 1)
+              << "the descriptor did not wake for message " << i;
+          auto got = wait_one(ops, Queue::Recv, "message after the wake-up");
+          ASSERT_TRUE(got);
+          EXPECT_EQ(got->status, Status::Ok) << ops.last_error();
+          EXPECT_EQ(got->context, uint64_t(10 + i));
+        }
+      },
+      [&] {
+        Operations ops = k.client.ops();
+        for (int i = 0; i < kMessages; ++i) {
+          ASSERT_TRUE(armed[i].wait());
+          fill_pattern(c_send.data(), 32, i);
+          ASSERT_EQ(ops.send(c_send.local_bytes(0, 32), 100 + i), Status::Ok) << ops.last_error();
+          expect_completion(ops, Queue::Send, OpKind::Send, 100 + i, "send");
+        }
+      });
+}

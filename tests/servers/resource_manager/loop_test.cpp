@@ -159,11 +159,45 @@ struct StallingDriver final : LoopDriver {
     return false;
   }
   void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
-  bool busy() const override { return true; }
+  // Looked at every millisecond, as a fabric without wait descriptors.
+  int prepare_wait(std::vector<int> &) override { return 1; }
+  void stop(Registry &) override {}
+};
+
+/// A fabric side with nothing to wake the loop: only a task can.
+struct SilentDriver final : LoopDriver {
+  std::atomic<int> sleeps{0};
+  bool poll(Registry &) override { return false; }
+  void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
+  int prepare_wait(std::vector<int> &) override {
+    ++sleeps;
+    return -1;
+  }
   void stop(Registry &) override {}
 };
 
 } // namespace
+
+// An idle loop sleeps until its next periodic check (a minute here); a task
+// submitted meanwhile wakes it (its eventfd), so the call is answered
+// instead of failing with LoopBusy after the call timeout.
+TEST(LoopWake, ATaskWakesASleepingLoop) {
+  Store store{":memory:"};
+  Registry reg{store, [] { return uint64_t{1'000'000}; }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::minutes(1)};
+  SilentDriver driver;
+  loop.attach(&driver);
+  loop.set_call_timeout(std::chrono::seconds(20));
+  loop.start();
+  for (int i = 0; i < 20; ++i) {
+    const int asleep = driver.sleeps.load();
+    EXPECT_NO_THROW(loop.call([](Registry &) { return 1; }));
+    // The pass after the task ends in a sleep again before the next call.
+    while (driver.sleeps.load() == asleep)
+      std::this_thread::yield();
+  }
+  loop.stop();
+}
 
 // A REST handler's wait on the loop is bounded: past the call timeout the
 // request fails with LoopBusy (503) and its task is withdrawn, never run.
