@@ -123,6 +123,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     }
     spdlog::debug("client {} connected (lease {})", c->peer, hello.lease_id);
     c->ticket = admission_.admitted(from, now);
+    c->accepted_at = Clock::now();
     clients_.push_back(std::move(c));
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -41,7 +42,7 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
       listener_(fabric_,
                 rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
                                  cfg_.listen_port}),
-      zygote_(executor_path_, device_, cfg_.zygote, cfg_.sandbox,
+      zygote_(executor_path_, device_, cfg_.zygote, cfg_.sandbox, cfg_.executor_pool,
               [this](const ZygoteEvent &e) { executor_event(e); }),
       admission_(cfg_.admission) {
   core_used_.assign(cfg_.cores.size(), false);
@@ -114,7 +115,24 @@ constexpr int kAcceptLookMs = 200;
 constexpr int kBusyPollMs = 2;
 constexpr int kSettledPollMs = 20;
 constexpr auto kSettleAfter = std::chrono::milliseconds(50);
+/// How long after accepting a client the loop polls it without sleeping:
+/// librfaas sends its AllocationRequest (and its LeaseProof) right after
+/// connecting, within ~1 ms here. Connections have no fd to sleep on; a
+/// client that sends nothing in that time is polled at kBusyPollMs again, so
+/// a flood of silent connections costs at most this much spinning each.
+constexpr auto kAwaitRequest = std::chrono::milliseconds(5);
+/// At most this many clients in that window make the loop spin: beyond, it is
+/// a flood, and sleeping between looks serves everyone better.
+constexpr size_t kAwaitRequestMaxClients = 4;
 } // namespace
+
+bool Manager::awaiting_request(Clock::time_point now) const {
+  size_t n = 0;
+  for (const auto &c : clients_)
+    if (!c->closed && !c->requested && now - c->accepted_at < kAwaitRequest)
+      ++n;
+  return n > 0 && n <= kAwaitRequestMaxClients;
+}
 
 bool Manager::settled() const {
   for (const auto &kv : allocations_) {
@@ -138,7 +156,11 @@ int Manager::run() {
         busy ? (quiet ? kSettledPollMs : kBusyPollMs) : (listener_.fd() < 0 ? 10 : kAcceptLookMs);
     if (rm_) // heartbeats and lease-ended notices
       timeout = std::min(timeout, 20);
-    ::poll(p, 3, timeout);
+    const bool spin = awaiting_request(Clock::now());
+    if (spin)
+      timeout = 0;
+    if (::poll(p, 3, timeout) == 0 && spin)
+      sched_yield();
     if (p[2].revents & POLLIN) {
       signalfd_siginfo si;
       while (::read(signal_fd_, &si, sizeof si) == sizeof si) {
@@ -177,7 +199,8 @@ int Manager::run() {
   }
   if (rm_)
     rm_->close();
-  spdlog::info("stopping: ending {} allocation(s)", allocations_.size());
+  spdlog::info("stopping: ending {} allocation(s); {} of {} executor(s) came from the pool",
+               allocations_.size(), executors_pooled_, executors_started_);
   for (auto &kv : allocations_)
     signal_executor(*kv.second, SIGTERM);
   auto deadline = Clock::now() + milliseconds(cfg_.shutdown_grace_ms);

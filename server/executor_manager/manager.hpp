@@ -104,6 +104,9 @@ private:
   Admission admission_;
   size_t pending_peak_since_trim_ = 0; // most pending connections since the last malloc_trim
   std::map<uint64_t, std::unique_ptr<Allocation>> allocations_;
+  /// Executors started, and how many of them came from the zygote's pool
+  /// (logged when the manager stops).
+  uint64_t executors_started_ = 0, executors_pooled_ = 0;
 
   // With a resource manager (resource_manager.enabled) only.
   std::unique_ptr<RmLink> rm_;
@@ -126,6 +129,10 @@ private:
   Clock::time_point last_activity_{};
   /// Every allocation serving, every client with its allocation.
   bool settled() const;
+  /// A client accepted less than kAwaitRequest ago has not sent its
+  /// AllocationRequest yet: the loop spins (yielding the core) instead of
+  /// sleeping kBusyPollMs, which was half of the allocation's answer time.
+  bool awaiting_request(Clock::time_point now) const;
   void report_live_leases();
 };
 

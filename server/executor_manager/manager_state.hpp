@@ -54,6 +54,10 @@ struct Manager::Client {
   uint32_t lease_cores = 0;
   uint64_t lease_memory_mib = 0;
   Admission::Ticket ticket = 0; // pending until granted (admission.hpp)
+  /// When its connection was accepted: its AllocationRequest follows within
+  /// about a millisecond, and the loop looks for it without sleeping until
+  /// kAwaitRequest has passed (Manager::awaiting_request).
+  Clock::time_point accepted_at{};
   bool requested = false;
   bool closed = false;
 };
@@ -66,6 +70,8 @@ struct Manager::Allocation {
   uint32_t memory_mib = 0;
   uint32_t workers = 0;
   pid_t pid = -1;
+  /// Its executor was pre-started (the zygote's pool), not forked for it.
+  bool pooled = false;
   bool exited = false;
   long exit_code = 0;
   Clock::time_point started, exited_at;
