@@ -264,14 +264,15 @@ private:
     return limit(cgroups_[e.pid], spec, why);
   }
 
-  /// Give `text` to a pooled executor; its pid on success, -1 if none is
-  /// ready or the one taken could not be bound or given the spec (then it
-  /// is let go, and with it the pool: something is wrong with pooling here).
-  pid_t hand_to_pool(const std::string &text, const server::LaunchSpec &spec) {
+  /// Give the allocation of `spec` (LaunchSpec `text`) to a pooled
+  /// executor. False if none is ready or the one taken could not be bound
+  /// (then it is let go, and with it the pool: something is wrong with
+  /// pooling here), and the allocation gets a fresh fork.
+  bool hand_to_pool(const std::string &text, const server::LaunchSpec &spec) {
     const auto now = Clock::now();
     PooledExecutor e = pool_.take(now);
     if (e.pid <= 0)
-      return -1;
+      return false;
     std::string why;
     if (!bind(e, spec, why)) {
       spdlog::warn("zygote: cannot bind the pooled executor {} to allocation {:x}: {}; no "
@@ -279,18 +280,26 @@ private:
                    e.pid, spec.allocation_id, why);
       pool_.release(e, now);
       pool_.stop(now);
-      return -1;
+      return false;
     }
+    children_[e.pid] = spec.allocation_id;
+    // Reported before the hand-over: the manager answers the client on this
+    // line, and the executor, once woken, would take the core from us before
+    // we wrote it. "pooled": the manager logs and counts it.
+    emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(e.pid) + " pooled");
     if (!write_all(e.fd, text)) {
-      spdlog::warn("zygote: the pooled executor {} cannot take an allocation: {}; no executor "
+      // It died since it reported in (its death is reaped and reported as
+      // this allocation's end); make sure of it, and pool no more.
+      spdlog::warn("zygote: the pooled executor {} cannot take allocation {:x}: {}; no executor "
                    "pool",
-                   e.pid, std::strerror(errno));
-      pool_.release(e, now);
+                   e.pid, spec.allocation_id, std::strerror(errno));
+      ::kill(e.pid, SIGKILL);
+      ::close(e.fd);
       pool_.stop(now);
-      return -1;
+      return true;
     }
     ::close(e.fd); // EOF: the spec is complete
-    return e.pid;
+    return true;
   }
 
   void emit(const std::string &line) {
@@ -369,13 +378,7 @@ private:
       return;
     }
     if (!exec_each_) {
-      pid_t pid = hand_to_pool(text, spec);
-      if (pid > 0) {
-        children_[pid] = spec.allocation_id;
-        // "pooled": the manager logs it and counts it (executor_manager's
-        // allocation line and its stop line).
-        emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid) +
-             " pooled");
+      if (hand_to_pool(text, spec)) {
         note_request(spec);
         return;
       }

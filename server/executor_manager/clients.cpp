@@ -1,6 +1,7 @@
 #include "executor_manager/manager_state.hpp"
 
 #include <malloc.h>
+#include <poll.h>
 
 #include <algorithm>
 
@@ -34,6 +35,18 @@ void Manager::accept_requests(milliseconds first_wait) {
       accept_one(req);
     } catch (const std::exception &e) {
       admission_.setup_failed("a peer", e.what(), Clock::now());
+    }
+    // Looking for one more costs up to ~1 ms when none is pending (a zero
+    // timeout still reads once for 1 ms on tcp), and the client just
+    // accepted sends its AllocationRequest meanwhile: look again once no new
+    // client awaits its answer (Manager::run), unless the listener's fd says
+    // that more are pending already.
+    if (listener_.fd() >= 0) {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) {
+        look_again_ = true;
+        return;
+      }
     }
   }
 }

@@ -175,8 +175,10 @@ int Manager::run() {
     // A listener's fd may be a doorbell that only rdmalib peers able to
     // reach it ring (docs/rdmalib.md): look now and then regardless.
     const bool woken = listener_.fd() < 0 || (p[0].revents & POLLIN);
-    if (woken || Clock::now() - last_accept_look_ >= milliseconds(kAcceptLookMs)) {
+    const bool deferred = look_again_ && !awaiting_request(Clock::now());
+    if (woken || deferred || Clock::now() - last_accept_look_ >= milliseconds(kAcceptLookMs)) {
       last_accept_look_ = Clock::now();
+      look_again_ = false;
       accept_requests(woken ? milliseconds(5) : milliseconds(0));
     }
     poll_clients();

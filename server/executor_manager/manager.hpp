@@ -122,6 +122,9 @@ private:
   Clock::time_point last_periodic_report_{};
   /// When the loop last looked for connection requests.
   Clock::time_point last_accept_look_{};
+  /// A request was accepted and the look for more was put off until no new
+  /// client awaits its answer (accept_requests).
+  bool look_again_ = false;
   /// Messages, connection requests and zygote reports handled (events_),
   /// the count at the end of the previous round, and when the loop last saw
   /// one or an allocation or client in transition: its poll interval.
