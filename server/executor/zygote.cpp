@@ -225,10 +225,12 @@ private:
     if (pid == 0) {
       enter_child();
       ::close(sv[0]);
+      // Named before it enters the sandbox (milliseconds), so that it is
+      // never taken for an allocation's executor meanwhile (ps, tests).
+      prctl(PR_SET_NAME, "executor-spare");
       if (::getppid() != zygote)
         _exit(0); // the zygote died before the death signal was armed
       confine(cgroup);
-      prctl(PR_SET_NAME, "executor-spare");
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       _exit(run_spare(sv[1], device_, spare_input_slots_));
     }
