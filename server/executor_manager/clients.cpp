@@ -1,7 +1,7 @@
 #include "executor_manager/manager_state.hpp"
 
 #include <malloc.h>
-#include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -31,23 +31,35 @@ void Manager::accept_requests(milliseconds first_wait) {
         spdlog::warn("listener: {}", e.what());
       return;
     }
+    const size_t clients_before = clients_.size();
     try {
       accept_one(req);
     } catch (const std::exception &e) {
       admission_.setup_failed("a peer", e.what(), Clock::now());
     }
-    // Looking for one more costs up to ~1 ms when none is pending (a zero
-    // timeout still reads once for 1 ms on tcp), and the client just
-    // accepted sends its AllocationRequest meanwhile: look again once no new
-    // client awaits its answer (Manager::run), unless the listener's fd says
-    // that more are pending already.
-    if (listener_.fd() >= 0) {
-      pollfd p{listener_.fd(), POLLIN, 0};
-      if (::poll(&p, 1, 0) <= 0) {
-        look_again_ = true;
-        return;
-      }
-    }
+    if (clients_.size() > clients_before)
+      await_request(clients_.back().get());
+  }
+}
+
+void Manager::await_request(const Client *c) {
+  // Looking for the next connection request costs up to ~1 ms when none is
+  // pending (a zero timeout still reads once for 1 ms on tcp), and the loop
+  // sleeps kBusyPollMs between looks at its connections, which have no fd:
+  // either would delay the answer to the client just accepted, whose
+  // LeaseProof and AllocationRequest follow its connection within a fraction
+  // of a millisecond. A client that sends nothing in that time costs the
+  // loop this much once (admission bounds how many can: admission.hpp).
+  const auto until = Clock::now() + kAwaitRequest;
+  auto present = [this, c] {
+    return std::any_of(clients_.begin(), clients_.end(),
+                       [c](const std::unique_ptr<Client> &p) { return p.get() == c; });
+  };
+  while (Clock::now() < until) {
+    poll_clients();
+    if (!present() || c->requested || c->closed)
+      return;
+    sched_yield();
   }
 }
 
@@ -136,7 +148,6 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     }
     spdlog::debug("client {} connected (lease {})", c->peer, hello.lease_id);
     c->ticket = admission_.admitted(from, now);
-    c->accepted_at = Clock::now();
     clients_.push_back(std::move(c));
     return;
   }

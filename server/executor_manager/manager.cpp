@@ -2,7 +2,6 @@
 
 #include <malloc.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -115,24 +114,7 @@ constexpr int kAcceptLookMs = 200;
 constexpr int kBusyPollMs = 2;
 constexpr int kSettledPollMs = 20;
 constexpr auto kSettleAfter = std::chrono::milliseconds(50);
-/// How long after accepting a client the loop polls it without sleeping:
-/// librfaas sends its AllocationRequest (and its LeaseProof) right after
-/// connecting, within ~1 ms here. Connections have no fd to sleep on; a
-/// client that sends nothing in that time is polled at kBusyPollMs again, so
-/// a flood of silent connections costs at most this much spinning each.
-constexpr auto kAwaitRequest = std::chrono::milliseconds(5);
-/// At most this many clients in that window make the loop spin: beyond, it is
-/// a flood, and sleeping between looks serves everyone better.
-constexpr size_t kAwaitRequestMaxClients = 4;
 } // namespace
-
-bool Manager::awaiting_request(Clock::time_point now) const {
-  size_t n = 0;
-  for (const auto &c : clients_)
-    if (!c->closed && !c->requested && now - c->accepted_at < kAwaitRequest)
-      ++n;
-  return n > 0 && n <= kAwaitRequestMaxClients;
-}
 
 bool Manager::settled() const {
   for (const auto &kv : allocations_) {
@@ -156,11 +138,7 @@ int Manager::run() {
         busy ? (quiet ? kSettledPollMs : kBusyPollMs) : (listener_.fd() < 0 ? 10 : kAcceptLookMs);
     if (rm_) // heartbeats and lease-ended notices
       timeout = std::min(timeout, 20);
-    const bool spin = awaiting_request(Clock::now());
-    if (spin)
-      timeout = 0;
-    if (::poll(p, 3, timeout) == 0 && spin)
-      sched_yield();
+    ::poll(p, 3, timeout);
     if (p[2].revents & POLLIN) {
       signalfd_siginfo si;
       while (::read(signal_fd_, &si, sizeof si) == sizeof si) {
@@ -175,10 +153,8 @@ int Manager::run() {
     // A listener's fd may be a doorbell that only rdmalib peers able to
     // reach it ring (docs/rdmalib.md): look now and then regardless.
     const bool woken = listener_.fd() < 0 || (p[0].revents & POLLIN);
-    const bool deferred = look_again_ && !awaiting_request(Clock::now());
-    if (woken || deferred || Clock::now() - last_accept_look_ >= milliseconds(kAcceptLookMs)) {
+    if (woken || Clock::now() - last_accept_look_ >= milliseconds(kAcceptLookMs)) {
       last_accept_look_ = Clock::now();
-      look_again_ = false;
       accept_requests(woken ? milliseconds(5) : milliseconds(0));
     }
     poll_clients();

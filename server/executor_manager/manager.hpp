@@ -122,9 +122,6 @@ private:
   Clock::time_point last_periodic_report_{};
   /// When the loop last looked for connection requests.
   Clock::time_point last_accept_look_{};
-  /// A request was accepted and the look for more was put off until no new
-  /// client awaits its answer (accept_requests).
-  bool look_again_ = false;
   /// Messages, connection requests and zygote reports handled (events_),
   /// the count at the end of the previous round, and when the loop last saw
   /// one or an allocation or client in transition: its poll interval.
@@ -132,10 +129,13 @@ private:
   Clock::time_point last_activity_{};
   /// Every allocation serving, every client with its allocation.
   bool settled() const;
-  /// A client accepted less than kAwaitRequest ago has not sent its
-  /// AllocationRequest yet: the loop spins (yielding the core) instead of
-  /// sleeping kBusyPollMs, which was half of the allocation's answer time.
-  bool awaiting_request(Clock::time_point now) const;
+  /// Right after accepting client `c`: poll the clients, without sleeping,
+  /// until `c` sent its AllocationRequest (and was answered) or left, for
+  /// at most kAwaitRequest.
+  void await_request(const Client *c);
+  /// How long await_request() waits: librfaas sends its request right
+  /// after connecting (~0.1-0.5 ms here).
+  static constexpr std::chrono::milliseconds kAwaitRequest{3};
   void report_live_leases();
 };
 

@@ -54,10 +54,6 @@ struct Manager::Client {
   uint32_t lease_cores = 0;
   uint64_t lease_memory_mib = 0;
   Admission::Ticket ticket = 0; // pending until granted (admission.hpp)
-  /// When its connection was accepted: its AllocationRequest follows within
-  /// about a millisecond, and the loop looks for it without sleeping until
-  /// kAwaitRequest has passed (Manager::awaiting_request).
-  Clock::time_point accepted_at{};
   bool requested = false;
   bool closed = false;
 };
