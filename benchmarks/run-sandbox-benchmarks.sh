@@ -87,7 +87,9 @@ fi
 bench=$build/benchmarks
 manager=$build/server/executor_manager/executor_manager
 library=$build/examples/functions/libfunctions.so
-for f in "$bench/rfaas_invocation_benchmark" "$bench/rfaas_cold_benchmark" "$manager" "$library"; do
+needed=("$bench/rfaas_cold_benchmark" "$manager" "$library")
+((hot)) && needed+=("$bench/rfaas_invocation_benchmark")
+for f in "${needed[@]}"; do
   [[ -e $f ]] || { echo "run-sandbox-benchmarks.sh: $f is missing (build it, or --build-dir)" >&2; exit 1; }
 done
 
