@@ -1,7 +1,8 @@
 // executor: started by the executor manager, never by hand.
 //
-//   executor --zygote --device <hex JSON device database> [--exec-each]
-//       pre-initialised parent that forks one executor per allocation
+//   executor --zygote --device <hex JSON device database> [--exec-each] [--pool N]
+//       pre-initialised parent that forks one executor per allocation, and
+//       keeps N executors pre-started
 //   executor --spec-fd N
 //       run one allocation described by the LaunchSpec text on fd N
 #include <cstdio>
@@ -31,7 +32,8 @@ int main(int argc, char **argv) {
                                         "zygote: exec a fresh executor per allocation")(
       "spec-fd", "run one allocation from the launch spec on this fd", rfaas::cli::value<int>())(
       "sandbox", "zygote: how to confine executors (hex text, from the manager)",
-      rfaas::cli::value<std::string>());
+      rfaas::cli::value<std::string>())("pool", "zygote: executors kept pre-started",
+                                        rfaas::cli::value<uint32_t>()->default_value("0"));
   rfaas::cli::add_standard_options(options);
   return rfaas::cli::run("executor", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
     rfaas::cli::apply_log_level(args);
@@ -64,7 +66,8 @@ int main(int argc, char **argv) {
       } else {
         sandbox.kind = rfaas::server::SandboxKind::Process;
       }
-      return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self, sandbox);
+      return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self, sandbox,
+                                                 args["pool"].as<uint32_t>());
     }
     throw rfaas::cli::UsageError("started by executor_manager only (--zygote or --spec-fd)");
   });

@@ -24,6 +24,7 @@
 #include "common/fd_io.hpp"
 #include "common/launch_spec.hpp"
 #include "executor/executor.hpp"
+#include "executor/executor_pool.hpp"
 #include "executor/sandbox.hpp"
 #include "protocol/protocol.hpp"
 
@@ -33,24 +34,14 @@ using rfaas::server::write_all;
 
 namespace {
 
-/// Input slots per worker that the first spare executor's worker link is
+/// Input slots per worker that the first pooled executor's worker link is
 /// opened ahead for: librfaas's default (allocation_options::slots). Later
-/// spares take the last request's.
+/// ones take the last request's.
 constexpr uint32_t kFirstSpareInputSlots = 1;
 
 using Clock = std::chrono::steady_clock;
 
-/// How long after an allocation started the next spare is forked: opening
-/// its fabric and endpoints takes a core for ~10 ms, which must not fall in
-/// the setup of the allocation that just started (~20-40 ms on shm).
-constexpr std::chrono::milliseconds kSpareDelay(100);
-
-/// How long a dropped spare has to close its endpoints and exit before it is
-/// killed. Closing takes milliseconds; a kill leaves its shm regions behind
-/// (16 MiB files in /dev/shm that only a later reclaim frees).
-constexpr std::chrono::milliseconds kSpareGrace(2000);
-
-/// The spare executor's side: open the fabric and the endpoints of its links
+/// The pooled executor's side: open the fabric and the endpoints of its links
 /// ahead of need, say on `fd` whether that pays ('1') or not ('0'), then wait
 /// for a LaunchSpec (read until EOF) and serve it. EOF without a spec: the
 /// zygote dropped the spare.
@@ -99,9 +90,10 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
 class Zygote {
 public:
   Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self,
-         const server::SandboxConfig &sandbox)
-      : device_(device), exec_each_(exec_each), keep_spares_(!exec_each), self_(std::move(self)),
-        sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)) {}
+         const server::SandboxConfig &sandbox, size_t pool)
+      : device_(device), exec_each_(exec_each), self_(std::move(self)),
+        sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)), pool_(exec_each ? 0 : pool) {
+  }
 
   int run() {
     sigset_t set;
@@ -114,27 +106,18 @@ public:
       return 1;
     }
     sfd_ = sfd;
-    emit("ready " + sandbox_.describe());
-    fork_spare();
+    emit("ready " + sandbox_.describe() +
+         (pool_.capacity() ? "; pool of " + std::to_string(pool_.capacity()) + " executor(s)"
+                           : "; no executor pool"));
     std::string in;
     bool open = true;
-    while (open || !children_.empty() || spare_pid_ > 0 || !dropped_.empty()) {
-      const bool spare_unheard = spare_pid_ > 0 && !spare_heard_;
-      pollfd p[3] = {{sfd, POLLIN, 0},
-                     {open ? 0 : -1, POLLIN, 0},
-                     {spare_unheard ? spare_fd_ : -1, POLLIN, 0}};
-      int timeout = 1000;
-      auto until = [&timeout](Clock::time_point t) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now());
-        timeout =
-            static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(timeout, left.count() + 1)));
-      };
-      if (spare_due_ != Clock::time_point{})
-        until(spare_due_);
-      for (const auto &d : dropped_)
-        if (d.second != Clock::time_point::max())
-          until(d.second);
-      int rc = ::poll(p, 3, timeout);
+    std::vector<pollfd> p;
+    while (open || !children_.empty() || !pool_.empty()) {
+      if (pool_.wants_member(Clock::now()))
+        fork_member();
+      p.assign({{sfd, POLLIN, 0}, {open ? 0 : -1, POLLIN, 0}});
+      pool_.poll_fds(p);
+      int rc = ::poll(p.data(), p.size(), pool_.timeout_ms(Clock::now(), 1000));
       if (rc < 0 && errno != EINTR)
         break;
       if (p[0].revents & POLLIN) {
@@ -142,22 +125,18 @@ public:
         while (::read(sfd, &si, sizeof si) > 0) {
         }
       }
-      if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
-        hear_spare();
+      for (size_t i = 2; i < p.size(); ++i)
+        if (p[i].revents & (POLLIN | POLLHUP | POLLERR))
+          hear_member(p[i].fd);
       reap();
-      kill_overdue_spares();
-      if (spare_due_ != Clock::time_point{} && Clock::now() >= spare_due_) {
-        spare_due_ = {};
-        fork_spare();
-      }
+      pool_.kill_overdue(Clock::now());
       if (open && (p[1].revents & (POLLIN | POLLHUP))) {
         char buf[65536];
         ssize_t n = ::read(0, buf, sizeof buf);
         if (n <= 0 && !(n < 0 && errno == EINTR)) {
           // The manager is gone or ends: take the executors down with us.
           open = false;
-          keep_spares_ = false;
-          drop_spare();
+          pool_.stop(Clock::now());
           for (auto &c : children_)
             ::kill(c.first, SIGKILL);
         } else if (n > 0) {
@@ -178,15 +157,14 @@ private:
 
   /// What every forked child does first: die with the zygote, and keep none
   /// of its signal handling or descriptors (the manager's pipes, the
-  /// signalfd, a spare's socket).
+  /// signalfd, the pooled executors' sockets).
   void enter_child() {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
     signal(SIGCHLD, SIG_DFL);
     if (sfd_ >= 0)
       ::close(sfd_);
-    if (spare_fd_ >= 0)
-      ::close(spare_fd_);
+    pool_.close_in_child();
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) {
       ::dup2(devnull, 0);
@@ -223,141 +201,121 @@ private:
     return "executor-" + std::to_string(::getpid()) + "-" + std::to_string(++cgroup_seq_);
   }
 
-  /// Fork the next spare executor: it opens its fabric and the endpoints of
-  /// its links now, so that the next allocation skips that. Only kept where
-  /// it pays (the spare says whether rdmalib opened anything ahead).
-  void fork_spare() {
-    if (!keep_spares_ || spare_pid_ > 0)
-      return;
+  /// Fork the next pooled executor: it enters the sandbox, opens its fabric
+  /// and, where that pays (shm), the endpoints of its links now, so that the
+  /// next allocation skips all of it.
+  void fork_member() {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-      spdlog::warn("zygote: socketpair for a spare executor: {}", std::strerror(errno));
-      keep_spares_ = false;
+      spdlog::warn("zygote: socketpair for a pooled executor: {}; no executor pool",
+                   std::strerror(errno));
+      pool_.stop(Clock::now());
       return;
     }
     const pid_t zygote = ::getpid();
-    // A spare waits as whom an anonymous lease runs; a lease of an owner
-    // who runs as someone else gets a fresh fork (hand_to_spare).
+    // A pooled executor waits as whom an anonymous lease runs; a lease of
+    // an owner who runs as someone else gets a fresh fork (hand_to_pool).
     std::string why;
     if (!sandbox_.identity_for(protocol::kAnonymousUid, spare_identity_, why)) {
-      spdlog::warn("zygote: no identity for a spare executor: {}", why);
+      spdlog::warn("zygote: no identity for a pooled executor: {}; no executor pool", why);
       ::close(sv[0]);
       ::close(sv[1]);
-      keep_spares_ = false;
+      pool_.stop(Clock::now());
       return;
     }
     ExecutorCgroup cgroup = sandbox_.make_cgroup(next_cgroup_name());
     pid_t pid = ::fork();
     if (pid < 0) {
-      spdlog::warn("zygote: fork of a spare executor: {}", std::strerror(errno));
+      spdlog::warn("zygote: fork of a pooled executor: {}; no executor pool", std::strerror(errno));
       ::close(sv[0]);
       ::close(sv[1]);
-      keep_spares_ = false;
+      pool_.stop(Clock::now());
       return;
     }
     if (pid == 0) {
       enter_child();
       ::close(sv[0]);
+      // Named before it enters the sandbox (milliseconds), so that it is
+      // never taken for an allocation's executor meanwhile (ps, tests).
+      prctl(PR_SET_NAME, "executor-spare");
       if (::getppid() != zygote)
         _exit(0); // the zygote died before the death signal was armed
       confine(cgroup, spare_identity_);
-      prctl(PR_SET_NAME, "executor-spare");
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       _exit(run_spare(sv[1], device_, spare_input_slots_));
     }
     ::close(sv[1]);
     cgroups_[pid] = std::move(cgroup);
-    spare_pid_ = pid;
-    spare_fd_ = sv[0];
-    spare_heard_ = false;
+    pool_.add(pid, sv[0]);
   }
 
-  /// Fork the next spare a little after an allocation started, so that its
-  /// opening of endpoints does not compete for the cores with the executor
-  /// that just took the last one (its setup is the client's critical path).
-  void schedule_spare() {
-    if (keep_spares_ && spare_pid_ <= 0 && spare_due_ == Clock::time_point{})
-      spare_due_ = Clock::now() + kSpareDelay;
-  }
-
-  /// The spare said whether its endpoints were opened ahead.
-  void hear_spare() {
-    spare_heard_ = true;
-    char c = 0;
-    ssize_t n = ::read(spare_fd_, &c, 1);
-    if (n == 1 && c == '1') {
-      spdlog::debug("zygote: spare executor {} waits with its endpoints opened ahead", spare_pid_);
+  /// A pooled executor reported in (its fabric is open), or failed to.
+  void hear_member(int fd) {
+    if (!pool_.hear(fd)) {
+      spdlog::warn("zygote: a pooled executor failed before it could wait; no executor pool");
+      pool_.stop(Clock::now());
       return;
     }
-    // Entering the sandbox costs milliseconds (moving into a v1 cgroup waits
-    // for RCU grace periods, ~1.5 ms per controller here): a spare that has
-    // done it pays even where endpoints open fast.
-    if (n == 1 && sandbox_.config().kind != server::SandboxKind::Process) {
-      if (!spare_sandboxed_said_) {
-        spdlog::info("zygote: a spare executor waits in its sandbox ahead of the next allocation");
-        spare_sandboxed_said_ = true;
-      }
-      return;
+    if (!pool_said_ && pool_.ready() == pool_.capacity()) {
+      pool_said_ = true;
+      spdlog::info("zygote: {} pooled executor(s) wait{} for allocations", pool_.capacity(),
+                   sandbox_.config().kind == server::SandboxKind::Process ? ""
+                                                                          : " in their sandbox");
     }
-    if (n == 1)
-      spdlog::info("zygote: endpoints open fast on this provider; no spare executors kept");
-    keep_spares_ = false;
-    drop_spare();
   }
 
-  /// Let the spare go: end of file on its socket, without a spec, makes it
-  /// close its fabric and exit, which removes its shm regions. It is killed
-  /// only if it has not exited within kSpareGrace, and reaped without a
-  /// report.
-  void drop_spare() {
-    if (spare_pid_ <= 0)
-      return;
-    dropped_[spare_pid_] = Clock::now() + kSpareGrace;
-    ::close(spare_fd_);
-    spare_fd_ = -1;
-    spare_pid_ = -1;
+  /// Bind a pooled executor to the allocation of `spec` before it sees the
+  /// allocation: the lease's cores (cpuset) and memory go into its cgroup
+  /// (where there is none, the executor applies the memory rlimit and pins
+  /// its workers itself, from the spec). The executor entered the sandbox
+  /// as executor.user when it was forked (hand_to_pool takes it only for
+  /// allocations that run as that user).
+  /// False with `why` when it cannot be bound.
+  bool bind(const PooledExecutor &e, const server::LaunchSpec &spec, std::string &why) {
+    return limit(cgroups_[e.pid], spec, why);
   }
 
-  /// Dropped spares still there after their grace: killed once (they are
-  /// our unreaped children, so the pid is still theirs).
-  void kill_overdue_spares() {
+  /// Give the allocation of `spec` (LaunchSpec `text`) to a pooled
+  /// executor. False if none is ready or the one taken could not be bound
+  /// (then it is let go, and with it the pool: something is wrong with
+  /// pooling here), and the allocation gets a fresh fork.
+  bool hand_to_pool(const std::string &text, const server::LaunchSpec &spec,
+                    const ExecutorIdentity &who) {
+    // Pooled executors entered the sandbox as executor.user: a lease that
+    // runs under its owner's uid gets a fresh fork.
+    if (!(who == spare_identity_))
+      return false;
     const auto now = Clock::now();
-    for (auto &d : dropped_) {
-      if (d.second > now)
-        continue;
-      spdlog::warn("zygote: the dropped spare executor {} did not exit within {} ms; killing it",
-                   d.first, kSpareGrace.count());
-      ::kill(d.first, SIGKILL);
-      d.second = Clock::time_point::max();
-    }
-  }
-
-  /// Give `text` to the spare; its pid on success, -1 if there is none or it
-  /// could not take it (then it is dropped).
-  pid_t hand_to_spare(const std::string &text, const server::LaunchSpec &spec,
-                      const ExecutorIdentity &who) {
-    if (spare_pid_ <= 0 || !(who == spare_identity_))
-      return -1;
-    // Its limits before its allocation: the client's code comes with it.
+    PooledExecutor e = pool_.take(now);
+    if (e.pid <= 0)
+      return false;
     std::string why;
-    if (!limit(cgroups_[spare_pid_], spec, why)) {
-      spdlog::warn("zygote: cannot limit the spare executor {}: {}", spare_pid_, why);
-      keep_spares_ = false;
-      drop_spare();
-      return -1;
+    if (!bind(e, spec, why)) {
+      spdlog::warn("zygote: cannot bind the pooled executor {} to allocation {:x}: {}; no "
+                   "executor pool",
+                   e.pid, spec.allocation_id, why);
+      pool_.release(e, now);
+      pool_.stop(now);
+      return false;
     }
-    if (!write_all(spare_fd_, text)) {
-      spdlog::warn("zygote: the spare executor {} cannot take an allocation: {}", spare_pid_,
-                   std::strerror(errno));
-      keep_spares_ = false;
-      drop_spare();
-      return -1;
+    children_[e.pid] = spec.allocation_id;
+    // Reported before the hand-over: the manager answers the client on this
+    // line, and the executor, once woken, would take the core from us before
+    // we wrote it. "pooled": the manager logs and counts it.
+    emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(e.pid) + " pooled");
+    if (!write_all(e.fd, text)) {
+      // It died since it reported in (its death is reaped and reported as
+      // this allocation's end); make sure of it, and pool no more.
+      spdlog::warn("zygote: the pooled executor {} cannot take allocation {:x}: {}; no executor "
+                   "pool",
+                   e.pid, spec.allocation_id, std::strerror(errno));
+      ::kill(e.pid, SIGKILL);
+      ::close(e.fd);
+      pool_.stop(now);
+      return true;
     }
-    pid_t pid = spare_pid_;
-    ::close(spare_fd_); // EOF: the spec is complete
-    spare_fd_ = -1;
-    spare_pid_ = -1;
-    return pid;
+    ::close(e.fd); // EOF: the spec is complete
+    return true;
   }
 
   void emit(const std::string &line) {
@@ -373,19 +331,19 @@ private:
         return;
       // Kills whatever the executor left in its cgroup and removes it.
       cgroups_.erase(pid);
-      if (pid == spare_pid_) {
+      switch (pool_.reaped(pid)) {
+      case ExecutorPool::Reaped::Member:
         // Died before it got an allocation: something is wrong with
-        // opening ahead here, so allocations go back to fresh forks.
-        spdlog::warn("zygote: the spare executor {} ended before use ({}); no more spares", pid,
+        // pooling here, so allocations go back to fresh forks.
+        spdlog::warn("zygote: the pooled executor {} ended before use ({}); no executor pool", pid,
                      describe_status(status));
-        ::close(spare_fd_);
-        spare_fd_ = -1;
-        spare_pid_ = -1;
-        keep_spares_ = false;
+        pool_.stop(Clock::now());
         continue;
+      case ExecutorPool::Reaped::Dropped:
+        continue;
+      case ExecutorPool::Reaped::Other:
+        break;
       }
-      if (dropped_.erase(pid))
-        continue;
       auto it = children_.find(pid);
       uint64_t id = it == children_.end() ? 0 : it->second;
       if (it != children_.end())
@@ -445,13 +403,8 @@ private:
       spdlog::info("zygote: allocation {:x} runs as its lease's owner, uid {} gid {}",
                    spec.allocation_id, who.uid, who.gid);
     if (!exec_each_) {
-      pid_t pid = hand_to_spare(text, spec, who);
-      if (pid > 0) {
-        children_[pid] = spec.allocation_id;
-        emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
-        spdlog::debug("zygote: allocation {:x} went to spare executor {}", spec.allocation_id, pid);
+      if (hand_to_pool(text, spec, who)) {
         note_request(spec);
-        schedule_spare();
         return;
       }
     }
@@ -498,13 +451,12 @@ private:
     cgroups_[pid] = std::move(cgroup);
     children_[pid] = spec.allocation_id;
     emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
-    if (!exec_each_) {
+    if (!exec_each_)
       note_request(spec);
-      schedule_spare();
-    }
   }
 
-  /// The next spare opens its worker links ahead for requests like this one.
+  /// The next pooled executor opens its worker links ahead for requests like
+  /// this one.
   void note_request(const server::LaunchSpec &spec) {
     protocol::AllocationRequest req;
     std::vector<protocol::BufferDescriptor> results;
@@ -514,32 +466,26 @@ private:
 
   rdmalib::DeviceConfig device_;
   bool exec_each_;
-  bool keep_spares_;
   std::string self_;
   sigset_t old_mask_;
   int sfd_ = -1;
+  /// Allocations' executors (pooled ones once they took an allocation).
   std::map<pid_t, uint64_t> children_;
   Sandbox sandbox_;
-  /// Each executor's cgroup (spares included), removed when it is reaped.
+  /// Each executor's cgroup (pooled ones included), removed when it is reaped.
   std::map<pid_t, ExecutorCgroup> cgroups_;
   uint64_t cgroup_seq_ = 0;
-  pid_t spare_pid_ = -1;
-  int spare_fd_ = -1;
-  bool spare_heard_ = false;
-  bool spare_sandboxed_said_ = false;
-  /// Who the spare runs as (that of an anonymous lease).
+  ExecutorPool pool_;
+  bool pool_said_ = false;
+  /// Who pooled executors run as (that of an anonymous lease).
   ExecutorIdentity spare_identity_;
   uint32_t spare_input_slots_ = kFirstSpareInputSlots;
-  Clock::time_point spare_due_{};
-  /// Spares let go unused, reaped without a report: each with the time it is
-  /// killed at if it has not exited (time_point::max() once killed).
-  std::map<pid_t, Clock::time_point> dropped_;
 };
 
 } // namespace
 
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
-               const std::string &self_exe, const server::SandboxConfig &sandbox) {
+               const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1)
     return 1; // the manager died before we armed the death signal
@@ -558,7 +504,7 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
       spdlog::warn("zygote: warming the fabric failed (executors will open it cold): {}", e.what());
     }
   }
-  return Zygote(warm_device, exec_each, self_exe, sandbox).run();
+  return Zygote(warm_device, exec_each, self_exe, sandbox, pool).run();
 }
 
 int run_from_spec_fd(int fd) {

@@ -7,7 +7,8 @@
 //
 //   manager -> zygote   spawn <bytes>\n<LaunchSpec text of that many bytes>
 //                       signal <allocation id> <signal number>\n
-//   zygote -> manager   started <allocation id> <pid>\n
+//   zygote -> manager   ready <sandbox and pool description>\n
+//                       started <allocation id> <pid> [pooled]\n
 //                       failed <allocation id> <reason...>\n
 //                       exited <allocation id> <pid> <exit code | -signal>\n
 //
@@ -16,15 +17,16 @@
 // with the manager (PR_SET_PDEATHSIG), and its executors die with it. When
 // its stdin closes it kills and reaps its executors and exits.
 //
-// Where opening an endpoint is slow (rdmalib::Fabric::prepare returns true:
-// shm), the zygote keeps one spare executor forked ahead: it opens its own
-// fabric and prepares the endpoints of its links (they must be opened in the
-// process that uses them), then waits on a socket for the next LaunchSpec.
-// A spawn goes to the spare when one waits, and the next spare is forked a
-// little later. A spare reports at once whether prepare() did anything; if
-// not, the zygote kills it and forks per allocation from then on, so other
-// providers pay nothing. A spare is named "executor-spare" until it takes an
-// allocation; it dies with the zygote and is reaped without an "exited" line.
+// The zygote keeps a pool of executors forked ahead (executor_pool.hpp; its
+// size is the manager's executor.pool, 0 for none): each enters the sandbox,
+// opens its own fabric and, where opening an endpoint is slow
+// (rdmalib::Fabric::prepare returns true: shm), the endpoints of its links
+// (they must be opened in the process that uses them), then waits on a
+// socket for a LaunchSpec. A spawn goes to the longest-waiting ready one
+// ("started ... pooled"), bound to the allocation's limits first, else to a
+// fresh fork; the replacement is forked a little later. A pooled executor is
+// named "executor-spare" until it takes an allocation; it dies with the
+// zygote and is reaped without an "exited" line.
 #pragma once
 
 #include <rdmalib/device.hpp>
@@ -38,10 +40,11 @@ namespace rfaas::executor_process {
 /// Run the zygote loop until stdin closes. `warm_device` is opened once and
 /// closed to load and initialise the backend's providers before any fork;
 /// when `exec_each` is true every executor is started with execv() of
-/// `self_exe` instead (cold start, for comparison). Every executor is
-/// confined as `sandbox` says (sandbox.hpp). Returns the exit code.
+/// `self_exe` instead (cold start, for comparison; no pool then). Every
+/// executor is confined as `sandbox` says (sandbox.hpp). `pool` executors
+/// are kept pre-started (0: none). Returns the exit code.
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
-               const std::string &self_exe, const server::SandboxConfig &sandbox);
+               const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool);
 
 /// Run one executor from the LaunchSpec text readable on `fd`
 /// (`executor --spec-fd N`). Returns the exit code.

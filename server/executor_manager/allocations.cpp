@@ -193,8 +193,9 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     }
     return reply(c, E::Internal, 0, 0, "the executor did not start");
   }
-  spdlog::info("allocation {:x}: {} core(s), {} MiB, hot {} ms, client {}, executor pid {}", id,
-               req.cores, memory, req.hot_timeout_ms, c.peer, ref.pid);
+  spdlog::info("allocation {:x}: {} core(s), {} MiB, hot {} ms, client {}, executor pid {}{}", id,
+               req.cores, memory, req.hot_timeout_ms, c.peer, ref.pid,
+               ref.pooled ? " (pooled)" : "");
   reply(c, E::Ok, id, req.cores, "");
 }
 

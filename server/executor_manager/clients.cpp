@@ -1,6 +1,7 @@
 #include "executor_manager/manager_state.hpp"
 
 #include <malloc.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -30,11 +31,35 @@ void Manager::accept_requests(milliseconds first_wait) {
         spdlog::warn("listener: {}", e.what());
       return;
     }
+    const size_t clients_before = clients_.size();
     try {
       accept_one(req);
     } catch (const std::exception &e) {
       admission_.setup_failed("a peer", e.what(), Clock::now());
     }
+    if (clients_.size() > clients_before)
+      await_request(clients_.back().get());
+  }
+}
+
+void Manager::await_request(const Client *c) {
+  // Looking for the next connection request costs up to ~1 ms when none is
+  // pending (a zero timeout still reads once for 1 ms on tcp), and the loop
+  // sleeps kBusyPollMs between looks at its connections, which have no fd:
+  // either would delay the answer to the client just accepted, whose
+  // LeaseProof and AllocationRequest follow its connection within a fraction
+  // of a millisecond. A client that sends nothing in that time costs the
+  // loop this much once (admission bounds how many can: admission.hpp).
+  const auto until = Clock::now() + kAwaitRequest;
+  auto present = [this, c] {
+    return std::any_of(clients_.begin(), clients_.end(),
+                       [c](const std::unique_ptr<Client> &p) { return p.get() == c; });
+  };
+  while (Clock::now() < until) {
+    poll_clients();
+    if (!present() || c->requested || c->closed)
+      return;
+    sched_yield();
   }
 }
 

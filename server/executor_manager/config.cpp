@@ -194,9 +194,10 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
         " MiB, limits.default_memory_mib); expected at least that");
   if (root.has("executor")) {
     Node e = root["executor"];
-    e.expect_object({"zygote", "sandbox", "user", "seccomp", "cgroup_parent", "max_processes",
-                     "max_open_files", "tmp_mib"});
+    e.expect_object({"zygote", "pool", "sandbox", "user", "seccomp", "cgroup_parent",
+                     "max_processes", "max_open_files", "tmp_mib"});
     e.optional("zygote", c.zygote);
+    e.optional("pool", c.executor_pool, 0, 64);
     if (e.has("sandbox")) {
       std::string kind;
       e.optional("sandbox", kind);

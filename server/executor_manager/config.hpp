@@ -88,6 +88,11 @@ struct ManagerConfig {
   /// Fork executors from a pre-initialised zygote (true) or exec a fresh
   /// executor binary per allocation (false: slower cold start, for comparison).
   bool zygote = true;
+  /// Executors the zygote keeps pre-started, already in their sandbox with
+  /// their fabric open, for the next allocations ("executor.pool"; 0: each
+  /// allocation forks its own). Each costs a process's memory while it waits
+  /// (docs/runtime.md, "The executor pool").
+  uint32_t executor_pool = 1;
   /// How executors are confined ("executor.sandbox", "executor.user", ...).
   server::SandboxConfig sandbox;
 

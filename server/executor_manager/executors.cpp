@@ -35,6 +35,9 @@ void Manager::executor_event(const ZygoteEvent &e) {
   switch (e.kind) {
   case ZygoteEvent::Kind::Started:
     a.pid = e.pid;
+    a.pooled = e.pooled;
+    ++executors_started_;
+    executors_pooled_ += e.pooled ? 1 : 0;
     break;
   case ZygoteEvent::Kind::Failed:
     a.exited = true;

@@ -41,7 +41,7 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
       listener_(fabric_,
                 rdmalib::Address{cfg_.listen_host.empty() ? device_.ip_address : cfg_.listen_host,
                                  cfg_.listen_port}),
-      zygote_(executor_path_, device_, cfg_.zygote, cfg_.sandbox,
+      zygote_(executor_path_, device_, cfg_.zygote, cfg_.sandbox, cfg_.executor_pool,
               [this](const ZygoteEvent &e) { executor_event(e); }),
       admission_(cfg_.admission) {
   core_used_.assign(cfg_.cores.size(), false);
@@ -185,7 +185,8 @@ int Manager::run() {
   }
   if (rm_)
     rm_->close();
-  spdlog::info("stopping: ending {} allocation(s)", allocations_.size());
+  spdlog::info("stopping: ending {} allocation(s); {} of {} executor(s) came from the pool",
+               allocations_.size(), executors_pooled_, executors_started_);
   for (auto &kv : allocations_)
     signal_executor(*kv.second, SIGTERM);
   auto deadline = Clock::now() + milliseconds(cfg_.shutdown_grace_ms);

@@ -117,6 +117,9 @@ private:
   Admission admission_;
   size_t pending_peak_since_trim_ = 0; // most pending connections since the last malloc_trim
   std::map<uint64_t, std::unique_ptr<Allocation>> allocations_;
+  /// Executors started, and how many of them came from the zygote's pool
+  /// (logged when the manager stops).
+  uint64_t executors_started_ = 0, executors_pooled_ = 0;
 
   // With a resource manager (resource_manager.enabled) only.
   std::unique_ptr<RmLink> rm_;
@@ -144,6 +147,13 @@ private:
   Clock::time_point last_activity_{};
   /// Every allocation serving, every client with its allocation.
   bool settled() const;
+  /// Right after accepting client `c`: poll the clients, without sleeping,
+  /// until `c` sent its AllocationRequest (and was answered) or left, for
+  /// at most kAwaitRequest.
+  void await_request(const Client *c);
+  /// How long await_request() waits: librfaas sends its request right
+  /// after connecting (~0.1-0.5 ms here).
+  static constexpr std::chrono::milliseconds kAwaitRequest{3};
   void report_live_leases();
 };
 

@@ -68,6 +68,8 @@ struct Manager::Allocation {
   uint32_t memory_mib = 0;
   uint32_t workers = 0;
   pid_t pid = -1;
+  /// Its executor was pre-started (the zygote's pool), not forked for it.
+  bool pooled = false;
   bool exited = false;
   long exit_code = 0;
   Clock::time_point started, exited_at;

@@ -23,9 +23,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 ZygoteLink::ZygoteLink(std::string executor, rdmalib::DeviceConfig device, bool fork_from_zygote,
-                       server::SandboxConfig sandbox, Handler on_event)
+                       server::SandboxConfig sandbox, uint32_t pool, Handler on_event)
     : executor_(std::move(executor)), device_(std::move(device)),
-      fork_from_zygote_(fork_from_zygote), sandbox_(std::move(sandbox)),
+      fork_from_zygote_(fork_from_zygote), sandbox_(std::move(sandbox)), pool_(pool),
       on_event_(std::move(on_event)) {}
 
 ZygoteLink::~ZygoteLink() { stop(milliseconds(2000)); }
@@ -43,6 +43,7 @@ void ZygoteLink::start(milliseconds ready_within) {
   std::string hex = server::to_hex(dev.data(), dev.size());
   std::string box = sandbox_.serialize();
   std::string box_hex = server::to_hex(box.data(), box.size());
+  std::string pool = std::to_string(fork_from_zygote_ ? pool_ : 0);
   pid_t pid = fork();
   if (pid < 0)
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -54,7 +55,7 @@ void ZygoteLink::start(milliseconds ready_within) {
     dup2(from_child[1], 1);
     const char *mode = fork_from_zygote_ ? nullptr : "--exec-each";
     execl(executor_.c_str(), "executor", "--zygote", "--device", hex.c_str(), "--sandbox",
-          box_hex.c_str(), mode, static_cast<char *>(nullptr));
+          box_hex.c_str(), "--pool", pool.c_str(), mode, static_cast<char *>(nullptr));
     std::fprintf(stderr, "executor_manager: cannot execute %s: %s\n", executor_.c_str(),
                  std::strerror(errno));
     _exit(127);
@@ -153,7 +154,9 @@ void ZygoteLink::event_line(const std::string &line) {
   in >> e.allocation;
   if (what == "started") {
     e.kind = ZygoteEvent::Kind::Started;
-    in >> e.pid;
+    std::string pooled;
+    in >> e.pid >> pooled;
+    e.pooled = pooled == "pooled";
   } else if (what == "failed") {
     e.kind = ZygoteEvent::Kind::Failed;
     std::getline(in, e.reason);

@@ -32,6 +32,8 @@ struct ZygoteEvent {
   Kind kind = Kind::Started;
   uint64_t allocation = 0;
   pid_t pid = -1;
+  /// Started: a pooled executor, pre-started, took the allocation.
+  bool pooled = false;
   long code = 0;
   std::string reason;
 };
@@ -43,9 +45,10 @@ public:
   /// `executor` is the executor binary; `device` the fabric every executor
   /// opens (the zygote loads its providers once); `fork_from_zygote` false
   /// executes a fresh executor binary per allocation; `sandbox` says how the
-  /// zygote confines them. Events go to `on_event`.
+  /// zygote confines them; `pool` executors are kept pre-started
+  /// (executor.pool; none when executing each). Events go to `on_event`.
   ZygoteLink(std::string executor, rdmalib::DeviceConfig device, bool fork_from_zygote,
-             server::SandboxConfig sandbox, Handler on_event);
+             server::SandboxConfig sandbox, uint32_t pool, Handler on_event);
   ~ZygoteLink();
   ZygoteLink(const ZygoteLink &) = delete;
   ZygoteLink &operator=(const ZygoteLink &) = delete;
@@ -79,6 +82,7 @@ private:
   rdmalib::DeviceConfig device_;
   bool fork_from_zygote_;
   server::SandboxConfig sandbox_;
+  uint32_t pool_;
   Handler on_event_;
   pid_t pid_ = -1;
   int in_ = -1;  // commands to the zygote

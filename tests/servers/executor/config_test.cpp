@@ -36,6 +36,21 @@ TEST(ManagerConfig, ExampleFileLoads) {
   EXPECT_EQ(c.cores, std::vector<int>{1});
   EXPECT_FALSE(c.resource_manager_enabled);
   EXPECT_TRUE(c.zygote);
+  EXPECT_EQ(c.executor_pool, 1u);
+}
+
+TEST(ManagerConfig, ExecutorPool) {
+  EXPECT_EQ(ManagerConfig::parse(kMinimal, "em.json", "/").executor_pool, 1u);
+  EXPECT_EQ(ManagerConfig::parse(with(R"("executor": {"pool": 0})"), "em.json", "/").executor_pool,
+            0u);
+  EXPECT_EQ(ManagerConfig::parse(with(R"("executor": {"pool": 64})"), "em.json", "/").executor_pool,
+            64u);
+  EXPECT_NE(error_of(with(R"("executor": {"pool": 65})")).find("em.json: executor.pool"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("executor": {"pool": -1})")).find("em.json: executor.pool"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("executor": {"pool": true})")).find("em.json: executor.pool"),
+            std::string::npos);
 }
 
 TEST(ManagerConfig, MinimalUsesDefaultsAndResolvesPaths) {

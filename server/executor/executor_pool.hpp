@@ -1,0 +1,129 @@
+// The zygote's pool of pre-started executors (executor.pool in the manager's
+// configuration; docs/runtime.md, "The executor pool").
+//
+// A pooled executor is a child the zygote forked ahead of any allocation: it
+// entered the sandbox (cgroup, namespaces, uid, minimal root), opened its
+// fabric and, where opening endpoints is slow (shm), the endpoints of its
+// links, and now blocks on a socket until the zygote hands it a LaunchSpec.
+// An allocation then costs a write to that socket instead of a fork, a
+// cgroup migration and a fabric opening. The zygote binds the executor to
+// the allocation first (its cgroup's limits), and forks a replacement a
+// little later, off the allocation's critical path.
+//
+// This class only keeps the books: which children are pooled, which have
+// reported in, which were let go, and when the next one is due. Forking,
+// confining and binding stay with the zygote (zygote.cpp), which owns the
+// sandbox and the cgroups. Not thread-safe: the zygote's loop is its only
+// user.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include <poll.h>
+
+namespace rfaas::executor_process {
+
+/// One pre-started executor, from the zygote's side.
+struct PooledExecutor {
+  pid_t pid = -1;
+  /// The zygote's end of the socket the executor waits on: the LaunchSpec
+  /// is written there, and end of file without one lets it go.
+  int fd = -1;
+  /// It reported in: its fabric is open and it waits for a LaunchSpec.
+  bool ready = false;
+  /// It opened the endpoints of its links ahead (rdmalib::Fabric::prepare).
+  bool endpoints_ahead = false;
+};
+
+class ExecutorPool {
+public:
+  using Clock = std::chrono::steady_clock;
+
+  /// How long after an allocation took a pooled executor its replacement is
+  /// forked: opening a fabric and its endpoints takes a core for ~10 ms,
+  /// which must not fall in the set-up of the allocation that just started
+  /// (the client waits for its workers to connect).
+  static constexpr std::chrono::milliseconds kRefillDelay{100};
+  /// How long a pooled executor that is let go has to close its endpoints
+  /// and exit before it is killed. A kill leaves its shm regions behind.
+  static constexpr std::chrono::milliseconds kGrace{2000};
+
+  /// `capacity` executors are kept waiting; 0 disables the pool.
+  explicit ExecutorPool(size_t capacity) : capacity_(capacity) {}
+  ~ExecutorPool();
+  ExecutorPool(const ExecutorPool &) = delete;
+  ExecutorPool &operator=(const ExecutorPool &) = delete;
+
+  size_t capacity() const { return capacity_; }
+  /// Pooled executors that are ready to take an allocation.
+  size_t ready() const;
+  /// Whether the zygote should fork another pooled executor at `now`: the
+  /// pool is on and below capacity, the refill is due, and no member is
+  /// still starting (they start one at a time, so that two never compete for
+  /// a core with each other or with an allocation).
+  bool wants_member(Clock::time_point now) const;
+  /// The latest poll() timeout (ms) that still meets the next refill and
+  /// the next grace deadline; `timeout` when neither is sooner.
+  int timeout_ms(Clock::time_point now, int timeout) const;
+
+  /// Record a freshly forked member; the pool owns `fd` from now on.
+  void add(pid_t pid, int fd);
+  /// The descriptors of members still starting, to poll for their report.
+  void poll_fds(std::vector<pollfd> &out) const;
+  /// A member's descriptor became readable: read its one-byte report
+  /// ('1': endpoints opened ahead, '0': not). False when it said nothing
+  /// (it failed), after which the member is let go.
+  bool hear(int fd);
+
+  /// Take the longest-waiting ready member out of the pool (its pid is -1
+  /// when none is ready). The caller binds it to an allocation and hands it
+  /// the LaunchSpec, or lets it go with release(); either way it closes
+  /// `fd`. Schedules the refill.
+  PooledExecutor take(Clock::time_point now);
+
+  /// Let one executor go that is no longer pooled (taken, then found
+  /// unfit): close its socket and give it kGrace to exit.
+  void release(PooledExecutor &e, Clock::time_point now);
+  /// Let every member go and fork no more (the zygote ends, or pooling
+  /// failed here).
+  void stop(Clock::time_point now);
+  bool stopped() const { return stopped_; }
+
+  /// Kill once the executors that were let go and are still there after
+  /// their grace (they are the zygote's unreaped children: the pid is
+  /// still theirs).
+  void kill_overdue(Clock::time_point now);
+
+  /// What a reaped child was to the pool.
+  enum class Reaped {
+    Other,   ///< not the pool's: an allocation's executor
+    Dropped, ///< let go; nothing to report
+    Member,  ///< died while pooled, before any allocation
+  };
+  Reaped reaped(pid_t pid);
+
+  /// In a child just forked from the zygote: close the zygote's ends of the
+  /// members' sockets, which the fork copied. A member that kept another's
+  /// end open would never see the end of file that lets that one go.
+  void close_in_child() const;
+
+  /// Members (ready or starting) and executors let go but not yet reaped.
+  bool empty() const { return members_.empty() && dropped_.empty(); }
+
+private:
+  size_t capacity_;
+  bool stopped_ = false;
+  /// Oldest first: the longest-waiting member is taken first.
+  std::deque<PooledExecutor> members_;
+  Clock::time_point refill_due_{};
+  /// Let go, unreaped: the time each is killed at (max() once killed).
+  std::map<pid_t, Clock::time_point> dropped_;
+};
+
+} // namespace rfaas::executor_process

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Smoke of the cold benchmark against a manager with an executor pool
+# (executor.pool = 1, the shipped sandbox): the allocations must take pooled
+# executors, and the benchmark must print and write every phase of the cold
+# start. No figure is judged.
+#
+#   cold_pool.sh MANAGER BENCHMARK LIBRARY DEVICE
+# SRC (the source tree) must be set.
+set -uo pipefail
+
+manager=$1 bench=$2 library=$3 device=$4
+reps=4
+name="cold_pool ($device)"
+tmp=$(mktemp -d)
+# shellcheck source=../../scripts/lib/manager.sh
+source "$SRC/scripts/lib/manager.sh"
+# Set by start_manager, read by stop_manager.
+# shellcheck disable=SC2034
+manager_pid='' manager_address=''
+trap 'stop_manager; rm -rf "$tmp"' EXIT INT TERM
+fail() {
+  echo "FAIL: $name: $*"
+  [[ -f $tmp/out ]] && cat "$tmp/out" "$tmp/err"
+  [[ -f $tmp/manager.log ]] && tail -30 "$tmp/manager.log"
+  exit 1
+}
+
+/usr/bin/python3 - "$SRC/config/executor_manager.json" >"$tmp/manager.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["executor"]["pool"] = 1
+print(json.dumps(c))
+PY
+cores=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
+start_manager "$tmp/manager.log" 30 "$manager" --config "$tmp/manager.json" \
+  --skip-resource-manager --devices "$SRC/config/devices.json" --device "$device" \
+  --host 127.0.0.1 --port 0 --cores "$cores" || fail "the executor manager did not start"
+grep -q "pool of 1 executor" "$tmp/manager.log" || fail "the zygote did not announce its pool"
+# The first allocation meets a full pool: wait until the zygote says so.
+for ((i = 0; i < 300; i++)); do
+  grep -q "pooled executor(s) wait" "$tmp/manager.log" && break
+  kill -0 "$manager_pid" 2>/dev/null || fail "the executor manager died"
+  sleep 0.05
+done
+grep -q "pooled executor(s) wait" "$tmp/manager.log" || fail "no pooled executor within 15 s"
+
+# The idle time lets the pool refill (its replacement is forked 100 ms after
+# each allocation took one); a loaded host may still miss it now and then.
+timeout 60 "$bench" --devices "$SRC/config/devices.json" --device "$device" \
+  --manager "$manager_address" --library "$library" -r "$reps" --idle-ms 250 \
+  --json "$tmp/out.json" >"$tmp/out" 2>"$tmp/err" || fail "the benchmark exited with an error"
+cat "$tmp/out"
+stop_manager
+
+pooled=$(grep -c 'executor pid [0-9]* (pooled)' "$tmp/manager.log")
+total=$(grep -c ', executor pid [0-9]*' "$tmp/manager.log")
+echo "$name: $pooled of $total allocations took a pooled executor"
+((total == reps)) || fail "$total allocations logged, $reps made"
+# The first surely (the pool was full), and most of the others.
+first=$(grep -m1 ', executor pid [0-9]*' "$tmp/manager.log")
+[[ $first == *"(pooled)"* ]] || fail "the first allocation did not take the pooled executor: $first"
+((pooled * 2 > reps)) || fail "only $pooled of $reps allocations took a pooled executor"
+grep -q "$pooled of $total executor(s) came from the pool" "$tmp/manager.log" ||
+  fail "the manager's count of pooled executors disagrees with its allocation lines"
+
+/usr/bin/python3 -S - "$tmp/out" "$tmp/out.json" "$name" <<'PY' || exit 1
+import json, sys
+out, path, name = open(sys.argv[1]).read().split("\n"), sys.argv[2], sys.argv[3]
+phases = ["connect", "allocated", "workers", "code", "ready", "invoke", "first_result"]
+printed = {line.split()[0]: line.split()[1:] for line in out if line and not line.startswith("#")}
+missing = [p for p in phases if p not in printed or len(printed[p]) != 3]
+if missing:
+    sys.exit(f"FAIL: {name}: phases not printed: {missing}")
+doc = json.load(open(path))
+rows = {r["mode"]: r for r in doc["results"] if r.get("kind") == "phase"}
+if [p for p in phases if p not in rows]:
+    sys.exit(f"FAIL: {name}: phases missing from the JSON: {[p for p in phases if p not in rows]}")
+parts = sum(float(printed[p][0]) for p in phases[:-1])
+if parts <= 0 or float(printed["first_result"][0]) <= 0:
+    sys.exit(f"FAIL: {name}: empty phases")
+print(f"ok: {name}: every phase printed and in the JSON")
+PY
