@@ -23,6 +23,7 @@
 
 #include "common/fd_io.hpp"
 #include "common/launch_spec.hpp"
+#include "executor/container_pool.hpp"
 #include "executor/executor.hpp"
 #include "executor/sandbox.hpp"
 #include "protocol/protocol.hpp"
@@ -101,7 +102,14 @@ public:
   Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self,
          const server::SandboxConfig &sandbox)
       : device_(device), exec_each_(exec_each), keep_spares_(!exec_each), self_(std::move(self)),
-        sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)) {}
+        sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)) {
+    if (sandbox.kind == server::SandboxKind::Oci || sandbox.kind == server::SandboxKind::Command) {
+      // Executors start in containers (container_pool.hpp), not by fork.
+      keep_spares_ = false;
+      containers_ = std::make_unique<ContainerPool>(sandbox, device, sandbox_, self_,
+                                                    [this] { enter_child(); });
+    }
+  }
 
   int run() {
     sigset_t set;
@@ -114,11 +122,14 @@ public:
       return 1;
     }
     sfd_ = sfd;
-    emit("ready " + sandbox_.describe());
+    emit("ready " + (containers_ ? containers_->describe() : sandbox_.describe()));
     fork_spare();
+    if (containers_)
+      containers_->start();
     std::string in;
     bool open = true;
-    while (open || !children_.empty() || spare_pid_ > 0 || !dropped_.empty()) {
+    while (open || !children_.empty() || spare_pid_ > 0 || !dropped_.empty() ||
+           (containers_ && !containers_->idle())) {
       const bool spare_unheard = spare_pid_ > 0 && !spare_heard_;
       pollfd p[3] = {{sfd, POLLIN, 0},
                      {open ? 0 : -1, POLLIN, 0},
@@ -131,6 +142,8 @@ public:
       };
       if (spare_due_ != Clock::time_point{})
         until(spare_due_);
+      if (containers_ && containers_->timeout_ms() >= 0)
+        timeout = std::min(timeout, containers_->timeout_ms());
       for (const auto &d : dropped_)
         if (d.second != Clock::time_point::max())
           until(d.second);
@@ -146,6 +159,8 @@ public:
         hear_spare();
       reap();
       kill_overdue_spares();
+      if (containers_ && open)
+        containers_->tick();
       if (spare_due_ != Clock::time_point{} && Clock::now() >= spare_due_) {
         spare_due_ = {};
         fork_spare();
@@ -158,8 +173,11 @@ public:
           open = false;
           keep_spares_ = false;
           drop_spare();
-          for (auto &c : children_)
-            ::kill(c.first, SIGKILL);
+          if (containers_)
+            containers_->shutdown(); // their executors exit, then their engines
+          else
+            for (auto &c : children_)
+              ::kill(c.first, SIGKILL);
         } else if (n > 0) {
           in.append(buf, static_cast<size_t>(n));
           handle(in);
@@ -362,6 +380,8 @@ private:
         return;
       // Kills whatever the executor left in its cgroup and removes it.
       cgroups_.erase(pid);
+      if (containers_ && containers_->reaped(pid, status))
+        continue; // a container started ahead, never used
       if (pid == spare_pid_) {
         // Died before it got an allocation: something is wrong with
         // opening ahead here, so allocations go back to fresh forks.
@@ -407,8 +427,12 @@ private:
         line >> id >> sig;
         in.erase(0, nl + 1);
         for (auto &c : children_)
-          if (c.second == id)
-            ::kill(c.first, sig);
+          if (c.second == id) {
+            if (containers_)
+              containers_->signal(c.first, sig);
+            else
+              ::kill(c.first, sig);
+          }
       } else {
         in.erase(0, nl + 1);
         spdlog::warn("zygote: unknown command \"{}\"", cmd);
@@ -422,6 +446,17 @@ private:
       spec = server::LaunchSpec::parse(text);
     } catch (const std::exception &e) {
       emit(std::string("failed 0 ") + e.what());
+      return;
+    }
+    if (containers_) {
+      std::string why;
+      pid_t pid = containers_->launch(text, spec, why);
+      if (pid < 0) {
+        emit("failed " + std::to_string(spec.allocation_id) + " container: " + why);
+        return;
+      }
+      children_[pid] = spec.allocation_id;
+      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
       return;
     }
     if (!exec_each_) {
@@ -512,6 +547,8 @@ private:
   /// Spares let go unused, reaped without a report: each with the time it is
   /// killed at if it has not exited (time_point::max() once killed).
   std::map<pid_t, Clock::time_point> dropped_;
+  /// The oci and command kinds: executors in containers.
+  std::unique_ptr<ContainerPool> containers_;
 };
 
 } // namespace
@@ -537,6 +574,11 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
     }
   }
   return Zygote(warm_device, exec_each, self_exe, sandbox).run();
+}
+
+int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device) {
+  prctl(PR_SET_NAME, "executor-spare");
+  return run_spare(fd, device, kFirstSpareInputSlots);
 }
 
 int run_from_spec_fd(int fd) {

@@ -7,7 +7,7 @@
 # open sockets, and leave a daemon behind.
 #
 #   escape_test.sh --manager BIN --client BIN --hostile LIB --functions LIB
-#                  --devices JSON --device NAME --sandbox namespaces|process
+#                  --devices JSON --device NAME --sandbox namespaces|oci|command|process
 #                  [--may-succeed LABEL[,LABEL]]
 #
 # Prints a table: attempt, what the function got. With the namespaces sandbox
@@ -18,6 +18,12 @@
 # victim result right), the victim's accounting must arrive, and nothing the
 # hostile tenant started may outlive its allocation. Needs root (to start
 # executors as another user and make cgroups); exits 77 (skipped) otherwise.
+# With oci and command it also needs podman and runc (crun refuses hybrid
+# cgroups): it builds a small image offline (podman import of a skeleton
+# root whose /usr, like the executor's directories, is bound read-only from
+# the host), and removes it at the end. The executor settings are the shipped
+# examples, config/sandbox/oci.json and config/sandbox/podman-command.json
+# (next to --devices), with the image's name replaced.
 set -uo pipefail
 
 manager='' client='' hostile='' functions='' devices='' device='' sandbox='' may_succeed=''
@@ -49,6 +55,19 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 
+# podman as these machines need it: runc, cgroupfs, explicit ulimits.
+podman_cmd=(podman --runtime runc --cgroup-manager=cgroupfs)
+container=0
+[[ $sandbox == oci || $sandbox == command ]] && container=1
+if ((container)); then
+  for tool in podman runc; do
+    command -v "$tool" >/dev/null || {
+      echo "escape_test.sh: SKIPPED: the oci sandbox needs $tool (Debian package $tool)"
+      exit 77
+    }
+  done
+fi
+
 fail() {
   echo "escape_test.sh: FAIL: $*" >&2
   failed=1
@@ -61,6 +80,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   rm -f /rfaas-escape-file
+  [[ -n ${image:-} ]] && "${podman_cmd[@]}" rmi -f "$image" >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -69,16 +89,38 @@ trap cleanup EXIT
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/node.secret"
 chmod 600 "$tmp/node.secret"
 cfg=$tmp/executor_manager.json
-/usr/bin/python3 - "$devices" "$device" "$sandbox" "$tmp/node.secret" >"$cfg" <<'PY'
+image=''
+if ((container)); then
+  # A root with nothing of the host's but the links into /usr: /usr and the
+  # executor's directories are bound read-only when it runs.
+  mkdir -p "$tmp/rootfs"/{usr,etc,tmp,dev,proc,sys,run}
+  for d in bin sbin lib lib32 lib64 libx32; do
+    [[ -L /$d ]] && ln -s "$(readlink /$d)" "$tmp/rootfs/$d"
+  done
+  image=localhost/rfaas-escape:$$
+  tar -C "$tmp/rootfs" -cf "$tmp/rootfs.tar" . &&
+    "${podman_cmd[@]}" import -q "$tmp/rootfs.tar" "$image" >/dev/null || {
+    echo "escape_test.sh: SKIPPED: podman cannot import an image here"
+    image=''
+    exit 77
+  }
+fi
+/usr/bin/python3 - "$devices" "$device" "$sandbox" "$tmp/node.secret" "$image" >"$cfg" <<'PY'
 import json, os, sys
-devices, device, sandbox, secret = sys.argv[1:]
+devices, device, sandbox, secret, image = sys.argv[1:]
+executor = {"sandbox": sandbox, "max_processes": 128}
+example = {"oci": "oci.json", "command": "podman-command.json"}.get(sandbox)
+if example:
+    path = os.path.join(os.path.dirname(os.path.abspath(devices)), "sandbox", example)
+    text = open(path).read().replace("localhost/rfaas-executor:latest", image)
+    executor.update(json.loads(text)["executor"])
 print(json.dumps({
     "device_database": os.path.abspath(devices), "device": device,
     "listen": {"port": 0},
     "resource_manager": {"enabled": False, "address": "127.0.0.1:1", "secret_file": secret},
     "resources": {"cores": [0, 1], "memory_mib": 1024, "max_allocations": 4},
     "limits": {"default_memory_mib": 256},
-    "executor": {"sandbox": sandbox, "max_processes": 128},
+    "executor": executor,
     "deadlines_ms": {"shutdown_grace": 1000},
 }))
 PY
@@ -128,7 +170,16 @@ victim_id=$(awk '/victim allocated/ {print $3}' "$tmp/victim.out")
 # The victim's executor: the zygote's child, or (in a sandbox) its child.
 victim_outer=$(grep -o "allocation ${victim_id#0}.*executor pid [0-9]*" "$tmp/manager.log" | awk '{print $NF}')
 [[ -n $victim_outer ]] || victim_outer=$(grep -o "allocation [0-9a-f]*: .*executor pid [0-9]*" "$tmp/manager.log" | head -1 | awk '{print $NF}')
-victim_pid=$(pgrep -P "$victim_outer" | head -1)
+if ((container)); then
+  # The executor is in a container: the one process named executor in a
+  # podman group (containers started ahead are named executor-spare).
+  victim_pid=''
+  for p in $(pgrep -x executor); do
+    grep -q libpod "/proc/$p/cgroup" 2>/dev/null && victim_pid=$p && break
+  done
+else
+  victim_pid=$(pgrep -P "$victim_outer" | head -1)
+fi
 [[ -n $victim_pid ]] || victim_pid=$victim_outer
 
 cat >"$tmp/attempts" <<EOF_ATTEMPTS
