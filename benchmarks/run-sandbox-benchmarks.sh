@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run-sandbox-benchmarks.sh: what confining executors costs. For each device
-# and each sandbox kind (executor.sandbox: process, namespaces) it starts an
-# executor manager, measures the cold start (rfaas_cold_benchmark: allocate
+# and each sandbox kind (executor.sandbox: process, namespaces, oci with a
+# container started ahead, oci-nopool: oci starting a container per
+# allocation) it starts an executor manager, measures the cold start (rfaas_cold_benchmark: allocate
 # to the first result, by phase) and the hot invocation latency
 # (rfaas_invocation_benchmark, echo), and stops it. The kinds alternate
 # within each of --repeat rounds, so that a drift of the host's load favours
@@ -13,7 +14,11 @@
 #
 # Targets (issue "multi-tenant nodes"): namespaces within process + 5 ms
 # cold, and within the noise hot (the seccomp filter sits on the data
-# path's system calls on tcp).
+# path's system calls on tcp); oci within process + 20 ms cold when its pool
+# holds a container (each cold allocation of an oci kind waits --oci-idle-ms
+# first, for the pool to be refilled). The oci kinds need root, podman and
+# runc, and build their image offline (scripts/lib/oci-image.sh); they are
+# left out, with the reason, where that fails.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,12 +27,13 @@ repo=$here/..
 build=
 devices_db=$repo/config/devices.json
 devices_list="lo-tcp lo-shm"
-kinds="process namespaces"
+kinds="process namespaces oci oci-nopool"
 repeat=3
 cold_reps=15
 sizes=8,1K
 iters=3000
 idle_ms=300
+oci_idle_ms=2500
 csv=
 
 usage() {
@@ -40,6 +46,7 @@ usage() {
   echo "  --repeat N            rounds, kinds alternating (default: $repeat)"
   echo "  --cold-reps N         allocations per cold run (default: $cold_reps)"
   echo "  --idle-ms N           pause between allocations of a cold run (default: $idle_ms)"
+  echo "  --oci-idle-ms N       the same for the oci kinds (default: $oci_idle_ms: the pool refills)"
   echo "  --sizes LIST          hot payload sizes (default: $sizes)"
   echo "  --iters N             hot calls per size (default: $iters)"
   echo "  --csv FILE            also write every round's rows there (device,kind,round, then"
@@ -56,6 +63,7 @@ while [[ $# -gt 0 ]]; do
   --repeat) repeat=$2; shift 2 ;;
   --cold-reps) cold_reps=$2; shift 2 ;;
   --idle-ms) idle_ms=$2; shift 2 ;;
+  --oci-idle-ms) oci_idle_ms=$2; shift 2 ;;
   --sizes) sizes=$2; shift 2 ;;
   --iters) iters=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
@@ -63,7 +71,7 @@ while [[ $# -gt 0 ]]; do
   *) echo "run-sandbox-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-for n in repeat cold_reps iters idle_ms; do
+for n in repeat cold_reps iters idle_ms oci_idle_ms; do
   [[ ${!n} =~ ^[0-9]+$ && ${!n} -gt 0 ]] || { echo "run-sandbox-benchmarks.sh: --${n//_/-} needs a positive integer" >&2; exit 2; }
 done
 
@@ -91,7 +99,21 @@ source "$repo/scripts/lib/manager.sh"
 # Set by start_manager (scripts/lib/manager.sh), read by stop_manager.
 # shellcheck disable=SC2034
 manager_pid='' manager_address=''
-trap 'stop_manager; rm -rf "$work"' EXIT INT TERM
+# shellcheck source=scripts/lib/oci-image.sh
+source "$repo/scripts/lib/oci-image.sh"
+image=''
+trap 'stop_manager; [[ -n $image ]] && "${oci_podman[@]}" rmi -f "$image" >/dev/null 2>&1; rm -rf "$work"' EXIT INT TERM
+if [[ " $kinds " == *" oci"* ]]; then
+  if ! why=$(oci_usable); then
+    echo "run-sandbox-benchmarks.sh: no oci kinds: the oci sandbox $why"
+    kinds=$(echo "$kinds" | tr ' ' '\n' | grep -v '^oci' | tr '\n' ' ')
+  elif ! oci_make_image "$work" "localhost/rfaas-sandbox-bench:$$"; then
+    echo "run-sandbox-benchmarks.sh: no oci kinds: podman cannot import an image here"
+    kinds=$(echo "$kinds" | tr ' ' '\n' | grep -v '^oci' | tr '\n' ' ')
+  else
+    image=localhost/rfaas-sandbox-bench:$$
+  fi
+fi
 
 rows=$work/rows.csv
 : >"$rows"
@@ -101,12 +123,20 @@ for dev in $devices_list; do
     ((r % 2 == 1)) && order=$(echo "$kinds" | tr ' ' '\n' | tac | tr '\n' ' ')
     for kind in $order; do
       cfg=$work/manager-$kind.json
-      /usr/bin/python3 - "$repo/config/executor_manager.json" "$kind" >"$cfg" <<'PY'
+      /usr/bin/python3 - "$repo/config" "$kind" "$image" >"$cfg" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1]))
-c["executor"]["sandbox"] = sys.argv[2]
+config, kind, image = sys.argv[1:]
+c = json.load(open(config + "/executor_manager.json"))
+if kind.startswith("oci"):
+    text = open(config + "/sandbox/oci.json").read()
+    c["executor"].update(json.loads(text.replace("localhost/rfaas-executor:latest", image))["executor"])
+    c["executor"]["oci"]["pool"] = 0 if kind == "oci-nopool" else 1
+else:
+    c["executor"]["sandbox"] = kind
 print(json.dumps(c))
 PY
+      idle=$idle_ms
+      [[ $kind == oci* ]] && idle=$oci_idle_ms
       if ! start_manager "$work/manager.log" 60 "$manager" --config "$cfg" --skip-resource-manager \
         --devices "$devices_db" --device "$dev" --host 127.0.0.1 --port 0 --cores "$last"; then
         echo "run-sandbox-benchmarks.sh: the manager did not start on $dev with $kind:" >&2
@@ -114,10 +144,17 @@ PY
         exit 1
       fi
       ((r > 0)) || grep -o 'executor sandbox: .*' "$work/manager.log" | sed "s/^/  $dev: /"
+      if [[ $kind == oci ]]; then
+        # The first allocation too meets a pool that holds a container.
+        for _ in $(seq 1200); do
+          grep -q 'container ready, waiting' "$work/manager.log" && break
+          sleep 0.05
+        done
+      fi
       rm -f "$work/one.csv"
       "${pin[@]}" "$bench/rfaas_cold_benchmark" --devices "$devices_db" --device "$dev" \
         --manager "$manager_address" --library "$library" --repetitions "$cold_reps" \
-        --idle-ms "$idle_ms" --csv "$work/one.csv" >/dev/null || exit 1
+        --idle-ms "$idle" --csv "$work/one.csv" >/dev/null || exit 1
       "${pin[@]}" "$bench/rfaas_invocation_benchmark" --devices "$devices_db" --device "$dev" \
         --manager "$manager_address" --library "$library" --sizes "$sizes" --iters "$iters" \
         --csv "$work/one.csv" >/dev/null || exit 1

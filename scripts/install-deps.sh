@@ -21,8 +21,9 @@ packages=(
   libspdlog-dev libcxxopts-dev libpistache-dev libreaderwriterqueue-dev nlohmann-json3-dev
   # resource manager: lease tokens (MACs), its SQLite store; curl for its REST tests
   libsodium-dev libsqlite3-dev curl
-  # executors' sandbox: seccomp filters
-  libseccomp-dev
+  # executors' sandbox: seccomp filters; the oci kind and its tests (podman
+  # with runc: crun refuses hybrid cgroup hierarchies)
+  libseccomp-dev podman runc
   # tests and benchmarks; gdb: a test that times out prints the stacks of what hung
   libgtest-dev libbenchmark-dev gdb
   # the Python module (rfaas/python/) for Debian's python3, and its tests

@@ -55,7 +55,8 @@ constexpr std::chrono::milliseconds kSpareGrace(2000);
 /// ahead of need, say on `fd` whether that pays ('1') or not ('0'), then wait
 /// for a LaunchSpec (read until EOF) and serve it. EOF without a spec: the
 /// zygote dropped the spare.
-int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots) {
+int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
+              bool in_container = false) {
   // Before the fabric's thread that opens endpoints ahead exists.
   hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
@@ -77,7 +78,10 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
   // the spec is still there to read, so a failed answer is not the end.
   const char answer = ahead ? '1' : '0';
   ssize_t sent = ::send(fd, &answer, 1, MSG_NOSIGNAL);
-  (void)sent;
+  // Said once per container (its start is what the pool hides): when the
+  // spec is there already, the container was started for it.
+  if (in_container && sent == 1)
+    spdlog::info("executor: container ready, waiting for an allocation");
   std::string text = server::read_to_end_and_close(fd);
   if (text.empty())
     return 0;
@@ -578,7 +582,7 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
 
 int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device) {
   prctl(PR_SET_NAME, "executor-spare");
-  return run_spare(fd, device, kFirstSpareInputSlots);
+  return run_spare(fd, device, kFirstSpareInputSlots, true);
 }
 
 int run_from_spec_fd(int fd) {

@@ -55,17 +55,14 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 
-# podman as these machines need it: runc, cgroupfs, explicit ulimits.
-podman_cmd=(podman --runtime runc --cgroup-manager=cgroupfs)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib/oci-image.sh
+source "$here/../../scripts/lib/oci-image.sh"
 container=0
 [[ $sandbox == oci || $sandbox == command ]] && container=1
-if ((container)); then
-  for tool in podman runc; do
-    command -v "$tool" >/dev/null || {
-      echo "escape_test.sh: SKIPPED: the oci sandbox needs $tool (Debian package $tool)"
-      exit 77
-    }
-  done
+if ((container)) && ! why=$(oci_usable); then
+  echo "escape_test.sh: SKIPPED: the $sandbox sandbox $why"
+  exit 77
 fi
 
 fail() {
@@ -80,7 +77,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   rm -f /rfaas-escape-file
-  [[ -n ${image:-} ]] && "${podman_cmd[@]}" rmi -f "$image" >/dev/null 2>&1
+  [[ -n ${image:-} ]] && "${oci_podman[@]}" rmi -f "$image" >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -91,15 +88,8 @@ chmod 600 "$tmp/node.secret"
 cfg=$tmp/executor_manager.json
 image=''
 if ((container)); then
-  # A root with nothing of the host's but the links into /usr: /usr and the
-  # executor's directories are bound read-only when it runs.
-  mkdir -p "$tmp/rootfs"/{usr,etc,tmp,dev,proc,sys,run}
-  for d in bin sbin lib lib32 lib64 libx32; do
-    [[ -L /$d ]] && ln -s "$(readlink /$d)" "$tmp/rootfs/$d"
-  done
   image=localhost/rfaas-escape:$$
-  tar -C "$tmp/rootfs" -cf "$tmp/rootfs.tar" . &&
-    "${podman_cmd[@]}" import -q "$tmp/rootfs.tar" "$image" >/dev/null || {
+  oci_make_image "$tmp" "$image" || {
     echo "escape_test.sh: SKIPPED: podman cannot import an image here"
     image=''
     exit 77
