@@ -243,8 +243,8 @@ pid_t ContainerPool::start_container(Container &c, const server::LaunchSpec *spe
     return -1;
   }
   int life[2];
-  if (::pipe2(life, O_CLOEXEC) != 0) {
-    why = std::string("pipe: ") + std::strerror(errno);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, life) != 0) {
+    why = std::string("socketpair: ") + std::strerror(errno);
     ::close(sv[0]);
     ::close(sv[1]);
     return -1;
@@ -267,7 +267,7 @@ pid_t ContainerPool::start_container(Container &c, const server::LaunchSpec *spe
       _exit(0); // the zygote died before the death signal was armed
     // Out of the way of 3 and 4 first, then into them.
     int s = ::fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
-    int l = ::fcntl(life[0], F_DUPFD_CLOEXEC, 10);
+    int l = ::fcntl(life[1], F_DUPFD_CLOEXEC, 10);
     if (s < 0 || l < 0 || !place_fd(s, 3) || !place_fd(l, 4))
       _exit(127);
     ::execvp(cargv[0], cargv.data());
@@ -275,9 +275,9 @@ pid_t ContainerPool::start_container(Container &c, const server::LaunchSpec *spe
     _exit(127);
   }
   ::close(sv[1]);
-  ::close(life[0]);
+  ::close(life[1]);
   c.socket = sv[0];
-  c.lifeline = life[1];
+  c.lifeline = life[0];
   spdlog::debug("zygote: container {} starting (engine pid {})", c.name, pid);
   return pid;
 }
@@ -394,12 +394,45 @@ void ContainerPool::signal(pid_t pid, int sig) {
   ::kill(pid, sig);
 }
 
+void ContainerPool::poll_fds(std::vector<pollfd> &fds) const {
+  for (const auto &b : bound_)
+    if (b.second.lifeline >= 0 && !b.second.reported)
+      fds.push_back({b.second.lifeline, POLLIN, 0});
+}
+
+std::vector<std::pair<pid_t, int>> ContainerPool::collect_exits(const std::vector<pollfd> &fds) {
+  std::vector<std::pair<pid_t, int>> exits;
+  for (auto &b : bound_) {
+    Container &c = b.second;
+    if (c.lifeline < 0 || c.reported)
+      continue;
+    auto f =
+        std::find_if(fds.begin(), fds.end(), [&c](const pollfd &p) { return p.fd == c.lifeline; });
+    if (f == fds.end() || !(f->revents & (POLLIN | POLLHUP | POLLERR)))
+      continue;
+    int32_t code = 0;
+    ssize_t n = ::recv(c.lifeline, &code, sizeof code, MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(sizeof code)) {
+      c.reported = true;
+      exits.emplace_back(b.first, static_cast<int>(code));
+    }
+    // Its exit code, or its end without one (killed: the engine's status
+    // then stands for it): either way nothing more comes.
+    if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+      ::close(c.lifeline);
+      c.lifeline = -1;
+    }
+  }
+  return exits;
+}
+
 bool ContainerPool::reaped(pid_t pid, int status) {
   auto b = bound_.find(pid);
   if (b != bound_.end()) {
+    const bool reported = b->second.reported;
     close_container(b->second);
     bound_.erase(b);
-    return false;
+    return reported;
   }
   auto w = waiting_.find(pid);
   if (w == waiting_.end())

@@ -17,11 +17,15 @@
 // Either way the executor inside runs `executor --spare-fd 3 --lifeline-fd
 // 4 ...`: it opens its fabric, says so with one byte on fd 3 (a socket to
 // the zygote), then reads its LaunchSpec from fd 3 until end of file and
-// serves the allocation (the spare protocol of zygote.hpp). Fd 4 is the
-// read end of a pipe whose write end only the zygote holds: when it closes
+// serves the allocation (the spare protocol of zygote.hpp). Fd 4 is its
+// lifeline, a socket whose other end only the zygote holds: when it closes
 // (the zygote closed it to kill the executor, or died) the executor exits,
 // so an executor never outlives its zygote, although its container's
-// parent is the engine's monitor, not the zygote.
+// parent is the engine's monitor, not the zygote. An executor that ends
+// writes its exit code there (4 bytes): the zygote reports it at once, not
+// when the engine has torn the container down (hundreds of milliseconds
+// later), and not the engine's own status (a signal the engine got while
+// tearing down would read as the executor's).
 //
 // oci keeps `oci.pool` containers started ahead. An allocation goes to one
 // that has answered (its fabric is open); its leased cores are written into
@@ -49,6 +53,7 @@
 //                     executor's code outside /usr
 #pragma once
 
+#include <poll.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -98,6 +103,12 @@ public:
   /// The zygote reaped `pid`. True when it was a container of the pool that
   /// never had an allocation (reported to nobody).
   bool reaped(pid_t pid, int status);
+  /// Append the lifelines to watch (executors with an allocation).
+  void poll_fds(std::vector<pollfd> &fds) const;
+  /// After poll() on `fds`: the executors that wrote their exit code, as
+  /// (engine pid, exit code); their engines are then reaped without a
+  /// report.
+  std::vector<std::pair<pid_t, int>> collect_exits(const std::vector<pollfd> &fds);
   /// Milliseconds until tick() has work (for the zygote's poll), or -1.
   int timeout_ms() const;
   /// Start pool containers that are due.
@@ -105,17 +116,19 @@ public:
   /// Let everything go: executors and waiting containers exit; their
   /// engines end shortly after.
   void shutdown();
-  /// No container of the pool is left to reap.
-  bool idle() const { return waiting_.empty(); }
+  /// No engine is left to reap.
+  bool idle() const { return waiting_.empty() && bound_.empty(); }
 
 private:
   struct Container {
     std::string name;
     int socket = -1;   ///< the zygote's end of the spare protocol
-    int lifeline = -1; ///< write end; closing it ends the executor
+    int lifeline = -1; ///< the zygote's end; closing it ends the executor
     bool ready = false;
     /// Let go (its fds closed): reaped without a report, never bound.
     bool dropped = false;
+    /// Its exit code came over the lifeline (its engine's is not reported).
+    bool reported = false;
     ExecutorCgroup cgroup;
   };
 

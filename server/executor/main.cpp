@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <thread>
@@ -43,7 +44,7 @@ int main(int argc, char **argv) {
       rfaas::cli::value<std::string>())("spare-fd",
                                         "in a container: wait for a launch spec on this socket",
                                         rfaas::cli::value<int>())(
-      "lifeline-fd", "exit when this pipe's writer closes", rfaas::cli::value<int>())(
+      "lifeline-fd", "exit when the zygote closes this socket", rfaas::cli::value<int>())(
       "isolate-tenants", "serve peers that must not be trusted (rdmalib::Fabric::isolate_tenants)");
   rfaas::cli::add_standard_options(options);
   return rfaas::cli::run("executor", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
@@ -63,15 +64,15 @@ int main(int argc, char **argv) {
     };
     if (args.count("lifeline-fd")) {
       // The executor's parent is a container's monitor, not the zygote:
-      // this pipe's closing stands for the zygote's death signal (and for
-      // SIGKILL, which no container engine passes on). The thread takes no
-      // signal, so SIGTERM still reaches the executor's own handling.
+      // this socket's closing (the zygote never writes to it) stands for the zygote's death signal
+      // (and for SIGKILL, which no container engine passes on). The thread takes no signal, so
+      // SIGTERM still reaches the executor's own handling.
       const int fd = args["lifeline-fd"].as<int>();
       sigset_t all, old;
       sigfillset(&all);
       pthread_sigmask(SIG_SETMASK, &all, &old);
       std::thread([fd] {
-        pollfd p{fd, 0, 0};
+        pollfd p{fd, POLLIN, 0};
         while (::poll(&p, 1, -1) >= 0 || errno == EINTR)
           if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
             break;
@@ -84,8 +85,15 @@ int main(int argc, char **argv) {
       // shm every executor shares the manager's uid and the host's PIDs).
       prctl(PR_SET_DUMPABLE, 0);
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
-      return rfaas::executor_process::run_waiting_executor(args["spare-fd"].as<int>(),
-                                                           device_arg());
+      const int code =
+          rfaas::executor_process::run_waiting_executor(args["spare-fd"].as<int>(), device_arg());
+      // Its own exit, for the zygote, ahead of the container's teardown.
+      if (args.count("lifeline-fd")) {
+        const int32_t c = code;
+        ssize_t n = ::send(args["lifeline-fd"].as<int>(), &c, sizeof c, MSG_NOSIGNAL);
+        (void)n;
+      }
+      return code;
     }
     if (args.count("spec-fd")) {
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");

@@ -135,9 +135,12 @@ public:
     while (open || !children_.empty() || spare_pid_ > 0 || !dropped_.empty() ||
            (containers_ && !containers_->idle())) {
       const bool spare_unheard = spare_pid_ > 0 && !spare_heard_;
-      pollfd p[3] = {{sfd, POLLIN, 0},
-                     {open ? 0 : -1, POLLIN, 0},
-                     {spare_unheard ? spare_fd_ : -1, POLLIN, 0}};
+      // The first three, then the lifelines of executors in containers.
+      std::vector<pollfd> p = {{sfd, POLLIN, 0},
+                               {open ? 0 : -1, POLLIN, 0},
+                               {spare_unheard ? spare_fd_ : -1, POLLIN, 0}};
+      if (containers_)
+        containers_->poll_fds(p);
       int timeout = 1000;
       auto until = [&timeout](Clock::time_point t) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now());
@@ -151,7 +154,7 @@ public:
       for (const auto &d : dropped_)
         if (d.second != Clock::time_point::max())
           until(d.second);
-      int rc = ::poll(p, 3, timeout);
+      int rc = ::poll(p.data(), p.size(), timeout);
       if (rc < 0 && errno != EINTR)
         break;
       if (p[0].revents & POLLIN) {
@@ -161,6 +164,16 @@ public:
       }
       if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
         hear_spare();
+      if (containers_)
+        for (const auto &e : containers_->collect_exits(p)) {
+          // The executor's own exit, before its container is torn down.
+          auto it = children_.find(e.first);
+          if (it == children_.end())
+            continue;
+          emit("exited " + std::to_string(it->second) + " " + std::to_string(e.first) + " " +
+               std::to_string(e.second));
+          children_.erase(it);
+        }
       reap();
       kill_overdue_spares();
       if (containers_ && open)
