@@ -39,6 +39,8 @@ std::string SandboxConfig::serialize() const {
     << "\ntmp_mib " << tmp_mib << "\nseccomp " << (seccomp ? 1 : 0) << "\n";
   if (!oci_image.empty())
     o << "oci_image " << oci_image << "\n";
+  for (const auto &a : oci_images)
+    o << "oci_allowed_image " << a << "\n";
   for (const auto &a : oci_podman)
     o << "oci_podman " << a << "\n";
   for (const auto &a : oci_run_options)
@@ -93,6 +95,8 @@ SandboxConfig SandboxConfig::parse(const std::string &text) {
       c.seccomp = number() != 0;
     else if (key == "oci_image")
       c.oci_image = value;
+    else if (key == "oci_allowed_image")
+      c.oci_images.push_back(value);
     else if (key == "oci_podman")
       c.oci_podman.push_back(value);
     else if (key == "oci_run_option")

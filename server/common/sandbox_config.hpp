@@ -56,6 +56,9 @@ struct SandboxConfig {
 
   /// oci: the image executors run in (its name as podman knows it).
   std::string oci_image;
+  /// oci: the images a client may name per allocation (AllocationRequest::
+  /// image n is the n-th; 0 is oci_image).
+  std::vector<std::string> oci_images;
   /// oci: the podman command and its global options (before "run"); empty
   /// means {"podman"}.
   std::vector<std::string> oci_podman;

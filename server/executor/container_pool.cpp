@@ -20,6 +20,7 @@
 #include "common/fd_io.hpp"
 #include "common/hex.hpp"
 #include "executor/sandbox.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::executor_process {
 
@@ -131,8 +132,8 @@ std::vector<std::string> ContainerPool::executor_args() const {
           server::to_hex(dev.data(), dev.size())};
 }
 
-std::vector<std::string> ContainerPool::oci_argv(const Container &c,
-                                                 const server::LaunchSpec *spec) const {
+std::vector<std::string> ContainerPool::oci_argv(const Container &c, const server::LaunchSpec *spec,
+                                                 const std::string &image) const {
   std::vector<std::string> a = config_.oci_podman;
   const uid_t uid = keep_uid_ ? ::getuid() : config_.uid;
   const gid_t gid = keep_uid_ ? ::getgid() : config_.gid;
@@ -184,7 +185,7 @@ std::vector<std::string> ContainerPool::oci_argv(const Container &c,
         a.push_back(std::string("--volume=/etc/") + f + ":/etc/" + f + ":ro");
   }
   a.insert(a.end(), config_.oci_run_options.begin(), config_.oci_run_options.end());
-  a.push_back(config_.oci_image);
+  a.push_back(image);
   a.push_back(executor_path());
   for (auto &x : executor_args())
     a.push_back(std::move(x));
@@ -216,7 +217,7 @@ std::vector<std::string> ContainerPool::command_argv(const Container &c,
 }
 
 pid_t ContainerPool::start_container(Container &c, const server::LaunchSpec *spec,
-                                     std::string &why) {
+                                     const std::string &image, std::string &why) {
   c.name = "rfaas-" + std::to_string(::getpid()) + "-" + std::to_string(++seq_);
   // A group of ours above the engine's (podman's --cgroup-parent, a
   // template's {cgroup_parent}): the allocation's limits are written there,
@@ -236,7 +237,7 @@ pid_t ContainerPool::start_container(Container &c, const server::LaunchSpec *spe
   if (config_.kind == server::SandboxKind::Command)
     argv = command_argv(c, *spec);
   else
-    argv = oci_argv(c, spec);
+    argv = oci_argv(c, spec, image);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     why = std::string("socketpair: ") + std::strerror(errno);
@@ -302,7 +303,7 @@ void ContainerPool::tick() {
   while (pool_on_ && waiting_.size() < config_.oci_pool) {
     Container c;
     std::string why;
-    pid_t pid = start_container(c, nullptr, why);
+    pid_t pid = start_container(c, nullptr, config_.oci_image, why);
     if (pid < 0) {
       spdlog::warn("zygote: cannot start a container ahead: {}; no pool", why);
       close_container(c);
@@ -315,9 +316,23 @@ void ContainerPool::tick() {
 
 pid_t ContainerPool::launch(const std::string &spec_text, const server::LaunchSpec &spec,
                             std::string &why) {
+  // The image the client named (the manager checked the index): the pool
+  // holds containers of the default image only.
+  std::string image = config_.oci_image;
+  {
+    protocol::AllocationRequest req;
+    std::vector<protocol::BufferDescriptor> results;
+    if (protocol::decode(spec.request.data(), spec.request.size(), req, results) && req.image > 0) {
+      if (config_.kind != server::SandboxKind::Oci || req.image > config_.oci_images.size()) {
+        why = "image " + std::to_string(req.image) + " is not in the allow-list";
+        return -1;
+      }
+      image = config_.oci_images[req.image - 1];
+    }
+  }
   // A waiting container whose executor answered (its fabric is open, its
   // cgroup exists) takes the allocation.
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+  for (auto it = waiting_.begin(); it != waiting_.end() && image == config_.oci_image; ++it) {
     Container &c = it->second;
     if (c.dropped)
       continue;
@@ -359,11 +374,14 @@ pid_t ContainerPool::launch(const std::string &spec_text, const server::LaunchSp
     return pid;
   }
   Container c;
-  pid_t pid = start_container(c, &spec, why);
+  pid_t pid = start_container(c, &spec, image, why);
   if (pid < 0) {
     close_container(c);
     return -1;
   }
+  if (image != config_.oci_image)
+    spdlog::info("zygote: allocation {:x} runs in image {} (container {})", spec.allocation_id,
+                 image, c.name);
   // The spare protocol: the spec now, read once the fabric is open.
   if (!server::write_all(c.socket, spec_text)) {
     why = std::string("cannot hand the allocation to its container: ") + std::strerror(errno);

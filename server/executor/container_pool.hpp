@@ -27,6 +27,10 @@
 // later), and not the engine's own status (a signal the engine got while
 // tearing down would read as the executor's).
 //
+// An allocation may name another image of the operator's allow-list
+// (AllocationRequest::image, executor.oci.images): it gets a container of
+// that image started for it (the pool holds the default image's).
+//
 // oci keeps `oci.pool` containers started ahead. An allocation goes to one
 // that has answered (its fabric is open); its leased cores are written into
 // the cpuset of the container's cgroup (podman made it below the group the
@@ -133,8 +137,10 @@ private:
   };
 
   /// Fork and exec the engine for a new container; its pid, or -1.
-  pid_t start_container(Container &c, const server::LaunchSpec *spec, std::string &why);
-  std::vector<std::string> oci_argv(const Container &c, const server::LaunchSpec *spec) const;
+  pid_t start_container(Container &c, const server::LaunchSpec *spec, const std::string &image,
+                        std::string &why);
+  std::vector<std::string> oci_argv(const Container &c, const server::LaunchSpec *spec,
+                                    const std::string &image) const;
   std::vector<std::string> command_argv(const Container &c, const server::LaunchSpec &spec) const;
   std::vector<std::string> executor_args() const;
   std::string executor_path() const;

@@ -234,8 +234,17 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
     };
     if (e.has("oci")) {
       Node o = e["oci"];
-      o.expect_object({"image", "podman", "run_options", "pool", "host_code", "executor"});
+      o.expect_object(
+          {"image", "images", "podman", "run_options", "pool", "host_code", "executor"});
       c.sandbox.oci_image = o.required("image", "the image executors run in").nonempty_string();
+      if (o.has("images")) {
+        argv(o["images"], c.sandbox.oci_images);
+        if (c.sandbox.oci_images.size() > 1000)
+          o["images"].fail("more than 1000 images");
+        for (size_t i = 0; i < c.sandbox.oci_images.size(); ++i)
+          if (c.sandbox.oci_images[i].empty())
+            o["images"][i].fail("empty; expected an image name");
+      }
       if (o.has("podman")) {
         argv(o["podman"], c.sandbox.oci_podman);
         if (c.sandbox.oci_podman.empty())

@@ -77,7 +77,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   rm -f /rfaas-escape-file
-  [[ -n ${image:-} ]] && "${oci_podman[@]}" rmi -f "$image" >/dev/null 2>&1
+  [[ -n ${image:-} ]] && "${oci_podman[@]}" rmi -f "$image" "$image-allowed" >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -94,6 +94,9 @@ if ((container)); then
     image=''
     exit 77
   }
+  # With oci the victim names the first image of the allow-list (the same
+  # image under another name).
+  [[ $sandbox == oci ]] && "${oci_podman[@]}" tag "$image" "$image-allowed"
 fi
 /usr/bin/python3 - "$devices" "$device" "$sandbox" "$tmp/node.secret" "$image" >"$cfg" <<'PY'
 import json, os, sys
@@ -104,6 +107,8 @@ if example:
     path = os.path.join(os.path.dirname(os.path.abspath(devices)), "sandbox", example)
     text = open(path).read().replace("localhost/rfaas-executor:latest", image)
     executor.update(json.loads(text)["executor"])
+    if sandbox == "oci":
+        executor["oci"]["images"] = [image + "-allowed"]
 print(json.dumps({
     "device_database": os.path.abspath(devices), "device": device,
     "listen": {"port": 0},
@@ -146,7 +151,17 @@ for _ in $(seq 100); do [[ -s $tmp/listener.port ]] && break; sleep 0.05; done
 rest_port=$(cat "$tmp/listener.port")
 
 common=(--devices "$devices" --device "$device" --manager "$address")
-"$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" \
+victim_image=()
+if [[ $sandbox == oci ]]; then
+  victim_image=(--image 1)
+  # An image that is not in the allow-list is refused.
+  "$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" --image 2 \
+    >"$tmp/refused.out" 2>"$tmp/refused.err" &&
+    fail "an allocation naming image 2 (not in the allow-list) was granted"
+  grep -q "not in this manager's allow-list" "$tmp/refused.err" ||
+    fail "image 2 was not refused for the allow-list: $(cat "$tmp/refused.err")"
+fi
+"$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" "${victim_image[@]}" \
   >"$tmp/victim.out" 2>"$tmp/victim.err" &
 victim_client=$!
 pids+=("$victim_client")
@@ -157,6 +172,10 @@ victim_id=$(awk '/victim allocated/ {print $3}' "$tmp/victim.out")
   echo "escape_test.sh: FAIL: the victim got no allocation" >&2
   exit 1
 }
+if [[ $sandbox == oci ]]; then
+  grep -q "runs in image $image-allowed" "$tmp/manager.log" ||
+    fail "the victim's executor did not run in the image it named"
+fi
 # The victim's executor: the zygote's child, or (in a sandbox) its child.
 victim_outer=$(grep -o "allocation ${victim_id#0}.*executor pid [0-9]*" "$tmp/manager.log" | awk '{print $NF}')
 [[ -n $victim_outer ]] || victim_outer=$(grep -o "allocation [0-9a-f]*: .*executor pid [0-9]*" "$tmp/manager.log" | head -1 | awk '{print $NF}')

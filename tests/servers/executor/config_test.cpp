@@ -179,3 +179,15 @@ TEST(ManagerConfig, OciAndCommandSandboxes) {
       "em.json", "/etc/rfaas");
   EXPECT_EQ(d.sandbox.command.size(), 2u);
 }
+
+TEST(ManagerConfig, OciImageAllowList) {
+  ManagerConfig c = ManagerConfig::parse(
+      with(R"("executor": {"sandbox": "oci", "oci": {"image": "a", "images": ["b", "c"]}})"),
+      "em.json", "/etc/rfaas");
+  EXPECT_EQ(c.sandbox.oci_images, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(rfaas::server::SandboxConfig::parse(c.sandbox.serialize()).oci_images,
+            c.sandbox.oci_images);
+  EXPECT_NE(error_of(with(R"("executor": {"oci": {"image": "a", "images": [""]}})"))
+                .find("executor.oci.images[0]: empty"),
+            std::string::npos);
+}
