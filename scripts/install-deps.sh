@@ -23,8 +23,9 @@ packages=(
   libsodium-dev libsqlite3-dev curl
   # clients' identity: librfaas encodes MUNGE credentials, the resource manager decodes them
   libmunge-dev
-  # executors' sandbox: seccomp filters
-  libseccomp-dev
+  # executors' sandbox: seccomp filters; the oci kind and its tests (podman
+  # with runc: crun refuses hybrid cgroup hierarchies)
+  libseccomp-dev podman runc
   # tests and benchmarks; gdb: a test that times out prints the stacks of what hung
   libgtest-dev libbenchmark-dev gdb
   # the Python module (rfaas/python/) for Debian's python3, and its tests

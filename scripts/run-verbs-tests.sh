@@ -92,16 +92,18 @@ cmake -S . -B "$verbs_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${g1[@]}
 # tests/softroce/guest-suite.sh runs these (rfaas_e2e_tests depends on the
 # manager, executor, client helper and function libraries it starts;
 # rfaas_rm_lease_tests on the resource manager, executor manager, executor
-# and function library).
+# and function library; the escape suite, tests/sandbox/escape_test.sh, on the
+# escape client and the hostile functions).
 vm_targets=(rfaas-info rdmalib_unit_tests rdmalib_conformance rdmalib_conformance_peer
-  verbs_smoke rfaas_e2e_tests rfaas_rm_lease_tests)
+  verbs_smoke rfaas_e2e_tests rfaas_rm_lease_tests rfaas_escape_client
+  rfaas_test_hostile_functions)
 cmake --build "$verbs_dir" -j "$jobs" --target "${vm_targets[@]}" ||
   { note "FAILED: build of the verbs backend"; exit 1; }
 # The guest reports a missing test binary as skipped; here, after the build,
 # one missing is a build problem.
 for bin in tools/rfaas-info tests/rdmalib/rdmalib_unit_tests tests/rdmalib/rdmalib_conformance \
   tests/softroce/verbs_smoke tests/e2e/rfaas_e2e_tests tests/servers/resource_manager/rfaas_rm_lease_tests \
-  server/resource_manager/resource_manager; do
+  server/resource_manager/resource_manager tests/sandbox/rfaas_escape_client; do
   [[ -x $verbs_dir/$bin ]] || { note "FAILED: no $verbs_dir/$bin after the build"; exit 1; }
 done
 note "verbs build done in $(elapsed "$t") s"

@@ -382,7 +382,12 @@ struct AllocationRequest {
   /// Port of the client's listener, which the workers connect to; 0 when
   /// client_host is an opaque endpoint name.
   uint16_t client_port = 0;
-  Reserved<uint16_t> reserved0;
+  /// The container image the executor runs in (sandbox kind oci): 0 the
+  /// manager's default image, n the n-th of its allow-list
+  /// (executor.oci.images). A manager that cannot honour it refuses the
+  /// request (bad_request); one older than this field ignores it (the field
+  /// was reserved, zero on the wire).
+  uint16_t image = 0;
   /// Size of the library the client will ship (CodeHeader repeats it).
   uint64_t library_size = 0;
   /// library_checksum() of it.
@@ -400,7 +405,7 @@ struct AllocationRequest {
     f(s.input_slots);
     f(s.input_slot_size);
     f(s.client_port);
-    f(s.reserved0);
+    f(s.image);
     f(s.library_size);
     f(s.library_checksum);
     f(s.client_host);

@@ -214,6 +214,7 @@ void executor::impl::allocate(const server &m, const allocation_options &o) {
   req.input_slot_size = input_slot;
   // An opaque listener name travels whole in client_host, with port 0.
   req.client_port = listener.address().port;
+  req.image = o.image;
   req.library_size = bytes.size();
   req.library_checksum = checksum;
   if (!proto::set_text(req.client_host, listener.address().host_text()))

@@ -10,6 +10,10 @@ const char *to_string(SandboxKind k) noexcept {
     return "process";
   case SandboxKind::Namespaces:
     return "namespaces";
+  case SandboxKind::Oci:
+    return "oci";
+  case SandboxKind::Command:
+    return "command";
   }
   return "?";
 }
@@ -19,8 +23,13 @@ SandboxKind parse_sandbox_kind(const std::string &text) {
     return SandboxKind::Process;
   if (text == "namespaces")
     return SandboxKind::Namespaces;
+  if (text == "oci")
+    return SandboxKind::Oci;
+  if (text == "command")
+    return SandboxKind::Command;
   throw std::invalid_argument("unknown sandbox kind \"" + text +
-                              "\" (expected \"namespaces\" or \"process\")");
+                              "\" (expected \"namespaces\", \"oci\", \"command\" or "
+                              "\"process\")");
 }
 
 std::string SandboxConfig::serialize() const {
@@ -28,6 +37,19 @@ std::string SandboxConfig::serialize() const {
   o << "kind " << to_string(kind) << "\nuid " << uid << "\ngid " << gid << "\ncgroup_parent "
     << cgroup_parent << "\nmax_processes " << max_processes << "\nmax_open_files " << max_open_files
     << "\ntmp_mib " << tmp_mib << "\nseccomp " << (seccomp ? 1 : 0) << "\n";
+  if (!oci_image.empty())
+    o << "oci_image " << oci_image << "\n";
+  for (const auto &a : oci_images)
+    o << "oci_allowed_image " << a << "\n";
+  for (const auto &a : oci_podman)
+    o << "oci_podman " << a << "\n";
+  for (const auto &a : oci_run_options)
+    o << "oci_run_option " << a << "\n";
+  o << "oci_pool " << oci_pool << "\noci_host_code " << (oci_host_code ? 1 : 0) << "\n";
+  if (!oci_executor.empty())
+    o << "oci_executor " << oci_executor << "\n";
+  for (const auto &a : command)
+    o << "command " << a << "\n";
   return o.str();
 }
 
@@ -38,10 +60,11 @@ SandboxConfig SandboxConfig::parse(const std::string &text) {
   while (std::getline(in, line)) {
     if (line.empty())
       continue;
-    std::istringstream l(line);
-    std::string key, value;
-    l >> key;
-    std::getline(l >> std::ws, value);
+    // The value is the rest after one space, kept exactly (an argv element
+    // may hold spaces).
+    const size_t space = line.find(' ');
+    const std::string key = line.substr(0, space);
+    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
     auto number = [&]() -> uint64_t {
       size_t used = 0;
       unsigned long long v = 0;
@@ -70,6 +93,22 @@ SandboxConfig SandboxConfig::parse(const std::string &text) {
       c.tmp_mib = static_cast<uint32_t>(number());
     else if (key == "seccomp")
       c.seccomp = number() != 0;
+    else if (key == "oci_image")
+      c.oci_image = value;
+    else if (key == "oci_allowed_image")
+      c.oci_images.push_back(value);
+    else if (key == "oci_podman")
+      c.oci_podman.push_back(value);
+    else if (key == "oci_run_option")
+      c.oci_run_options.push_back(value);
+    else if (key == "oci_pool")
+      c.oci_pool = static_cast<uint32_t>(number());
+    else if (key == "oci_host_code")
+      c.oci_host_code = number() != 0;
+    else if (key == "oci_executor")
+      c.oci_executor = value;
+    else if (key == "command")
+      c.command.push_back(value);
     else
       throw std::invalid_argument("sandbox: unknown line \"" + line + "\"");
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace rfaas::server {
 
@@ -20,10 +21,19 @@ enum class SandboxKind {
   /// read-only file system, an unprivileged uid without capabilities,
   /// no_new_privs, a seccomp filter and a cgroup (or rlimits) per allocation.
   Namespaces,
+  /// Inside an OCI image through podman: its own mount, PID, IPC and UTS
+  /// namespaces, the host's network, an unprivileged uid without
+  /// capabilities, no_new_privs, the seccomp filter, the cgroup podman makes
+  /// (server/executor/container_launcher.hpp). Containers are started ahead
+  /// and wait for their allocation (a pool).
+  Oci,
+  /// The operator's own argv template (Apptainer, Sarus, Docker, podman...):
+  /// one start per allocation, nothing added by rFaaS but the seccomp filter.
+  Command,
 };
 
 const char *to_string(SandboxKind k) noexcept;
-/// "process" or "namespaces"; throws std::invalid_argument otherwise.
+/// "process", "namespaces", "oci" or "command"; throws std::invalid_argument otherwise.
 SandboxKind parse_sandbox_kind(const std::string &text);
 
 struct SandboxConfig {
@@ -44,7 +54,29 @@ struct SandboxConfig {
   /// Install the seccomp filter before the client's library is loaded.
   bool seccomp = true;
 
-  /// The text form (one "key value" line per field). Never fails.
+  /// oci: the image executors run in (its name as podman knows it).
+  std::string oci_image;
+  /// oci: the images a client may name per allocation (AllocationRequest::
+  /// image n is the n-th; 0 is oci_image).
+  std::vector<std::string> oci_images;
+  /// oci: the podman command and its global options (before "run"); empty
+  /// means {"podman"}.
+  std::vector<std::string> oci_podman;
+  /// oci: options added to every "podman run" (a site's --ulimit, --device...).
+  std::vector<std::string> oci_run_options;
+  /// oci: containers kept started ahead, waiting for an allocation.
+  uint32_t oci_pool = 1;
+  /// oci: bind the host's /usr and the executor's directories read-only
+  /// into the container (an image that carries no rFaaS of its own); else
+  /// the image holds the executor at oci_executor.
+  bool oci_host_code = true;
+  /// oci, without oci_host_code: the executor's path inside the image.
+  std::string oci_executor;
+  /// command: the argv template (placeholders in container_launcher.hpp).
+  std::vector<std::string> command;
+
+  /// The text form (one "key value" line per field; a list is one line per
+  /// element, in order). Never fails.
   std::string serialize() const;
   /// Parse the text form; throws std::invalid_argument naming the bad line.
   static SandboxConfig parse(const std::string &text);

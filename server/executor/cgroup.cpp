@@ -1,5 +1,6 @@
 #include "executor/cgroup.hpp"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -223,7 +224,52 @@ bool ExecutorCgroup::limit(uint64_t memory_mib, const std::vector<int> &cpus,
   return true;
 }
 
+bool ExecutorCgroup::limit_cpus_below(const std::vector<int> &cpus, std::string &error) {
+  if (cpuset_dir_.empty() || cpus.empty())
+    return true;
+  DIR *dir = ::opendir(cpuset_dir_.c_str());
+  if (!dir) {
+    error = "open " + cpuset_dir_ + ": " + std::strerror(errno);
+    return false;
+  }
+  bool any = false, ok = true;
+  while (dirent *e = ::readdir(dir)) {
+    if (e->d_type != DT_DIR || e->d_name[0] == '.')
+      continue;
+    any = true;
+    ok = write_file(cpuset_dir_ + "/" + e->d_name + "/cpuset.cpus", join_cpus(cpus), error) && ok;
+  }
+  ::closedir(dir);
+  if (!any && ok)
+    error = "no group below " + cpuset_dir_ + " yet";
+  return any && ok;
+}
+
 void ExecutorCgroup::remove() noexcept {
+  // Groups a container engine made below ours: what is left in them (a
+  // daemon of the executor's, in a container that shares the host's PID
+  // namespace, outlives the container's first process) is killed with the
+  // allocation, as in our own group below.
+  for (const Dir &d : dirs_) {
+    DIR *dir = ::opendir(d.path.c_str());
+    if (!dir)
+      continue;
+    while (dirent *e = ::readdir(dir)) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.')
+        continue;
+      const std::string sub = d.path + "/" + e->d_name;
+      for (int attempt = 0; attempt < 100; ++attempt) {
+        if (::rmdir(sub.c_str()) == 0 || errno != EBUSY)
+          break;
+        std::istringstream procs(read_file(sub + "/cgroup.procs"));
+        pid_t pid;
+        while (procs >> pid)
+          ::kill(pid, SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    ::closedir(dir);
+  }
   for (const Dir &d : dirs_) {
     // A process the executor left behind (the PID namespace usually took
     // them down already) must not keep the group, or its limits, alive.

@@ -54,6 +54,11 @@ public:
   /// none), `max_processes` (0: none). False with `error` on failure.
   bool limit(uint64_t memory_mib, const std::vector<int> &cpus, uint32_t max_processes,
              std::string &error);
+  /// Where a container engine made its own groups below this one (podman's
+  /// --cgroup-parent): write `cpus` as the cpuset of each of them, since
+  /// this group's own cpuset may not shrink below its children's. False
+  /// with `error` when there is none yet or a write failed.
+  bool limit_cpus_below(const std::vector<int> &cpus, std::string &error);
   /// This executor has a group in the pids hierarchy (its limit is written
   /// when it gets its allocation).
   bool has_pids() const { return !pids_dir_.empty(); }

@@ -5,9 +5,19 @@
 //       keeps N executors pre-started
 //   executor --spec-fd N
 //       run one allocation described by the LaunchSpec text on fd N
+//   executor --spare-fd 3 --lifeline-fd 4 --device <hex> [--isolate-tenants]
+//       in a container (server/executor/container_pool.hpp): open the fabric,
+//       wait for a LaunchSpec on fd 3, serve it; exit when fd 4 closes
 #include <cstdio>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "options.hpp"
 #include <rdmalib/logger.hpp>
@@ -33,15 +43,17 @@ int main(int argc, char **argv) {
       "spec-fd", "run one allocation from the launch spec on this fd", rfaas::cli::value<int>())(
       "sandbox", "zygote: how to confine executors (hex text, from the manager)",
       rfaas::cli::value<std::string>())("pool", "zygote: executors kept pre-started",
-                                        rfaas::cli::value<uint32_t>()->default_value("0"));
+                                        rfaas::cli::value<uint32_t>()->default_value("0"))(
+      "spare-fd", "in a container: wait for a launch spec on this socket",
+      rfaas::cli::value<int>())("lifeline-fd", "exit when the zygote closes this socket",
+                                rfaas::cli::value<int>())(
+      "isolate-tenants", "serve peers that must not be trusted (rdmalib::Fabric::isolate_tenants)");
   rfaas::cli::add_standard_options(options);
   return rfaas::cli::run("executor", options, argc, argv, [&](const rfaas::cli::ParseResult &args) {
     rfaas::cli::apply_log_level(args);
-    if (args.count("spec-fd")) {
-      spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
-      return rfaas::executor_process::run_from_spec_fd(args["spec-fd"].as<int>());
-    }
-    if (args.count("zygote")) {
+    if (args.count("isolate-tenants"))
+      rdmalib::Fabric::isolate_tenants();
+    auto device_arg = [&args]() {
       rdmalib::DeviceConfig dev;
       if (args.count("device")) {
         auto bytes = rfaas::server::bytes_from_hex(args["device"].as<std::string>());
@@ -50,6 +62,47 @@ int main(int argc, char **argv) {
         if (!db.devices().empty())
           dev = db.devices()[0];
       }
+      return dev;
+    };
+    if (args.count("lifeline-fd")) {
+      // The executor's parent is a container's monitor, not the zygote:
+      // this socket's closing (the zygote never writes to it) stands for the zygote's death signal
+      // (and for SIGKILL, which no container engine passes on). The thread takes no signal, so
+      // SIGTERM still reaches the executor's own handling.
+      const int fd = args["lifeline-fd"].as<int>();
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      std::thread([fd] {
+        pollfd p{fd, POLLIN, 0};
+        while (::poll(&p, 1, -1) >= 0 || errno == EINTR)
+          if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+            break;
+        _exit(rfaas::server::ExitTerminated);
+      }).detach();
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    }
+    if (args.count("spare-fd")) {
+      // Nobody of the same uid may ptrace it or open its /proc/PID/mem (on
+      // shm every executor shares the manager's uid and the host's PIDs).
+      prctl(PR_SET_DUMPABLE, 0);
+      spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
+      const int code =
+          rfaas::executor_process::run_waiting_executor(args["spare-fd"].as<int>(), device_arg());
+      // Its own exit, for the zygote, ahead of the container's teardown.
+      if (args.count("lifeline-fd")) {
+        const int32_t c = code;
+        ssize_t n = ::send(args["lifeline-fd"].as<int>(), &c, sizeof c, MSG_NOSIGNAL);
+        (void)n;
+      }
+      return code;
+    }
+    if (args.count("spec-fd")) {
+      spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
+      return rfaas::executor_process::run_from_spec_fd(args["spec-fd"].as<int>());
+    }
+    if (args.count("zygote")) {
+      rdmalib::DeviceConfig dev = device_arg();
       char self[PATH_MAX];
       ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
       if (n <= 0) {

@@ -260,6 +260,13 @@ Sandbox::Sandbox(server::SandboxConfig config, rdmalib::Fabric::ConfinementNeeds
   code_dirs_ = kept;
 }
 
+const std::vector<const char *> &Sandbox::etc_files() {
+  static const std::vector<const char *> files = {
+      "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "hosts", "host.conf",
+      "gai.conf",    "localtime",  "alternatives", "libibverbs.d",  "rdma"};
+  return files;
+}
+
 std::string Sandbox::describe() const {
   if (config_.kind == server::SandboxKind::Process)
     return "process (no isolation: executors run as the manager's user with its view of the "
@@ -321,8 +328,8 @@ bool Sandbox::identity_for(uint32_t owner_uid, ExecutorIdentity &out, std::strin
 
 bool Sandbox::enter(const ExecutorCgroup &cgroup, const ExecutorIdentity &who,
                     std::string &error) const {
-  if (config_.kind == server::SandboxKind::Process)
-    return true;
+  if (config_.kind != server::SandboxKind::Namespaces)
+    return true; // process: nothing; oci and command: the container does it
   if (!cgroup.empty() && !cgroup.join(error))
     return false;
   if (!enter_namespaces(who, error))
@@ -497,9 +504,7 @@ bool Sandbox::populate(const std::string &R, const std::string &O, std::string &
   }
   // What the C library and the fabric's libraries read from /etc: not the
   // rest of it (passwords, the manager's configuration under /etc/rfaas).
-  for (const char *f :
-       {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "hosts", "host.conf",
-        "gai.conf", "localtime", "alternatives", "libibverbs.d", "rdma"}) {
+  for (const char *f : etc_files()) {
     const std::string src = O + "/etc/" + f;
     if (::access(src.c_str(), F_OK) == 0 && !bind_mount(src, R + "/etc/" + f, false, error))
       return false;

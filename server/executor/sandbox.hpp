@@ -37,7 +37,10 @@
 // filter (seccomp_filter.hpp) comes later, from the executor itself, once
 // its links are up.
 //
-// The `process` kind does none of this (a trusted single user only).
+// The `process` kind does none of this (a trusted single user only); the
+// `oci` and `command` kinds start a container engine instead of forking
+// (container_pool.hpp), which uses this class for the executor's code
+// directories and its cgroup only.
 #pragma once
 
 #include <sys/types.h>
@@ -98,6 +101,12 @@ public:
 
   /// Whether cgroups limit memory, cores and processes (else rlimits do).
   const CgroupSupport &cgroups() const { return cgroups_; }
+  /// Directories of the executor's code outside /usr (bound read-only into
+  /// a sandbox or a container).
+  const std::vector<std::string> &code_dirs() const { return code_dirs_; }
+  /// The files of /etc that the C library and the fabric's libraries read
+  /// (names below /etc; nothing else of it is shown to an executor).
+  static const std::vector<const char *> &etc_files();
 
 private:
   bool enter_namespaces(const ExecutorIdentity &who, std::string &error) const;

@@ -23,6 +23,7 @@
 
 #include "common/fd_io.hpp"
 #include "common/launch_spec.hpp"
+#include "executor/container_pool.hpp"
 #include "executor/executor.hpp"
 #include "executor/executor_pool.hpp"
 #include "executor/sandbox.hpp"
@@ -45,7 +46,8 @@ using Clock = std::chrono::steady_clock;
 /// ahead of need, say on `fd` whether that pays ('1') or not ('0'), then wait
 /// for a LaunchSpec (read until EOF) and serve it. EOF without a spec: the
 /// zygote dropped the spare.
-int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots) {
+int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
+              bool in_container = false) {
   // Before the fabric's thread that opens endpoints ahead exists.
   hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
@@ -67,7 +69,10 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
   // the spec is still there to read, so a failed answer is not the end.
   const char answer = ahead ? '1' : '0';
   ssize_t sent = ::send(fd, &answer, 1, MSG_NOSIGNAL);
-  (void)sent;
+  // Said once per container (its start is what the pool hides): when the
+  // spec is there already, the container was started for it.
+  if (in_container && sent == 1)
+    spdlog::info("executor: container ready, waiting for an allocation");
   std::string text = server::read_to_end_and_close(fd);
   if (text.empty())
     return 0;
@@ -87,12 +92,23 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots)
   return run_executor(spec, fabric.get());
 }
 
+/// Kinds whose executors start in containers rather than by fork.
+bool in_containers(server::SandboxKind kind) {
+  return kind == server::SandboxKind::Oci || kind == server::SandboxKind::Command;
+}
+
 class Zygote {
 public:
   Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self,
          const server::SandboxConfig &sandbox, size_t pool)
       : device_(device), exec_each_(exec_each), self_(std::move(self)),
-        sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)), pool_(exec_each ? 0 : pool) {
+        sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)),
+        pool_(exec_each || in_containers(sandbox.kind) ? 0 : pool) {
+    if (in_containers(sandbox.kind))
+      // Executors start in containers (container_pool.hpp), not by fork;
+      // the container pool keeps its own containers started ahead.
+      containers_ = std::make_unique<ContainerPool>(sandbox, device, sandbox_, self_,
+                                                    [this] { enter_child(); });
   }
 
   int run() {
@@ -106,18 +122,31 @@ public:
       return 1;
     }
     sfd_ = sfd;
-    emit("ready " + sandbox_.describe() +
-         (pool_.capacity() ? "; pool of " + std::to_string(pool_.capacity()) + " executor(s)"
-                           : "; no executor pool"));
+    emit("ready " +
+         (containers_ ? containers_->describe()
+                      : sandbox_.describe() +
+                            (pool_.capacity()
+                                 ? "; pool of " + std::to_string(pool_.capacity()) + " executor(s)"
+                                 : "; no executor pool")));
+    if (containers_)
+      containers_->start();
     std::string in;
     bool open = true;
     std::vector<pollfd> p;
-    while (open || !children_.empty() || !pool_.empty()) {
+    while (open || !children_.empty() || !pool_.empty() || (containers_ && !containers_->idle())) {
       if (pool_.wants_member(Clock::now()))
         fork_member();
+      // The signals and the manager's pipe, the pooled executors still to
+      // report in, then the lifelines of executors in containers.
       p.assign({{sfd, POLLIN, 0}, {open ? 0 : -1, POLLIN, 0}});
       pool_.poll_fds(p);
-      int rc = ::poll(p.data(), p.size(), pool_.timeout_ms(Clock::now(), 1000));
+      const size_t members_end = p.size();
+      if (containers_)
+        containers_->poll_fds(p);
+      int timeout = pool_.timeout_ms(Clock::now(), 1000);
+      if (containers_ && containers_->timeout_ms() >= 0)
+        timeout = std::min(timeout, containers_->timeout_ms());
+      int rc = ::poll(p.data(), p.size(), timeout);
       if (rc < 0 && errno != EINTR)
         break;
       if (p[0].revents & POLLIN) {
@@ -125,11 +154,23 @@ public:
         while (::read(sfd, &si, sizeof si) > 0) {
         }
       }
-      for (size_t i = 2; i < p.size(); ++i)
+      for (size_t i = 2; i < members_end; ++i)
         if (p[i].revents & (POLLIN | POLLHUP | POLLERR))
           hear_member(p[i].fd);
+      if (containers_)
+        for (const auto &e : containers_->collect_exits(p)) {
+          // The executor's own exit, before its container is torn down.
+          auto it = children_.find(e.first);
+          if (it == children_.end())
+            continue;
+          emit("exited " + std::to_string(it->second) + " " + std::to_string(e.first) + " " +
+               std::to_string(e.second));
+          children_.erase(it);
+        }
       reap();
       pool_.kill_overdue(Clock::now());
+      if (containers_ && open)
+        containers_->tick();
       if (open && (p[1].revents & (POLLIN | POLLHUP))) {
         char buf[65536];
         ssize_t n = ::read(0, buf, sizeof buf);
@@ -137,8 +178,11 @@ public:
           // The manager is gone or ends: take the executors down with us.
           open = false;
           pool_.stop(Clock::now());
-          for (auto &c : children_)
-            ::kill(c.first, SIGKILL);
+          if (containers_)
+            containers_->shutdown(); // their executors exit, then their engines
+          else
+            for (auto &c : children_)
+              ::kill(c.first, SIGKILL);
         } else if (n > 0) {
           in.append(buf, static_cast<size_t>(n));
           handle(in);
@@ -331,6 +375,8 @@ private:
         return;
       // Kills whatever the executor left in its cgroup and removes it.
       cgroups_.erase(pid);
+      if (containers_ && containers_->reaped(pid, status))
+        continue; // a container started ahead, never used
       switch (pool_.reaped(pid)) {
       case ExecutorPool::Reaped::Member:
         // Died before it got an allocation: something is wrong with
@@ -376,8 +422,12 @@ private:
         line >> id >> sig;
         in.erase(0, nl + 1);
         for (auto &c : children_)
-          if (c.second == id)
-            ::kill(c.first, sig);
+          if (c.second == id) {
+            if (containers_)
+              containers_->signal(c.first, sig);
+            else
+              ::kill(c.first, sig);
+          }
       } else {
         in.erase(0, nl + 1);
         spdlog::warn("zygote: unknown command \"{}\"", cmd);
@@ -391,6 +441,19 @@ private:
       spec = server::LaunchSpec::parse(text);
     } catch (const std::exception &e) {
       emit(std::string("failed 0 ") + e.what());
+      return;
+    }
+    if (containers_) {
+      // Containers run as executor.user (the image's configuration): the
+      // lease owner's uid does not reach them.
+      std::string why;
+      pid_t pid = containers_->launch(text, spec, why);
+      if (pid < 0) {
+        emit("failed " + std::to_string(spec.allocation_id) + " container: " + why);
+        return;
+      }
+      children_[pid] = spec.allocation_id;
+      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
       return;
     }
     ExecutorIdentity who;
@@ -480,6 +543,8 @@ private:
   /// Who pooled executors run as (that of an anonymous lease).
   ExecutorIdentity spare_identity_;
   uint32_t spare_input_slots_ = kFirstSpareInputSlots;
+  /// The oci and command kinds: executors in containers.
+  std::unique_ptr<ContainerPool> containers_;
 };
 
 } // namespace
@@ -505,6 +570,11 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
     }
   }
   return Zygote(warm_device, exec_each, self_exe, sandbox, pool).run();
+}
+
+int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device) {
+  prctl(PR_SET_NAME, "executor-spare");
+  return run_spare(fd, device, kFirstSpareInputSlots, true);
 }
 
 int run_from_spec_fd(int fd) {

@@ -46,6 +46,12 @@ namespace rfaas::executor_process {
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
                const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool);
 
+/// An executor started in a container (container_pool.hpp): open the
+/// fabric for `device`, say so with one byte on socket `fd`, then read a
+/// LaunchSpec from `fd` until end of file and serve it (none: exit 0).
+/// Returns the exit code.
+int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device);
+
 /// Run one executor from the LaunchSpec text readable on `fd`
 /// (`executor --spec-fd N`). Returns the exit code.
 int run_from_spec_fd(int fd);

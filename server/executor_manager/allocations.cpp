@@ -76,6 +76,14 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
   } catch (const rdmalib::Error &e) {
     return reply(c, E::BadRequest, 0, 0, std::string("AllocationRequest.client_host: ") + e.what());
   }
+  if (req.image != 0 &&
+      (cfg_.sandbox.kind != server::SandboxKind::Oci || req.image > cfg_.sandbox.oci_images.size()))
+    return reply(c, E::BadRequest, 0, 0,
+                 "image " + std::to_string(req.image) + " is not in this manager's allow-list (" +
+                     (cfg_.sandbox.kind == server::SandboxKind::Oci
+                          ? std::to_string(cfg_.sandbox.oci_images.size()) + " image(s)"
+                          : std::string("its sandbox is not oci")) +
+                     ")");
   if (req.input_slots > cfg_.max_input_slots)
     return reply(c, E::ResourcesUnavailable, 0, 0,
                  "input_slots above this manager's limit of " +

@@ -195,7 +195,7 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
   if (root.has("executor")) {
     Node e = root["executor"];
     e.expect_object({"zygote", "pool", "sandbox", "user", "seccomp", "cgroup_parent",
-                     "max_processes", "max_open_files", "tmp_mib"});
+                     "max_processes", "max_open_files", "tmp_mib", "oci", "command"});
     e.optional("zygote", c.zygote);
     e.optional("pool", c.executor_pool, 0, 64);
     if (e.has("sandbox")) {
@@ -205,7 +205,8 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
         c.sandbox.kind = server::parse_sandbox_kind(kind);
       } catch (const std::invalid_argument &) {
         e["sandbox"].fail("unknown sandbox kind \"" + kind +
-                          "\"; expected \"namespaces\" (the default) or \"process\"");
+                          "\"; expected \"namespaces\" (the default), \"oci\", \"command\" or "
+                          "\"process\"");
       }
     }
     if (e.has("user")) {
@@ -224,6 +225,54 @@ ManagerConfig parse_config(const rdmalib::ConfigNode &root, const std::string &b
     e.optional("max_processes", c.sandbox.max_processes, 8, 1u << 20);
     e.optional("max_open_files", c.sandbox.max_open_files, 64, 1u << 20);
     e.optional("tmp_mib", c.sandbox.tmp_mib, 1, 1u << 20);
+    // An argv list: strings without a line break (the zygote gets them one
+    // per line).
+    auto argv = [](const Node &list, std::vector<std::string> &out) {
+      size_t n = list.expect_array();
+      out.clear();
+      for (size_t i = 0; i < n; ++i) {
+        std::string a = list[i].string();
+        if (a.find('\n') != std::string::npos || a.find('\0') != std::string::npos)
+          list[i].fail("a line break or NUL in an argument; expected one argument per string");
+        out.push_back(std::move(a));
+      }
+    };
+    if (e.has("oci")) {
+      Node o = e["oci"];
+      o.expect_object(
+          {"image", "images", "podman", "run_options", "pool", "host_code", "executor"});
+      c.sandbox.oci_image = o.required("image", "the image executors run in").nonempty_string();
+      if (o.has("images")) {
+        argv(o["images"], c.sandbox.oci_images);
+        if (c.sandbox.oci_images.size() > 1000)
+          o["images"].fail("more than 1000 images");
+        for (size_t i = 0; i < c.sandbox.oci_images.size(); ++i)
+          if (c.sandbox.oci_images[i].empty())
+            o["images"][i].fail("empty; expected an image name");
+      }
+      if (o.has("podman")) {
+        argv(o["podman"], c.sandbox.oci_podman);
+        if (c.sandbox.oci_podman.empty())
+          o["podman"].fail("empty; expected the podman command, e.g. [\"podman\"]");
+      }
+      if (o.has("run_options"))
+        argv(o["run_options"], c.sandbox.oci_run_options);
+      o.optional("pool", c.sandbox.oci_pool, 0, 64);
+      o.optional("host_code", c.sandbox.oci_host_code);
+      o.optional("executor", c.sandbox.oci_executor);
+      if (!c.sandbox.oci_host_code && c.sandbox.oci_executor.empty())
+        o["host_code"].fail("false without \"executor\"; expected the executor's path inside "
+                            "the image");
+    }
+    if (e.has("command")) {
+      argv(e["command"], c.sandbox.command);
+      if (c.sandbox.command.empty())
+        e["command"].fail("empty; expected the argv template of the command kind");
+    }
+    if (c.sandbox.kind == server::SandboxKind::Oci && c.sandbox.oci_image.empty())
+      e.required("oci", "the \"oci\" object with the image for the oci sandbox");
+    if (c.sandbox.kind == server::SandboxKind::Command && c.sandbox.command.empty())
+      e.required("command", "the argv template for the command sandbox");
   }
   if (root.has("deadlines_ms")) {
     Node d = root["deadlines_ms"];

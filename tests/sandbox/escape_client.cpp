@@ -22,7 +22,8 @@ namespace {
 
 int usage() {
   std::fprintf(stderr, "usage: escape_client victim|attack --devices F --device D --manager "
-                       "HOST:PORT --library L [--until FILE | --attempts FILE] [--memory MIB]\n");
+                       "HOST:PORT --library L [--until FILE | --attempts FILE] [--memory MIB]\n"
+                       "               [--image N]\n");
   return 2;
 }
 
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
   const std::string mode = argv[1];
   std::string devices, device, manager, library, until, attempts;
   uint32_t memory = 0;
+  uint16_t image = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--devices")
@@ -50,6 +52,8 @@ int main(int argc, char **argv) {
       attempts = v;
     else if (k == "--memory")
       memory = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--image")
+      image = static_cast<uint16_t>(std::stoul(v));
     else
       return usage();
   }
@@ -61,6 +65,7 @@ int main(int argc, char **argv) {
     rfaas::allocation_options opts;
     opts.cores = 1;
     opts.memory_mib = memory;
+    opts.image = image;
     opts.library = library;
     opts.hot_timeout_ms = 0;
     ex.allocate(rfaas::server::parse(manager), opts);

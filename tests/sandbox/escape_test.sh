@@ -7,7 +7,7 @@
 # open sockets, and leave a daemon behind.
 #
 #   escape_test.sh --manager BIN --client BIN --hostile LIB --functions LIB
-#                  --devices JSON --device NAME --sandbox namespaces|process
+#                  --devices JSON --device NAME --sandbox namespaces|oci|command|process
 #                  [--may-succeed LABEL[,LABEL]]
 #
 # Prints a table: attempt, what the function got. With the namespaces sandbox
@@ -18,6 +18,12 @@
 # victim result right), the victim's accounting must arrive, and nothing the
 # hostile tenant started may outlive its allocation. Needs root (to start
 # executors as another user and make cgroups); exits 77 (skipped) otherwise.
+# With oci and command it also needs podman and runc (crun refuses hybrid
+# cgroups): it builds a small image offline (podman import of a skeleton
+# root whose /usr, like the executor's directories, is bound read-only from
+# the host), and removes it at the end. The executor settings are the shipped
+# examples, config/sandbox/oci.json and config/sandbox/podman-command.json
+# (next to --devices), with the image's name replaced.
 set -uo pipefail
 
 manager='' client='' hostile='' functions='' devices='' device='' sandbox='' may_succeed=''
@@ -49,6 +55,16 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib/oci-image.sh
+source "$here/../../scripts/lib/oci-image.sh"
+container=0
+[[ $sandbox == oci || $sandbox == command ]] && container=1
+if ((container)) && ! why=$(oci_usable); then
+  echo "escape_test.sh: SKIPPED: the $sandbox sandbox $why"
+  exit 77
+fi
+
 fail() {
   echo "escape_test.sh: FAIL: $*" >&2
   failed=1
@@ -61,6 +77,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   rm -f /rfaas-escape-file
+  [[ -n ${image:-} ]] && "${oci_podman[@]}" rmi -f "$image" "$image-allowed" >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -69,16 +86,36 @@ trap cleanup EXIT
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/node.secret"
 chmod 600 "$tmp/node.secret"
 cfg=$tmp/executor_manager.json
-/usr/bin/python3 - "$devices" "$device" "$sandbox" "$tmp/node.secret" >"$cfg" <<'PY'
+image=''
+if ((container)); then
+  image=localhost/rfaas-escape:$$
+  oci_make_image "$tmp" "$image" || {
+    echo "escape_test.sh: SKIPPED: podman cannot import an image here"
+    image=''
+    exit 77
+  }
+  # With oci the victim names the first image of the allow-list (the same
+  # image under another name).
+  [[ $sandbox == oci ]] && "${oci_podman[@]}" tag "$image" "$image-allowed"
+fi
+/usr/bin/python3 - "$devices" "$device" "$sandbox" "$tmp/node.secret" "$image" >"$cfg" <<'PY'
 import json, os, sys
-devices, device, sandbox, secret = sys.argv[1:]
+devices, device, sandbox, secret, image = sys.argv[1:]
+executor = {"sandbox": sandbox, "max_processes": 128}
+example = {"oci": "oci.json", "command": "podman-command.json"}.get(sandbox)
+if example:
+    path = os.path.join(os.path.dirname(os.path.abspath(devices)), "sandbox", example)
+    text = open(path).read().replace("localhost/rfaas-executor:latest", image)
+    executor.update(json.loads(text)["executor"])
+    if sandbox == "oci":
+        executor["oci"]["images"] = [image + "-allowed"]
 print(json.dumps({
     "device_database": os.path.abspath(devices), "device": device,
     "listen": {"port": 0},
     "resource_manager": {"enabled": False, "address": "127.0.0.1:1", "secret_file": secret},
     "resources": {"cores": [0, 1], "memory_mib": 1024, "max_allocations": 4},
     "limits": {"default_memory_mib": 256},
-    "executor": {"sandbox": sandbox, "max_processes": 128},
+    "executor": executor,
     "deadlines_ms": {"shutdown_grace": 1000},
 }))
 PY
@@ -114,7 +151,17 @@ for _ in $(seq 100); do [[ -s $tmp/listener.port ]] && break; sleep 0.05; done
 rest_port=$(cat "$tmp/listener.port")
 
 common=(--devices "$devices" --device "$device" --manager "$address")
-"$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" \
+victim_image=()
+if [[ $sandbox == oci ]]; then
+  victim_image=(--image 1)
+  # An image that is not in the allow-list is refused.
+  "$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" --image 2 \
+    >"$tmp/refused.out" 2>"$tmp/refused.err" &&
+    fail "an allocation naming image 2 (not in the allow-list) was granted"
+  grep -q "not in this manager's allow-list" "$tmp/refused.err" ||
+    fail "image 2 was not refused for the allow-list: $(cat "$tmp/refused.err")"
+fi
+"$client" victim "${common[@]}" --library "$functions" --until "$tmp/stop" "${victim_image[@]}" \
   >"$tmp/victim.out" 2>"$tmp/victim.err" &
 victim_client=$!
 pids+=("$victim_client")
@@ -125,10 +172,23 @@ victim_id=$(awk '/victim allocated/ {print $3}' "$tmp/victim.out")
   echo "escape_test.sh: FAIL: the victim got no allocation" >&2
   exit 1
 }
+if [[ $sandbox == oci ]]; then
+  grep -q "runs in image $image-allowed" "$tmp/manager.log" ||
+    fail "the victim's executor did not run in the image it named"
+fi
 # The victim's executor: the zygote's child, or (in a sandbox) its child.
 victim_outer=$(grep -o "allocation ${victim_id#0}.*executor pid [0-9]*" "$tmp/manager.log" | awk '{print $NF}')
 [[ -n $victim_outer ]] || victim_outer=$(grep -o "allocation [0-9a-f]*: .*executor pid [0-9]*" "$tmp/manager.log" | head -1 | awk '{print $NF}')
-victim_pid=$(pgrep -P "$victim_outer" | head -1)
+if ((container)); then
+  # The executor is in a container: the one process named executor in a
+  # podman group (containers started ahead are named executor-spare).
+  victim_pid=''
+  for p in $(pgrep -x executor); do
+    grep -q libpod "/proc/$p/cgroup" 2>/dev/null && victim_pid=$p && break
+  done
+else
+  victim_pid=$(pgrep -P "$victim_outer" | head -1)
+fi
 [[ -n $victim_pid ]] || victim_pid=$victim_outer
 
 cat >"$tmp/attempts" <<EOF_ATTEMPTS

@@ -168,6 +168,23 @@ else
     "--gtest_filter=*LeaseAllocateInvokeRelease:*TokensAreRefused:*RevokedLeaseEndsItsExecutor:*SixteenClientsRace*"
 fi
 
+# The sandbox's escape suite (tests/sandbox/escape_test.sh) in the namespaces
+# sandbox on rxe0: hostile functions against a real manager while another
+# tenant calls, every attempt refused (docs/security.md). The VM's root is
+# its initial ramfs, so the sandbox builds the executor's root with its
+# move-and-chroot path there.
+escape=$verbs/tests/sandbox/rfaas_escape_client
+hostile=$(ls "$verbs"/tests/sandbox/librfaas_test_hostile_functions.so 2>/dev/null)
+if [ ! -x "$escape" ] || [ -z "$hostile" ]; then
+  skip verbs-escape "no $escape or hostile functions (tests not built)"
+else
+  here=$(cd "$(dirname "$0")" && pwd)
+  step verbs-escape-rxe0-namespaces 1 "$here/../sandbox/escape_test.sh" \
+    --manager "$verbs/server/executor_manager/executor_manager" --client "$escape" \
+    --hostile "$hostile" --functions "$verbs/examples/functions/libfunctions.so" \
+    --devices "$e2e_db" --device rxe0 --sandbox namespaces
+fi
+
 # ---- the libfabric backend with libfabric's verbs provider ----------------------------
 # verbs_smoke, and the whole conformance suite on "verbs" (MSG) and on
 # "verbs;ofi_rxm" (RDM), all required. verbs_smoke's masked pass keeps virtual

@@ -81,6 +81,11 @@ struct allocation_options {
   uint32_t max_output_size = 64 * 1024;
   /// Input slots per worker: concurrent invocations one worker can queue.
   uint32_t slots = 1;
+  /// The container image the executor runs in, on a manager whose sandbox
+  /// is `oci`: 0 its default, n the n-th image of its operator's allow-list
+  /// (executor.oci.images, docs/security.md). A manager without such an
+  /// image refuses the allocation (bad_request).
+  uint16_t image = 0;
   /// Lease from a resource manager; 0 and a zero token in standalone mode.
   /// Set these with rfaas::lease::options() rather than by hand.
   uint64_t lease_id = 0;

@@ -166,3 +166,43 @@ TEST(CoreList, RejectsMalformed) {
     EXPECT_NE(std::string(e.what()).find("--cores: \"x\""), std::string::npos) << e.what();
   }
 }
+
+TEST(ManagerConfig, OciAndCommandSandboxes) {
+  ManagerConfig c = ManagerConfig::parse(
+      with(R"("executor": {"sandbox": "oci", "oci": {"image": "localhost/x:1", "pool": 2,
+           "podman": ["podman", "--runtime", "runc"], "run_options": ["--ulimit", "nproc=9:9"]}})"),
+      "em.json", "/etc/rfaas");
+  EXPECT_EQ(c.sandbox.kind, rfaas::server::SandboxKind::Oci);
+  EXPECT_EQ(c.sandbox.oci_image, "localhost/x:1");
+  EXPECT_EQ(c.sandbox.oci_pool, 2u);
+  EXPECT_EQ(c.sandbox.oci_podman.size(), 3u);
+  EXPECT_EQ(c.sandbox.oci_run_options.size(), 2u);
+  EXPECT_NE(error_of(with(R"("executor": {"sandbox": "oci"})")).find("executor.oci: missing"),
+            std::string::npos)
+      << error_of(with(R"("executor": {"sandbox": "oci"})"));
+  EXPECT_NE(
+      error_of(with(R"("executor": {"sandbox": "command"})")).find("executor.command: missing"),
+      std::string::npos);
+  EXPECT_NE(error_of(with(R"("executor": {"sandbox": "command", "command": ["a\nb"]})"))
+                .find("executor.command[0]: a line break"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(R"("executor": {"oci": {"image": "i", "host_code": false}})"))
+                .find("host_code"),
+            std::string::npos);
+  ManagerConfig d = ManagerConfig::parse(
+      with(R"("executor": {"sandbox": "command", "command": ["apptainer", "{executor_args}"]})"),
+      "em.json", "/etc/rfaas");
+  EXPECT_EQ(d.sandbox.command.size(), 2u);
+}
+
+TEST(ManagerConfig, OciImageAllowList) {
+  ManagerConfig c = ManagerConfig::parse(
+      with(R"("executor": {"sandbox": "oci", "oci": {"image": "a", "images": ["b", "c"]}})"),
+      "em.json", "/etc/rfaas");
+  EXPECT_EQ(c.sandbox.oci_images, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(rfaas::server::SandboxConfig::parse(c.sandbox.serialize()).oci_images,
+            c.sandbox.oci_images);
+  EXPECT_NE(error_of(with(R"("executor": {"oci": {"image": "a", "images": [""]}})"))
+                .find("executor.oci.images[0]: empty"),
+            std::string::npos);
+}
