@@ -147,7 +147,6 @@ private:
   RequestLatencies *latencies_ = nullptr;
   NodeProvider *provider_ = nullptr;
 
-
   // The acceptor thread and what it hands over (under accepted_mutex_).
   std::thread acceptor_;
   std::atomic<bool> accepting_{false};
