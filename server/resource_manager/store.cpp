@@ -221,6 +221,12 @@ const char *const kMigrations[] = {
     "CREATE TABLE quotas ("
     "  user TEXT PRIMARY KEY, cores INTEGER, memory_mib INTEGER, leases INTEGER,"
     "  requests_per_minute INTEGER);",
+    // 3 -> 4: indexes for what runs per registration (a node's ended leases,
+    // which otherwise scanned the whole lease history) and for the hourly
+    // retention prune (which otherwise scanned leases and accounting).
+    "CREATE INDEX lease_parts_node ON lease_parts(node);"
+    "CREATE INDEX leases_ended ON leases(ended_ms);"
+    "CREATE INDEX accounting_reported ON accounting(reported_ms);",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");

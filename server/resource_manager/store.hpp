@@ -58,7 +58,7 @@ class Store {
 public:
   /// The schema version this code writes (PRAGMA user_version). Opening a
   /// file with an older version migrates it; a newer one is refused.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   /// Opens (creating if needed) the database at `path`; ":memory:" works for
   /// tests. Throws StoreError naming the file on failure.

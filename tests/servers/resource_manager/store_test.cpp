@@ -162,6 +162,37 @@ TEST(Store, NewerSchemaIsRefusedWithAClearError) {
   }
 }
 
+// What runs per node registration (its ended leases) and the retention
+// prune go through indexes, not scans of the whole history (a fleet of
+// 10,000 nodes re-registering after a restart, or a year of leases).
+TEST(Store, PerNodeAndRetentionQueriesUseIndexes) {
+  TempDb db;
+  { Store s(db.path); }
+  sqlite3 *raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path.c_str(), &raw), SQLITE_OK);
+  auto plan = [raw](const std::string &sql) {
+    std::string out;
+    sqlite3_stmt *st = nullptr;
+    if (sqlite3_prepare_v2(raw, ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &st, nullptr) !=
+        SQLITE_OK)
+      return std::string("cannot prepare: ") + sqlite3_errmsg(raw);
+    while (sqlite3_step(st) == SQLITE_ROW)
+      out += std::string(reinterpret_cast<const char *>(sqlite3_column_text(st, 3))) + "; ";
+    sqlite3_finalize(st);
+    return out;
+  };
+  const std::string ended = plan("SELECT DISTINCT l.id FROM leases l JOIN lease_parts p ON "
+                                 "p.lease_id = l.id WHERE p.node = 'n1' AND l.state != 'active' "
+                                 "AND l.expiry_ms > 0");
+  EXPECT_NE(ended.find("lease_parts_node"), std::string::npos) << ended;
+  const std::string leases = plan("DELETE FROM leases WHERE state != 'active' AND ended_ms < 5");
+  EXPECT_NE(leases.find("leases_ended"), std::string::npos) << leases;
+  const std::string acc = plan("DELETE FROM accounting WHERE reported_ms < 5 AND lease_id NOT IN "
+                               "(SELECT id FROM leases WHERE state = 'active')");
+  EXPECT_NE(acc.find("accounting_reported"), std::string::npos) << acc;
+  sqlite3_close(raw);
+}
+
 TEST(Store, UnopenablePathNamesTheFile) {
   try {
     Store s("/nonexistent-dir/rm.sqlite");
