@@ -68,7 +68,10 @@ void Manager::lease_renewed(const proto::LeaseEnded &e) {
   auto it = lease_expiry_.find(e.lease_id);
   if (it == lease_expiry_.end())
     return;
-  spdlog::debug("lease {} renewed until {}", e.lease_id, e.expiry_ms);
+  // Info: an operator reading why an allocation ended (or did not) at some
+  // time needs the expiry this node went by.
+  spdlog::info("lease {} renewed until {} (the resource manager's notice)", e.lease_id,
+               e.expiry_ms);
   it->second = e.expiry_ms;
 }
 

@@ -833,8 +833,18 @@ TEST(RmLease, AllocationEndsAtExpiryOnTheNodesClockWhileTheResourceManagerIsStop
   allocate(ex, l, options_of(l));
   ASSERT_TRUE(echo(ex));
   rm.renew(l, 2000ms);
-  // The renewal's notice reaches the node before its expiry; the allocation
-  // serves until then.
+  // The renewal's notice must reach the node before the resource manager
+  // stops (it leaves the resource manager after the client's answer): else
+  // the node goes by the token's longer expiry.
+  const std::string renewed =
+      "lease " + std::to_string(l.id) + " renewed until " + std::to_string(l.expiry_ms);
+  auto notice_by = std::chrono::steady_clock::now() + 10s;
+  while (manager_log(0).find(renewed) == std::string::npos &&
+         std::chrono::steady_clock::now() < notice_by)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_NE(manager_log(0).find(renewed), std::string::npos)
+      << "the node never heard of the renewal: " << manager_log();
+  // The allocation serves until the renewed expiry.
   ASSERT_TRUE(echo(ex));
   ContinueRm resume;
   ASSERT_EQ(kill(g.rm.pid(), SIGSTOP), 0);
