@@ -32,6 +32,7 @@
 // clock; nothing here fakes time).
 #include <rfaas/rfaas.hpp>
 
+#include "pipe_io.hpp"
 #include "rm_fleet_host.hpp"
 #include "stats.hpp"
 
@@ -71,6 +72,7 @@
 namespace {
 
 using namespace rfaas::fleet;
+using rfaas::bench::read_full;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
@@ -184,28 +186,6 @@ std::string hex(const uint8_t *p, size_t n) {
 }
 
 // ---- pipes between the parent and its children ------------------------------------
-
-bool read_full(int fd, void *buf, size_t len, int timeout_ms) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  size_t got = 0;
-  while (got < len) {
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (left <= 0)
-      return false;
-    pollfd p{fd, POLLIN, 0};
-    int rc = ::poll(&p, 1, left);
-    if (rc < 0 && errno == EINTR)
-      continue;
-    if (rc <= 0)
-      return false;
-    ssize_t n = read(fd, static_cast<char *>(buf) + got, len - got);
-    if (n <= 0)
-      return false;
-    got += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 struct Child {
   pid_t pid = -1;

@@ -20,6 +20,7 @@
 // not as an error: the figure is then the rate of grants under contention.
 #include <rfaas/rfaas.hpp>
 
+#include "pipe_io.hpp"
 #include "stats.hpp"
 
 #include <poll.h>
@@ -45,6 +46,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using rfaas::bench::read_full;
 
 struct Stats {
   size_t n = 0;
@@ -199,30 +201,6 @@ struct ClientResult {
   }
   ssize_t n = write(result_fd, &r, sizeof r);
   _exit(n == static_cast<ssize_t>(sizeof r) ? 0 : 1);
-}
-
-/// Reads exactly `len` bytes from `fd` within `timeout_ms`; false on EOF,
-/// error or timeout.
-bool read_full(int fd, void *buf, size_t len, int timeout_ms) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  size_t got = 0;
-  while (got < len) {
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (left <= 0)
-      return false;
-    pollfd p{fd, POLLIN, 0};
-    int rc = poll(&p, 1, left);
-    if (rc < 0 && errno == EINTR)
-      continue;
-    if (rc <= 0)
-      return false;
-    ssize_t n = read(fd, static_cast<char *>(buf) + got, len - got);
-    if (n <= 0)
-      return false;
-    got += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 int run_throughput(const Setup &s, int clients, double seconds) {
