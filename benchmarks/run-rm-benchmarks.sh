@@ -148,11 +148,11 @@ fail() {
   exit 1
 }
 
-# start_rm DEVICE LOG: the resource manager, its stderr (where its readiness
-# lines go) read from a pipe until both lines came, then drained into LOG.
+# start_rm DEVICE LOG: the resource manager, once both its readiness lines
+# came (start_resource_manager, scripts/lib/manager.sh), its stderr in LOG.
 # Sets rm_pid, rm_fabric (host:port) and rm_rest (port).
 start_rm() {
-  local dev=$1 log=$2 fifo fd line
+  local dev=$1 log=$2
   cat >"$work/rm-$dev.json" <<JSON
 {
   "database": "rm-$dev.sqlite",
@@ -163,27 +163,8 @@ start_rm() {
   "log": { "level": "warn" }
 }
 JSON
-  fifo="$work/rm-ready"
-  mkfifo "$fifo"
-  "${pin_rm[@]}" "$rm_bin" --config "$work/rm-$dev.json" 2>"$fifo" &
-  rm_pid=$!
-  exec {fd}<"$fifo"
-  rm -f "$fifo"
-  rm_fabric='' rm_rest=''
-  : >"$log"
-  while [[ -z $rm_fabric || -z $rm_rest ]]; do
-    if ! read -r -t 30 -u "$fd" line; then
-      exec {fd}<&-
-      fail "the resource manager on $dev printed no readiness line within 30 s: $(cat "$log")"
-    fi
-    echo "$line" >>"$log"
-    case $line in
-    *"resource_manager: fabric on "*) rm_fabric=${line#*fabric on }; rm_fabric=${rm_fabric%% *} ;;
-    *"resource_manager: ready, REST on "*) rm_rest=${line##*:} ;;
-    esac
-  done
-  cat <&"$fd" >>"$log" &
-  exec {fd}<&-
+  start_resource_manager "$log" 30 "${pin_rm[@]}" "$rm_bin" --config "$work/rm-$dev.json" ||
+    fail "the resource manager on $dev printed no readiness line within 30 s: $(cat "$log")"
 }
 
 # start_node NAME DEVICE: adds the node with a fresh secret, starts its

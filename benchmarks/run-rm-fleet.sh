@@ -111,7 +111,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/rfaas-rm-fleet.XXXXXX")
 token=rm-fleet-token-$RANDOM$RANDOM-0123456789
 (umask 077 && printf '%s\n' "$token" >"$work/token")
 rm_pid=
-log_pid=
+rm_log_pid=
+# shellcheck source=../scripts/lib/manager.sh
+source "$repo/scripts/lib/manager.sh"
 
 stop_rm() {
   if [[ -n $rm_pid ]]; then
@@ -122,9 +124,9 @@ stop_rm() {
     wait "$rm_pid" 2>/dev/null || true
     rm_pid=
   fi
-  if [[ -n $log_pid ]]; then
-    wait "$log_pid" 2>/dev/null || true
-    log_pid=
+  if [[ -n $rm_log_pid ]]; then
+    wait "$rm_log_pid" 2>/dev/null || true
+    rm_log_pid=
   fi
 }
 keep_logs=0
@@ -135,11 +137,11 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
-# start_rm DEVICE N LOG: a fresh resource manager whose stderr (where its
-# readiness lines go) is read from a pipe until both came, then drained into
-# LOG. Sets rm_pid, rm_fabric (host:port), rm_rest (port), rm_db.
+# start_rm DEVICE N LOG: a fresh resource manager, once both its readiness
+# lines came (start_resource_manager, scripts/lib/manager.sh), its stderr in
+# LOG. Sets rm_pid, rm_fabric (host:port), rm_rest (port), rm_log_pid, rm_db.
 start_rm() {
-  local dev=$1 n=$2 log=$3 fifo fd line
+  local dev=$1 n=$2 log=$3
   rm_db="$work/rm-$dev-$n.sqlite"
   rm -f "$rm_db" "$rm_db-wal" "$rm_db-shm"
   cat >"$work/rm-$dev-$n.json" <<JSON
@@ -154,29 +156,10 @@ start_rm() {
   "log": { "level": "warn" }
 }
 JSON
-  fifo="$work/rm-ready"
-  mkfifo "$fifo"
-  env "${rm_env[@]}" "$rm_bin" --config "$work/rm-$dev-$n.json" 2>"$fifo" &
-  rm_pid=$!
-  exec {fd}<"$fifo"
-  rm -f "$fifo"
-  rm_fabric='' rm_rest=''
-  : >"$log"
-  while [[ -z $rm_fabric || -z $rm_rest ]]; do
-    if ! read -r -t 30 -u "$fd" line; then
-      exec {fd}<&-
-      echo "run-rm-fleet.sh: the resource manager on $dev printed no readiness line within 30 s: $(cat "$log")" >&2
-      return 1
-    fi
-    echo "$line" >>"$log"
-    case $line in
-    *"resource_manager: fabric on "*) rm_fabric=${line#*fabric on }; rm_fabric=${rm_fabric%% *} ;;
-    *"resource_manager: ready, REST on "*) rm_rest=${line##*:} ;;
-    esac
-  done
-  cat <&"$fd" >>"$log" &
-  log_pid=$!
-  exec {fd}<&-
+  if ! start_resource_manager "$log" 30 env "${rm_env[@]}" "$rm_bin" --config "$work/rm-$dev-$n.json"; then
+    echo "run-rm-fleet.sh: the resource manager on $dev printed no readiness line within 30 s: $(cat "$log")" >&2
+    return 1
+  fi
 }
 
 failed=0

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Sourced by the scripts that start an executor_manager and talk to it
-# (scripts/main-job.sh, benchmarks/run-rfaas-benchmarks.sh,
+# Sourced by the scripts that start an executor_manager or a resource_manager
+# and talk to it (scripts/main-job.sh, benchmarks/run-rfaas-benchmarks.sh,
+# benchmarks/run-rm-benchmarks.sh, benchmarks/run-rm-fleet.sh,
 # tests/e2e/netns-test.sh).
 #
 # start_manager LOG TIMEOUT COMMAND...
@@ -41,4 +42,43 @@ stop_manager() {
     wait "$manager_pid" 2>/dev/null || true
     manager_pid=
   fi
+}
+
+# start_resource_manager LOG TIMEOUT COMMAND...
+#   Runs COMMAND (a resource_manager command line, possibly behind a prefix
+#   such as "env VAR=..." or "taskset -c 0") in the background and reads its
+#   stderr from a pipe until both readiness lines came: "resource_manager:
+#   fabric on <host>:<port> ..." and "resource_manager: ready, REST on
+#   http://<host>:<port>"; each must come within TIMEOUT seconds of the
+#   previous line. Every line goes to LOG, and the rest of stderr is drained
+#   into LOG in the background.
+#   Sets rm_pid, rm_fabric (host:port), rm_rest (the REST port) and
+#   rm_log_pid (the drain, which ends with the resource manager). Returns 1
+#   when a line does not come in time; rm_pid is set either way, for the
+#   caller's cleanup.
+start_resource_manager() {
+  local log=$1 timeout=$2 fifo fd line
+  shift 2
+  rm_fabric='' rm_rest='' rm_log_pid=''
+  fifo=$(mktemp -u "${TMPDIR:-/tmp}/rfaas-rm-ready.XXXXXX")
+  mkfifo "$fifo" || return 1
+  "$@" 2>"$fifo" &
+  rm_pid=$!
+  exec {fd}<"$fifo"
+  rm -f "$fifo"
+  : >"$log"
+  while [[ -z $rm_fabric || -z $rm_rest ]]; do
+    if ! read -r -t "$timeout" -u "$fd" line; then
+      exec {fd}<&-
+      return 1
+    fi
+    echo "$line" >>"$log"
+    case $line in
+    *"resource_manager: fabric on "*) rm_fabric=${line#*fabric on }; rm_fabric=${rm_fabric%% *} ;;
+    *"resource_manager: ready, REST on "*) rm_rest=${line##*:} ;;
+    esac
+  done
+  cat <&"$fd" >>"$log" &
+  rm_log_pid=$!
+  exec {fd}<&-
 }
