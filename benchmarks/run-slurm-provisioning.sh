@@ -89,19 +89,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-die() {
+fail() {
   echo "run-slurm-provisioning.sh: $*" >&2
   [[ -f $tmp/rm.log ]] && tail -n 20 "$tmp/rm.log" >&2
   exit 1
 }
-wait_for() { # seconds what command...
-  local deadline=$((SECONDS + $1)) what=$2
-  shift 2
-  until "$@"; do
-    ((SECONDS < deadline)) || die "$what: not within its deadline"
-    sleep 0.05
-  done
-}
+# shellcheck source=../tests/slurm/lib.sh
+source "$repo/tests/slurm/lib.sh"
 
 eval "$("$repo/tests/slurm/slurm-up.sh" "$tmp/cluster")"
 if [[ -n $sched ]]; then
@@ -147,7 +141,7 @@ samples=()
 for ((r = 1; r <= rounds; ++r)); do
   wait_for 30 "round $r: the previous pilot's end" no_pilot
   out=$("$bench" --devices "$tmp/devices.json" --device lo-tcp --resource-manager "$addr" \
-    --mode latency --iterations 1 --warmup 0 --memory 64) || die "round $r: rm_lease_benchmark failed"
+    --mode latency --iterations 1 --warmup 0 --memory 64) || fail "round $r: rm_lease_benchmark failed"
   ms=$(lease_ms <<<"$out")
   echo "pilot round $r: ${ms} ms from the lease request to its grant"
   samples+=("$ms")
@@ -158,7 +152,7 @@ max=$(printf '%s\n' "${samples[@]}" | sort -g | tail -n 1)
 # A node up: the warm-up's first lease starts the pilot, the rest find it.
 wait_for 30 "the last pilot's end" no_pilot
 out=$("$bench" --devices "$tmp/devices.json" --device lo-tcp --resource-manager "$addr" \
-  --mode latency --iterations "$iterations" --warmup 5 --memory 64) || die "rm_lease_benchmark failed"
+  --mode latency --iterations "$iterations" --warmup 5 --memory 64) || fail "rm_lease_benchmark failed"
 read -r _ wn wmedian wp99 wmin _ < <(awk '$1 == "lease"' <<<"$out")
 ms() { awk -v us="$1" 'BEGIN { printf "%.3f", us / 1000 }'; }
 

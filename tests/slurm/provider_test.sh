@@ -52,13 +52,8 @@ chmod 755 "$tmp"
 cluster=$tmp/cluster
 rm_pid=""
 
-ours() {
-  local p exe
-  for p in /proc/[0-9]*; do
-    exe=$(readlink "$p/exe" 2>/dev/null) || continue
-    [[ $exe == "$build"/* ]] && echo "${p#/proc/} $exe"
-  done
-}
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 cleanup() {
   local rc=$?
   if [[ -n $rm_pid ]] && kill -0 "$rm_pid" 2>/dev/null; then
@@ -66,15 +61,7 @@ cleanup() {
     wait "$rm_pid" 2>/dev/null
   fi
   "$here/slurm-down.sh" "$cluster" >/dev/null 2>&1
-  local left
-  left=$(ours)
-  if [[ -n $left ]]; then
-    echo "FAIL: slurm provider: processes of this build left after the cluster stopped:"
-    echo "$left"
-    mapfile -t pids < <(awk '{ print $1 }' <<<"$left")
-    kill -KILL "${pids[@]}" 2>/dev/null
-    rc=1
-  fi
+  kill_leftovers "slurm provider" || rc=1
   [[ -n ${RFAAS_SLURM_TEST_KEEP:-} ]] && echo "slurm provider: kept $tmp" || rm -rf "$tmp"
   echo "slurm provider: $((SECONDS - t0)) s in all"
   exit "$rc"
@@ -93,16 +80,6 @@ fail() {
   exit 1
 }
 step() { echo "slurm provider: [$((SECONDS - t0)) s] $*"; }
-# Waits (polling, bounded) until COMMAND succeeds.
-wait_for() { # seconds what command...
-  local limit=$1 what=$2
-  local deadline=$((SECONDS + limit))
-  shift 2
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "$what: not within $limit s"
-    sleep 0.05
-  done
-}
 
 step "starting the cluster"
 env=$("$here/slurm-up.sh" "$cluster" 2>"$tmp/up.log") || { cat "$tmp/up.log"; fail "the cluster did not start"; }

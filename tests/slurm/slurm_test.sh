@@ -47,26 +47,12 @@ cluster=$tmp/cluster
 jobs_dir=$tmp/jobs
 mkdir -p "$jobs_dir"
 
-# Processes running a binary of this build tree (never another checkout's).
-ours() {
-  local p exe
-  for p in /proc/[0-9]*; do
-    exe=$(readlink "$p/exe" 2>/dev/null) || continue
-    [[ $exe == "$build"/* ]] && echo "${p#/proc/} $exe"
-  done
-}
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 cleanup() {
   local rc=$?
   "$here/slurm-down.sh" "$cluster" >/dev/null 2>&1
-  local left
-  left=$(ours)
-  if [[ -n $left ]]; then
-    echo "FAIL: slurm: processes of this build left after the cluster stopped:"
-    echo "$left"
-    mapfile -t pids < <(awk '{ print $1 }' <<<"$left")
-    kill -KILL "${pids[@]}" 2>/dev/null
-    rc=1
-  fi
+  kill_leftovers slurm || rc=1
   [[ -n ${RFAAS_SLURM_TEST_KEEP:-} ]] && echo "slurm: kept $tmp" || rm -rf "$tmp"
   echo "slurm: $((SECONDS - t0)) s in all"
   exit "$rc"
