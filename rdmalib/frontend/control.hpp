@@ -1,10 +1,11 @@
 // rdmalib's own messages on the data path, one framing for every backend.
 //
-// Two kinds travel as ordinary 16-byte messages on a connection: the
+// They travel as ordinary 16-byte messages on a connection: the
 // notification of an emulated write-with-immediate (a write followed by a
 // message, for fabrics without remote CQ data) and the goodbye that
 // reliable-datagram links send on close (they have no connection manager to
-// tell the peer). A receive completion of exactly 16 bytes that starts with
+// tell the peer), and on a shared libfabric endpoint the announcement of a
+// large message. A receive completion of exactly 16 bytes that starts with
 // kControlMagic is one of them; applications must not send exactly 16 bytes
 // starting with that magic (docs/rdmalib.md).
 #pragma once
@@ -24,6 +25,10 @@ enum class ControlType : uint16_t {
   Notify = 1,
   /// The sender closed its end of the link.
   Goodbye = 2,
+  /// libfabric, shared endpoint: a message longer than the receive pool's
+  /// buffers follows, sent apart (imm: its sequence number, length: its
+  /// size). rdmalib's own, never seen by a caller.
+  Large = 3,
 };
 
 struct ControlMessage {

@@ -172,19 +172,59 @@ struct OpSlot {
   void *buf = nullptr; // receives: where the message lands (control messages are read there)
   size_t cap = 0;      // receives: bytes the caller posted (longer messages are truncated)
   OpKind kind = OpKind::Send;
-  bool internal = false; // completion is rdmalib's own; do not report it
-  bool rx = false;       // a slot of the receive pool
-  uint32_t next_free = 0;
-  uint32_t link = 0; // the owning link's id on a shared endpoint
+  bool internal = false;  // completion is rdmalib's own; do not report it
+  bool rx = false;        // a slot of the receive pool
+  bool pool = false;      // a receive of the shared endpoint's pool (SharedRdm::pool)
+  uint32_t next_free = 0; // free list, or a link's queue of posted receives
+  uint32_t link = 0;      // the owning link's id on a shared endpoint
+  void *desc = nullptr;   // pooled receives: the caller's descriptor (a large message's receive)
 };
+
+// ---------------------------------------------------------------------------
+// Tags on a shared endpoint (Capabilities::shared_endpoint). Links do not
+// post their receives to the provider: the endpoint keeps one pool of
+// wildcard receives (kPoolTag set, the rest ignored), and rdmalib hands each
+// message to its link by the tag's low 32 bits (the link id), copying it
+// into the link's oldest posted receive. RxM searches its posted tagged
+// receives linearly for every message: with a receive per link posted, a
+// process of 10,000 links spent most of its time there, and every link's
+// receives counted against the endpoint's receive queue.
+//
+// A message longer than kPoolMessage goes as two: a control message
+// (ControlType::Large, through the pool) announces its length and sequence
+// number, and the data follows with kLargeTag | seq << 32 | link, which only
+// the receive rdmalib then posts into the caller's buffer matches (the
+// provider keeps it as unexpected until then).
+constexpr uint64_t kPoolTag = 1ULL << 63;
+constexpr uint64_t kLargeTag = 1ULL << 62;
+constexpr uint32_t kLargeSeqMask = (1U << 30) - 1;
+/// Bytes of one pool receive: every protocol message of rFaaS's control
+/// channels fits (the largest, a lease grant, is under 1 KiB).
+constexpr size_t kPoolMessage = 4096;
+/// Receives in the pool: room for a burst between two reads of the queue
+/// (each is posted again as soon as its message was handed over). Well under
+/// RxM's default receive queue (2048), whatever the number of links.
+constexpr size_t kPoolReceives = 512;
 
 /// A completion read from a shared queue by another link, kept for its owner
 /// (which converts it: only the owner touches its slots). `err` is non-zero
 /// for an error entry.
 struct RawCompletion {
   fi_cq_data_entry e{};
+  uint64_t tag = 0; // a shared queue's tag (its completions are FI_CQ_FORMAT_TAGGED)
   int err = 0;
   int prov_errno = 0;
+
+  static RawCompletion from(const fi_cq_tagged_entry &t) noexcept {
+    RawCompletion rc;
+    rc.e.op_context = t.op_context;
+    rc.e.flags = t.flags;
+    rc.e.len = t.len;
+    rc.e.buf = t.buf;
+    rc.e.data = t.data;
+    rc.tag = t.tag;
+    return rc;
+  }
 
   /// A failed operation as fi_cq_readerr reports it; an error entry without
   /// a code still fails (FI_EIO).
@@ -194,6 +234,7 @@ struct RawCompletion {
     rc.e.flags = ee.flags;
     rc.e.len = ee.len;
     rc.e.data = ee.data;
+    rc.tag = ee.tag;
     rc.err = ee.err ? ee.err : FI_EIO;
     rc.prov_errno = ee.prov_errno;
     return rc;
@@ -242,6 +283,13 @@ struct SharedRdm {
   std::vector<std::vector<OpSlot>> dead_slots;
   std::vector<std::vector<uint8_t>> dead_ctl;
   std::vector<Fid<fid_mr>> dead_mr;
+  /// The pool of wildcard receives (kPoolTag) and their memory, posted
+  /// when the endpoint opens; a slot whose post found no room waits in
+  /// `unposted` for the next read of the queue.
+  std::vector<uint8_t> pool_mem;
+  Fid<fid_mr> pool_mr;
+  std::vector<OpSlot> pool;
+  std::vector<OpSlot *> unposted;
   // Order matters: the endpoint closes before what it is bound to.
   Fid<fid_cq> txcq, rxcq;
   /// Connection::wait_fd() of every link: over both shared queues.
@@ -261,6 +309,9 @@ struct SharedRdm {
   bool add_peer(const void *raw, size_t len, fi_addr_t &out, int &err);
   /// Drop a reference; the entry is removed with the last.
   void release_peer(fi_addr_t addr) noexcept;
+  /// Post pool receive `p` again (under `m`); kept in `unposted` when the
+  /// provider has no room yet.
+  void repost(OpSlot *p) noexcept;
 };
 
 /// A free list of slots. Sends, writes, reads and atomics take from one pool
@@ -282,6 +333,9 @@ struct SlotList {
 struct PendingNotify {
   uint32_t imm = 0;
   uint32_t length = 0;
+  /// ControlType::Notify, or Large: the announcement of a large message on
+  /// a shared endpoint (imm: its sequence number).
+  uint16_t type = 1;
 };
 
 /// Quirks::truncation_hangs_receiver: memory posted behind every receive, so
@@ -314,8 +368,16 @@ struct ConnectionImpl;
 
 } // namespace rdmalib::detail
 
+namespace rdmalib::detail {
+struct FabricImpl;
+} // namespace rdmalib::detail
+
 namespace rdmalib::lf {
 class Preparer;
+/// Register `bytes` at `ptr` for rdmalib's own sends and receives (an
+/// application-chosen key where the provider wants one). Throws Error
+/// naming `what`.
+Fid<fid_mr> register_local(detail::FabricImpl &f, void *ptr, size_t bytes, const char *what);
 } // namespace rdmalib::lf
 
 namespace rdmalib::detail {
@@ -391,6 +453,8 @@ struct FabricImpl final : FabricCore {
   /// domain.
   std::mutex shared_open;
   std::unique_ptr<lf::SharedRdm> shared_rdm;
+  /// Post the shared endpoint's receive pool (kPoolTag). Throws Error.
+  void open_receive_pool(lf::SharedRdm &S);
   /// The shared link endpoint, opened on first use. Throws Error.
   lf::SharedRdm &shared_links();
   /// Quirks::connreq_names_vanished_peer: a live endpoint that guards point
@@ -467,6 +531,10 @@ struct ConnectionImpl final : LinkCore {
   // match `link_id`.
   lf::SharedRdm *sh = nullptr;
   uint32_t link_id = 0, peer_link = 0;
+  /// Tag of this link's messages through the peer's receive pool.
+  uint64_t pool_tag() const noexcept { return lf::kPoolTag | peer_link; }
+  /// Next sequence number of a large message (kLargeTag) to the peer.
+  uint32_t large_seq = 0;
   // Quirks::in_process_peer_must_be_alive: this endpoint's raw name, and the
   // peer's when the peer is an endpoint of this process.
   std::string local_name, peer_name;
@@ -580,6 +648,28 @@ struct ConnectionImpl final : LinkCore {
     return link_id;
   }
   size_t convert_raw(Queue q, const lf::RawCompletion &rc, Completion *out) noexcept;
+  /// A pool receive completed (under sh->m): hand the message to its link,
+  /// post the receive again.
+  void route_pooled_locked(const lf::RawCompletion &rc) noexcept;
+  /// Under sh->m: a message for this link through the pool goes into its
+  /// oldest posted receive (a completion in the inbox), or waits in `early`
+  /// until one is posted.
+  void deliver_locked(const uint8_t *msg, size_t len) noexcept;
+  /// Under sh->m: a large message was announced; post the receive that
+  /// takes its data into `u`.
+  void start_large_locked(lf::OpSlot *u, uint32_t seq, uint32_t length) noexcept;
+  /// post_recv on a shared endpoint: the receives wait in rdmalib.
+  [[gnu::noinline]] Status post_recv_pooled(const LocalRef *dst, const uint64_t *ctx, size_t n,
+                                            size_t &done) noexcept;
+  /// post_send of more than kPoolMessage bytes on a shared endpoint.
+  [[gnu::noinline]] Status post_send_large(const LocalRef &src, uint64_t ctx) noexcept;
+  /// Under sh->m: give back the receives waiting in rdmalib (close).
+  void drop_posted_locked() noexcept;
+  /// This link's receives posted on a shared endpoint, oldest first
+  /// (chained through OpSlot::next_free), and messages that came before
+  /// any receive was posted; both under sh->m.
+  uint32_t posted_head = UINT32_MAX, posted_tail = UINT32_MAX;
+  std::deque<std::vector<uint8_t>> early;
   size_t reap_shared(Queue q, Completion *out, size_t max) noexcept;
   size_t block_shared(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   bool wait_internal_shared(Queue q, fi_cq_data_entry &out, const Deadline &dl, int &err);
@@ -654,7 +744,7 @@ struct ConnectionImpl final : LinkCore {
   /// remain (the provider's queue is full).
   bool flush_pending() noexcept;
   /// The notification of one emulated write-with-immediate.
-  ssize_t post_notify(uint32_t imm, uint32_t length) noexcept;
+  ssize_t post_notify(uint32_t imm, uint32_t length, uint16_t type = 1) noexcept;
   /// MSG: reads the event queue; true when the peer shut the connection down.
   bool check_events() noexcept;
   [[gnu::always_inline]] size_t convert(Queue q, const fi_cq_data_entry *e, size_t n,

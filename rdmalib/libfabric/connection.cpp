@@ -121,6 +121,26 @@ void SharedRdm::release_peer(fi_addr_t addr) noexcept {
   }
 }
 
+Fid<fid_mr> register_local(detail::FabricImpl &f, void *ptr, size_t bytes, const char *what) {
+  iovec iov{ptr, bytes};
+  fi_mr_attr ma{};
+  ma.mr_iov = &iov;
+  ma.iov_count = 1;
+  ma.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
+  ma.iface = FI_HMEM_SYSTEM;
+  Fid<fid_mr> mr;
+  int ret = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    ma.requested_key = f.app_keys ? f.next_key() : 0;
+    ret = fi_mr_regattr(f.domain.get(), &ma, 0, mr.out());
+    if (ret != -FI_ENOKEY)
+      break;
+  }
+  if (ret)
+    throw_fi(std::string("registering ") + what + " on " + f.provider, ret);
+  return mr;
+}
+
 } // namespace lf
 
 namespace detail {
@@ -131,7 +151,8 @@ lf::SharedRdm &FabricImpl::shared_links() {
     return *shared_rdm;
   auto S = std::make_unique<lf::SharedRdm>();
   fi_cq_attr attr{};
-  attr.format = FI_CQ_FORMAT_DATA;
+  // The tag names the link a message of the receive pool is for.
+  attr.format = FI_CQ_FORMAT_TAGGED;
   attr.wait_obj = wait_fd_cq ? FI_WAIT_FD : wait_cq ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
   // Room for every link's completions: a full queue would stall them all.
   attr.size = 16384;
@@ -161,8 +182,36 @@ lf::SharedRdm &FabricImpl::shared_links() {
     lf::throw_fi("binding the receive queue", ret);
   if ((ret = fi_enable(S->ep.get())))
     lf::throw_fi("fi_enable (shared) on " + provider, ret);
+  open_receive_pool(*S);
   shared_rdm = std::move(S);
   return *shared_rdm;
+}
+
+void FabricImpl::open_receive_pool(lf::SharedRdm &S) {
+  S.pool_mem.assign(lf::kPoolReceives * lf::kPoolMessage, 0);
+  S.pool_mr = lf::register_local(*this, S.pool_mem.data(), S.pool_mem.size(),
+                                 "the shared endpoint's receive pool");
+  void *desc = fi_mr_desc(S.pool_mr.get());
+  S.pool.assign(lf::kPoolReceives, lf::OpSlot{});
+  for (size_t i = 0; i < S.pool.size(); ++i) {
+    lf::OpSlot &p = S.pool[i];
+    p.pool = true;
+    p.rx = true;
+    p.internal = true;
+    p.kind = OpKind::Recv;
+    p.buf = S.pool_mem.data() + i * lf::kPoolMessage;
+    p.cap = lf::kPoolMessage;
+    p.desc = desc;
+    ssize_t r;
+    Deadline dl(std::chrono::seconds(5));
+    while ((r = fi_trecv(S.ep.get(), p.buf, lf::kPoolMessage, desc, FI_ADDR_UNSPEC, lf::kPoolTag,
+                         ~lf::kPoolTag, &p)) == -FI_EAGAIN &&
+           !dl.passed())
+      fi_cq_read(S.rxcq.get(), nullptr, 0);
+    if (r)
+      lf::throw_fi("posting the shared endpoint's receive pool on " + provider,
+                   static_cast<int>(r));
+  }
 }
 
 void ConnectionImpl::join_shared() {
@@ -186,6 +235,11 @@ void ConnectionImpl::leave_shared() noexcept {
   if (!sh)
     return;
   lf::SharedRdm &S = *sh;
+  {
+    // Receives that wait in rdmalib, not at the provider, go back at once.
+    std::lock_guard<std::mutex> g(S.m);
+    drop_posted_locked();
+  }
   // What the provider still holds: every slot not on a free list.
   std::vector<bool> free_slot(slots.size(), false);
   for (lf::SlotList *l : {&tx_free, &rx_free})
@@ -296,10 +350,10 @@ void ConnectionImpl::close_shared() noexcept {
     ControlMessage m = control_message(ControlType::Goodbye);
     uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
     std::memcpy(buf, &m, sizeof m);
-    ssize_t r = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+    ssize_t r = ctl_send_to(buf, sizeof m, peer, pool_tag(), s);
     while (r == -FI_EAGAIN && !dl.passed()) {
       drain_own(Queue::Send, nullptr);
-      r = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+      r = ctl_send_to(buf, sizeof m, peer, pool_tag(), s);
     }
     if (r != 0)
       put_slot(s);
@@ -451,21 +505,7 @@ void ConnectionImpl::open_queues(bool want_eq) {
     open_own_queues(want_eq);
 
   ctl_mem.assign((ctl_recv_count + kCtlSendSlots) * kCtlSlot + 16 * tx_slots, 0);
-  iovec iov{ctl_mem.data(), ctl_mem.size()};
-  fi_mr_attr ma{};
-  ma.mr_iov = &iov;
-  ma.iov_count = 1;
-  ma.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
-  ma.iface = FI_HMEM_SYSTEM;
-  int ret = 0;
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    ma.requested_key = f.app_keys ? f.next_key() : 0;
-    ret = fi_mr_regattr(f.domain.get(), &ma, 0, ctl_mr.out());
-    if (ret != -FI_ENOKEY)
-      break;
-  }
-  if (ret)
-    lf::throw_fi("registering rdmalib's control buffers on " + f.provider, ret);
+  ctl_mr = lf::register_local(f, ctl_mem.data(), ctl_mem.size(), "rdmalib's control buffers");
 }
 
 void ConnectionImpl::open_own_queues(bool want_eq) {

@@ -16,7 +16,8 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
   s->cap = len;
   const lf::RecvOverflow &ov = fab->overflow;
   if (RDMALIB_UNLIKELY(sh)) {
-    // A link on the shared endpoint receives only what is tagged with its id.
+    // Only the handshake's answer comes to a link's own receive on the
+    // shared endpoint, tagged with its id alone (no pool bit).
     if (!flags && !ov.base)
       return fi_trecv(ep.get(), buf, len, desc, FI_ADDR_UNSPEC, link_id, 0, s);
     iovec iov[3] = {{buf, len}, {ov.base, ov.scratch}, {ov.base + ov.scratch, ov.guard}};
@@ -48,6 +49,8 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
 
 inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool inline_) noexcept {
   RDMALIB_LF_TX_PROLOGUE();
+  if (RDMALIB_UNLIKELY(sh) && src.len > lf::kPoolMessage)
+    return post_send_large(src, ctx);
   lf::OpSlot *s = take_slot(ctx, OpKind::Send, false);
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
@@ -55,9 +58,9 @@ inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool 
   if (RDMALIB_UNLIKELY(sh)) {
     iovec iov{src.ptr, src.len};
     void *desc = src.desc;
-    fi_msg_tagged msg{&iov, &desc, 1, peer, peer_link, 0, s, 0};
+    fi_msg_tagged msg{&iov, &desc, 1, peer, pool_tag(), 0, s, 0};
     ret = inline_ ? fi_tsendmsg(ep.get(), &msg, FI_INJECT | FI_COMPLETION)
-                  : fi_tsend(ep.get(), src.ptr, src.len, src.desc, peer, peer_link, s);
+                  : fi_tsend(ep.get(), src.ptr, src.len, src.desc, peer, pool_tag(), s);
   } else if (!inline_) {
     ret = fi_send(ep.get(), src.ptr, src.len, src.desc, peer, s);
   } else {
@@ -72,6 +75,8 @@ inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool 
 inline Status ConnectionImpl::post_recv(const LocalRef *dst, const uint64_t *ctx, size_t n,
                                         size_t &done) noexcept {
   done = 0;
+  if (RDMALIB_UNLIKELY(sh))
+    return post_recv_pooled(dst, ctx, n, done);
   if (RDMALIB_LIKELY(n == 1)) {
     // The repost after each message: no batch, no FI_MORE.
     lf::OpSlot *s = take_slot(ctx[0], OpKind::Recv, false);

@@ -62,12 +62,12 @@ Status ConnectionImpl::post_failed(ssize_t ret, const char *what) noexcept {
   return st;
 }
 
-ssize_t ConnectionImpl::post_notify(uint32_t imm, uint32_t length) noexcept {
-  const ControlMessage m = control_message(ControlType::Notify, imm, length);
+ssize_t ConnectionImpl::post_notify(uint32_t imm, uint32_t length, uint16_t type) noexcept {
+  const ControlMessage m = control_message(static_cast<ControlType>(type), imm, length);
   if (fab->inject_size >= sizeof m) {
     // Injected: copied at once, no completion to reap.
     if (sh)
-      return fi_tinject(ep.get(), &m, sizeof m, peer, peer_link);
+      return fi_tinject(ep.get(), &m, sizeof m, peer, pool_tag());
     return fi_inject(ep.get(), &m, sizeof m, peer);
   }
   lf::OpSlot *s = take_slot(0, OpKind::Send, true);
@@ -75,7 +75,7 @@ ssize_t ConnectionImpl::post_notify(uint32_t imm, uint32_t length) noexcept {
     return -FI_EAGAIN;
   uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
   std::memcpy(buf, &m, sizeof m);
-  ssize_t ret = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+  ssize_t ret = ctl_send_to(buf, sizeof m, peer, sh ? pool_tag() : peer_link, s);
   if (ret)
     put_slot(s);
   return ret;
@@ -84,11 +84,13 @@ ssize_t ConnectionImpl::post_notify(uint32_t imm, uint32_t length) noexcept {
 bool ConnectionImpl::flush_pending() noexcept {
   while (pending_count) {
     const lf::PendingNotify &p = pending[pending_head];
-    ssize_t ret = post_notify(p.imm, p.length);
+    ssize_t ret = post_notify(p.imm, p.length, p.type);
     if (ret == -FI_EAGAIN)
       return false;
     if (ret) {
-      post_failed(ret, "write_imm (notification)");
+      post_failed(ret, p.type == static_cast<uint16_t>(ControlType::Notify)
+                           ? "write_imm (notification)"
+                           : "send (announcement of a large message)");
       // The target will never learn of that write: the link is unusable.
       peer_closed = true;
       ended_here = true;
@@ -251,6 +253,20 @@ bool WaitEpoll::refresh(fid_t wait) noexcept {
   added = std::move(now);
   change_index = change;
   return true;
+}
+
+// The receive pool of a shared endpoint (see kPoolTag).
+void SharedRdm::repost(lf::OpSlot *p) noexcept {
+  ssize_t r =
+      fi_trecv(ep.get(), p->buf, kPoolMessage, p->desc, FI_ADDR_UNSPEC, kPoolTag, ~kPoolTag, p);
+  if (r == 0)
+    return;
+  // No room at the provider yet (or an endpoint going away): the next read
+  // of the queue tries again.
+  try {
+    unposted.push_back(p);
+  } catch (...) {
+  }
 }
 
 } // namespace rdmalib::lf
@@ -460,6 +476,11 @@ bool ConnectionImpl::retry_answer() noexcept {
 // ---- the shared endpoint --------------------------------------------------
 
 void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept {
+  if (q == Queue::Recv && rc.e.op_context &&
+      static_cast<const lf::OpSlot *>(rc.e.op_context)->pool) {
+    route_pooled_locked(rc);
+    return;
+  }
   const uint32_t id = owner_of(q, rc.e);
   ConnectionImpl *owner = this;
   if (id != link_id) {
@@ -479,14 +500,11 @@ void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept
 size_t ConnectionImpl::pull_locked(Queue q) noexcept {
   lf::SharedRdm &S = *sh;
   fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
-  fi_cq_data_entry buf[16];
+  fi_cq_tagged_entry buf[16];
   ssize_t r = fi_cq_read(cq, buf, 16);
   if (r > 0) {
-    for (ssize_t i = 0; i < r; ++i) {
-      lf::RawCompletion rc;
-      rc.e = buf[i];
-      route_locked(q, rc);
-    }
+    for (ssize_t i = 0; i < r; ++i)
+      route_locked(q, lf::RawCompletion::from(buf[i]));
     return static_cast<size_t>(r);
   }
   if (r != -FI_EAVAIL)
@@ -528,18 +546,22 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
   fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
   // As in reap(): another read only when a batch held nothing for the caller.
   for (int round = 0; n < max && round < 4; ++round) {
-    fi_cq_data_entry buf[16];
+    fi_cq_tagged_entry buf[16];
     size_t want = max - n < 16 ? max - n : 16;
     ssize_t r = fi_cq_read(cq, buf, want);
     if (r > 0) {
       for (ssize_t i = 0; i < r; ++i) {
-        if (owner_of(q, buf[i]) == link_id) {
-          n += convert(q, &buf[i], 1, out + n);
-        } else {
-          lf::RawCompletion rc;
-          rc.e = buf[i];
-          route_locked(q, rc);
-        }
+        lf::RawCompletion rc = lf::RawCompletion::from(buf[i]);
+        const auto *s = static_cast<const lf::OpSlot *>(rc.e.op_context);
+        if (owner_of(q, rc.e) == link_id && !(s && s->pool))
+          n += convert(q, &rc.e, 1, out + n);
+        else
+          route_locked(q, rc); // a message of the pool may be this link's
+      }
+      while (n < max && !box.empty()) {
+        lf::RawCompletion rc = box.front();
+        box.pop_front();
+        n += convert_raw(q, rc, out + n);
       }
       if (n)
         break;
@@ -594,17 +616,14 @@ size_t ConnectionImpl::block_shared(Queue q, Completion *out, size_t max, int sl
     lk.unlock();
     int ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count());
-    fi_cq_data_entry buf[16];
+    fi_cq_tagged_entry buf[16];
     ssize_t r = fi_cq_sread(cq, buf, 16, nullptr, ms > 0 ? ms : 1);
     fi_cq_err_entry ee{};
     bool failed = r == -FI_EAVAIL && fi_cq_readerr(cq, &ee, 0) >= 0;
     lk.lock();
     S.reading[qi] = false;
-    for (ssize_t i = 0; i < r; ++i) {
-      lf::RawCompletion rc;
-      rc.e = buf[i];
-      route_locked(q, rc);
-    }
+    for (ssize_t i = 0; i < r; ++i)
+      route_locked(q, lf::RawCompletion::from(buf[i]));
     if (failed)
       route_locked(q, lf::RawCompletion::failed(ee));
     S.cv.notify_all();
@@ -626,6 +645,174 @@ bool ConnectionImpl::drain_own(Queue q, const lf::OpSlot *watch) noexcept {
     }
   }
   return seen;
+}
+
+// ---- the receive pool of a shared endpoint ---------------------------------
+
+void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
+  lf::SharedRdm &S = *sh;
+  auto *p = static_cast<lf::OpSlot *>(rc.e.op_context);
+  // The endpoint is closing: nothing to hand over, nothing to post again.
+  if (rc.err == FI_ECANCELED)
+    return;
+  auto it = S.links.find(static_cast<uint32_t>(rc.tag));
+  // A message for a link that closed meanwhile is dropped.
+  if (it != S.links.end()) {
+    ConnectionImpl *owner = it->second;
+    if (!rc.err) {
+      owner->deliver_locked(static_cast<const uint8_t *>(p->buf), rc.e.len);
+    } else if (owner->posted_head != UINT32_MAX) {
+      // A message the pool could not hold (longer than kPoolMessage: the
+      // peer does not split as rdmalib does): the oldest receive fails.
+      lf::OpSlot *u = &owner->slots[owner->posted_head];
+      owner->posted_head = u->next_free;
+      if (owner->posted_head == UINT32_MAX)
+        owner->posted_tail = UINT32_MAX;
+      lf::RawCompletion f = rc;
+      f.e.op_context = u;
+      try {
+        owner->inbox_of(Queue::Recv).push_back(f);
+      } catch (...) {
+        owner->set_error("out of memory keeping a completion of the shared queue");
+      }
+    }
+  }
+  S.repost(p);
+  while (!S.unposted.empty()) {
+    lf::OpSlot *u = S.unposted.back();
+    if (fi_trecv(S.ep.get(), u->buf, lf::kPoolMessage, u->desc, FI_ADDR_UNSPEC, lf::kPoolTag,
+                 ~lf::kPoolTag, u) != 0)
+      break;
+    S.unposted.pop_back();
+  }
+}
+
+void ConnectionImpl::deliver_locked(const uint8_t *msg, size_t len) noexcept {
+  if (posted_head == UINT32_MAX) {
+    // No receive posted yet: as the provider would, keep it until one is.
+    try {
+      early.emplace_back(msg, msg + len);
+    } catch (...) {
+      set_error("out of memory keeping a message that came before its receive");
+    }
+    return;
+  }
+  lf::OpSlot *u = &slots[posted_head];
+  posted_head = u->next_free;
+  if (posted_head == UINT32_MAX)
+    posted_tail = UINT32_MAX;
+  ControlMessage m;
+  if (len == sizeof m) {
+    std::memcpy(&m, msg, sizeof m);
+    if (m.magic == kControlMagic && m.type == static_cast<uint16_t>(ControlType::Large)) {
+      start_large_locked(u, m.imm, m.length);
+      return;
+    }
+  }
+  // A message longer than the receive is not copied: convert() fails the
+  // receive and ends the link, as a truncation does elsewhere.
+  if (len <= u->cap)
+    std::memcpy(u->buf, msg, len);
+  lf::RawCompletion rc;
+  rc.e.op_context = u;
+  rc.e.flags = FI_RECV | FI_TAGGED;
+  rc.e.len = len;
+  try {
+    inbox_of(Queue::Recv).push_back(rc);
+  } catch (...) {
+    set_error("out of memory keeping a completion of the shared queue");
+  }
+}
+
+void ConnectionImpl::start_large_locked(lf::OpSlot *u, uint32_t seq, uint32_t length) noexcept {
+  lf::RawCompletion rc;
+  rc.e.op_context = u;
+  rc.e.flags = FI_RECV | FI_TAGGED;
+  rc.e.len = length;
+  if (length <= u->cap) {
+    const uint64_t tag =
+        lf::kLargeTag | (static_cast<uint64_t>(seq & lf::kLargeSeqMask) << 32) | link_id;
+    ssize_t r = fi_trecv(ep.get(), u->buf, u->cap, u->desc, FI_ADDR_UNSPEC, tag, 0, u);
+    if (r == 0)
+      return; // completes as this link's own receive
+    rc.err = static_cast<int>(-r);
+    set_error("posting the receive of a large message: %s (%d)", fi_strerror(rc.err), rc.err);
+  }
+  // Longer than the receive: convert() reports the truncation.
+  try {
+    inbox_of(Queue::Recv).push_back(rc);
+  } catch (...) {
+    set_error("out of memory keeping a completion of the shared queue");
+  }
+}
+
+Status ConnectionImpl::post_recv_pooled(const LocalRef *dst, const uint64_t *ctx, size_t n,
+                                        size_t &done) noexcept {
+  done = 0;
+  std::lock_guard<std::mutex> g(sh->m);
+  for (size_t i = 0; i < n; ++i) {
+    lf::OpSlot *u = take_slot(ctx[i], OpKind::Recv, false);
+    if (RDMALIB_UNLIKELY(!u))
+      return Status::Again;
+    u->buf = dst[i].ptr;
+    u->cap = dst[i].len;
+    u->desc = dst[i].desc;
+    u->next_free = UINT32_MAX;
+    const uint32_t idx = static_cast<uint32_t>(u - slots.data());
+    if (posted_tail == UINT32_MAX)
+      posted_head = idx;
+    else
+      slots[posted_tail].next_free = idx;
+    posted_tail = idx;
+    ++done;
+    while (!early.empty() && posted_head != UINT32_MAX) {
+      std::vector<uint8_t> m = std::move(early.front());
+      early.pop_front();
+      deliver_locked(m.data(), m.size());
+    }
+  }
+  return Status::Ok;
+}
+
+void ConnectionImpl::drop_posted_locked() noexcept {
+  while (posted_head != UINT32_MAX) {
+    lf::OpSlot *u = &slots[posted_head];
+    posted_head = u->next_free;
+    put_slot(u);
+  }
+  posted_tail = UINT32_MAX;
+  early.clear();
+}
+
+Status ConnectionImpl::post_send_large(const LocalRef &src, uint64_t ctx) noexcept {
+  // The announcement may have to wait (PendingNotify): room for it first.
+  if (pending_count == pending.size())
+    return Status::Again;
+  lf::OpSlot *s = take_slot(ctx, OpKind::Send, false);
+  if (RDMALIB_UNLIKELY(!s))
+    return Status::Again;
+  const uint32_t seq = large_seq & lf::kLargeSeqMask;
+  const uint64_t tag = lf::kLargeTag | (static_cast<uint64_t>(seq) << 32) | peer_link;
+  // The data first: the peer's provider keeps it unexpected until the
+  // announcement made the peer post its receive.
+  Status st = posted(fi_tsend(ep.get(), src.ptr, src.len, src.desc, peer, tag, s), s, "send");
+  if (st != Status::Ok)
+    return st;
+  ++large_seq;
+  const uint32_t length = static_cast<uint32_t>(src.len);
+  const auto type = static_cast<uint16_t>(ControlType::Large);
+  ssize_t ret = post_notify(seq, length, type);
+  if (RDMALIB_LIKELY(ret == 0))
+    return Status::Ok;
+  if (ret != -FI_EAGAIN) {
+    post_failed(ret, "send (announcement of a large message)");
+    peer_closed = true;
+    ended_here = true;
+    return Status::Ok;
+  }
+  pending[(pending_head + pending_count++) % pending.size()] = lf::PendingNotify{seq, length, type};
+  detour = true;
+  return Status::Ok;
 }
 
 } // namespace rdmalib::detail
