@@ -145,6 +145,11 @@ void Connection::set_post_deadline(std::chrono::milliseconds deadline) noexcept 
 
 Fabric &Connection::fabric() const noexcept { return *impl_->fabric_handle; }
 
+void Connection::set_tag(uint64_t tag) noexcept {
+  if (impl_)
+    impl_->tag.store(tag, std::memory_order_relaxed);
+}
+
 int Connection::wait_fd() const noexcept {
   return impl_ && impl_->open && impl_->fab->caps.wait_fd ? impl_->wait_fd() : -1;
 }

@@ -40,6 +40,8 @@
 //       endpoints for these depths opened ahead of need, where opening one is
 //       slow; false (nothing done) elsewhere.
 //   Fabric::PreparedEndpoints prepared() const;   what prepare() did so far
+//   bool ready_links(std::vector<uint64_t> &tags); links of a shared endpoint
+//       with receive completions waiting (LinkCore::tag); false elsewhere
 //
 // struct MemoryRegionImpl final
 //   Owns a registration; its destructor releases it (logging failures).
@@ -132,6 +134,7 @@
 // belong to other links to those links' stashes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstddef>
@@ -227,6 +230,8 @@ private:
 /// What every backend's connection (a link to one peer) holds for the front end.
 struct LinkCore {
   Fabric *fabric_handle = nullptr;
+  /// Connection::set_tag (read by Fabric::ready_links on another thread).
+  std::atomic<uint64_t> tag{0};
   ConnectionOptions options;
   /// The peer's listener (client side) or origin (server side).
   Address remote;

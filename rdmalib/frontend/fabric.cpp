@@ -86,6 +86,7 @@ bool Fabric::prepare(const ConnectionOptions &options, Refill refill) {
   return impl_->prepare(detail::with_defaults(*impl_, options), refill);
 }
 Fabric::PreparedEndpoints Fabric::prepared() const { return impl_->prepared(); }
+bool Fabric::ready_links(std::vector<uint64_t> &tags) { return impl_->ready_links(tags); }
 
 const char *Fabric::backend_name() noexcept { return detail::FabricImpl::backend_name(); }
 std::string Fabric::backend_version() { return detail::FabricImpl::backend_version(); }

@@ -298,6 +298,9 @@ struct SharedRdm {
   Fid<fid_ep> ep;
   uint32_t next_link = 1;
   std::unordered_map<uint32_t, detail::ConnectionImpl *> links;
+  /// Links whose receive inbox got a completion (ConnectionImpl::listed),
+  /// for Fabric::ready_links; a link leaves it once its inbox is empty.
+  std::vector<detail::ConnectionImpl *> ready;
   struct Peer {
     fi_addr_t addr = FI_ADDR_UNSPEC;
     int refs = 0;
@@ -455,6 +458,8 @@ struct FabricImpl final : FabricCore {
   std::unique_ptr<lf::SharedRdm> shared_rdm;
   /// Post the shared endpoint's receive pool (kPoolTag). Throws Error.
   void open_receive_pool(lf::SharedRdm &S);
+  /// Fabric::ready_links (front end's contract).
+  bool ready_links(std::vector<uint64_t> &tags);
   /// The shared link endpoint, opened on first use. Throws Error.
   lf::SharedRdm &shared_links();
   /// Quirks::connreq_names_vanished_peer: a live endpoint that guards point
@@ -670,6 +675,17 @@ struct ConnectionImpl final : LinkCore {
   /// any receive was posted; both under sh->m.
   uint32_t posted_head = UINT32_MAX, posted_tail = UINT32_MAX;
   std::deque<std::vector<uint8_t>> early;
+  /// Under sh->m: on SharedRdm::ready.
+  bool listed = false;
+  /// Under sh->m: a completion for this link's receive queue.
+  void push_recv_locked(const lf::RawCompletion &rc) noexcept;
+  /// Shared endpoint: this link owes work that only its polls move (a
+  /// handshake answer, a notification): list it for Fabric::ready_links.
+  [[gnu::noinline]] void list_owed() noexcept;
+  /// Whether Fabric::ready_links keeps naming it (under sh->m).
+  bool wants_poll() const noexcept {
+    return !inbox[1].empty() || answer_pending || answer_failed || pending_count;
+  }
   size_t reap_shared(Queue q, Completion *out, size_t max) noexcept;
   size_t block_shared(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   bool wait_internal_shared(Queue q, fi_cq_data_entry &out, const Deadline &dl, int &err);

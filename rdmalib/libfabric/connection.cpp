@@ -216,19 +216,19 @@ void FabricImpl::open_receive_pool(lf::SharedRdm &S) {
 
 void ConnectionImpl::join_shared() {
   lf::SharedRdm &S = fab->shared_links();
-  {
-    std::lock_guard<std::mutex> g(S.m);
-    link_id = S.next_link++;
-    if (S.next_link == 0)
-      S.next_link = 1;
-    S.links[link_id] = this;
-  }
+  // Ready before it is listed: another thread may read the shared queues
+  // through any listed link (FabricImpl::ready_links).
   sh = &S;
   detour = true;
   ep.borrow(S.ep.get());
   txcq.borrow(S.txcq.get());
   rxcq.borrow(S.rxcq.get());
   av.borrow(S.av.get());
+  std::lock_guard<std::mutex> g(S.m);
+  link_id = S.next_link++;
+  if (S.next_link == 0)
+    S.next_link = 1;
+  S.links[link_id] = this;
 }
 
 void ConnectionImpl::leave_shared() noexcept {
@@ -267,6 +267,10 @@ void ConnectionImpl::leave_shared() noexcept {
   {
     std::lock_guard<std::mutex> g(S.m);
     S.links.erase(link_id);
+    if (listed) {
+      S.ready.erase(std::find(S.ready.begin(), S.ready.end(), this));
+      listed = false;
+    }
     inbox[0].clear();
     inbox[1].clear();
     if (busy) {

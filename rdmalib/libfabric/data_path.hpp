@@ -175,6 +175,8 @@ inline Status ConnectionImpl::post_write_notify(const LocalRef &src, uint64_t ad
   }
   pending[(pending_head + pending_count++) % pending.size()] = lf::PendingNotify{imm, length};
   detour = true;
+  if (sh)
+    list_owed();
   return Status::Ok;
 }
 

@@ -253,6 +253,8 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
       c->drive();
       if (!c->retry_answer())
         throw Error(ErrorKind::Backend, std::string("rdmalib: ") + c->last_error);
+      if (c->answer_pending && c->sh)
+        c->list_owed();
     } else {
       send_handshake(*c, c->peer, c->peer_link, m, dl,
                      "handshake answer to " + c->remote.to_string(), h.address, h.address_len);

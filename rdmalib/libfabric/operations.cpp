@@ -470,6 +470,8 @@ bool ConnectionImpl::retry_answer() noexcept {
   ended_here = true;
   answer_failed = true;
   detour = true;
+  if (sh)
+    list_owed();
   return false;
 }
 
@@ -490,10 +492,37 @@ void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept
       return;
     owner = it->second;
   }
+  if (q == Queue::Recv) {
+    owner->push_recv_locked(rc);
+    return;
+  }
   try {
     owner->inbox_of(q).push_back(rc);
   } catch (...) {
     owner->set_error("out of memory keeping a completion of the shared queue");
+  }
+}
+
+void ConnectionImpl::list_owed() noexcept {
+  std::lock_guard<std::mutex> g(sh->m);
+  if (listed)
+    return;
+  try {
+    sh->ready.push_back(this);
+    listed = true;
+  } catch (...) {
+  }
+}
+
+void ConnectionImpl::push_recv_locked(const lf::RawCompletion &rc) noexcept {
+  try {
+    inbox_of(Queue::Recv).push_back(rc);
+    if (!listed) {
+      sh->ready.push_back(this);
+      listed = true;
+    }
+  } catch (...) {
+    set_error("out of memory keeping a completion of the shared queue");
   }
 }
 
@@ -670,11 +699,7 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
         owner->posted_tail = UINT32_MAX;
       lf::RawCompletion f = rc;
       f.e.op_context = u;
-      try {
-        owner->inbox_of(Queue::Recv).push_back(f);
-      } catch (...) {
-        owner->set_error("out of memory keeping a completion of the shared queue");
-      }
+      owner->push_recv_locked(f);
     }
   }
   S.repost(p);
@@ -717,11 +742,7 @@ void ConnectionImpl::deliver_locked(const uint8_t *msg, size_t len) noexcept {
   rc.e.op_context = u;
   rc.e.flags = FI_RECV | FI_TAGGED;
   rc.e.len = len;
-  try {
-    inbox_of(Queue::Recv).push_back(rc);
-  } catch (...) {
-    set_error("out of memory keeping a completion of the shared queue");
-  }
+  push_recv_locked(rc);
 }
 
 void ConnectionImpl::start_large_locked(lf::OpSlot *u, uint32_t seq, uint32_t length) noexcept {
@@ -739,11 +760,7 @@ void ConnectionImpl::start_large_locked(lf::OpSlot *u, uint32_t seq, uint32_t le
     set_error("posting the receive of a large message: %s (%d)", fi_strerror(rc.err), rc.err);
   }
   // Longer than the receive: convert() reports the truncation.
-  try {
-    inbox_of(Queue::Recv).push_back(rc);
-  } catch (...) {
-    set_error("out of memory keeping a completion of the shared queue");
-  }
+  push_recv_locked(rc);
 }
 
 Status ConnectionImpl::post_recv_pooled(const LocalRef *dst, const uint64_t *ctx, size_t n,
@@ -812,7 +829,40 @@ Status ConnectionImpl::post_send_large(const LocalRef &src, uint64_t ctx) noexce
   }
   pending[(pending_head + pending_count++) % pending.size()] = lf::PendingNotify{seq, length, type};
   detour = true;
+  list_owed();
   return Status::Ok;
+}
+
+bool FabricImpl::ready_links(std::vector<uint64_t> &tags) {
+  if (!rdm || !shared)
+    return false;
+  lf::SharedRdm *S;
+  {
+    std::lock_guard<std::mutex> g(shared_open);
+    S = shared_rdm.get();
+  }
+  if (!S)
+    return true; // no link yet
+  std::lock_guard<std::mutex> g(S->m);
+  if (!S->links.empty()) {
+    // Any link can read the shared queues: each completion goes to its owner.
+    ConnectionImpl *reader = S->links.begin()->second;
+    for (Queue q : {Queue::Recv, Queue::Send})
+      for (int batch = 0; batch < 64 && !S->reading[q == Queue::Recv]; ++batch)
+        if (reader->pull_locked(q) == 0)
+          break;
+  }
+  size_t keep = 0;
+  for (ConnectionImpl *c : S->ready) {
+    if (!c->wants_poll()) {
+      c->listed = false;
+      continue;
+    }
+    S->ready[keep++] = c;
+    tags.push_back(c->tag.load(std::memory_order_relaxed));
+  }
+  S->ready.resize(keep);
+  return true;
 }
 
 } // namespace rdmalib::detail

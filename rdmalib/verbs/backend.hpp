@@ -200,6 +200,8 @@ struct FabricImpl final : FabricCore {
   // Opening a queue pair is cheap: Fabric::prepare has nothing to do.
   bool prepare(const ConnectionOptions &, Fabric::Refill) noexcept { return false; }
   Fabric::PreparedEndpoints prepared() const noexcept { return {}; }
+  /// Every link has its own queues.
+  static bool ready_links(std::vector<uint64_t> &) noexcept { return false; }
 };
 
 struct MemoryRegionImpl final {

@@ -112,6 +112,14 @@ struct FabricServer::Peer {
   /// call, each).
   bool armed = false;
   bool ready = false;
+  /// Shared endpoint: its tag (ready_links), and whether it did something
+  /// at the last pass (then it is read again at the next, whatever
+  /// ready_links says: more may wait, or an answer may be owed).
+  uint64_t tag = 0;
+  bool busy = true;
+  /// ready_links named it at the last pass and a read found nothing (an
+  /// answer the provider cannot take yet): looked at every millisecond.
+  bool ready_idle = false;
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
   /// Set when it must go once its queued answers have left (a refused
@@ -147,6 +155,7 @@ FabricServer::FabricServer(const rdmalib::DeviceConfig &device, const FabricConf
   // Where opening an endpoint is slow (shm), one waits ready for the next
   // connection; elsewhere this does nothing.
   fabric_.prepare(accept_options());
+  shared_ = fabric_.capabilities().shared_endpoint;
 }
 
 FabricServer::~FabricServer() {
@@ -216,10 +225,28 @@ bool FabricServer::take_accepted() {
   std::lock_guard<std::mutex> g(accepted_mutex_);
   if (accepted_.empty())
     return false;
-  for (auto &p : accepted_)
+  for (auto &p : accepted_) {
+    by_tag_[p->tag] = p.get();
     peers_.push_back(std::move(p));
+  }
   accepted_.clear();
   return true;
+}
+
+bool FabricServer::mark_ready_links() {
+  ready_tags_.clear();
+  if (!shared_ || !fabric_.ready_links(ready_tags_))
+    return false;
+  bool fresh = false;
+  for (uint64_t t : ready_tags_) {
+    auto it = by_tag_.find(t);
+    // A link the acceptor has not handed over yet: taken at the next pass.
+    if (it == by_tag_.end())
+      continue;
+    it->second->ready = true;
+    fresh = fresh || !it->second->ready_idle;
+  }
+  return fresh;
 }
 
 int FabricServer::prepare_wait(std::vector<int> &fds) {
@@ -230,6 +257,15 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
     p->armed = false;
     if (p->closing) {
       now = true; // goes at the next pass
+      continue;
+    }
+    if (shared_) {
+      // Read again at once after it did something; an answer that found
+      // no room at the provider, or a send not yet complete, within 1 ms.
+      if (p->busy || (p->ready && !p->ready_idle))
+        now = true;
+      else if (p->ready || !p->outbox.empty() || !p->channel.send_idle())
+        limit = 1;
       continue;
     }
     if (p->wait_fd == -2)
@@ -261,6 +297,33 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
     else
       limit = 1;
   }
+  if (shared_ && !now && !peers_.empty()) {
+    // Every link sleeps on the same descriptor, armed through any of them;
+    // what was read for other links meanwhile waits in rdmalib.
+    if (mark_ready_links())
+      return 0;
+    for (auto &p : peers_)
+      if (p->ready)
+        limit = 1; // owes work that found no room yet
+    Peer *any = nullptr;
+    for (auto &p : peers_)
+      if (!p->closing) {
+        any = p.get();
+        break;
+      }
+    if (any) {
+      if (any->wait_fd == -2)
+        any->wait_fd = any->conn.wait_fd();
+      if (any->wait_fd >= 0 && any->conn.ops().arm()) {
+        shared_arm_failures_ = 0;
+        fds.push_back(any->wait_fd);
+      } else if (++shared_arm_failures_ <= 2) {
+        now = true;
+      } else {
+        limit = 1;
+      }
+    }
+  }
   return now ? 0 : limit;
 }
 
@@ -291,26 +354,33 @@ bool FabricServer::poll(Registry &registry) {
       self.held_.clear();
     }
   };
+  mark_ready_links();
   {
     EndBatch end{*this, store};
     for (auto &p : peers_) {
       if (p->closing)
         continue;
       // A link the loop slept on is read once its descriptor fired; until
-      // it is armed again, at every pass.
+      // it is armed again, at every pass. On a shared endpoint: once
+      // ready_links named it, or after it did something.
       bool spoke = false;
-      if (!p->armed || p->ready) {
+      if (shared_ ? p->ready || p->busy : !p->armed || p->ready) {
+        const bool named = p->ready;
         p->armed = p->ready = false;
         spoke = serve(*p, registry);
+        p->ready_idle = named && !spoke;
       }
+      p->busy = spoke;
       worked |= spoke;
       if (spoke && p->wait_fd < 0)
         fdless_active_ = now;
       if (p->kind == Peer::Kind::Node && !p->closing && !pending_.empty() &&
           pending_.count(p->node) && p->outbox.size() < kNoticeWindow) {
         std::optional<NodeView> view = registry.node(p->node);
-        if (view && view->node.state == NodeState::Up)
-          worked |= send_pending(*p);
+        if (view && view->node.state == NodeState::Up && send_pending(*p)) {
+          worked = true;
+          p->busy = true;
+        }
       }
       if (!p->closing && p->kind == Peer::Kind::Unknown &&
           now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
@@ -326,10 +396,13 @@ bool FabricServer::poll(Registry &registry) {
     }
   }
   for (auto &p : peers_)
-    if (!p->closing)
-      worked |= flush(*p);
+    if (!p->closing && flush(*p)) {
+      worked = true;
+      p->busy = true;
+    }
   for (auto it = peers_.begin(); it != peers_.end();) {
     if ((*it)->closing) {
+      by_tag_.erase((*it)->tag);
       drop(**it, registry, (*it)->closing_why);
       it = peers_.erase(it);
       worked = true;
@@ -364,6 +437,8 @@ std::unique_ptr<FabricServer::Peer> FabricServer::accept_one(rdmalib::Connection
   // peer's queue (flush()), instead of holding the loop for the default
   // post deadline (5 s) while a peer does not read.
   p->conn.set_post_deadline(milliseconds(0));
+  p->tag = next_tag_++;
+  p->conn.set_tag(p->tag);
   if (reply.status != proto::ErrorCode::Ok) {
     log()->warn("fabric: refused a connection: {}", proto::to_string(reply.status));
     p->conn.close();
@@ -902,6 +977,7 @@ void FabricServer::stop(Registry &) {
   for (auto &p : peers_)
     p->conn.close();
   nodes_.clear();
+  by_tag_.clear();
   peers_.clear();
   clients_ = 0;
   open_count_ = 0;

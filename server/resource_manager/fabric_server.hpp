@@ -42,6 +42,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <rdmalib/rdmalib.hpp>
@@ -128,6 +129,9 @@ private:
   bool flush(Peer &p);
   /// Ends a connection; a registered node's own connection marks it down.
   void drop(Peer &p, Registry &registry, const std::string &why);
+  /// Links share one endpoint: marks the peers that have something to read
+  /// (Fabric::ready_links); true if any.
+  bool mark_ready_links();
 
   FabricConfig cfg_;
   /// Checks lease requests' credentials (on the loop's thread only).
@@ -136,6 +140,16 @@ private:
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  /// Capabilities::shared_endpoint: the loop reads only the peers that
+  /// Fabric::ready_links names (or that were busy at the last pass), and
+  /// sleeps on the shared endpoint's one descriptor, instead of polling and
+  /// arming each of thousands of links (a provider call each) per pass.
+  bool shared_ = false;
+  /// Peers by their connection's tag (Connection::set_tag), for ready_links.
+  std::unordered_map<uint64_t, Peer *> by_tag_;
+  std::atomic<uint64_t> next_tag_{1};
+  std::vector<uint64_t> ready_tags_;
+  int shared_arm_failures_ = 0;
   /// Peers that are clients (at most max_connections - reserved_for_nodes).
   size_t clients_ = 0;
   /// Node name -> its registered connection.

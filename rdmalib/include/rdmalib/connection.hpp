@@ -127,6 +127,10 @@ public:
   /// The Fabric this connection was made on.
   Fabric &fabric() const noexcept;
 
+  /// A value of the caller's choosing that Fabric::ready_links() reports
+  /// for this link (0 until set). Thread-safe. No-op on a closed connection.
+  void set_tag(uint64_t tag) noexcept;
+
   /// A file descriptor that becomes readable (POLLIN) when this link may
   /// have a completion on either queue, or may have ended, so that one
   /// thread serves many links by sleeping in poll/epoll instead of spinning

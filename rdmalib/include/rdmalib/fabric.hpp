@@ -109,6 +109,20 @@ public:
   /// Counts of endpoints opened ahead by prepare() and taken since, for logs and tests.
   PreparedEndpoints prepared() const;
 
+  /// Where links share one endpoint (Capabilities::shared_endpoint): reads
+  /// what the shared completion queues hold (each completion goes to its
+  /// link) and appends to `tags` the tag (Connection::set_tag) of every link
+  /// that has a receive completion waiting, that is, whose poll(Queue::Recv)
+  /// would return something now, or that owes work only its polls move (a
+  /// handshake answer sent in the background, an emulated write's
+  /// notification that found no room). A link stays listed until then. One thread serving thousands
+  /// of links thus polls only those with something instead of each of them (every empty poll is a
+  /// provider call, often system calls). Returns false, and does nothing, where links have their
+  /// own queues (poll each, or sleep on their wait_fd). Send completions are not reported: a link
+  /// waiting for one polls its send queue. Thread-safe; cost: one read per shared queue plus one
+  /// step per listed link.
+  bool ready_links(std::vector<uint64_t> &tags);
+
   /// "libfabric" or "verbs": the backend chosen at build time.
   static const char *backend_name() noexcept;
   /// Version of the backend library in use at run time.
