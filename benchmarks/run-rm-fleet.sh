@@ -56,7 +56,7 @@ usage() {
   echo "  --links-per-host K    simulated managers per process (default: $links_per_host;"
   echo "                        connected providers: at most 2000, each link holds descriptors)"
   echo "  --register-timeout S  seconds the fleet may take to register (default: $register_timeout)"
-  echo "  --rxm-default         keep tcp;ofi_rxm's default receive queue (2048): shows its limit"
+  echo "  --rxm-default         keep tcp;ofi_rxm's default send queue (2048) on the hosts: shows its limit"
   echo "  --json FILE           append every run's JSON line here (default: print only)"
   echo "  --smoke               N = 100 on lo-rxm, 2 s of leasing (unless given otherwise)"
 }
@@ -170,17 +170,15 @@ for dev in $devices_list; do
     hosts=$(((n + links_per_host - 1) / links_per_host))
     echo "==> $dev: $n nodes over $hosts process(es), $clients client(s)" >&2
     log=$work/rm-$dev-$n.log
-    # tcp;ofi_rxm: every link posts its receives on the process's one
-    # endpoint, whose receive queue holds 2048 by default (about 200 links of
-    # 8 receives and the handshake's). Sized for the fleet on both sides
-    # unless the caller set it (--rxm-default keeps the provider's default,
-    # to show the limit).
+    # tcp;ofi_rxm: the links of a process share one endpoint, which posts
+    # one pool of receives whatever their number (rdmalib), so the receive
+    # queue keeps its default. A host's links also share one send queue
+    # (2048 by default): a burst of heartbeats from 2,500 links would find it
+    # full. Sized for the host's links unless the caller set it
+    # (--rxm-default keeps the provider's default, to show the limit).
     rm_env=() host_env=()
-    if ((!rxm_default)) && [[ -z ${FI_OFI_RXM_RX_SIZE:-} ]]; then
-      rm_env=(FI_OFI_RXM_RX_SIZE=$(((n + clients + 16) * 16)))
-      # A host's links also share one send queue (2048 by default): a burst of
-      # heartbeats from 2,500 links would find it full.
-      host_env=(FI_OFI_RXM_RX_SIZE=$(((n / hosts + 16) * 16)) FI_OFI_RXM_TX_SIZE=$(((n / hosts + 16) * 4)))
+    if ((!rxm_default)) && [[ -z ${FI_OFI_RXM_TX_SIZE:-} ]]; then
+      host_env=(FI_OFI_RXM_TX_SIZE=$(((n / hosts + 16) * 4)))
     fi
     if ! start_rm "$dev" "$n" "$log"; then
       failed=1 keep_logs=1
