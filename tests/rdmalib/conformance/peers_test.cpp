@@ -7,6 +7,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <optional>
+#include <set>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -421,12 +422,31 @@ TEST_P(Peers, ManyConnectionsOnOneListener) {
           EXPECT_EQ(pattern_mismatch(r.private_data().data() + 4, 28, 60 + idx), -1);
           auto reply = pattern_vector(32, 80 + idx);
           server[idx] = r.accept(reply.data(), reply.size(), kDeadline);
+          server[idx].set_tag(1000 + idx);
           attach_if_needed(server[idx], s_buf.region());
           attach_if_needed(server[idx], s_out.region());
           ASSERT_EQ(server[idx].ops().post_recv(s_buf.local_bytes(idx * 128, 128), idx),
                     Status::Ok);
         }
         ready.post();
+        // Where the links share an endpoint, ready_links names each of them
+        // once its message came (by the tag set above), and only them.
+        std::vector<uint64_t> tags;
+        if (!server_fabric_->capabilities().shared_endpoint) {
+          EXPECT_FALSE(server_fabric_->ready_links(tags));
+        } else {
+          std::set<uint64_t> seen;
+          auto until = std::chrono::steady_clock::now() + kDeadline;
+          while (seen.size() < kConns && std::chrono::steady_clock::now() < until) {
+            tags.clear();
+            ASSERT_TRUE(server_fabric_->ready_links(tags));
+            for (uint64_t t : tags) {
+              EXPECT_TRUE(t >= 1000 && t < 1000 + kConns) << "unknown tag " << t;
+              seen.insert(t);
+            }
+          }
+          EXPECT_EQ(seen.size(), kConns) << "ready_links did not name every link with a message";
+        }
         // Each connection gets its own message and answers on its own.
         for (size_t i = 0; i < kConns; ++i) {
           Operations ops = server[i].ops();
