@@ -266,7 +266,14 @@ class AccountingLink {
 public:
   AccountingLink(Shared &s) : s_(s) {}
 
+  /// Connect to the manager (ExecutorHello). Throws when it cannot or the
+  /// manager refuses.
   void connect();
+  /// Where the fabric has atomics, wait for the manager's accounting record
+  /// (its BufferAdvertisement, sent right after it accepted). Apart from
+  /// connect(): it needs no new socket, so the seccomp filter need not wait
+  /// for it. Throws when it does not come.
+  void await_record();
 
   /// Send what accumulated since the last flush. Returns false if the manager
   /// is gone.
