@@ -148,6 +148,14 @@ bool Shared::seal(Clock::time_point deadline, std::string &error) {
   return true;
 }
 
+namespace {
+/// Worker 0 published the library's outcome: every worker is past set-up.
+bool library_loaded(Shared &s) {
+  std::lock_guard<std::mutex> g(s.m);
+  return s.library_done;
+}
+} // namespace
+
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexcept {
   const Clock::time_point start = Clock::now();
   try {
@@ -177,9 +185,19 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     shared.counters.reset(new WorkerCounters[shared.request.cores]);
     shared.links_pending = shared.request.cores + 1;
 
-    // Workers first: their connections to the client are on the critical path
-    // of the cold start, the accounting link is not (connection setup costs a
-    // round trip on tcp and ~1 s on tcp;ofi_rxm, so they overlap).
+    // The workers' links to the client are on the critical path of the cold
+    // start, the accounting link is not. Set up side by side, the two
+    // compete for the fabric's endpoint and for a core, and the manager has
+    // to accept the accounting link while it answers the client: that
+    // delayed the workers' links by milliseconds on a loaded host. So the
+    // accounting link connects once the library is loaded and the main loop
+    // next wakes up (within 100 ms: past the first invocation), or at the end
+    // of a shorter allocation; accounting is sent once a second, so nothing
+    // is lost by the wait. Where the seccomp filter goes in, it connects at
+    // once, beside the workers' links: the filter refuses the sockets that
+    // connecting may need and must be in before the library loads, and
+    // there a later start would put the link's set-up on the critical path
+    // instead (docs/runtime.md, "Cold start").
     std::vector<std::unique_ptr<Worker>> workers;
     std::vector<std::thread> threads;
     for (uint32_t i = 0; i < shared.request.cores; ++i) {
@@ -189,9 +207,20 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     AccountingLink link(shared);
     // Terminated already: nothing is owed to the manager yet.
     bool manager_gone = g_terminate != 0;
-    if (!manager_gone) {
+    bool linked = false;
+    auto connect_link = [&] {
+      bool up = false;
       try {
         link.connect();
+        // Up: the seccomp filter may go in (Shared::seal) while the record
+        // is still on its way.
+        up = true;
+        // This endpoint may be the process's first on some providers: keep
+        // the crash guard in front of whatever handler the network installed.
+        CrashGuard::install();
+        shared.link_settled();
+        link.await_record();
+        linked = true;
       } catch (const std::exception &e) {
         // Serving the client matters more than accounting: keep going.
         if (!g_terminate)
@@ -199,11 +228,13 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
                         e.what());
         manager_gone = true;
       }
-    }
-    shared.link_settled();
-    // This endpoint may be the process's first on some providers: keep the
-    // crash guard in front of whatever handler the network installed.
-    CrashGuard::install();
+      if (!up)
+        shared.link_settled();
+    };
+    if (spec.seccomp && !manager_gone)
+      connect_link();
+    else
+      shared.link_settled();
     auto last_flush = Clock::now();
     Clock::time_point terminate_at{};
     g_serving = 1;
@@ -215,6 +246,8 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
         if (shared.finished == shared.request.cores)
           break;
       }
+      if (!linked && !manager_gone && !g_terminate && library_loaded(shared))
+        connect_link();
       if (g_terminate && terminate_at == Clock::time_point{}) {
         shared.end_all();
         terminate_at = Clock::now();
@@ -222,7 +255,7 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
       // A worker stuck inside a long function cannot see the stop request:
       // report what we have and end without it rather than wait for SIGKILL.
       if (terminate_at != Clock::time_point{} && Clock::now() - terminate_at > milliseconds(500)) {
-        if (!manager_gone)
+        if (linked && !manager_gone)
           link.flush(start);
         spdlog::warn("executor {:x}: terminated while a function was running", spec.allocation_id);
         std::fflush(nullptr);
@@ -231,11 +264,11 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
         run_provider_termination_cleanup();
         _exit(ExitTerminated);
       }
-      if (!manager_gone && link.manager_left()) {
+      if (linked && !manager_gone && link.manager_left()) {
         manager_gone = true;
         shared.end_all();
       }
-      if (!manager_gone && Clock::now() - last_flush > std::chrono::seconds(1)) {
+      if (linked && !manager_gone && Clock::now() - last_flush > std::chrono::seconds(1)) {
         if (!link.flush(start))
           manager_gone = true;
         last_flush = Clock::now();
@@ -243,9 +276,13 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     }
     for (auto &t : threads)
       t.join();
+    // An allocation that ended before its accounting link was made still
+    // reports (not one that was terminated: its manager may be gone).
+    if (!linked && !manager_gone && !g_terminate)
+      connect_link();
     int sig = shared.crash_signal.load();
     const bool remote_write = shared.remote_write.load();
-    if (!manager_gone) {
+    if (linked && !manager_gone) {
       link.flush(start);
       link.say_goodbye(sig            ? proto::ErrorCode::FunctionCrashed
                        : remote_write ? proto::ErrorCode::BadRequest

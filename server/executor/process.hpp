@@ -139,6 +139,9 @@ private:
 
   void setup_and_serve();
 
+  /// Worker 0, before its link: allocate and register the library's buffer
+  /// for the size the AllocationRequest names (left empty on failure).
+  void prepare_library();
   /// Worker 0: wait for the CodeHeader, RDMA-read the library, check, load.
   void fetch_library();
   /// After a refusal: wait (at most `most`, or until the executor stops) for
@@ -238,6 +241,9 @@ private:
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).
   rdmalib::Buffer<char> probe_;
+  /// Worker 0: the library's bytes, registered before the link is up
+  /// (prepare_library()); fetch_library() takes them over.
+  rdmalib::Buffer<char> library_;
   /// The client writes invocation s into input slot s; an in-place function
   /// writes its output over it, so these slots are guarded like the result
   /// slots. input_mr_ starts at slot 0, so slot s is at input_.stride() * s.
@@ -266,7 +272,14 @@ class AccountingLink {
 public:
   AccountingLink(Shared &s) : s_(s) {}
 
+  /// Connect to the manager (ExecutorHello). Throws when it cannot or the
+  /// manager refuses.
   void connect();
+  /// Where the fabric has atomics, wait for the manager's accounting record
+  /// (its BufferAdvertisement, sent right after it accepted). Apart from
+  /// connect(): it needs no new socket, so the seccomp filter need not wait
+  /// for it. Throws when it does not come.
+  void await_record();
 
   /// Send what accumulated since the last flush. Returns false if the manager
   /// is gone.

@@ -64,6 +64,11 @@ void Worker::setup_and_serve() {
   nrecv_ = worker_link_options(slots_).recv_depth;
   targets_.assign(slots_, SlotTarget{});
 
+  // The link's set-up mostly waits (for the client, which accepts once the
+  // manager has answered it): that wait hides registering the library's
+  // buffer.
+  if (index_ == 0)
+    prepare_library();
   proto::WorkerHello hello;
   hello.allocation_id = s_.spec.allocation_id;
   hello.worker = index_;
@@ -202,6 +207,19 @@ void Worker::await_client_close(milliseconds most) {
   }
 }
 
+void Worker::prepare_library() {
+  // The AllocationRequest names the library's size (the manager checked it
+  // against its limit). Where registering pins pages (verbs, efa), a large
+  // library's registration costs milliseconds, now spent before the
+  // CodeHeader arrives. Should it fail here, fetch_library() tries again and
+  // reports why.
+  try {
+    library_ = rdmalib::Buffer<char>(s_.fabric, s_.request.library_size, rdmalib::AccessLocal);
+  } catch (const std::exception &) {
+    library_ = rdmalib::Buffer<char>();
+  }
+}
+
 void Worker::fetch_library() {
   const auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
   proto::CodeHeader code;
@@ -228,7 +246,9 @@ void Worker::fetch_library() {
   if (code.source.size < code.library_size)
     return s_.publish_library(proto::ErrorCode::LibraryInvalid,
                               "CodeHeader.source is smaller than the library");
-  rdmalib::Buffer<char> bytes(s_.fabric, code.library_size, rdmalib::AccessLocal);
+  if (library_.size() != code.library_size)
+    library_ = rdmalib::Buffer<char>(s_.fabric, code.library_size, rdmalib::AccessLocal);
+  rdmalib::Buffer<char> bytes = std::move(library_);
   conn_.attach(bytes.region());
   size_t chunk = s_.fabric.capabilities().max_message;
   if (chunk == 0 || chunk > (8u << 20))
