@@ -6,6 +6,7 @@
 // anything (POST, PUT, DELETE) need `Authorization: Bearer <http.token>`; reads
 // of nodes, leases and accounting need that token or the read-only one;
 // /health and /metrics answer without a token unless configured otherwise.
+// Connections are kept alive within bounds (rest_connections.hpp).
 #pragma once
 
 #include <chrono>

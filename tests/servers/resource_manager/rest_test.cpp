@@ -5,6 +5,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -282,6 +283,34 @@ TEST_F(RestFixture, MetricsInPrometheusFormat) {
         "# TYPE rfaas_rm_request_duration_seconds histogram\n",
         "rfaas_rm_request_duration_seconds_bucket{interface=\"http\",kind=\"read\",le=\"+Inf\"} "})
     EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+}
+
+// /metrics reads what the loop published: it answers while the loop is busy
+// with a long task, with the changes of the tasks before.
+TEST_F(RestFixture, MetricsAnswerWhileTheLoopIsBusy) {
+  loop.call([&](Registry &r) { return r.register_node("n1", "h:1", 2, 4096, generate_secret()); });
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::thread busy([&] {
+    loop.call([&](Registry &) {
+      entered.set_value();
+      released.wait();
+      return 0;
+    });
+  });
+  entered.get_future().wait();
+  rfaas::http::Response m;
+  std::string error;
+  try {
+    m = request(rest.port(), "GET", "/metrics", "", "", std::chrono::seconds(3));
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  release.set_value();
+  busy.join();
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("rfaas_rm_nodes_registered 1\n"), std::string::npos) << m.body;
 }
 
 TEST_F(RestFixture, ConcurrentRequestsAllReachTheLoop) {
