@@ -327,13 +327,15 @@ with open(rows_file) as f:
                                              "requests_per_s": float(r[8]),
                                              "p50_us": float(r[9]), "p99_us": float(r[10])})
         elif tag == "mixed":  # benchmark,phase,clients,seconds,leases,refused,errors,leases_per_s,
-            # lease_median_us,metrics_n,metrics_p50,metrics_p99,nodes_n,nodes_p50,nodes_p99
+            # lease_median_us,metrics_n,metrics_p50,metrics_p99,nodes_n,nodes_p50,nodes_p99,
+            # server_over_1ms_pct,server_over_10ms_pct
             mixed.setdefault(dev, []).append({
                 "phase": r[1], "clients": int(r[2]), "leases": int(r[4]),
                 "leases_per_s": float(r[7]), "lease_median_us": float(r[8]),
                 "metrics_requests": int(r[9]), "metrics_p50_us": float(r[10]),
                 "metrics_p99_us": float(r[11]), "nodes_requests": int(r[12]),
-                "nodes_p50_us": float(r[13]), "nodes_p99_us": float(r[14])})
+                "nodes_p50_us": float(r[13]), "nodes_p99_us": float(r[14]),
+                "server_over_1ms_pct": float(r[15]), "server_over_10ms_pct": float(r[16])})
 
 missing = [d for d in devices if d not in raw or "lease" not in lease.get(d, {})
            or not thr.get(d) or not rest.get(d) or len(mixed.get(d, [])) != 3]
@@ -394,14 +396,17 @@ for d in devices:
         print("%-8s %-8s %-10s %8d %14.0f %10.1f %10.1f" % (d, t["path"], t["connection"],
               t["threads"], t["requests_per_s"], t["p50_us"], t["p99_us"]))
 print()
-print("REST beside leasing clients (one thread polling /metrics and /nodes, kept alive)")
-print("%-8s %-7s %8s %12s %12s %12s %12s %12s" % ("device", "phase", "clients", "leases_per_s",
-      "metrics_p50", "metrics_p99", "nodes_p50", "nodes_p99"))
+print("REST beside leasing clients (one thread polling /metrics and /nodes, kept alive; µs;")
+print("srv>1ms, srv>10ms: share of those reads whose handler took that long, loop included)")
+print("%-8s %-7s %8s %12s %12s %12s %12s %12s %8s %9s" % ("device", "phase", "clients",
+      "leases_per_s", "metrics_p50", "metrics_p99", "nodes_p50", "nodes_p99", "srv>1ms",
+      "srv>10ms"))
 for d in devices:
     for m in mixed[d]:
-        print("%-8s %-7s %8d %12.0f %12.1f %12.1f %12.1f %12.1f" % (d, m["phase"], m["clients"],
-              m["leases_per_s"], m["metrics_p50_us"], m["metrics_p99_us"], m["nodes_p50_us"],
-              m["nodes_p99_us"]))
+        print("%-8s %-7s %8d %12.0f %12.1f %12.1f %12.1f %12.1f %7.2f%% %8.2f%%" % (d, m["phase"],
+              m["clients"], m["leases_per_s"], m["metrics_p50_us"], m["metrics_p99_us"],
+              m["nodes_p50_us"], m["nodes_p99_us"], m["server_over_1ms_pct"],
+              m["server_over_10ms_pct"]))
 
 if out_csv:
     fresh = not os.path.exists(out_csv) or os.path.getsize(out_csv) == 0
