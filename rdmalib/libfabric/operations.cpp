@@ -205,6 +205,11 @@ void WaitEpoll::reset() noexcept {
   added.clear();
   pollfd = false;
   change_index = 0;
+  // Descriptor numbers are reused once the link's objects close.
+  muted.clear();
+  stale_fd = -1;
+  stale_count = 0;
+  clean_arms = 0;
 }
 
 int WaitEpoll::build(fid_t const *fids, size_t n) noexcept {
