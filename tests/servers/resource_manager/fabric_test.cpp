@@ -17,8 +17,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -777,6 +779,49 @@ TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
       EXPECT_TRUE(l["owner_uid"].is_null()) << l.dump();
       EXPECT_EQ(l["job_id"], "") << l.dump();
     }
+}
+
+/// CPU time (user + system) of process `pid` so far, in clock ticks.
+long cpu_ticks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = stat.rfind(") ");
+  if (at == std::string::npos)
+    return -1;
+  std::istringstream fields(stat.substr(at + 2));
+  std::string f;
+  long utime = 0, stime = 0;
+  // Fields 3.. of proc(5): utime and stime are the 14th and 15th.
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14)
+      utime = std::stol(f);
+    if (i == 15)
+      stime = std::stol(f);
+  }
+  return utime + stime;
+}
+
+// With a node registered and nothing to do, the loop sleeps between its
+// periodic checks. On tcp 1.17 a link's wait descriptor used to stay
+// readable for good (a provider signal nothing reset), and the idle
+// resource manager spun at 15-70% of a core.
+TEST(RmFabric, AnIdleResourceManagerWithANodeSleeps) {
+  add_node("idle", 'f');
+  Peer node;
+  ASSERT_EQ(node.register_node("idle", 'f').status, proto::ErrorCode::Ok);
+  ASSERT_TRUE(wait_state("idle", "up"));
+  const pid_t pid = rm->process().pid();
+  const long before = cpu_ticks(pid);
+  ASSERT_GE(before, 0);
+  // A measurement over a fixed interval, not a wait for readiness.
+  std::this_thread::sleep_for(1s);
+  const long used = cpu_ticks(pid) - before;
+  const long hz = sysconf(_SC_CLK_TCK);
+  // A tenth of a core at most: the periodic checks (tick_ms 50) and, on
+  // links without a descriptor (shm), a look every millisecond cost far less.
+  EXPECT_LT(used, hz / 10) << "the idle resource manager used " << used << " of " << hz
+                           << " clock ticks in one second";
+  http(rm->rest(), "POST", "/nodes/idle/drain", "", kToken);
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
