@@ -100,6 +100,7 @@ public:
                            static_cast<size_t>(sqlite3_column_bytes(st_, c)))
              : std::string();
   }
+  bool is_null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
   std::optional<uint64_t> opt_u64(int c) const {
     if (sqlite3_column_type(st_, c) == SQLITE_NULL)
       return std::nullopt;
@@ -286,6 +287,13 @@ Store::Store(const std::string &path) : path_(path), cache_(std::make_unique<Sta
                      " (check that its directory exists and is writable)");
   }
   try {
+    sqlite3_trace_v2(
+        db_, SQLITE_TRACE_STMT,
+        [](unsigned, void *count, void *, void *) {
+          ++*static_cast<uint64_t *>(count);
+          return 0;
+        },
+        &statements_);
     sqlite3_busy_timeout(db_, 5000);
     // WAL: readers never block the writer, and a crash mid-write loses at most
     // the transaction in flight. NORMAL is durable across process crashes.
@@ -499,47 +507,49 @@ void Store::put_lease(const Lease &l) {
     journal_.emplace_back(l.id, [this, l] { put_lease(l); });
 }
 
-std::vector<Lease> Store::query_leases(const char *where, const std::string *text, int64_t id,
-                                       size_t limit) const {
+std::vector<Lease> Store::query_leases(const char *where, const std::string *text,
+                                       std::optional<int64_t> number, size_t limit) const {
+  // The leases (limited and ordered in the inner select) joined with their
+  // parts: one statement however many leases match, instead of one more
+  // per lease for its parts.
   std::string sql =
-      "SELECT id, client, state, granted_ms, expiry_ms, ended_ms, secret_hash, owner_uid, job_id "
-      "FROM leases ";
+      "SELECT l.id, l.client, l.state, l.granted_ms, l.expiry_ms, l.ended_ms, l.secret_hash, "
+      "l.owner_uid, l.job_id, p.node, p.cores, p.memory_mib FROM (SELECT id, client, state, "
+      "granted_ms, expiry_ms, ended_ms, secret_hash, owner_uid, job_id FROM leases ";
   sql += where;
-  sql += " ORDER BY granted_ms DESC, id LIMIT ?2";
+  sql += " ORDER BY granted_ms DESC, id LIMIT ?2) l LEFT JOIN lease_parts p ON p.lease_id = l.id "
+         "ORDER BY l.granted_ms DESC, l.id, p.idx";
   // Prepared once per `where` (a handful of constants): a lease is looked
   // up on every grant and accounting report.
   Stmt q(db_, *cache_, sql.c_str());
   if (text)
     q.bind(1, *text);
-  else
-    q.bind(1, id);
   q.bind(2, static_cast<int64_t>(limit > INT64_MAX ? INT64_MAX : limit));
+  if (number)
+    q.bind(3, *number);
   std::vector<Lease> out;
   while (q.step()) {
-    Lease l;
-    l.id = q.u64(0);
-    l.client = q.text(1);
-    if (!parse_lease_state(q.text(2), l.state))
-      throw StoreError(path_ + ": lease " + std::to_string(l.id) + " has an unknown state " +
-                       q.text(2));
-    l.granted_ms = q.u64(3);
-    l.expiry_ms = q.u64(4);
-    l.ended_ms = q.u64(5);
-    // Empty for a lease recorded before lease secrets (left all zero).
-    std::string hash = q.blob(6);
-    if (hash.size() == l.secret_hash.size())
-      std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
-    l.owner_uid = static_cast<uint32_t>(q.u64(7));
-    l.job_id = q.text(8);
-    out.push_back(std::move(l));
-  }
-  Stmt p(db_, *cache_,
-         "SELECT node, cores, memory_mib FROM lease_parts WHERE lease_id = ?1 ORDER BY idx");
-  for (Lease &l : out) {
-    p.reset();
-    p.bind(1, l.id);
-    while (p.step())
-      l.parts.push_back(LeasePart{p.text(0), split_cores(p.text(1)), p.u64(2)});
+    const uint64_t id = q.u64(0);
+    if (out.empty() || out.back().id != id) {
+      Lease l;
+      l.id = id;
+      l.client = q.text(1);
+      if (!parse_lease_state(q.text(2), l.state))
+        throw StoreError(path_ + ": lease " + std::to_string(l.id) + " has an unknown state " +
+                         q.text(2));
+      l.granted_ms = q.u64(3);
+      l.expiry_ms = q.u64(4);
+      l.ended_ms = q.u64(5);
+      // Empty for a lease recorded before lease secrets (left all zero).
+      std::string hash = q.blob(6);
+      if (hash.size() == l.secret_hash.size())
+        std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
+      l.owner_uid = static_cast<uint32_t>(q.u64(7));
+      l.job_id = q.text(8);
+      out.push_back(std::move(l));
+    }
+    if (!q.is_null(9))
+      out.back().parts.push_back(LeasePart{q.text(9), split_cores(q.text(10)), q.u64(11)});
   }
   return out;
 }
@@ -547,31 +557,22 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
 std::vector<Lease> Store::load_leases(std::optional<LeaseState> state, size_t limit) const {
   if (state) {
     std::string s = to_string(*state);
-    return query_leases("WHERE state = ?1", &s, 0, limit);
+    return query_leases("WHERE state = ?1", &s, std::nullopt, limit);
   }
-  return query_leases("WHERE ?1 = 0", nullptr, 0, limit);
+  return query_leases("", nullptr, std::nullopt, limit);
 }
 
 std::optional<Lease> Store::load_lease(uint64_t id) const {
-  auto v = query_leases("WHERE id = ?1", nullptr, static_cast<int64_t>(id), 1);
+  auto v = query_leases("WHERE id = ?3", nullptr, static_cast<int64_t>(id), 1);
   if (v.empty())
     return std::nullopt;
   return std::move(v.front());
 }
 
 std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t now_ms) const {
-  Stmt q(db_, "SELECT DISTINCT l.id FROM leases l JOIN lease_parts p ON p.lease_id = l.id "
-              "WHERE p.node = ?1 AND l.state != 'active' AND l.expiry_ms > ?2");
-  q.bind(1, node);
-  q.bind(2, now_ms);
-  std::vector<uint64_t> ids;
-  while (q.step())
-    ids.push_back(q.u64(0));
-  std::vector<Lease> out;
-  for (uint64_t id : ids)
-    if (auto l = load_lease(id))
-      out.push_back(std::move(*l));
-  return out;
+  return query_leases("WHERE state != 'active' AND expiry_ms > ?3 AND id IN (SELECT lease_id "
+                      "FROM lease_parts WHERE node = ?1)",
+                      &node, static_cast<int64_t>(now_ms), SIZE_MAX);
 }
 
 void Store::put_accounting(const AccountingRecord &r) {
