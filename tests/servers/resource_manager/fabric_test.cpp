@@ -821,7 +821,7 @@ TEST(RmFabric, AnIdleResourceManagerWithANodeSleeps) {
   // links without a descriptor (shm), a look every millisecond cost far less.
   EXPECT_LT(used, hz / 10) << "the idle resource manager used " << used << " of " << hz
                            << " clock ticks in one second";
-  http(rm->rest(), "POST", "/nodes/idle/drain", "", kToken);
+  request(rm->rest(), "POST", "/nodes/idle/drain", "", kToken);
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
