@@ -439,9 +439,20 @@ void Worker::serve() {
     hot_ns += ns_between(idle_start, Clock::now());
     pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
   }
-  if (stopped) {
-    // Tell the client why its worker goes away (manager stopping, lease
-    // ended, another worker failed), rather than just closing.
+  // Tell the client why its worker goes away (manager stopping, lease
+  // ended, another worker failed), rather than just closing; but not while
+  // a liveness probe is unanswered: the client has not progressed since,
+  // and a provider may hold every later send to it until it does (shm
+  // without CMA carries a read in pieces and answers each send to that peer
+  // "try again" meanwhile, taking the client's region lock on every try; an
+  // executor ended during those tries left that lock held, and the client
+  // spun on it for good: docs/BACKEND-BUGS.md). The client learns the
+  // worker is gone from the link's end instead.
+  if (stopped && probing_)
+    spdlog::debug("executor {:x}: worker {}: no Shutdown to a client that has not answered "
+                  "the liveness probe",
+                  s_.spec.allocation_id, index_);
+  if (stopped && !probing_) {
     proto::Shutdown bye;
     bye.allocation_id = s_.spec.allocation_id;
     bye.reason = proto::ErrorCode::ShuttingDown;
