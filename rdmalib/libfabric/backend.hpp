@@ -420,6 +420,8 @@ struct FabricImpl final : FabricCore {
   // ---- Fabric::prepare (Quirks::endpoint_open_is_slow), front end's contract
   bool prepare(const ConnectionOptions &options, Fabric::Refill refill);
   Fabric::PreparedEndpoints prepared() const;
+  // ---- Fabric::names_own_endpoint (fabric.cpp)
+  bool names_own_endpoint(const Address &a) const noexcept;
   // Set in finish() where the quirk applies, then never replaced. Declared
   // last: its thread stops and its waiting endpoints close before the rest
   // of the fabric.

@@ -62,6 +62,15 @@ sigset_t termination_signals() {
   return set;
 }
 
+/// Freeze every worker that runs the client's function; true when none is
+/// left in the network library (WorkerGate).
+bool all_out_of_network(Shared &shared) noexcept {
+  bool out = true;
+  for (uint32_t i = 0; i < shared.request.cores; ++i)
+    out = shared.gates[i].freeze() && out;
+  return out;
+}
+
 /// The provider's handler for SIGTERM, when one went in front of on_term
 /// (libfabric's shm installs it at the process's first endpoint, on
 /// whichever thread opens it): let it unlink the process's shared-memory
@@ -183,6 +192,7 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     if (shared.request.cores != spec.cores.size())
       throw std::runtime_error("launch spec: core count does not match the request");
     shared.counters.reset(new WorkerCounters[shared.request.cores]);
+    shared.gates.reset(new WorkerGate[shared.request.cores]);
     shared.links_pending = shared.request.cores + 1;
 
     // The workers' links to the client are on the critical path of the cold
@@ -237,6 +247,7 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
       shared.link_settled();
     auto last_flush = Clock::now();
     Clock::time_point terminate_at{};
+    bool said_waiting = false;
     g_serving = 1;
     for (;;) {
       {
@@ -253,8 +264,20 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
         terminate_at = Clock::now();
       }
       // A worker stuck inside a long function cannot see the stop request:
-      // report what we have and end without it rather than wait for SIGKILL.
-      if (terminate_at != Clock::time_point{} && Clock::now() - terminate_at > milliseconds(500)) {
+      // report what we have and end without it rather than wait for SIGKILL,
+      // but only once no worker is inside the network library (WorkerGate:
+      // a worker still saying goodbye to its client on a loaded host holds
+      // the client's locks for moments). Those finish on their own.
+      const bool grace_over =
+          terminate_at != Clock::time_point{} && Clock::now() - terminate_at > milliseconds(500);
+      const bool may_end = grace_over && all_out_of_network(shared);
+      if (grace_over && !may_end && !said_waiting) {
+        said_waiting = true;
+        spdlog::info("executor {:x}: a worker is still in the network library 500 ms after "
+                     "SIGTERM; ending once it is out, not inside it",
+                     spec.allocation_id);
+      }
+      if (may_end) {
         if (linked && !manager_gone)
           link.flush(start);
         spdlog::warn("executor {:x}: terminated while a function was running", spec.allocation_id);
