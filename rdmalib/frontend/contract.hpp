@@ -42,6 +42,9 @@
 //   Fabric::PreparedEndpoints prepared() const;   what prepare() did so far
 //   bool ready_links(std::vector<uint64_t> &tags); links of a shared endpoint
 //       with receive completions waiting (LinkCore::tag); false elsewhere
+//   bool names_own_endpoint(const Address &) const noexcept;
+//       Fabric::names_own_endpoint: the address is an endpoint of this process
+//       on a fabric of node-local named endpoints; false where unknown.
 //
 // struct MemoryRegionImpl final
 //   Owns a registration; its destructor releases it (logging failures).

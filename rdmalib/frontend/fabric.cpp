@@ -87,6 +87,9 @@ bool Fabric::prepare(const ConnectionOptions &options, Refill refill) {
 }
 Fabric::PreparedEndpoints Fabric::prepared() const { return impl_->prepared(); }
 bool Fabric::ready_links(std::vector<uint64_t> &tags) { return impl_->ready_links(tags); }
+bool Fabric::names_own_endpoint(const Address &address) const noexcept {
+  return impl_->names_own_endpoint(address);
+}
 
 const char *Fabric::backend_name() noexcept { return detail::FabricImpl::backend_name(); }
 std::string Fabric::backend_version() { return detail::FabricImpl::backend_version(); }

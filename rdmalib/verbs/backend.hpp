@@ -202,6 +202,9 @@ struct FabricImpl final : FabricCore {
   Fabric::PreparedEndpoints prepared() const noexcept { return {}; }
   /// Every link has its own queues.
   static bool ready_links(std::vector<uint64_t> &) noexcept { return false; }
+  // Queue pairs are reached by host:port through rdmacm, like IP providers:
+  // nothing to tell from the address alone.
+  bool names_own_endpoint(const Address &) const noexcept { return false; }
 };
 
 struct MemoryRegionImpl final {
