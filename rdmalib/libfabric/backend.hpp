@@ -126,7 +126,10 @@ using detail::Deadline;
 // RDM handshake, sent to the listener's endpoint and answered from the new
 // per-connection endpoint.
 constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
-constexpr uint16_t kHandshakeVersion = 3;
+// 4: links of a shared endpoint receive from its wildcard pool, tagged with
+// the link id, and announce messages over the pool's size (control type
+// Large); a version-3 peer posts per-link receives and would never match.
+constexpr uint16_t kHandshakeVersion = 4;
 enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3 };
 constexpr size_t kMaxRawAddress = 128;
 constexpr size_t kMaxPrivateData = 256;

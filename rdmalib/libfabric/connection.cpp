@@ -1013,6 +1013,12 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
         c->post_receive(rbuf, sizeof(lf::HandshakeMessage), c->ctl_desc(), rs, 0);
         continue;
       }
+      if (ans.type == lf::HsReject && ans.version != lf::kHandshakeVersion)
+        throw Error(ErrorKind::Backend, "rdmalib: the server at " + remote.to_string() +
+                                            " speaks handshake version " +
+                                            std::to_string(ans.version) + ", this rdmalib " +
+                                            std::to_string(lf::kHandshakeVersion) +
+                                            ": run the same rFaaS version on both ends");
       if (ans.type == lf::HsReject)
         throw_connect(f, remote, FI_ECONNREFUSED, "handshake", timeout_ms);
       if (ans.type != lf::HsAccept || ans.address_len > sizeof ans.address ||

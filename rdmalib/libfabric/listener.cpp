@@ -450,8 +450,18 @@ RequestImpl *ListenerImpl::next(const Deadline &dl) {
       continue;
     }
     if (h.version != lf::kHandshakeVersion) {
-      rdmalib::logger().warn("rdmalib: listener {}: handshake version {} (expected {})",
+      // Peers of another rdmalib version disagree on how messages are
+      // matched on a shared endpoint: refused here, so that both ends say
+      // why instead of a link that never delivers.
+      rdmalib::logger().warn("rdmalib: listener {}: refusing a peer that speaks handshake version "
+                             "{} (this rdmalib speaks {}): run the same rFaaS version on both ends",
                              l.address.to_string(), h.version, lf::kHandshakeVersion);
+      RequestImpl refused;
+      refused.listener = &l;
+      refused.fabric_handle = l.fabric_handle;
+      refused.hello = h;
+      refused.reject();
+      continue;
     }
     if (l.fab->quirks.receiver_keeps_senders_mapped)
       forget_hello_sender(hs, h);
