@@ -492,6 +492,21 @@ TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
   ASSERT_EQ(node.register_node("foxtrot", '7', kLeases).status, proto::ErrorCode::Ok);
   for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2"})
     http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+  // The node sends heartbeats all along (it is busy, not gone): on an
+  // emulated CPU the test runs past the resource manager's heartbeat
+  // timeout (60 s), and on verbs a sender whose peer has no receive posted
+  // retries after rdma_cm's RNR timer (655 ms), so the 400 notices take
+  // tens of seconds to reach it.
+  auto last_beat = std::chrono::steady_clock::now();
+  uint64_t beats = 0;
+  auto beat = [&] {
+    if (std::chrono::steady_clock::now() - last_beat < 1s)
+      return;
+    proto::Heartbeat hb;
+    hb.sequence = ++beats;
+    EXPECT_EQ(node.channel.send(hb, in(5s)), proto::ChannelStatus::Ok);
+    last_beat = std::chrono::steady_clock::now();
+  };
   Peer client;
   auto lease = [&](uint64_t duration_ms) {
     proto::LeaseRequest req;
@@ -536,6 +551,7 @@ TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
     proto::LeaseGrant grant = lease(end_at - now);
     ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << i << ": " << proto::get_text(grant.message);
     granted.insert(grant.lease_id);
+    beat();
   }
   const uint64_t done = wall_ms();
   ASSERT_LT(done, end_at) << "granting took too long for the leases to end together";
@@ -544,10 +560,13 @@ TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
   // send completes only once the node takes it).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(end_at - done) + 20s;
   while (node_view("foxtrot").value("cores_used", -1) != 0 &&
-         std::chrono::steady_clock::now() < deadline)
+         std::chrono::steady_clock::now() < deadline) {
+    beat();
     std::this_thread::sleep_for(20ms);
+  }
   std::set<uint64_t> ended;
   for (uint32_t i = 0; i < kLeases; ++i) {
+    beat();
     proto::LeaseEnded e = node.await_ended();
     if (e.lease_id == 0)
       break; // await_ended reported the failure
