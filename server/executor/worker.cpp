@@ -427,7 +427,7 @@ void Worker::serve() {
     // ended, another worker failed), rather than just closing.
     proto::Shutdown bye;
     bye.allocation_id = s_.spec.allocation_id;
-    bye.reason = proto::ErrorCode::ShuttingDown;
+    bye.reason = static_cast<proto::ErrorCode>(s_.stop_reason.load());
     try {
       send_control(bye);
     } catch (const std::exception &) {
