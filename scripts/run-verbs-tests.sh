@@ -41,7 +41,7 @@
 #                             verbs_smoke and the conformance suite on both
 #                             topologies ~60 s, the end-to-end suite on both
 #                             ~115 s, the lease suite ~80 s, the fabric suite
-#                             with munged ~70 s, the lease owner's ~30 s, the
+#                             with munged ~45-70 s, the lease owner's ~10-30 s, the
 #                             libfabric verbs-provider suites ~45 s + ~50-160 s.
 #                             1020 leaves room for one step
 #                             to hit its own timeout and the rest to finish)
