@@ -32,6 +32,7 @@
 // clock; nothing here fakes time).
 #include <rfaas/rfaas.hpp>
 
+#include "http_client.hpp"
 #include "pipe_io.hpp"
 #include "rm_fleet_host.hpp"
 #include "stats.hpp"
@@ -89,78 +90,9 @@ uint64_t database_bytes(const std::string &path) {
   return file_size(path) + file_size(path + "-wal");
 }
 
-// ---- a minimal HTTP/1.1 client: one connection per request ---------------------------
-
-struct HttpAnswer {
-  int status = 0;
-  std::string body;
-};
-
-HttpAnswer http(uint16_t port, const std::string &method, const std::string &path,
-                const std::string &token, const std::string &body = "") {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  timeval tv{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
-    std::string why = std::strerror(errno);
-    close(fd);
-    throw std::runtime_error("REST port " + std::to_string(port) + ": " + why);
-  }
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (!token.empty())
-    req += "Authorization: Bearer " + token + "\r\n";
-  if (!body.empty())
-    req +=
-        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  req += "\r\n" + body;
-  for (size_t off = 0; off < req.size();) {
-    ssize_t n = send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      close(fd);
-      throw std::runtime_error(std::string("REST send: ") + std::strerror(errno));
-    }
-    off += static_cast<size_t>(n);
-  }
-  // Until Content-Length bytes of body came (or the server closed).
-  std::string in;
-  char buf[65536];
-  size_t want = std::string::npos;
-  for (;;) {
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0)
-      break;
-    in.append(buf, static_cast<size_t>(n));
-    size_t head = in.find("\r\n\r\n");
-    if (want == std::string::npos && head != std::string::npos) {
-      std::string h = in.substr(0, head);
-      std::transform(h.begin(), h.end(), h.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      size_t cl = h.find("\r\ncontent-length:");
-      if (cl != std::string::npos)
-        want = head + 4 + std::strtoul(h.c_str() + cl + 17, nullptr, 10);
-    }
-    if (want != std::string::npos && in.size() >= want)
-      break;
-  }
-  close(fd);
-  HttpAnswer r;
-  if (in.size() < 12 || in.compare(0, 5, "HTTP/") != 0)
-    throw std::runtime_error("REST " + method + " " + path + ": no HTTP answer");
-  r.status = std::atoi(in.c_str() + 9);
-  size_t head = in.find("\r\n\r\n");
-  if (head != std::string::npos)
-    r.body = in.substr(head + 4);
-  return r;
-}
+/// REST calls of the fleet (a connection each, tools/http): 10,000 nodes on a
+/// loaded host answer slowly.
+constexpr std::chrono::seconds kRestTimeout{30};
 
 /// One gauge's value from the Prometheus text, -1 when absent.
 double metric_value(const std::string &text, const std::string &name) {
@@ -301,7 +233,7 @@ void time_rest(uint16_t port, const std::string &token, const std::atomic<bool> 
     for (const char *path : {"/nodes", "/metrics"}) {
       auto t0 = Clock::now();
       try {
-        HttpAnswer a = http(port, "GET", path, token);
+        rfaas::http::Response a = rfaas::http::request(port, "GET", path, "", token, kRestTimeout);
         if (a.status != 200)
           ++out.errors;
       } catch (const std::exception &) {
@@ -349,7 +281,8 @@ std::string fmt(double v, int decimals = 1) {
 /// of descriptors, or its loop too busy to answer within its deadline).
 double nodes_up(const Run &r) {
   try {
-    HttpAnswer m = http(r.rest_port, "GET", "/metrics", r.token);
+    rfaas::http::Response m =
+        rfaas::http::request(r.rest_port, "GET", "/metrics", "", r.token, kRestTimeout);
     return metric_value(m.body, "rfaas_rm_nodes{state=\"up\"}");
   } catch (const std::exception &) {
     return -1;
@@ -362,8 +295,9 @@ uint64_t accounting_records(const Run &r) {
   uint64_t n = 0;
   for (uint32_t i = 0; i < r.clients; ++i) {
     try {
-      HttpAnswer a =
-          http(r.rest_port, "GET", "/accounting?client=fleet-client-" + std::to_string(i), r.token);
+      rfaas::http::Response a = rfaas::http::request(
+          r.rest_port, "GET", "/accounting?client=fleet-client-" + std::to_string(i), "", r.token,
+          kRestTimeout);
       for (size_t at = 0; (at = a.body.find("\"final\":true", at)) != std::string::npos; ++at)
         ++n;
     } catch (const std::exception &) {
@@ -398,7 +332,8 @@ int run(const Run &r) {
                        "\",\"address\":\"127.0.0.1:1\",\"cores\":" + std::to_string(r.fleet.cores) +
                        ",\"memory_mib\":" + std::to_string(r.fleet.memory_mib) + ",\"secret\":\"" +
                        hex(specs[i].secret.data(), specs[i].secret.size()) + "\"}";
-    HttpAnswer a = http(r.rest_port, "POST", "/nodes", r.token, body);
+    rfaas::http::Response a =
+        rfaas::http::request(r.rest_port, "POST", "/nodes", body, r.token, kRestTimeout);
     if (a.status != 201)
       throw std::runtime_error("POST /nodes for " + specs[i].name + ": HTTP " +
                                std::to_string(a.status) + " " + a.body);

@@ -9,7 +9,10 @@
 #   raw_libfabric_pingpong -m send (the size of a lease grant), the baseline;
 #   rm_lease_benchmark --mode latency (lease: request -> grant; release);
 #   rm_lease_benchmark --mode throughput for each client count;
-#   rm_rest_benchmark on GET /health and GET /nodes for each thread count;
+#   rm_rest_benchmark on GET /health, /nodes and /metrics for each thread
+#     count, on kept-alive connections and with a new connection per request;
+#   rm_rest_benchmark --mode mixed: --mixed-clients leasing processes while one
+#     thread polls /metrics and /nodes (leases/s with and without it, p50/p99);
 # and stops everything it started (also on failure or Ctrl-C). The baseline
 # runs pinned (server on the first CPU, client on the last); the resource
 # manager and its clients only with --pin. A summary table closes the run.
@@ -32,6 +35,7 @@ devices_list="lo-tcp lo-shm"
 clients="1,4,16"
 seconds=2
 rest_threads="1,4"
+mixed_clients=16
 iterations=2000
 budget=2
 managers=2
@@ -49,6 +53,7 @@ usage() {
   echo "  --clients LIST        throughput client processes (default: $clients)"
   echo "  --seconds S           seconds per throughput and REST measurement (default: $seconds)"
   echo "  --rest-threads LIST   REST client threads (default: $rest_threads)"
+  echo "  --mixed-clients N     leasing clients beside the REST poller (default: $mixed_clients)"
   echo "  --iterations N        leases timed for the latency (default: $iterations, within --budget s)"
   echo "  --managers 1|2        registered executor managers (default: $managers)"
   echo "  --csv FILE            append every row (baseline, latency, throughput, rest) as CSV"
@@ -67,6 +72,7 @@ while [[ $# -gt 0 ]]; do
   --clients) clients=$2; shift 2 ;;
   --seconds) seconds=$2; shift 2 ;;
   --rest-threads) rest_threads=$2; shift 2 ;;
+  --mixed-clients) mixed_clients=$2; shift 2 ;;
   --iterations) iterations=$2; shift 2 ;;
   --managers) managers=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
@@ -80,7 +86,7 @@ done
 [[ $managers == 1 || $managers == 2 ]] || { echo "run-rm-benchmarks.sh: --managers is 1 or 2" >&2; exit 2; }
 if ((smoke)); then
   ((devices_given)) || devices_list=lo-tcp
-  clients=2 seconds=0.3 rest_threads=2 iterations=100 budget=0.3 managers=1
+  clients=2 seconds=0.3 rest_threads=2 iterations=100 budget=0.3 managers=1 mixed_clients=2
 fi
 
 if [[ -z $build && -x $here/rm_lease_benchmark ]]; then
@@ -268,14 +274,21 @@ for dev in $devices_list; do
     tail -n +2 "$work/one.csv" | sed "s/^/leases,$dev,/" >>"$rows"
   done
 
+  # REST: kept-alive connections and a new one per request, same run.
   rm -f "$work/one.csv"
-  for path in /health /nodes; do
-    "${pin_client[@]}" "$bench/rm_rest_benchmark" --port "$rm_rest" --path "$path" \
-      --token-file "$work/token" \
-      --threads "$rest_threads" --seconds "$seconds" --csv "$work/one.csv" ||
-      fail "rm_rest_benchmark GET $path on $dev failed"
-  done
+  "${pin_client[@]}" "$bench/rm_rest_benchmark" --port "$rm_rest" --token-file "$work/token" \
+    --paths /health,/nodes,/metrics --connections keep-alive,new \
+    --threads "$rest_threads" --seconds "$seconds" --csv "$work/one.csv" ||
+    fail "rm_rest_benchmark on $dev failed"
   tail -n +2 "$work/one.csv" | sed "s/^/rest,$dev,/" >>"$rows"
+
+  # REST beside leasing clients: leasing alone, polling alone, both.
+  rm -f "$work/one.csv"
+  "$bench/rm_rest_benchmark" --port "$rm_rest" --token-file "$work/token" --mode mixed \
+    --devices "$devices_db" --device "$dev" --resource-manager "$rm_fabric" \
+    --clients "$mixed_clients" --seconds "$seconds" --csv "$work/one.csv" ||
+    fail "rm_rest_benchmark --mode mixed on $dev failed"
+  tail -n +2 "$work/one.csv" | sed "s/^/mixed,$dev,/" >>"$rows"
 
   # Every lease was released: none may be left active.
   active=$(curl -s "${auth[@]}" "http://127.0.0.1:$rm_rest/leases")
@@ -287,7 +300,7 @@ python3 - "$rows" "$csv" "$json" "$smoke" "$repo" <<'PY'
 import csv, json, os, platform, subprocess, sys, time
 rows_file, out_csv, out_json, smoke = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 repo = sys.argv[5]
-raw, lease, thr, rest, cpu, devices = {}, {}, {}, {}, {}, []
+raw, lease, thr, rest, cpu, mixed, devices = {}, {}, {}, {}, {}, {}, []
 with open(rows_file) as f:
     for line in f:
         tag, dev, rest_of = line.rstrip("\n").split(",", 2)
@@ -308,16 +321,33 @@ with open(rows_file) as f:
                                             "lease_median_us": float(r[9])})
         elif tag == "cpu":  # phase,clients,ticks,ticks_per_s
             cpu.setdefault(dev, {})[(r[0], int(r[1]))] = int(r[2]) / float(r[3])
-        elif tag == "rest":  # benchmark,path,threads,seconds,requests,errors,conns,per_s,median,p99
-            rest.setdefault(dev, []).append({"path": r[1], "threads": int(r[2]),
-                                             "requests": int(r[4]), "connections": int(r[6]),
-                                             "requests_per_s": float(r[7]),
-                                             "median_us": float(r[8]), "p99_us": float(r[9])})
+        elif tag == "rest":  # benchmark,path,connection,threads,seconds,requests,errors,conns,per_s,p50,p99
+            rest.setdefault(dev, []).append({"path": r[1], "connection": r[2], "threads": int(r[3]),
+                                             "requests": int(r[5]), "connections": int(r[7]),
+                                             "requests_per_s": float(r[8]),
+                                             "p50_us": float(r[9]), "p99_us": float(r[10])})
+        elif tag == "mixed":  # benchmark,phase,clients,seconds,leases,refused,errors,leases_per_s,
+            # lease_median_us,metrics_n,metrics_p50,metrics_p99,nodes_n,nodes_p50,nodes_p99,
+            # server_over_1ms_pct,server_over_10ms_pct
+            mixed.setdefault(dev, []).append({
+                "phase": r[1], "clients": int(r[2]), "leases": int(r[4]),
+                "leases_per_s": float(r[7]), "lease_median_us": float(r[8]),
+                "metrics_requests": int(r[9]), "metrics_p50_us": float(r[10]),
+                "metrics_p99_us": float(r[11]), "nodes_requests": int(r[12]),
+                "nodes_p50_us": float(r[13]), "nodes_p99_us": float(r[14]),
+                "server_over_1ms_pct": float(r[15]), "server_over_10ms_pct": float(r[16])})
 
 missing = [d for d in devices if d not in raw or "lease" not in lease.get(d, {})
-           or not thr.get(d) or not rest.get(d)]
+           or not thr.get(d) or not rest.get(d) or len(mixed.get(d, [])) != 3]
 if missing:
     sys.exit("run-rm-benchmarks.sh: no figures for " + ", ".join(missing))
+# Kept-alive clients open one connection per thread: more means the server
+# closed connections it should have kept.
+reopened = ["%s %s %d threads: %d connections" % (d, t["path"], t["threads"], t["connections"])
+            for d in devices for t in rest[d]
+            if t["connection"] == "keep-alive" and t["connections"] > t["threads"]]
+if reopened:
+    sys.exit("run-rm-benchmarks.sh: kept-alive connections were closed: " + "; ".join(reopened))
 
 print()
 print("load average %.1f %.1f %.1f on %d CPUs (a shared host: p99 mostly measures other processes)" %
@@ -340,7 +370,7 @@ for d in devices:
           rel_ratio, tail))
     summary[d] = {"raw": raw[d], "lease": lr, "release": rl, "lease_over_raw": ratio,
                   "release_over_raw": rel_ratio, "lease_p99_over_median": tail,
-                  "throughput": thr[d], "rest": rest[d]}
+                  "throughput": thr[d], "rest": rest[d], "mixed": mixed[d]}
     n = lr["n"]
     if ("latency", 1) in cpu.get(d, {}) and n:
         summary[d]["latency_cpu_us_per_lease"] = cpu[d][("latency", 1)] * 1e6 / n
@@ -357,13 +387,26 @@ for d in devices:
         print("%-8s %8d %12.0f %14.0f %10d %16.1f %10.1f" % (d, t["clients"], t["leases_per_s"],
               t["requests_per_s"], t["refused"], t["lease_median_us"], t["rm_cpu_us_per_lease"]))
 print()
-print("REST requests per second (GET, one request at a time per thread; a new connection per request when the server closes it)")
-print("%-8s %-8s %8s %14s %10s %10s" % ("device", "path", "threads", "requests_per_s", "median_us",
-      "p99_us"))
+print("REST GETs per second (one request at a time per thread; keep-alive: one connection per")
+print("thread; new: a new connection per request)")
+print("%-8s %-8s %-10s %8s %14s %10s %10s" % ("device", "path", "connection", "threads",
+      "requests_per_s", "p50_us", "p99_us"))
 for d in devices:
     for t in rest[d]:
-        print("%-8s %-8s %8d %14.0f %10.1f %10.1f" % (d, t["path"], t["threads"],
-              t["requests_per_s"], t["median_us"], t["p99_us"]))
+        print("%-8s %-8s %-10s %8d %14.0f %10.1f %10.1f" % (d, t["path"], t["connection"],
+              t["threads"], t["requests_per_s"], t["p50_us"], t["p99_us"]))
+print()
+print("REST beside leasing clients (one thread polling /metrics and /nodes, kept alive; µs;")
+print("srv>1ms, srv>10ms: share of those reads whose handler took that long, loop included)")
+print("%-8s %-7s %8s %12s %12s %12s %12s %12s %8s %9s" % ("device", "phase", "clients",
+      "leases_per_s", "metrics_p50", "metrics_p99", "nodes_p50", "nodes_p99", "srv>1ms",
+      "srv>10ms"))
+for d in devices:
+    for m in mixed[d]:
+        print("%-8s %-7s %8d %12.0f %12.1f %12.1f %12.1f %12.1f %7.2f%% %8.2f%%" % (d, m["phase"],
+              m["clients"], m["leases_per_s"], m["metrics_p50_us"], m["metrics_p99_us"],
+              m["nodes_p50_us"], m["nodes_p99_us"], m["server_over_1ms_pct"],
+              m["server_over_10ms_pct"]))
 
 if out_csv:
     fresh = not os.path.exists(out_csv) or os.path.getsize(out_csv) == 0

@@ -40,6 +40,9 @@
 //       endpoints for these depths opened ahead of need, where opening one is
 //       slow; false (nothing done) elsewhere.
 //   Fabric::PreparedEndpoints prepared() const;   what prepare() did so far
+//   bool names_own_endpoint(const Address &) const noexcept;
+//       Fabric::names_own_endpoint: the address is an endpoint of this process
+//       on a fabric of node-local named endpoints; false where unknown.
 //
 // struct MemoryRegionImpl final
 //   Owns a registration; its destructor releases it (logging failures).

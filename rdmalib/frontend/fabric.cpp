@@ -86,6 +86,9 @@ bool Fabric::prepare(const ConnectionOptions &options, Refill refill) {
   return impl_->prepare(detail::with_defaults(*impl_, options), refill);
 }
 Fabric::PreparedEndpoints Fabric::prepared() const { return impl_->prepared(); }
+bool Fabric::names_own_endpoint(const Address &address) const noexcept {
+  return impl_->names_own_endpoint(address);
+}
 
 const char *Fabric::backend_name() noexcept { return detail::FabricImpl::backend_name(); }
 std::string Fabric::backend_version() { return detail::FabricImpl::backend_version(); }

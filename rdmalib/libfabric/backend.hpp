@@ -223,6 +223,17 @@ struct WaitEpoll {
   /// Follows a change of an FI_WAIT_POLLFD set (`wait`, the set's owner);
   /// false when it cannot be read any more.
   bool refresh(fid_t wait) noexcept;
+  /// Called after an arm that found every queue empty: a socket-pair
+  /// descriptor that is readable at kStaleArms such arms in a row is a
+  /// signal nothing resets, and leaves the set for good (operations.cpp).
+  /// Looks only during a link's first kCleanArms quiet arms.
+  void check_stale() noexcept;
+  static constexpr int kStaleArms = 3;
+  static constexpr int kCleanArms = 16;
+  std::vector<int> muted;
+  int stale_fd = -1;
+  int stale_count = 0;
+  int clean_arms = 0;
 };
 
 /// Quirks::links_share_endpoint: the fabric's one endpoint, address vector
@@ -409,6 +420,8 @@ struct FabricImpl final : FabricCore {
   // ---- Fabric::prepare (Quirks::endpoint_open_is_slow), front end's contract
   bool prepare(const ConnectionOptions &options, Fabric::Refill refill);
   Fabric::PreparedEndpoints prepared() const;
+  // ---- Fabric::names_own_endpoint (fabric.cpp)
+  bool names_own_endpoint(const Address &a) const noexcept;
   // Set in finish() where the quirk applies, then never replaced. Declared
   // last: its thread stops and its waiting endpoints close before the rest
   // of the fabric.

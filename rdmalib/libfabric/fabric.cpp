@@ -394,6 +394,19 @@ std::string FabricImpl::format_token() const {
   }
 }
 
+bool FabricImpl::names_own_endpoint(const Address &a) const noexcept {
+  // Only endpoints named by strings are node-local objects whose creator can
+  // be read from the name (shm's regions in /dev/shm).
+  if (addr_format != FI_ADDR_STR)
+    return false;
+  try {
+    const std::vector<uint8_t> raw = raw_address(a);
+    return lf::shm_region_of_this_process(raw.data(), raw.size());
+  } catch (...) {
+    return false;
+  }
+}
+
 std::vector<uint8_t> FabricImpl::raw_address(const Address &a) const {
   if (a.opaque()) {
     if (a.format != format_token())

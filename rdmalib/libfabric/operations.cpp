@@ -2,14 +2,18 @@
 // progress for a post that found no room, the notifications an emulated
 // write-with-immediate still owes, a peer's end, sleeping for completions.
 // The fast path is in data_path.hpp. Nothing here allocates or throws.
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "backend.hpp"
+#include "common/logging.hpp"
+#include <spdlog/spdlog.h>
 
 namespace rdmalib::detail {
 
@@ -201,6 +205,11 @@ void WaitEpoll::reset() noexcept {
   added.clear();
   pollfd = false;
   change_index = 0;
+  // Descriptor numbers are reused once the link's objects close.
+  muted.clear();
+  stale_fd = -1;
+  stale_count = 0;
+  clean_arms = 0;
 }
 
 int WaitEpoll::build(fid_t const *fids, size_t n) noexcept {
@@ -242,6 +251,8 @@ bool WaitEpoll::refresh(fid_t wait) noexcept {
   for (const auto &[d, ev] : added)
     epoll_ctl(fd, EPOLL_CTL_DEL, d, nullptr); // a closed one is gone already
   for (const auto &[d, ev] : now) {
+    if (std::find(muted.begin(), muted.end(), d) != muted.end())
+      continue;
     epoll_event e{};
     e.events = ev;
     e.data.fd = d;
@@ -251,6 +262,48 @@ bool WaitEpoll::refresh(fid_t wait) noexcept {
   added = std::move(now);
   change_index = change;
   return true;
+}
+
+void WaitEpoll::check_stale() noexcept {
+  // tcp 1.17 puts a socket pair of its event queue's progress engine into a
+  // link's wait set, raises it when the queue opens, and resets it only
+  // from a progress thread that manual progress never starts: the set's
+  // descriptor stayed readable for the link's whole life, and a loop
+  // sleeping on it spun (an idle resource manager with one node used a
+  // quarter of a core). A real signal is consumed by the next progress
+  // pass, so it is not readable again at the next quiet arm; a connection's
+  // own socket (not AF_UNIX) is never left out.
+  if (fd < 0 || clean_arms >= kCleanArms)
+    return;
+  epoll_event ev[4];
+  int n = epoll_wait(fd, ev, 4, 0);
+  if (n <= 0) {
+    ++clean_arms;
+    stale_fd = -1;
+    stale_count = 0;
+    return;
+  }
+  const int d = ev[0].data.fd;
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  if (getsockopt(d, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX) {
+    stale_fd = -1;
+    stale_count = 0;
+    return;
+  }
+  if (d != stale_fd) {
+    stale_fd = d;
+    stale_count = 0;
+  }
+  if (++stale_count < kStaleArms)
+    return;
+  epoll_ctl(fd, EPOLL_CTL_DEL, d, nullptr);
+  muted.push_back(d);
+  stale_fd = -1;
+  stale_count = 0;
+  rdmalib::logger().debug("rdmalib: descriptor {} stays readable with every queue empty; no "
+                          "longer waited on",
+                          d);
 }
 
 } // namespace rdmalib::lf
@@ -292,12 +345,18 @@ bool ConnectionImpl::arm() noexcept {
     if (wait.fd < 0 || !wait.refresh(&waitset->fid))
       return false;
     fid_t fids[1] = {&waitset->fid};
-    return fi_trywait(fab->fabric.get(), fids, 1) == 0;
+    if (fi_trywait(fab->fabric.get(), fids, 1) != 0)
+      return false;
+    wait.check_stale();
+    return true;
   }
   if (wait.fd < 0)
     return false;
   fid_t fids[3] = {&txcq->fid, &rxcq->fid, eq ? &eq->fid : nullptr};
-  return fi_trywait(fab->fabric.get(), fids, eq ? 3 : 2) == 0;
+  if (fi_trywait(fab->fabric.get(), fids, eq ? 3 : 2) != 0)
+    return false;
+  wait.check_stale();
+  return true;
 }
 
 size_t ConnectionImpl::block(Queue q, Completion *out, size_t max, int slice_ms) noexcept {

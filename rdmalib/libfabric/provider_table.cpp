@@ -328,6 +328,42 @@ bool shm_region_usable(const void *raw, size_t len) noexcept {
   }
 }
 
+bool shm_region_of_this_process(const void *raw, size_t len) noexcept {
+  try {
+    const std::string path = shm_region_path(shm_region_name(raw, len));
+    if (path.empty())
+      return false;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+      return false;
+    struct stat st;
+    int pid = 0;
+    const bool header = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                        ::pread(fd, &pid, sizeof pid, 4) == static_cast<ssize_t>(sizeof pid);
+    ::close(fd);
+    if (!header || pid != ::getpid())
+      return false;
+    // The provider maps every region it creates for as long as the endpoint
+    // is open; a peer's region mapped here carries the peer's pid.
+    FILE *maps = std::fopen("/proc/self/maps", "re");
+    if (!maps)
+      return false;
+    bool mapped = false;
+    char line[4096];
+    while (!mapped && std::fgets(line, sizeof line, maps)) {
+      unsigned long long inode = 0;
+      char file[4096] = {};
+      if (std::sscanf(line, "%*s %*s %*s %*s %llu %4095s", &inode, file) == 2)
+        mapped = inode == static_cast<unsigned long long>(st.st_ino) &&
+                 std::strncmp(file, "/dev/shm/", 9) == 0;
+    }
+    std::fclose(maps);
+    return mapped;
+  } catch (...) {
+    return false;
+  }
+}
+
 void release_region_padding(const std::string &endpoint_name) noexcept {
   try {
     const std::string name = shm_region_name(endpoint_name.data(), endpoint_name.size());

@@ -324,6 +324,12 @@ bool named_endpoint_absent(const std::string &name);
 /// file name included. Never throws.
 bool shm_region_usable(const void *raw, size_t len) noexcept;
 
+/// Fabric::names_own_endpoint on shm: true when the region of the endpoint
+/// whose raw name is `len` bytes at `raw` was created by this process: its
+/// header's pid is this process's and this process maps that very file (the
+/// pid alone could be another PID namespace's process). Never throws.
+bool shm_region_of_this_process(const void *raw, size_t len) noexcept;
+
 /// Quirks::region_padding_zero_filled: give back the zero-filled pages past
 /// the name of the region behind the endpoint named `endpoint_name` (what
 /// fi_getname reports, with or without its "fi_shm://" prefix), right after

@@ -200,6 +200,9 @@ struct FabricImpl final : FabricCore {
   // Opening a queue pair is cheap: Fabric::prepare has nothing to do.
   bool prepare(const ConnectionOptions &, Fabric::Refill) noexcept { return false; }
   Fabric::PreparedEndpoints prepared() const noexcept { return {}; }
+  // Queue pairs are reached by host:port through rdmacm, like IP providers:
+  // nothing to tell from the address alone.
+  bool names_own_endpoint(const Address &) const noexcept { return false; }
 };
 
 struct MemoryRegionImpl final {

@@ -31,10 +31,15 @@ void AccountingLink::connect() {
   copts.receives = kRecvs;
   copts.send_context = kSendCtx;
   ch_ = proto::ControlChannel(s_.fabric, conn_, copts);
+}
+
+void AccountingLink::await_record() {
   if (!s_.fabric.capabilities().atomics)
     return;
+  const server::LaunchSpec &spec = s_.spec;
   // The manager advertises its accounting record right after accepting.
   proto::BufferAdvertisement adv;
+  proto::WireResult r;
   proto::ChannelStatus st = ch_.await(adv, Clock::now() + milliseconds(spec.connect_ms), &r);
   if (st == proto::ChannelStatus::BadMessage || st == proto::ChannelStatus::Unexpected)
     throw std::runtime_error("accounting record: " + proto::describe(r));

@@ -84,6 +84,10 @@ ContainerPool::ContainerPool(const server::SandboxConfig &config,
   host_paths_ = needs.host_paths;
   host_pids_ = needs.host_pids;
   keep_uid_ = needs.same_uid_peers;
+  root_ = ::geteuid() == 0;
+  std::string why;
+  if (!identity_for(protocol::kAnonymousUid, pool_who_, why))
+    pool_who_ = ExecutorIdentity{config_.uid, config_.gid, false}; // not reached: no owner
   if (config_.oci_podman.empty())
     config_.oci_podman = {"podman"};
   const CgroupSupport &g = sandbox_.cgroups();
@@ -93,21 +97,62 @@ ContainerPool::ContainerPool(const server::SandboxConfig &config,
 
 ContainerPool::~ContainerPool() { shutdown(); }
 
+bool ContainerPool::identity_for(uint32_t owner_uid, ExecutorIdentity &out,
+                                 std::string &why) const {
+  if (keep_uid_) {
+    out = ExecutorIdentity{::getuid(), ::getgid(), false};
+    return true;
+  }
+  if (!root_) {
+    // A rootless engine maps executor.user into its own user namespace: the
+    // owner's uid would be a subordinate id, not the owner.
+    out = ExecutorIdentity{config_.uid, config_.gid, false};
+    return true;
+  }
+  return sandbox_.identity_for(owner_uid, out, why);
+}
+
+bool ContainerPool::usable(std::string &why) const {
+  if (config_.kind != server::SandboxKind::Command || sandbox_.cgroups().any())
+    return true;
+  for (const std::string &a : config_.command)
+    if (a.find("{cgroup_parent}") != std::string::npos) {
+      why = "executor.command names {cgroup_parent}, but this manager cannot make a cgroup (" +
+            sandbox_.cgroups().describe() +
+            "): run it as root or in a delegated cgroup subtree, or remove the argument that "
+            "names {cgroup_parent} from the template";
+      return false;
+    }
+  return true;
+}
+
+size_t ContainerPool::live_waiting() const {
+  return static_cast<size_t>(std::count_if(waiting_.begin(), waiting_.end(),
+                                           [](const auto &w) { return !w.second.dropped; }));
+}
+
 std::string ContainerPool::describe() const {
+  const bool pool = config_.kind == server::SandboxKind::Oci && config_.oci_pool > 0;
+  const std::string who =
+      keep_uid_ ? "uid " + std::to_string(::getuid()) +
+                      " (the provider connects processes of one uid only)"
+      : root_ ? "the lease owner's uid (anonymous leases: uid " + std::to_string(config_.uid) +
+                    (pool ? "; the pool's containers run as the last allocation's uid)" : ")")
+              : "uid " + std::to_string(config_.uid) +
+                    " for every lease (the engine is not root: the lease owner's uid does not "
+                    "apply)";
   if (config_.kind == server::SandboxKind::Command) {
     std::string argv;
     for (const auto &a : config_.command)
       argv += (argv.empty() ? "" : " ") + a;
-    return "command (the operator's template, one start per allocation: " + argv + "), seccomp " +
-           (config_.seccomp ? "on" : "OFF");
+    return "command (the operator's template, one start per allocation: " + argv +
+           "), {uid}:{gid} " + who + ", seccomp " + (config_.seccomp ? "on" : "OFF");
   }
-  const uid_t uid = keep_uid_ ? ::getuid() : config_.uid;
   return "oci (image " + config_.oci_image + " through " + config_.oci_podman[0] + "; own mount, " +
          (host_pids_ ? "ipc, uts namespaces and the host's PID namespace, "
                        "which the provider needs; "
                      : "pid, ipc, uts namespaces; ") +
-         "the network stays the host's), uid " + std::to_string(uid) +
-         (keep_uid_ ? " (the provider connects processes of one uid only)" : "") +
+         "the network stays the host's), " + who +
          ", no capabilities, no_new_privs, read-only root, seccomp " +
          (config_.seccomp ? "on" : "OFF") + ", limits: " + sandbox_.cgroups().describe() +
          " (podman's group below ours), nofile " + std::to_string(config_.max_open_files) + ", " +
@@ -135,8 +180,6 @@ std::vector<std::string> ContainerPool::executor_args() const {
 std::vector<std::string> ContainerPool::oci_argv(const Container &c, const server::LaunchSpec *spec,
                                                  const std::string &image) const {
   std::vector<std::string> a = config_.oci_podman;
-  const uid_t uid = keep_uid_ ? ::getuid() : config_.uid;
-  const gid_t gid = keep_uid_ ? ::getgid() : config_.gid;
   const std::string nofile = std::to_string(config_.max_open_files);
   for (const char *s :
        {"run", "--rm", "--network=host", "--preserve-fds=2", "--log-driver=passthrough",
@@ -144,7 +187,7 @@ std::vector<std::string> ContainerPool::oci_argv(const Container &c, const serve
         "rfaas-executor", "--env=FI_*", "--env=RFAAS_*"})
     a.emplace_back(s);
   a.push_back("--name=" + c.name);
-  a.push_back("--user=" + std::to_string(uid) + ":" + std::to_string(gid));
+  a.push_back("--user=" + std::to_string(c.who.uid) + ":" + std::to_string(c.who.gid));
   a.push_back("--pid=" + std::string(host_pids_ ? "host" : "private"));
   a.push_back("--tmpfs=/tmp:rw,nosuid,nodev,mode=1777,size=" + std::to_string(config_.tmp_mib) +
               "m");
@@ -194,8 +237,6 @@ std::vector<std::string> ContainerPool::oci_argv(const Container &c, const serve
 
 std::vector<std::string> ContainerPool::command_argv(const Container &c,
                                                      const server::LaunchSpec &spec) const {
-  const uid_t uid = keep_uid_ ? ::getuid() : config_.uid;
-  const gid_t gid = keep_uid_ ? ::getgid() : config_.gid;
   server::CommandValues v;
   v.scalars = {{"{executor}", executor_path()},
                {"{name}", c.name},
@@ -204,10 +245,9 @@ std::vector<std::string> ContainerPool::command_argv(const Container &c,
                {"{max_processes}", std::to_string(config_.max_processes)},
                {"{max_open_files}", std::to_string(config_.max_open_files)},
                {"{tmp_mib}", std::to_string(config_.tmp_mib)},
-               {"{uid}", std::to_string(uid)},
-               {"{gid}", std::to_string(gid)},
-               {"{cgroup_parent}",
-                c.cgroup.empty() ? std::string() : "/" + config_.cgroup_parent + "/" + c.name}};
+               {"{uid}", std::to_string(c.who.uid)},
+               {"{gid}", std::to_string(c.who.gid)},
+               {"{cgroup_parent}", "/" + config_.cgroup_parent + "/" + c.name}};
   v.executor_args = executor_args();
   for (const std::string &p : host_paths_)
     if (::access(p.c_str(), F_OK) == 0)
@@ -234,9 +274,18 @@ pid_t ContainerPool::start_container(Container &c, const server::LaunchSpec *spe
       return -1;
   }
   std::vector<std::string> argv;
-  if (config_.kind == server::SandboxKind::Command)
+  if (config_.kind == server::SandboxKind::Command) {
+    // An empty {cgroup_parent} would leave the engine's default group, or
+    // an argument the engine refuses: the allocation fails instead.
+    if (c.cgroup.empty() &&
+        std::any_of(config_.command.begin(), config_.command.end(), [](const std::string &a) {
+          return a.find("{cgroup_parent}") != std::string::npos;
+        })) {
+      why = "no cgroup for {cgroup_parent} of executor.command (see the warning above)";
+      return -1;
+    }
     argv = command_argv(c, *spec);
-  else
+  } else
     argv = oci_argv(c, spec, image);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -300,8 +349,18 @@ void ContainerPool::tick() {
   if (refill_due_ == Clock::time_point{} || Clock::now() < refill_due_)
     return;
   refill_due_ = {};
-  while (pool_on_ && waiting_.size() < config_.oci_pool) {
+  // The pool follows the last allocation's uid: containers waiting as
+  // another uid are let go (their executors exit on end of file; reaped
+  // without a report).
+  for (auto &w : waiting_)
+    if (!w.second.dropped && !(w.second.who == pool_who_)) {
+      spdlog::debug("zygote: letting the waiting container {} (uid {}) go for one of uid {}",
+                    w.second.name, w.second.who.uid, pool_who_.uid);
+      close_container(w.second);
+    }
+  while (pool_on_ && live_waiting() < config_.oci_pool) {
     Container c;
+    c.who = pool_who_;
     std::string why;
     pid_t pid = start_container(c, nullptr, config_.oci_image, why);
     if (pid < 0) {
@@ -315,7 +374,8 @@ void ContainerPool::tick() {
 }
 
 pid_t ContainerPool::launch(const std::string &spec_text, const server::LaunchSpec &spec,
-                            std::string &why) {
+                            bool &from_pool, std::string &why) {
+  from_pool = false;
   // The image the client named (the manager checked the index): the pool
   // holds containers of the default image only.
   std::string image = config_.oci_image;
@@ -330,11 +390,20 @@ pid_t ContainerPool::launch(const std::string &spec_text, const server::LaunchSp
       image = config_.oci_images[req.image - 1];
     }
   }
-  // A waiting container whose executor answered (its fabric is open, its
-  // cgroup exists) takes the allocation.
+  ExecutorIdentity who;
+  if (!identity_for(spec.owner_uid, who, why))
+    return -1;
+  if (who.owner)
+    spdlog::info("zygote: allocation {:x} runs as its lease's owner, uid {} gid {}",
+                 spec.allocation_id, who.uid, who.gid);
+  // The next refill starts the pool's containers as this allocation's uid.
+  const ExecutorIdentity pooled_as = pool_who_;
+  pool_who_ = who;
+  // A waiting container of this uid whose executor answered (its fabric is
+  // open, its cgroup exists) takes the allocation.
   for (auto it = waiting_.begin(); it != waiting_.end() && image == config_.oci_image; ++it) {
     Container &c = it->second;
-    if (c.dropped)
+    if (c.dropped || !(c.who == who))
       continue;
     if (!c.ready) {
       char answer = 0;
@@ -371,14 +440,20 @@ pid_t ContainerPool::launch(const std::string &spec_text, const server::LaunchSp
     waiting_.erase(it);
     if (pool_on_ && refill_due_ == Clock::time_point{})
       refill_due_ = Clock::now() + kRefillDelay;
+    from_pool = true;
     return pid;
   }
   Container c;
+  c.who = who;
   pid_t pid = start_container(c, &spec, image, why);
   if (pid < 0) {
     close_container(c);
     return -1;
   }
+  if (!(pooled_as == who) && config_.kind == server::SandboxKind::Oci && config_.oci_pool > 0)
+    spdlog::info("zygote: allocation {:x} starts its own container: the pool's run as uid {}; "
+                 "the pool follows uid {} from now on",
+                 spec.allocation_id, pooled_as.uid, who.uid);
   if (image != config_.oci_image)
     spdlog::info("zygote: allocation {:x} runs in image {} (container {})", spec.allocation_id,
                  image, c.name);

@@ -5,6 +5,7 @@
 //
 //   oci       podman [oci.podman...] run --rm --name rfaas-<zygote>-<n>
 //             --network host --pid private (host for shm) --user UID:GID
+//             (the lease owner's, see "Who a container runs as")
 //             --cap-drop all --security-opt no-new-privileges --read-only
 //             --tmpfs /tmp --pids-limit --ulimit nofile --cgroup-parent
 //             --preserve-fds 2 --log-driver passthrough
@@ -31,13 +32,32 @@
 // (AllocationRequest::image, executor.oci.images): it gets a container of
 // that image started for it (the pool holds the default image's).
 //
-// oci keeps `oci.pool` containers started ahead. An allocation goes to one
-// that has answered (its fabric is open); its leased cores are written into
-// the cpuset of the container's cgroup (podman made it below the group the
-// zygote made for it), its memory and process limits into that group. With
-// none ready, a container is started for the allocation, with its limits on
-// podman's command line. The pool is refilled a little after each
-// allocation started.
+// Who a container runs as: the rules of the namespaces kind
+// (Sandbox::identity_for). A zygote running as root starts the executor of
+// a lease whose owner the node knows as that uid with its account's primary
+// gid (podman --user, the command template's {uid} {gid}), that of an
+// anonymous lease or one owned by root as executor.user. A zygote that is
+// not root (a rootless engine) runs every container as executor.user
+// inside the engine's user namespace; on shm every container keeps the
+// zygote's uid (the provider connects one uid only).
+//
+// oci keeps `oci.pool` containers started ahead. Their executor runs as its
+// uid from the engine's start on, without any capability: a container
+// cannot change its uid when it is handed over. The pool therefore holds
+// containers of one uid, that of the last allocation started (an anonymous
+// lease's before the first): an allocation whose executor runs as that uid
+// takes a waiting container, another gets a container started for it, and
+// the refill then lets the waiting containers of the previous uid go and
+// starts the pool's for the new one. A stream of allocations by one owner
+// stays warm; each change of owner costs a container start (cold) and the
+// start of the waiting containers that are let go.
+//
+// An allocation goes to a waiting container that has answered (its fabric
+// is open); its leased cores are written into the cpuset of the container's
+// cgroup (podman made it below the group the zygote made for it), its
+// memory and process limits into that group. With none ready, a container
+// is started for the allocation, with its limits on podman's command line.
+// The pool is refilled a little after each allocation started.
 //
 // Placeholders of the command template (an element equal to one of the
 // list placeholders is replaced by several elements, others are replaced
@@ -47,10 +67,15 @@
 //   {name}            a name unique on the node (rfaas-<zygote>-<n>)
 //   {cores}           the leased CPU ids, "2,3"
 //   {memory_mib}      the allocation's memory, MiB
-//   {max_processes} {max_open_files} {tmp_mib} {uid} {gid}
-//                     executor.max_processes ... and executor.user
+//   {max_processes} {max_open_files} {tmp_mib}
+//                     executor.max_processes ...
+//   {uid} {gid}       who the executor runs as (see above: the lease
+//                     owner's uid and primary gid, or executor.user)
 //   {cgroup_parent}   the group the zygote made for this executor
-//                     ("/rfaas/executor-1-2"), empty where none
+//                     ("/rfaas/executor-1-2"). A template that names it is
+//                     refused at start-up where no cgroup can be made
+//                     (usable()), and an allocation whose group cannot be
+//                     made fails: never an empty value
 //   {host_path}       the element is repeated per path the fabric needs
 //                     (/dev/shm, /dev/infiniband...)
 //   {code_dir}        the element is repeated per directory of the
@@ -72,10 +97,9 @@
 #include "common/launch_spec.hpp"
 #include "common/sandbox_config.hpp"
 #include "executor/cgroup.hpp"
+#include "executor/sandbox.hpp"
 
 namespace rfaas::executor_process {
-
-class Sandbox;
 
 class ContainerPool {
 public:
@@ -93,13 +117,21 @@ public:
   /// One line for the manager's start-up log.
   std::string describe() const;
 
+  /// Whether executors can start as configured; false with `why` when the
+  /// configuration cannot work here (a command template naming
+  /// {cgroup_parent} where no cgroup can be made). The zygote refuses to
+  /// start then.
+  bool usable(std::string &why) const;
   /// Start the pool (oci) once the zygote's loop runs.
   void start();
-  /// Give an allocation an executor: a waiting container of the pool, or
-  /// one started now. Returns the pid of its engine process (the zygote's
-  /// child that stands for the executor: it ends when the executor did, with
-  /// its exit code), or -1 with `why`.
-  pid_t launch(const std::string &spec_text, const server::LaunchSpec &spec, std::string &why);
+  /// Give an allocation an executor, run as its lease's owner where the
+  /// rules above allow: a waiting container of the pool started as that
+  /// uid, or one started now. Returns the pid of its engine process (the
+  /// zygote's child that stands for the executor: it ends when the executor
+  /// did, with its exit code), or -1 with `why`. `from_pool`: a waiting
+  /// container took it.
+  pid_t launch(const std::string &spec_text, const server::LaunchSpec &spec, bool &from_pool,
+               std::string &why);
   /// Deliver `sig` to the executor of engine process `pid`: SIGKILL closes
   /// its lifeline (the engine cannot pass SIGKILL on), others go to the
   /// engine, which passes them to the executor.
@@ -134,7 +166,15 @@ private:
     /// Its exit code came over the lifeline (its engine's is not reported).
     bool reported = false;
     ExecutorCgroup cgroup;
+    /// Who its executor runs as (fixed when its engine starts).
+    ExecutorIdentity who;
   };
+
+  /// Who the executor of a lease owned by `owner_uid` runs as (the rules
+  /// above); false with `why` when this node has no account for the owner.
+  bool identity_for(uint32_t owner_uid, ExecutorIdentity &out, std::string &why) const;
+  /// Waiting containers that are neither let go nor bound.
+  size_t live_waiting() const;
 
   /// Fork and exec the engine for a new container; its pid, or -1.
   pid_t start_container(Container &c, const server::LaunchSpec *spec, const std::string &image,
@@ -155,6 +195,10 @@ private:
   std::vector<std::string> host_paths_;
   bool host_pids_ = false;
   bool keep_uid_ = false;
+  /// The engine runs as root: containers may run as the lease's owner.
+  bool root_ = false;
+  /// Who the pool's containers run as: the last allocation's executor.
+  ExecutorIdentity pool_who_;
   uint64_t seq_ = 0;
   /// Started ahead, no allocation yet, by engine pid.
   std::map<pid_t, Container> waiting_;

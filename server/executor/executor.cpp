@@ -62,6 +62,15 @@ sigset_t termination_signals() {
   return set;
 }
 
+/// Freeze every worker that runs the client's function; true when none is
+/// left in the network library (WorkerGate).
+bool all_out_of_network(Shared &shared) noexcept {
+  bool out = true;
+  for (uint32_t i = 0; i < shared.request.cores; ++i)
+    out = shared.gates[i].freeze() && out;
+  return out;
+}
+
 /// The provider's handler for SIGTERM, when one went in front of on_term
 /// (libfabric's shm installs it at the process's first endpoint, on
 /// whichever thread opens it): let it unlink the process's shared-memory
@@ -148,6 +157,14 @@ bool Shared::seal(Clock::time_point deadline, std::string &error) {
   return true;
 }
 
+namespace {
+/// Worker 0 published the library's outcome: every worker is past set-up.
+bool library_loaded(Shared &s) {
+  std::lock_guard<std::mutex> g(s.m);
+  return s.library_done;
+}
+} // namespace
+
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexcept {
   const Clock::time_point start = Clock::now();
   try {
@@ -175,11 +192,22 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     if (shared.request.cores != spec.cores.size())
       throw std::runtime_error("launch spec: core count does not match the request");
     shared.counters.reset(new WorkerCounters[shared.request.cores]);
+    shared.gates.reset(new WorkerGate[shared.request.cores]);
     shared.links_pending = shared.request.cores + 1;
 
-    // Workers first: their connections to the client are on the critical path
-    // of the cold start, the accounting link is not (connection setup costs a
-    // round trip on tcp and ~1 s on tcp;ofi_rxm, so they overlap).
+    // The workers' links to the client are on the critical path of the cold
+    // start, the accounting link is not. Set up side by side, the two
+    // compete for the fabric's endpoint and for a core, and the manager has
+    // to accept the accounting link while it answers the client: that
+    // delayed the workers' links by milliseconds on a loaded host. So the
+    // accounting link connects once the library is loaded and the main loop
+    // next wakes up (within 100 ms: past the first invocation), or at the end
+    // of a shorter allocation; accounting is sent once a second, so nothing
+    // is lost by the wait. Where the seccomp filter goes in, it connects at
+    // once, beside the workers' links: the filter refuses the sockets that
+    // connecting may need and must be in before the library loads, and
+    // there a later start would put the link's set-up on the critical path
+    // instead (docs/runtime.md, "Cold start").
     std::vector<std::unique_ptr<Worker>> workers;
     std::vector<std::thread> threads;
     for (uint32_t i = 0; i < shared.request.cores; ++i) {
@@ -189,9 +217,20 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     AccountingLink link(shared);
     // Terminated already: nothing is owed to the manager yet.
     bool manager_gone = g_terminate != 0;
-    if (!manager_gone) {
+    bool linked = false;
+    auto connect_link = [&] {
+      bool up = false;
       try {
         link.connect();
+        // Up: the seccomp filter may go in (Shared::seal) while the record
+        // is still on its way.
+        up = true;
+        // This endpoint may be the process's first on some providers: keep
+        // the crash guard in front of whatever handler the network installed.
+        CrashGuard::install();
+        shared.link_settled();
+        link.await_record();
+        linked = true;
       } catch (const std::exception &e) {
         // Serving the client matters more than accounting: keep going.
         if (!g_terminate)
@@ -199,13 +238,16 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
                         e.what());
         manager_gone = true;
       }
-    }
-    shared.link_settled();
-    // This endpoint may be the process's first on some providers: keep the
-    // crash guard in front of whatever handler the network installed.
-    CrashGuard::install();
+      if (!up)
+        shared.link_settled();
+    };
+    if (spec.seccomp && !manager_gone)
+      connect_link();
+    else
+      shared.link_settled();
     auto last_flush = Clock::now();
     Clock::time_point terminate_at{};
+    bool said_waiting = false;
     g_serving = 1;
     for (;;) {
       {
@@ -215,14 +257,28 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
         if (shared.finished == shared.request.cores)
           break;
       }
+      if (!linked && !manager_gone && !g_terminate && library_loaded(shared))
+        connect_link();
       if (g_terminate && terminate_at == Clock::time_point{}) {
         shared.end_all();
         terminate_at = Clock::now();
       }
       // A worker stuck inside a long function cannot see the stop request:
-      // report what we have and end without it rather than wait for SIGKILL.
-      if (terminate_at != Clock::time_point{} && Clock::now() - terminate_at > milliseconds(500)) {
-        if (!manager_gone)
+      // report what we have and end without it rather than wait for SIGKILL,
+      // but only once no worker is inside the network library (WorkerGate:
+      // a worker still saying goodbye to its client on a loaded host holds
+      // the client's locks for moments). Those finish on their own.
+      const bool grace_over =
+          terminate_at != Clock::time_point{} && Clock::now() - terminate_at > milliseconds(500);
+      const bool may_end = grace_over && all_out_of_network(shared);
+      if (grace_over && !may_end && !said_waiting) {
+        said_waiting = true;
+        spdlog::info("executor {:x}: a worker is still in the network library 500 ms after "
+                     "SIGTERM; ending once it is out, not inside it",
+                     spec.allocation_id);
+      }
+      if (may_end) {
+        if (linked && !manager_gone)
           link.flush(start);
         spdlog::warn("executor {:x}: terminated while a function was running", spec.allocation_id);
         std::fflush(nullptr);
@@ -231,11 +287,11 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
         run_provider_termination_cleanup();
         _exit(ExitTerminated);
       }
-      if (!manager_gone && link.manager_left()) {
+      if (linked && !manager_gone && link.manager_left()) {
         manager_gone = true;
         shared.end_all();
       }
-      if (!manager_gone && Clock::now() - last_flush > std::chrono::seconds(1)) {
+      if (linked && !manager_gone && Clock::now() - last_flush > std::chrono::seconds(1)) {
         if (!link.flush(start))
           manager_gone = true;
         last_flush = Clock::now();
@@ -243,9 +299,13 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened) noexce
     }
     for (auto &t : threads)
       t.join();
+    // An allocation that ended before its accounting link was made still
+    // reports (not one that was terminated: its manager may be gone).
+    if (!linked && !manager_gone && !g_terminate)
+      connect_link();
     int sig = shared.crash_signal.load();
     const bool remote_write = shared.remote_write.load();
-    if (!manager_gone) {
+    if (linked && !manager_gone) {
       link.flush(start);
       link.say_goodbye(sig            ? proto::ErrorCode::FunctionCrashed
                        : remote_write ? proto::ErrorCode::BadRequest

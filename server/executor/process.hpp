@@ -53,6 +53,56 @@ struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> invocations{0};
 };
 
+/// Where one worker thread is, for the main thread's forced exit (a function
+/// that outlives the termination grace). A process that ends while one of
+/// its threads is inside a provider call can leave a lock held in a peer's
+/// memory for good (shm delivers under the receiver's region lock, and
+/// progresses under its own: a client then spins for ever on the region of
+/// an executor that died in a worker's goodbye). So the process ends early
+/// only once every worker is out of the network library: finished, or
+/// inside the client's function and frozen there. A cache line each, like
+/// WorkerCounters.
+struct alignas(64) WorkerGate {
+  enum : int {
+    /// In rdmalib or the provider, or may enter them without asking.
+    Network = 0,
+    /// Running the client's function: enters the network library only after
+    /// taking the gate back (leave_function()).
+    Function = 1,
+    /// The main thread ends the process: the worker must not touch the
+    /// network library again (set only over Function).
+    Frozen = 2,
+    /// run() returned.
+    Done = 3,
+  };
+  std::atomic<int> state{Network};
+
+  /// Worker: about to run the client's function (a plain store on x86).
+  void enter_function() noexcept { state.store(Function, std::memory_order_release); }
+  /// Worker: the function returned. When the main thread froze this worker
+  /// meanwhile the process is ending: never return into the network library.
+  void leave_function() noexcept;
+  /// Main thread: true when this worker will not enter the network library
+  /// again (done, or frozen in its function now).
+  bool freeze() noexcept {
+    int s = Function;
+    return state.compare_exchange_strong(s, Frozen, std::memory_order_acq_rel) || s == Frozen ||
+           s == Done;
+  }
+};
+
+/// WorkerGate::enter_function() for a scope (one that may throw).
+class InFunction {
+public:
+  explicit InFunction(WorkerGate &g) noexcept : g_(g) { g_.enter_function(); }
+  ~InFunction() { g_.leave_function(); }
+  InFunction(const InFunction &) = delete;
+  InFunction &operator=(const InFunction &) = delete;
+
+private:
+  WorkerGate &g_;
+};
+
 struct Shared {
   const server::LaunchSpec &spec;
   rdmalib::Fabric &fabric;
@@ -81,6 +131,7 @@ struct Shared {
   /// end_all(), read once a worker saw `stop`.
   std::atomic<uint16_t> stop_reason{static_cast<uint16_t>(proto::ErrorCode::ShuttingDown)};
   std::unique_ptr<WorkerCounters[]> counters;
+  std::unique_ptr<WorkerGate[]> gates;
 
   Shared(const server::LaunchSpec &s, rdmalib::Fabric &f) : spec(s), fabric(f) {}
 
@@ -144,6 +195,9 @@ private:
 
   void setup_and_serve();
 
+  /// Worker 0, before its link: allocate and register the library's buffer
+  /// for the size the AllocationRequest names (left empty on failure).
+  void prepare_library();
   /// Worker 0: wait for the CodeHeader, RDMA-read the library, check, load.
   void fetch_library();
   /// After a refusal: wait (at most `most`, or until the executor stops) for
@@ -243,6 +297,9 @@ private:
   // the connection drains completions into posted receives (ASan caught the
   // goodbye landing in a freed receive buffer).
   rdmalib::Buffer<char> probe_;
+  /// Worker 0: the library's bytes, registered before the link is up
+  /// (prepare_library()); fetch_library() takes them over.
+  rdmalib::Buffer<char> library_;
   /// The client writes invocation s into input slot s; an in-place function
   /// writes its output over it, so these slots are guarded like the result
   /// slots. input_mr_ starts at slot 0, so slot s is at input_.stride() * s.
@@ -271,7 +328,14 @@ class AccountingLink {
 public:
   AccountingLink(Shared &s) : s_(s) {}
 
+  /// Connect to the manager (ExecutorHello). Throws when it cannot or the
+  /// manager refuses.
   void connect();
+  /// Where the fabric has atomics, wait for the manager's accounting record
+  /// (its BufferAdvertisement, sent right after it accepted). Apart from
+  /// connect(): it needs no new socket, so the seccomp filter need not wait
+  /// for it. Throws when it does not come.
+  void await_record();
 
   /// Send what accumulated since the last flush. Returns false if the manager
   /// is gone.

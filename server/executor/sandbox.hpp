@@ -40,7 +40,7 @@
 // The `process` kind does none of this (a trusted single user only); the
 // `oci` and `command` kinds start a container engine instead of forking
 // (container_pool.hpp), which uses this class for the executor's code
-// directories and its cgroup only.
+// directories, its cgroup and who it runs as (identity_for) only.
 #pragma once
 
 #include <sys/types.h>

@@ -4,6 +4,8 @@
 #include "executor/executor.hpp"
 #include "executor/process.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -32,9 +34,20 @@ void Worker::run() noexcept {
   }
   if (index_ == 0) // nobody else can fetch the library: release the others
     s_.publish_library(proto::ErrorCode::Internal, "worker 0 failed");
+  s_.gates[index_].state.store(WorkerGate::Done, std::memory_order_release);
   std::lock_guard<std::mutex> g(s_.m);
   ++s_.finished;
   s_.cv.notify_all();
+}
+
+void WorkerGate::leave_function() noexcept {
+  int s = Function;
+  if (state.compare_exchange_strong(s, Network, std::memory_order_acq_rel))
+    return;
+  // Frozen: the main thread is ending the process (_exit) and counts on this
+  // thread staying out of the provider.
+  for (;;)
+    ::pause();
 }
 
 void Worker::pin() {
@@ -64,6 +77,11 @@ void Worker::setup_and_serve() {
   nrecv_ = worker_link_options(slots_).recv_depth;
   targets_.assign(slots_, SlotTarget{});
 
+  // The link's set-up mostly waits (for the client, which accepts once the
+  // manager has answered it): that wait hides registering the library's
+  // buffer.
+  if (index_ == 0)
+    prepare_library();
   proto::WorkerHello hello;
   hello.allocation_id = s_.spec.allocation_id;
   hello.worker = index_;
@@ -202,6 +220,19 @@ void Worker::await_client_close(milliseconds most) {
   }
 }
 
+void Worker::prepare_library() {
+  // The AllocationRequest names the library's size (the manager checked it
+  // against its limit). Where registering pins pages (verbs, efa), a large
+  // library's registration costs milliseconds, now spent before the
+  // CodeHeader arrives. Should it fail here, fetch_library() tries again and
+  // reports why.
+  try {
+    library_ = rdmalib::Buffer<char>(s_.fabric, s_.request.library_size, rdmalib::AccessLocal);
+  } catch (const std::exception &) {
+    library_ = rdmalib::Buffer<char>();
+  }
+}
+
 void Worker::fetch_library() {
   const auto deadline = Clock::now() + milliseconds(s_.spec.library_loaded_ms);
   proto::CodeHeader code;
@@ -228,7 +259,9 @@ void Worker::fetch_library() {
   if (code.source.size < code.library_size)
     return s_.publish_library(proto::ErrorCode::LibraryInvalid,
                               "CodeHeader.source is smaller than the library");
-  rdmalib::Buffer<char> bytes(s_.fabric, code.library_size, rdmalib::AccessLocal);
+  if (library_.size() != code.library_size)
+    library_ = rdmalib::Buffer<char>(s_.fabric, code.library_size, rdmalib::AccessLocal);
+  rdmalib::Buffer<char> bytes = std::move(library_);
   conn_.attach(bytes.region());
   size_t chunk = s_.fabric.capabilities().max_message;
   if (chunk == 0 || chunk > (8u << 20))
@@ -253,8 +286,12 @@ void Worker::fetch_library() {
     return s_.publish_library(proto::ErrorCode::Internal, "sandbox: " + why);
   }
   try {
-    FunctionLibrary lib = FunctionLibrary::load(bytes.data(), code.library_size,
-                                                std::string(proto::get_text(code.name)));
+    // The library's constructors are the client's code too (WorkerGate).
+    FunctionLibrary lib = [&] {
+      InFunction in_function(s_.gates[index_]);
+      return FunctionLibrary::load(bytes.data(), code.library_size,
+                                   std::string(proto::get_text(code.name)));
+    }();
     std::lock_guard<std::mutex> g(s_.m);
     spdlog::info("executor {:x}: loaded {} ({} bytes, {} functions)", s_.spec.allocation_id,
                  lib.name(), code.library_size, lib.size());
@@ -422,9 +459,20 @@ void Worker::serve() {
     hot_ns += ns_between(idle_start, Clock::now());
     pub.hot_ns.store(hot_ns, std::memory_order_relaxed);
   }
-  if (stopped) {
-    // Tell the client why its worker goes away (manager stopping, lease
-    // ended, another worker failed), rather than just closing.
+  // Tell the client why its worker goes away (manager stopping, lease
+  // ended, another worker failed), rather than just closing; but not while
+  // a liveness probe is unanswered: the client has not progressed since,
+  // and a provider may hold every later send to it until it does (shm
+  // without CMA carries a read in pieces and answers each send to that peer
+  // "try again" meanwhile, taking the client's region lock on every try; an
+  // executor ended during those tries left that lock held, and the client
+  // spun on it for good: docs/BACKEND-BUGS.md). The client learns the
+  // worker is gone from the link's end instead.
+  if (stopped && probing_)
+    spdlog::debug("executor {:x}: worker {}: no Shutdown to a client that has not answered "
+                  "the liveness probe",
+                  s_.spec.allocation_id, index_);
+  if (stopped && !probing_) {
     proto::Shutdown bye;
     bye.allocation_id = s_.spec.allocation_id;
     bye.reason = static_cast<proto::ErrorCode>(s_.stop_reason.load());
@@ -511,7 +559,10 @@ static_assert(proto::kInvocationHeaderSize >= proto::kResultHeaderSize,
       char *dst = over_input ? in : output_.output(s);
       const uint32_t cap = over_input ? input_.capacity() : output_.capacity();
       uint32_t produced = 0;
+      WorkerGate &gate = s_.gates[index_];
+      gate.enter_function();
       crashed = CrashGuard::run(fn->function, in, h.payload_size, dst, cap, produced);
+      gate.leave_function();
       ran = true;
       if (crashed) {
         res.status = proto::ErrorCode::FunctionCrashed;

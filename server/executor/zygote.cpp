@@ -122,6 +122,12 @@ public:
       return 1;
     }
     sfd_ = sfd;
+    std::string refused;
+    if (containers_ && !containers_->usable(refused)) {
+      spdlog::error("zygote: {}", refused);
+      emit("refused " + refused);
+      return 1;
+    }
     emit("ready " +
          (containers_ ? containers_->describe()
                       : sandbox_.describe() +
@@ -444,16 +450,18 @@ private:
       return;
     }
     if (containers_) {
-      // Containers run as executor.user (the image's configuration): the
-      // lease owner's uid does not reach them.
+      // Who it runs as is the container pool's choice (the engine fixes the
+      // uid when the container starts).
       std::string why;
-      pid_t pid = containers_->launch(text, spec, why);
+      bool from_pool = false;
+      pid_t pid = containers_->launch(text, spec, from_pool, why);
       if (pid < 0) {
         emit("failed " + std::to_string(spec.allocation_id) + " container: " + why);
         return;
       }
       children_[pid] = spec.allocation_id;
-      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid));
+      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid) +
+           (from_pool ? " pooled" : ""));
       return;
     }
     ExecutorIdentity who;

@@ -73,6 +73,15 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
         std::string(proto::get_text(req.client_host)), req.client_port);
     if (!client.opaque() && client.port == 0)
       return reply(c, E::BadRequest, 0, 0, "AllocationRequest names no client listener port");
+    // The executor's workers would connect to this manager itself, which
+    // then rejects them and ends the allocation while they connect: on shm
+    // an endpoint that vanishes while its connection request waits in the
+    // listener's queue crashed the manager (docs/BACKEND-BUGS.md, "a peer
+    // that vanishes during connection setup"). No fabric call before this.
+    if (client == listener_.address() || fabric_.names_own_endpoint(client))
+      return reply(c, E::BadRequest, 0, 0,
+                   "AllocationRequest names this executor manager's own endpoint (" +
+                       client.to_string() + ") as the client's listener");
   } catch (const rdmalib::Error &e) {
     return reply(c, E::BadRequest, 0, 0, std::string("AllocationRequest.client_host: ") + e.what());
   }

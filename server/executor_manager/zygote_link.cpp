@@ -67,11 +67,14 @@ void ZygoteLink::start(milliseconds ready_within) {
   out_ = from_child[0];
   buf_.clear();
   ready_ = false;
+  refused_.clear();
   // Wait for the zygote to have loaded the backend, so that the first
   // allocation's cold start is the one every later allocation sees.
   auto deadline = Clock::now() + ready_within;
-  while (!ready_ && pid_ > 0 && Clock::now() < deadline)
+  while (!ready_ && refused_.empty() && pid_ > 0 && Clock::now() < deadline)
     read(100);
+  if (!refused_.empty())
+    throw std::runtime_error("the executor sandbox cannot start: " + refused_);
   if (!ready_)
     throw std::runtime_error("the executor zygote (" + executor_ +
                              " --zygote) did not become ready within " +
@@ -145,6 +148,11 @@ void ZygoteLink::event_line(const std::string &line) {
   std::istringstream in(line);
   std::string what;
   in >> what;
+  if (what == "refused") {
+    // The sandbox cannot work as configured: start() says why and fails.
+    std::getline(in >> std::ws, refused_);
+    return;
+  }
   if (what == "ready") {
     ready_ = true;
     std::getline(in >> std::ws, sandbox_line_);

@@ -91,6 +91,8 @@ private:
   bool ready_ = false;
   /// What the zygote said of its sandbox when it became ready.
   std::string sandbox_line_;
+  /// Why the zygote refused its sandbox configuration ("refused" line).
+  std::string refused_;
 };
 
 } // namespace rfaas::manager

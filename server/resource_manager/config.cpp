@@ -82,7 +82,8 @@ void read_http(const Node &root, ResourceManagerConfig &c, const std::string &ba
   Node h = root.required("http",
                          std::string("an object with \"token\" or \"token_file\": ") + kTokenHint);
   h.expect_object({"host", "port", "threads", "token", "token_file", "read_token",
-                   "read_token_file", "open_endpoints", "loop_timeout_ms"});
+                   "read_token_file", "open_endpoints", "loop_timeout_ms", "max_connections",
+                   "idle_timeout_ms"});
   c.admin_token = read_token(h, base_dir, "token", true);
   c.read_token = read_token(h, base_dir, "read_token", false);
   if (!c.read_token.empty() && c.read_token == c.admin_token)
@@ -92,6 +93,11 @@ void read_http(const Node &root, ResourceManagerConfig &c, const std::string &ba
   h.optional("port", c.http_port, 0, 65535);
   h.optional("threads", c.http_threads, 1, 64);
   h.optional("loop_timeout_ms", c.http_loop_timeout_ms, 10, 600'000);
+  // Each connection holds a descriptor: the hard limit here is 20,000, and
+  // the fabric's connections need theirs too.
+  h.optional("max_connections", c.http_max_connections, 1, 10'000);
+  // Pistache looks for idle connections every 0.5 s: shorter would not hold.
+  h.optional("idle_timeout_ms", c.http_idle_timeout_ms, 1000, 3'600'000);
   if (h.has("open_endpoints")) {
     Node open = h["open_endpoints"];
     const size_t n = open.expect_array();

@@ -111,6 +111,10 @@ struct ResourceManagerConfig {
   uint32_t http_threads = 2;
   /// Longest a REST request waits for the loop to take it before 503.
   uint64_t http_loop_timeout_ms = 5000;
+  /// Most open REST connections (http.max_connections); one more gets a 503.
+  uint32_t http_max_connections = 256;
+  /// A REST connection silent for this long is closed (http.idle_timeout_ms).
+  uint64_t http_idle_timeout_ms = 60'000;
   /// Bearer token for mutating REST calls (from http.token or the first line
   /// of http.token_file); it also reads everything.
   std::string admin_token;

@@ -87,6 +87,18 @@ void Loop::deliver_events() {
                  to_string(e.why));
 }
 
+void Loop::publish() noexcept {
+  try {
+    std::atomic_store(&published_, std::shared_ptr<const RegistrySnapshot>(
+                                       std::make_shared<RegistrySnapshot>(snapshot(registry_))));
+    published_at_ = std::chrono::steady_clock::now();
+    unpublished_ = false;
+  } catch (const std::exception &e) {
+    // Readers keep the previous snapshot; the next publication may succeed.
+    log()->warn("publishing the metrics snapshot failed: {}", e.what());
+  }
+}
+
 bool Loop::run_task(std::function<void()> &task) {
   if (!task)
     return !stopping_; // the stop marker (or a spurious wake-up)
@@ -141,6 +153,7 @@ void Loop::run() {
   std::function<void()> task;
   if (driver_)
     driver_->started([this] { wake(); });
+  publish();
   for (;;) {
     auto now = std::chrono::steady_clock::now();
     if (now >= next_tick) {
@@ -158,6 +171,7 @@ void Loop::run() {
       }
       deliver_events();
       next_tick = now + tick_every_;
+      publish();
     }
     bool worked = false;
     if (driver_) {
@@ -167,6 +181,13 @@ void Loop::run() {
         log()->error("fabric pass failed: {}", e.what());
       }
       deliver_events();
+      // Back-to-back passes publish at most once a millisecond: a snapshot
+      // counts every node.
+      if (worked) {
+        unpublished_ = true;
+        if (std::chrono::steady_clock::now() - published_at_ >= std::chrono::milliseconds(1))
+          publish();
+      }
     }
     // Tasks queued meanwhile run now, a bounded batch per pass, so a flood
     // of REST calls cannot starve the fabric either.
@@ -179,8 +200,11 @@ void Loop::run() {
         return;
       }
     }
-    if (!worked)
+    if (!worked) {
+      if (unpublished_)
+        publish();
       sleep_until_work(next_tick);
+    }
   }
 }
 

@@ -30,6 +30,7 @@
 
 #include <readerwriterqueue/readerwriterqueue.h>
 
+#include "resource_manager/metrics.hpp"
 #include "resource_manager/node_provider.hpp"
 #include "resource_manager/registry.hpp"
 
@@ -102,8 +103,15 @@ public:
   template <class F> auto call(F f) -> std::invoke_result_t<F, Registry &> {
     using R = std::invoke_result_t<F, Registry &>;
     auto state = std::make_shared<std::atomic<int>>(kQueued);
-    auto task = std::make_shared<std::packaged_task<R()>>(
-        [this, f = std::move(f)]() mutable { return f(registry_); });
+    auto task = std::make_shared<std::packaged_task<R()>>([this, f = std::move(f)]() mutable {
+      // Published before the answer is: whoever got it reads /metrics
+      // with this task's changes in.
+      struct PublishAfter {
+        Loop &loop;
+        ~PublishAfter() { loop.publish(); }
+      } publish_after{*this};
+      return f(registry_);
+    });
     std::future<R> answer = task->get_future();
     submit([task, state] {
       int queued = kQueued;
@@ -123,6 +131,15 @@ public:
   /// default). Safe to change while calls run.
   void set_call_timeout(std::chrono::milliseconds timeout) { call_timeout_ = timeout; }
 
+  /// The registry's counters and totals (what /metrics shows) as the loop
+  /// last published them, without a task: after every task (before its
+  /// answer), after each periodic check, after a fabric pass that did work
+  /// (at most once a millisecond while passes follow each other) and before
+  /// the loop sleeps. Null before the loop's first pass. Any thread.
+  std::shared_ptr<const RegistrySnapshot> published() const {
+    return std::atomic_load(&published_);
+  }
+
   /// Tasks run so far (for tests).
   uint64_t tasks_run() const { return tasks_run_.load(); }
 
@@ -134,6 +151,8 @@ private:
   void run();
 
   void deliver_events();
+  /// Takes a snapshot into published_ (loop thread only; never throws).
+  void publish() noexcept;
   /// Runs one task; false for the stop marker.
   bool run_task(std::function<void()> &task);
 
@@ -154,6 +173,10 @@ private:
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> tasks_run_{0};
+  std::shared_ptr<const RegistrySnapshot> published_;
+  /// A fabric pass did work since the last publication (loop thread only).
+  bool unpublished_ = false;
+  std::chrono::steady_clock::time_point published_at_{};
   std::atomic<std::chrono::milliseconds> call_timeout_{std::chrono::milliseconds(0)};
   static constexpr int kQueued = 0, kStarted = 1, kWithdrawn = 2;
   std::thread thread_;

@@ -104,7 +104,10 @@ int main(int argc, char **argv) {
           rfaas::rm::Loop &loop;
           ~StopLoop() { loop.stop(); }
         } stop_loop{loop};
-        rest.start(cfg.http_host, cfg.http_port, cfg.http_threads);
+        rest.start(
+            cfg.http_host, cfg.http_port, cfg.http_threads,
+            rfaas::rm::RestConnectionLimits{cfg.http_max_connections,
+                                            std::chrono::milliseconds(cfg.http_idle_timeout_ms)});
         if (fabric)
           std::fprintf(stderr, "resource_manager: fabric on %s (provider %s), %s\n",
                        fabric->address().to_string().c_str(), fabric->provider().c_str(),

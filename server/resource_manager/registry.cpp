@@ -81,13 +81,6 @@ const char *to_string(Outcome o) {
   return "unknown";
 }
 
-uint32_t Registry::NodeEntry::free_cores() const {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < node.cores && i < owner.size(); ++i)
-    n += owner[i] == 0;
-  return n;
-}
-
 Registry::Registry(Store &store, Clock clock, RegistryOptions options)
     : store_(store), clock_(std::move(clock)), options_(options), quotas_(options_.quotas) {
   ensure_sodium();
@@ -107,6 +100,7 @@ Registry::Registry(Store &store, Clock clock, RegistryOptions options)
     e.node = std::move(n);
     nodes_.emplace(e.node.name, std::move(e));
   }
+  // Leases first, so that each node is indexed once with what they hold.
   for (Lease &l : store_.load_leases(LeaseState::Active)) {
     for (const LeasePart &p : l.parts) {
       auto it = nodes_.find(p.node);
@@ -122,9 +116,54 @@ Registry::Registry(Store &store, Clock clock, RegistryOptions options)
                            std::to_string(l.id) + " in the database");
       }
     }
-    occupy(l);
-    active_.emplace(l.id, std::move(l));
+    occupy(std::move(l));
   }
+  for (auto &[name, e] : nodes_) {
+    unlink(e);
+    link(e);
+    if (e.node.state == NodeState::Up)
+      heard(e);
+  }
+}
+
+void Registry::unlink(NodeEntry &e) {
+  if (!e.linked)
+    return;
+  (e.node.state == NodeState::Up ? totals_.up : totals_.down) -= 1;
+  totals_.drained -= e.node.drained;
+  totals_.cores -= e.node.cores;
+  totals_.cores_leased -= e.held;
+  e.linked = false;
+}
+
+void Registry::link(NodeEntry &e) {
+  if (e.linked)
+    unlink(e);
+  (e.node.state == NodeState::Up ? totals_.up : totals_.down) += 1;
+  totals_.drained += e.node.drained;
+  totals_.cores += e.node.cores;
+  totals_.cores_leased += e.held;
+  e.linked = true;
+  if (e.node.state == NodeState::Up && !e.node.drained)
+    capacity_.update(e.node.name, e.free_cores(), e.free_memory_mib());
+  else
+    capacity_.remove(e.node.name);
+}
+
+void Registry::heard(NodeEntry &e) {
+  if (e.listening) {
+    by_heartbeat_.splice(by_heartbeat_.end(), by_heartbeat_, e.heard);
+    return;
+  }
+  e.heard = by_heartbeat_.insert(by_heartbeat_.end(), &e);
+  e.listening = true;
+}
+
+void Registry::not_listening(NodeEntry &e) {
+  if (!e.listening)
+    return;
+  by_heartbeat_.erase(e.heard);
+  e.listening = false;
 }
 
 // ---- nodes ------------------------------------------------------------------------
@@ -155,10 +194,10 @@ Result<Node> Registry::add_node(const std::string &name, const std::string &addr
   n.state = NodeState::Down; // until its executor manager registers
   if (auto s = persist_node(n); !s.ok())
     return error<Node>(s);
-  NodeEntry e;
+  NodeEntry &e = nodes_[name];
   e.node = n;
   e.owner.assign(cores, 0);
-  nodes_.emplace(name, std::move(e));
+  link(e);
   log()->info("node {} added ({} cores, {} MiB, {})", name, cores, memory_mib, address);
   return success(n);
 }
@@ -199,13 +238,20 @@ Result<Node> Registry::register_node(const std::string &name, const std::string 
   if (auto s = persist_node(n); !s.ok())
     return error<Node>(s);
   NodeEntry &e = nodes_[name];
+  unlink(e);
   e.node = n;
   if (e.owner.size() < cores)
     e.owner.resize(cores, 0);
-  for (const auto &[id, l] : active_)
-    for (const LeasePart &p : l.parts)
-      if (p.node == name)
-        events_.push_back(LeaseEnded{id, name, l.expiry_ms, LeaseState::Active});
+  // Its core count may have changed: which held cores are its own again.
+  e.held_below = 0;
+  for (uint32_t c = 0; c < cores; ++c)
+    e.held_below += e.owner[c] != 0;
+  link(e);
+  heard(e);
+  for (uint64_t id : e.leases) {
+    ++work_.leases;
+    events_.push_back(LeaseEnded{id, name, active_.at(id).expiry_ms, LeaseState::Active});
+  }
   log()->info("node {} registered ({} cores, {} MiB, {}){}", name, cores, memory_mib, address,
               it != nodes_.end() ? " again" : "");
   return success(n);
@@ -215,7 +261,8 @@ Status Registry::heartbeat(const std::string &name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())
     return fail(Outcome::NotFound, "node " + name + " is not registered; register first");
-  Node &n = it->second.node;
+  NodeEntry &e = it->second;
+  Node &n = e.node;
   const uint64_t now = clock_();
   if (n.state == NodeState::Down) {
     if (n.registered_ms == 0)
@@ -226,10 +273,13 @@ Status Registry::heartbeat(const std::string &name) {
     if (auto s = persist_node(up); !s.ok())
       return s;
     log()->info("node {} is up again", name);
+    unlink(e);
+    n.state = NodeState::Up;
+    link(e);
   }
   // Heartbeats themselves are not written: only state changes are.
-  n.state = NodeState::Up;
   n.last_heartbeat_ms = now;
+  heard(e);
   return {};
 }
 
@@ -239,19 +289,20 @@ Status Registry::mark_down(const std::string &name, const std::string &reason) {
     return fail(Outcome::NotFound, "no node " + name);
   if (it->second.node.state == NodeState::Down)
     return {};
-  Node down = it->second.node;
+  NodeEntry &e = it->second;
+  Node down = e.node;
   down.state = NodeState::Down;
   if (auto s = persist_node(down); !s.ok())
     return s;
-  it->second.node = down;
+  unlink(e);
+  e.node = down;
+  link(e);
+  not_listening(e);
   // Its executors are gone or unreachable: its leases end now, so their
   // clients learn it at their next renewal and the cores of their other
   // nodes serve someone else.
-  std::vector<uint64_t> holding;
-  for (const auto &[id, l] : active_)
-    if (std::any_of(l.parts.begin(), l.parts.end(),
-                    [&](const LeasePart &p) { return p.node == name; }))
-      holding.push_back(id);
+  const std::vector<uint64_t> holding(e.leases.begin(), e.leases.end());
+  work_.leases += holding.size();
   size_t ended = 0;
   for (uint64_t id : holding) {
     if (Status s = end_lease(id, LeaseState::NodeDown); !s.ok()) {
@@ -284,7 +335,9 @@ Status Registry::drain(const std::string &name, bool drained) {
   n.drained = drained;
   if (auto s = persist_node(n); !s.ok())
     return s;
+  unlink(it->second);
   it->second.node = n;
+  link(it->second);
   log()->info("node {} {}", name, drained ? "drained: no new leases" : "takes leases again");
   return {};
 }
@@ -308,10 +361,7 @@ Status Registry::remove_node(const std::string &name, bool revoke_leases) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())
     return fail(Outcome::NotFound, "no node " + name);
-  std::vector<uint64_t> holding;
-  for (uint64_t owner : it->second.owner)
-    if (owner != 0 && std::find(holding.begin(), holding.end(), owner) == holding.end())
-      holding.push_back(owner);
+  const std::vector<uint64_t> holding(it->second.leases.begin(), it->second.leases.end());
   if (!holding.empty() && !revoke_leases)
     return fail(Outcome::Conflict, "node " + name + " has " + std::to_string(holding.size()) +
                                        " active lease(s); drain it and wait, or remove with "
@@ -324,6 +374,9 @@ Status Registry::remove_node(const std::string &name, bool revoke_leases) {
   } catch (const StoreError &e) {
     return fail(Outcome::StoreFailed, e.what());
   }
+  unlink(it->second);
+  capacity_.remove(name);
+  not_listening(it->second);
   nodes_.erase(it);
   log()->info("node {} removed", name);
   return {};
@@ -331,32 +384,77 @@ Status Registry::remove_node(const std::string &name, bool revoke_leases) {
 
 // ---- leases -----------------------------------------------------------------------
 
-void Registry::occupy(const Lease &lease) {
+void Registry::occupy(Lease lease) {
   for (const LeasePart &p : lease.parts) {
     NodeEntry &e = nodes_.at(p.node);
+    unlink(e);
     for (uint32_t c : p.cores) {
       if (c >= e.owner.size())
         e.owner.resize(c + 1, 0);
+      if (e.owner[c] == 0) {
+        ++e.held;
+        e.held_below += c < e.node.cores;
+      }
       e.owner[c] = lease.id;
     }
     e.used_memory_mib += p.memory_mib;
+    e.leases.insert(lease.id);
+    link(e);
   }
+  by_expiry_.emplace(lease.expiry_ms, lease.id);
+  tally(lease, 1);
+  const uint64_t id = lease.id;
+  active_.emplace(id, std::move(lease));
 }
 
-void Registry::vacate(const Lease &lease) {
+void Registry::vacate(std::unordered_map<uint64_t, Lease>::iterator it) {
+  const Lease &lease = it->second;
   for (const LeasePart &p : lease.parts) {
-    auto it = nodes_.find(p.node);
-    if (it == nodes_.end())
+    auto n = nodes_.find(p.node);
+    if (n == nodes_.end())
       continue;
-    NodeEntry &e = it->second;
+    NodeEntry &e = n->second;
+    unlink(e);
     for (uint32_t c : p.cores)
-      if (c < e.owner.size() && e.owner[c] == lease.id)
+      if (c < e.owner.size() && e.owner[c] == lease.id) {
         e.owner[c] = 0;
+        --e.held;
+        e.held_below -= c < e.node.cores;
+      }
     e.used_memory_mib -= std::min(e.used_memory_mib, p.memory_mib);
     // Cores above a shrunk node's count are dropped once free.
     while (e.owner.size() > e.node.cores && e.owner.back() == 0)
       e.owner.pop_back();
+    e.leases.erase(lease.id);
+    link(e);
   }
+  by_expiry_.erase({lease.expiry_ms, lease.id});
+  tally(lease, -1);
+  active_.erase(it);
+}
+
+void Registry::tally(const Lease &lease, int sign) {
+  // A lease counts against its owner's uid when known, else its client
+  // name: the same rule grant() applies to a request.
+  const std::optional<uint32_t> owner = known_owner(lease.owner_uid);
+  auto apply = [&](auto &map, const auto &key) {
+    QuotaUsage &u = map[key];
+    if (sign > 0) {
+      u.cores += lease.total_cores();
+      u.memory_mib += lease.total_memory_mib();
+      ++u.leases;
+      return;
+    }
+    u.cores -= std::min<uint64_t>(u.cores, lease.total_cores());
+    u.memory_mib -= std::min(u.memory_mib, lease.total_memory_mib());
+    u.leases -= std::min<uint64_t>(u.leases, 1);
+    if (u.leases == 0)
+      map.erase(key);
+  };
+  if (owner)
+    apply(usage_by_uid_, *owner);
+  else
+    apply(usage_by_client_, lease.client);
 }
 
 Grant Registry::make_grant(const Lease &lease) const {
@@ -405,15 +503,8 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
   if (std::string why = quotas_.check_holding(user, quota_usage(user), r.cores, r.memory_mib);
       !why.empty())
     return refuse_quota(std::move(why));
-  std::vector<NodeCapacity> eligible;
-  for (const auto &[name, e] : nodes_) {
-    if (e.node.state != NodeState::Up || e.node.drained)
-      continue;
-    uint64_t mem =
-        e.node.memory_mib > e.used_memory_mib ? e.node.memory_mib - e.used_memory_mib : 0;
-    eligible.push_back({name, e.free_cores(), mem});
-  }
-  auto shares = place(eligible, r.cores, r.memory_mib, r.max_nodes, options_.policy);
+  auto shares = capacity_.place(r.cores, r.memory_mib, r.max_nodes, options_.policy);
+  work_.placement += capacity_.last_examined();
   if (!shares)
     return refuse(
         Outcome::Unavailable,
@@ -421,7 +512,7 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
             std::string(r.max_nodes > 1 ? "set of up to " + std::to_string(r.max_nodes) + " nodes"
                                         : "node") +
             " has " + std::to_string(r.cores) + " free cores and " + std::to_string(r.memory_mib) +
-            " MiB free (" + std::to_string(eligible.size()) + " node(s) up and not drained)");
+            " MiB free (" + std::to_string(capacity_.size()) + " node(s) up and not drained)");
   const uint64_t now = clock_();
   Lease l;
   // Ids are random: make sure this one was never used (ended leases stay in
@@ -459,7 +550,6 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
     return refuse(Outcome::StoreFailed, e.what());
   }
   occupy(l);
-  active_.emplace(l.id, l);
   ++counters_.granted;
   log()->info("lease {} granted to {} ({}): {} cores, {} MiB on {} node(s), until {}", l.id,
               l.client, describe_owner(l.owner_uid, l.job_id), l.total_cores(),
@@ -506,6 +596,8 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
   } catch (const StoreError &e) {
     return error<Grant>(Outcome::StoreFailed, e.what());
   }
+  by_expiry_.erase({it->second.expiry_ms, l.id});
+  by_expiry_.emplace(l.expiry_ms, l.id);
   it->second = l;
   ++counters_.renewed;
   for (const LeasePart &p : l.parts)
@@ -548,10 +640,9 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   } catch (const StoreError &e) {
     return fail(Outcome::StoreFailed, e.what());
   }
-  vacate(l);
+  vacate(it);
   for (const LeasePart &p : l.parts)
     events_.push_back(LeaseEnded{l.id, p.node, l.expiry_ms, why});
-  active_.erase(it);
   switch (why) {
   case LeaseState::Released:
     ++counters_.released;
@@ -584,19 +675,26 @@ Status Registry::revoke(uint64_t lease_id) { return end_lease(lease_id, LeaseSta
 
 size_t Registry::tick() {
   const uint64_t now = clock_();
+  // Collected first: a lease whose end cannot be stored stays active (and
+  // first in line) for the next tick.
   std::vector<uint64_t> due;
-  for (const auto &[id, l] : active_)
-    if (l.expiry_ms <= now)
-      due.push_back(id);
+  for (const auto &[expiry, id] : by_expiry_) {
+    ++work_.leases;
+    if (expiry > now)
+      break;
+    due.push_back(id);
+  }
   size_t expired = 0;
   for (uint64_t id : due)
     if (end_lease(id, LeaseState::Expired).ok())
       ++expired;
   std::vector<std::string> silent;
-  for (const auto &[name, e] : nodes_)
-    if (e.node.state == NodeState::Up &&
-        now - std::min(now, e.node.last_heartbeat_ms) > options_.heartbeat_timeout_ms)
-      silent.push_back(name);
+  for (const NodeEntry *e : by_heartbeat_) {
+    ++work_.nodes;
+    if (now - std::min(now, e->node.last_heartbeat_ms) <= options_.heartbeat_timeout_ms)
+      break;
+    silent.push_back(e->node.name);
+  }
   for (const std::string &name : silent)
     mark_down(name);
   quotas_.forget_idle(now);
@@ -622,18 +720,12 @@ size_t Registry::tick() {
 // ---- quotas -----------------------------------------------------------------------
 
 QuotaUsage Registry::quota_usage(const QuotaUser &user) const {
-  QuotaUsage u;
-  for (const auto &[id, l] : active_) {
-    // A lease counts against its owner's uid when known, else its client
-    // name: the same rule grant() applies to a request.
-    const std::optional<uint32_t> owner = known_owner(l.owner_uid);
-    if (user.uid ? owner != user.uid : (owner || l.client != user.client))
-      continue;
-    u.cores += l.total_cores();
-    u.memory_mib += l.total_memory_mib();
-    ++u.leases;
+  if (user.uid) {
+    auto it = usage_by_uid_.find(*user.uid);
+    return it == usage_by_uid_.end() ? QuotaUsage{} : it->second;
   }
-  return u;
+  auto it = usage_by_client_.find(user.client);
+  return it == usage_by_client_.end() ? QuotaUsage{} : it->second;
 }
 
 Status Registry::set_quota(const std::string &key, const QuotaLimits &limits) {
@@ -714,15 +806,9 @@ Status Registry::record_accounting(AccountingRecord r) {
 NodeView Registry::view_of(const NodeEntry &e) {
   NodeView v;
   v.node = e.node;
-  std::vector<uint64_t> leases;
-  for (uint64_t o : e.owner)
-    if (o != 0) {
-      ++v.used_cores;
-      if (std::find(leases.begin(), leases.end(), o) == leases.end())
-        leases.push_back(o);
-    }
+  v.used_cores = e.held;
   v.used_memory_mib = e.used_memory_mib;
-  v.active_leases = leases.size();
+  v.active_leases = e.leases.size();
   return v;
 }
 
@@ -741,18 +827,6 @@ std::optional<NodeView> Registry::node(const std::string &name) const {
   if (it == nodes_.end())
     return std::nullopt;
   return view_of(it->second);
-}
-
-NodeTotals Registry::node_totals() const {
-  NodeTotals t;
-  for (const auto &[name, e] : nodes_) {
-    (e.node.state == NodeState::Up ? t.up : t.down) += 1;
-    t.drained += e.node.drained;
-    t.cores += e.node.cores;
-    for (uint64_t o : e.owner)
-      t.cores_leased += o != 0;
-  }
-  return t;
 }
 
 std::vector<Lease> Registry::active_leases() const {

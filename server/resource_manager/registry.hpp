@@ -6,15 +6,23 @@
 //
 // Every change is written to the Store first and applied in memory only if
 // the write succeeded, so memory and file never disagree.
+//
+// Nothing that happens per lease or per heartbeat visits every node or every
+// lease: free capacity, expiries, heartbeats, each node's leases and each
+// user's holdings are indexed, and the indexes change with the state they
+// follow (grant, renew, end, register, heartbeat, down, drain, removal).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "resource_manager/lease.hpp"
@@ -126,6 +134,19 @@ struct LeaseEnded {
   LeaseState why = LeaseState::Released;
 };
 
+/// Index entries looked at by the per-event paths, cumulative: counts, not
+/// times, so tests can check that an event's cost does not grow with the
+/// fleet.
+struct Work {
+  /// Capacity index entries looked at by grant()'s placement.
+  uint64_t placement = 0;
+  /// Leases looked at by tick() (due or not), mark_down() and
+  /// register_node() (the node's own).
+  uint64_t leases = 0;
+  /// Nodes looked at by tick()'s heartbeat check.
+  uint64_t nodes = 0;
+};
+
 struct Counters {
   uint64_t granted = 0;
   uint64_t refused = 0;
@@ -143,6 +164,9 @@ public:
   /// Restores nodes and active leases from `store`. Nodes that were up get a
   /// full heartbeat timeout from now to show up again.
   Registry(Store &store, Clock clock, RegistryOptions options);
+  /// The indexes point into the registry's own nodes: not copyable.
+  Registry(const Registry &) = delete;
+  Registry &operator=(const Registry &) = delete;
 
   // ---- nodes --------------------------------------------------------------------
   /// Operator: a node that will register later. No secret: one is generated.
@@ -198,7 +222,8 @@ public:
 
   // ---- quotas -------------------------------------------------------------------
   const Quotas &quotas() const { return quotas_; }
-  /// What the active leases of `user` hold now.
+  /// What the active leases of `user` hold now: a tally kept by grant and
+  /// every end of a lease, O(1).
   QuotaUsage quota_usage(const QuotaUser &user) const;
   /// Operator: sets the default limits (`key` empty; absent fields keep the
   /// configuration's) or the override of user `key` (QuotaUser::key()),
@@ -219,11 +244,12 @@ public:
   /// One node: a map lookup.
   std::optional<NodeView> node(const std::string &name) const;
   size_t node_count() const { return nodes_.size(); }
-  /// Counts over every node without copying them (O(nodes), no allocation).
-  NodeTotals node_totals() const;
+  /// Counts over every node, kept up to date as nodes change (O(1)).
+  NodeTotals node_totals() const { return totals_; }
   std::vector<Lease> active_leases() const;
   std::optional<Lease> active_lease(uint64_t id) const;
   const Counters &counters() const { return counters_; }
+  const Work &work() const { return work_; }
   size_t active_count() const { return active_.size(); }
   /// Takes the lease-ended notifications not yet delivered.
   std::vector<LeaseEnded> take_events();
@@ -239,7 +265,20 @@ private:
     /// still held the higher ones.
     std::vector<uint64_t> owner;
     uint64_t used_memory_mib = 0;
-    uint32_t free_cores() const;
+    /// Cores held (owner != 0), and of them those below node.cores.
+    uint32_t held = 0;
+    uint32_t held_below = 0;
+    /// The active leases with a part here.
+    std::set<uint64_t> leases;
+    /// Its place in by_heartbeat_ while it is up.
+    std::list<NodeEntry *>::iterator heard;
+    bool listening = false;
+    /// Whether totals_ and capacity_ count it (see unlink/link).
+    bool linked = false;
+    uint32_t free_cores() const { return node.cores - held_below; }
+    uint64_t free_memory_mib() const {
+      return node.memory_mib > used_memory_mib ? node.memory_mib - used_memory_mib : 0;
+    }
   };
 
   Status end_lease(uint64_t lease_id, LeaseState why);
@@ -249,8 +288,22 @@ private:
   /// Why `lease_id` cannot be renewed or released: not active, and how it
   /// ended when this registry knows.
   Status not_active(uint64_t lease_id) const;
-  void occupy(const Lease &lease);
-  void vacate(const Lease &lease);
+  /// Indexes an active lease (its cores, expiry, nodes and owner's tally)
+  /// and takes it into active_.
+  void occupy(Lease lease);
+  /// The reverse: out of every index and out of active_.
+  void vacate(std::unordered_map<uint64_t, Lease>::iterator it);
+  /// Before a change to a node: takes it out of totals_ and capacity_.
+  void unlink(NodeEntry &e);
+  /// After it: counts it in totals_ and, up and not drained, in capacity_.
+  void link(NodeEntry &e);
+  /// Moves the node to the back of by_heartbeat_ (it was heard now), or takes
+  /// it off (down or removed).
+  void heard(NodeEntry &e);
+  void not_listening(NodeEntry &e);
+  /// Adds (`sign` 1) or takes back (-1) a lease's cores, memory and count in
+  /// its owner's tally.
+  void tally(const Lease &lease, int sign);
   Grant make_grant(const Lease &lease) const;
   static NodeView view_of(const NodeEntry &e);
   Status persist_node(const Node &node);
@@ -261,6 +314,22 @@ private:
   RegistryOptions options_;
   std::map<std::string, NodeEntry> nodes_;
   std::unordered_map<uint64_t, Lease> active_;
+  /// Up, undrained nodes by free capacity: placement's search.
+  CapacityIndex capacity_;
+  NodeTotals totals_;
+  /// Active leases by expiry: tick() looks only at those due.
+  std::set<std::pair<uint64_t, uint64_t>> by_expiry_;
+  /// Up nodes, least recently heard first: tick() looks only at the front.
+  /// Heartbeats arrive in clock order, so the list stays ordered by
+  /// last_heartbeat_ms (a wall clock stepped back delays the down verdict
+  /// of the nodes behind a newer one by at most that step).
+  std::list<NodeEntry *> by_heartbeat_;
+  /// What the active leases hold, per owner uid and, for leases without a
+  /// known owner, per client name (quota_usage's rule). Users holding
+  /// nothing have no entry.
+  std::unordered_map<uint32_t, QuotaUsage> usage_by_uid_;
+  std::unordered_map<std::string, QuotaUsage> usage_by_client_;
+  Work work_;
   std::deque<LeaseEnded> events_;
   Counters counters_;
   Quotas quotas_;

@@ -1,4 +1,5 @@
 #include "resource_manager/rest.hpp"
+#include "resource_manager/rest_connections.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -225,7 +226,7 @@ struct RestServer::Routes {
 
   void send_json(ResponseWriter &w, Code code, const json &body) {
     w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
-    w.send(code, body.dump() + "\n");
+    send_response(w, code, body.dump() + "\n");
   }
   void send_error(ResponseWriter &w, Code code, const std::string &kind,
                   const std::string &message) {
@@ -313,10 +314,16 @@ struct RestServer::Routes {
   }
 
   void metrics(const Request &, ResponseWriter &w) {
-    RegistrySnapshot snap = s.loop_.call([](Registry &r) { return snapshot(r); });
+    // The loop's published snapshot: a scrape never waits behind a pass of
+    // the fabric (with 16 clients leasing over tcp, 12 % of scrapes waited
+    // over 10 ms for one), and sees every change a REST answer reported.
+    std::shared_ptr<const RegistrySnapshot> snap = s.loop_.published();
+    if (!snap)
+      snap =
+          std::make_shared<RegistrySnapshot>(s.loop_.call([](Registry &r) { return snapshot(r); }));
     w.headers().add<Pistache::Http::Header::ContentType>(
         Pistache::Http::Mime::MediaType::fromString("text/plain; version=0.0.4"));
-    w.send(Code::Ok, render_metrics(snap, s.latencies_));
+    send_response(w, Code::Ok, render_metrics(*snap, s.latencies_));
   }
 
   void list_nodes(const Request &, ResponseWriter &w) {
@@ -526,7 +533,7 @@ struct RestServer::Routes {
              csv_field(r.job_id) + "\n";
     w.headers().add<Pistache::Http::Header::ContentType>(
         Pistache::Http::Mime::MediaType::fromString("text/csv"));
-    w.send(Code::Ok, csv);
+    send_response(w, Code::Ok, csv);
   }
 };
 
@@ -626,7 +633,8 @@ RestServer::RestServer(Loop &loop, RestAccess access) : loop_(loop), access_(std
 
 RestServer::~RestServer() { stop(); }
 
-void RestServer::start(const std::string &host, uint16_t port, uint32_t threads) {
+void RestServer::start(const std::string &host, uint16_t port, uint32_t threads,
+                       const RestConnectionLimits &limits) {
   using namespace Pistache;
   auto routes = std::make_shared<Routes>(Routes{*this});
   auto router = std::make_shared<Rest::Router>();
@@ -666,14 +674,29 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
                        routes->wrap(A::Write, qbind(&QuotaRoutes::remove_user)));
   Rest::Routes::Get(*router, "/accounting.csv",
                     routes->wrap(A::Read, bind(&Routes::accounting_csv)));
+  // pistache's own 404 is plain text and would skip send_response (which
+  // closes the connections that asked for it).
+  Rest::Routes::NotFound(
+      *router, routes->wrap(A::Open, [routes](const Request &req, ResponseWriter &w) {
+        routes->send_error(w, Code::Not_Found, "not_found",
+                           std::string("no such endpoint: ") +
+                               Pistache::Http::methodString(req.method()) + " " + req.resource() +
+                               " (docs/resource_manager.md lists them)");
+      }));
 
   try {
     endpoint_ = std::make_shared<Http::Endpoint>(Address(host, Port(port)));
+    // One idle timeout for every silence: between requests (keep-alive),
+    // before the first header and inside a body.
     endpoint_->init(Http::Endpoint::options()
                         .threads(static_cast<int>(threads))
-                        .flags(Tcp::Options::ReuseAddr)
-                        .maxRequestSize(64 * 1024));
-    endpoint_->setHandler(router->handler());
+                        .flags(Tcp::Options::ReuseAddr | Tcp::Options::NoDelay)
+                        .maxRequestSize(64 * 1024)
+                        .keepaliveTimeout(limits.idle_timeout)
+                        .headerTimeout(limits.idle_timeout)
+                        .bodyTimeout(limits.idle_timeout));
+    connections_ = std::make_shared<ConnectionCount>(limits.max_connections);
+    endpoint_->setHandler(std::make_shared<ConnectionGate>(router, connections_));
     endpoint_->serveThreaded();
   } catch (const std::exception &e) {
     endpoint_.reset();
@@ -683,6 +706,14 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads)
   port_ = static_cast<uint16_t>(endpoint_->getPort());
   // The router must outlive the endpoint's threads; keep it with the routes.
   router_keepalive_ = router;
+}
+
+uint32_t RestServer::open_connections() const {
+  return connections_ ? connections_->open.load() : 0;
+}
+
+uint64_t RestServer::refused_connections() const {
+  return connections_ ? connections_->refused.load() : 0;
 }
 
 void RestServer::stop() {

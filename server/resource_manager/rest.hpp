@@ -6,8 +6,10 @@
 // anything (POST, PUT, DELETE) need `Authorization: Bearer <http.token>`; reads
 // of nodes, leases and accounting need that token or the read-only one;
 // /health and /metrics answer without a token unless configured otherwise.
+// Connections are kept alive within bounds (rest_connections.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,6 +23,8 @@ class Endpoint;
 
 namespace rfaas::rm {
 
+struct ConnectionCount;
+
 /// Who may call what (from the configuration's http block).
 struct RestAccess {
   /// Changes and reads.
@@ -32,6 +36,16 @@ struct RestAccess {
   bool open_metrics = true;
 };
 
+/// How the REST server treats connections (the configuration's http block;
+/// rest_connections.hpp says how).
+struct RestConnectionLimits {
+  /// Most open connections; one more is answered 503 and closed.
+  uint32_t max_connections = 256;
+  /// A connection that sent nothing for this long (between requests, or in
+  /// the middle of one) is closed; pistache looks every 0.5 s.
+  std::chrono::milliseconds idle_timeout{60'000};
+};
+
 class RestServer {
 public:
   RestServer(Loop &loop, RestAccess access);
@@ -39,9 +53,14 @@ public:
   RestServer(const RestServer &) = delete;
   RestServer &operator=(const RestServer &) = delete;
 
-  /// Binds `host`:`port` (0: any free port) and serves on `threads` threads.
-  /// Throws std::runtime_error naming the address if it cannot bind.
-  void start(const std::string &host, uint16_t port, uint32_t threads);
+  /// Binds `host`:`port` (0: any free port) and serves on `threads` threads,
+  /// keeping connections alive within `limits`. Throws std::runtime_error
+  /// naming the address if it cannot bind.
+  void start(const std::string &host, uint16_t port, uint32_t threads,
+             const RestConnectionLimits &limits = {});
+  /// Connections open now, and refused for being over the limit since start.
+  uint32_t open_connections() const;
+  uint64_t refused_connections() const;
   /// The bound port (the real one when started with 0).
   uint16_t port() const { return port_; }
   void stop();
@@ -56,6 +75,7 @@ private:
   RequestLatencies latencies_;
   std::shared_ptr<Pistache::Http::Endpoint> endpoint_;
   std::shared_ptr<void> router_keepalive_;
+  std::shared_ptr<ConnectionCount> connections_;
   uint16_t port_ = 0;
 };
 

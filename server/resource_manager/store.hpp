@@ -68,6 +68,10 @@ public:
   Store &operator=(const Store &) = delete;
 
   int schema_version() const;
+  /// SQL statements run on this connection so far (SQLite's own count of
+  /// statements started, transactions included): for tests that check how
+  /// many queries an operation costs.
+  uint64_t statements_run() const { return statements_; }
   /// "wal" once opened on a file (":memory:" reports "memory").
   std::string journal_mode() const;
   const std::string &path() const { return path_; }
@@ -79,6 +83,7 @@ public:
   /// Inserts or replaces a lease and its parts.
   void put_lease(const Lease &lease);
   /// Leases in `state` (all if nullopt), newest first, at most `limit`.
+  /// Each of these lease queries is one SQL statement, parts included.
   std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
                                  size_t limit = SIZE_MAX) const;
   std::optional<Lease> load_lease(uint64_t id) const;
@@ -125,8 +130,10 @@ public:
 private:
   void exec(const char *sql, const char *what);
   void migrate();
-  std::vector<Lease> query_leases(const char *where, const std::string *text, int64_t id,
-                                  size_t limit) const;
+  /// Leases matching `where` with their parts, in one statement; `where`
+  /// may use ?1 (`text`, when given) and ?3 (`number`, when given).
+  std::vector<Lease> query_leases(const char *where, const std::string *text,
+                                  std::optional<int64_t> number, size_t limit) const;
   std::vector<AccountingRecord> query_accounting(const char *where, const std::string *text,
                                                  int64_t id) const;
 
@@ -135,6 +142,7 @@ private:
   std::string path_;
   sqlite3 *db_ = nullptr;
   bool pilots_ready_ = false;
+  uint64_t statements_ = 0;
 
   std::unique_ptr<StatementCache> cache_;
   /// Opens the batch's transaction at its first write; true inside one.

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Smoke of the cold benchmark against a manager with an executor pool
-# (executor.pool = 1, the shipped sandbox): the allocations must take pooled
-# executors, and the benchmark must print and write every phase of the cold
-# start. No figure is judged.
+# (executor.pool = 1, the shipped sandbox or SANDBOX): the allocations must
+# take pooled executors, each one's accounting must reach the manager (an
+# executor without the seccomp filter connects its accounting link only after
+# its first invocation, or as it ends: docs/runtime.md, step 3), and the
+# benchmark must print and write every phase of the cold start. No figure is
+# judged.
 #
-#   cold_pool.sh MANAGER BENCHMARK LIBRARY DEVICE
+#   cold_pool.sh MANAGER BENCHMARK LIBRARY DEVICE [SANDBOX]
 # SRC (the source tree) must be set.
 set -uo pipefail
 
-manager=$1 bench=$2 library=$3 device=$4
+manager=$1 bench=$2 library=$3 device=$4 sandbox=${5:-}
 reps=4
-name="cold_pool ($device)"
+name="cold_pool ($device${sandbox:+, $sandbox})"
 tmp=$(mktemp -d)
 # shellcheck source=../../scripts/lib/manager.sh
 source "$SRC/scripts/lib/manager.sh"
@@ -25,10 +28,12 @@ fail() {
   exit 1
 }
 
-/usr/bin/python3 - "$SRC/config/executor_manager.json" >"$tmp/manager.json" <<'PY'
+/usr/bin/python3 - "$SRC/config/executor_manager.json" "$sandbox" >"$tmp/manager.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["executor"]["pool"] = 1
+if sys.argv[2]:
+    c["executor"]["sandbox"] = sys.argv[2]
 print(json.dumps(c))
 PY
 cores=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
@@ -50,7 +55,14 @@ timeout 60 "$bench" --devices "$SRC/config/devices.json" --device "$device" \
   --manager "$manager_address" --library "$library" -r "$reps" --idle-ms 250 \
   --json "$tmp/out.json" >"$tmp/out" 2>"$tmp/err" || fail "the benchmark exited with an error"
 cat "$tmp/out"
+# The last executor may still be reporting its accounting as it ends.
+for ((i = 0; i < 200; i++)); do
+  (($(grep -c ' ended: ' "$tmp/manager.log") >= reps)) && break
+  sleep 0.05
+done
 stop_manager
+accounted=$(grep -cE ' ended: executor exited normally;.*invocations 1$' "$tmp/manager.log")
+((accounted == reps)) || fail "the accounting of $accounted of $reps allocations reached the manager"
 
 pooled=$(grep -c 'executor pid [0-9]* (pooled)' "$tmp/manager.log")
 total=$(grep -c ', executor pid [0-9]*' "$tmp/manager.log")

@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # The lease owner reaches the node: a real munged (its own key and socket),
 # a resource manager with auth "munge", an executor manager running as root
-# registered with it (namespaces sandbox, executor.user "daemon"), and the
-# owner client (owner_client.cpp) leasing with a MUNGE credential:
+# registered with it (the sandbox kind of --sandbox, executor.user
+# "daemon"), and the owner client (owner_client.cpp) leasing with a MUNGE
+# credential:
 #   * run as nobody (setpriv), its lease's owner is uid 65534 and its
 #     function runs as uid 65534, with nobody's primary gid;
+#   * with oci (one container started ahead): a second allocation of
+#     nobody's takes the container the pool started as nobody once the
+#     first one had changed the pool's uid;
+#   * run as sys (a second owner), its function runs as uid 3 gid 3;
 #   * run as root, its executor runs as executor.user (uid 1): root of a
 #     client host is not root on the node;
+#   * each owner's allocation is accounted under its uid in the resource
+#     manager's GET /accounting;
 #   * without munged (RFAAS_MUNGE_SOCKET naming nothing), the lease is
-#     refused with "missing MUNGE credential".
+#     refused with "missing MUNGE credential";
+#   * with command: a template naming {cgroup_parent} where no cgroup can be
+#     made is refused at start-up.
+# With oci and command the executor manager runs the shipped examples
+# config/sandbox/oci.json and config/sandbox/podman-command.json (next to
+# --devices, the image's name replaced by one built offline here).
 #
 #   owner_test.sh --rm BIN --manager BIN --client BIN --hostile LIB
-#                 --devices JSON --device NAME
+#                 --devices JSON --device NAME [--sandbox namespaces|oci|command]
 #
-# Needs root, munged, mungekey and setpriv; exits 77 (skipped, the reason
-# printed) otherwise. On shm every process of a node shares one uid (the
-# provider's regions are 0600: docs/security.md), so a client of another
-# uid cannot connect there: that device is skipped with the reason.
+# Needs root, munged, mungekey and setpriv (and podman with runc for oci and
+# command); exits 77 (skipped, the reason printed) otherwise. On shm every
+# process of a node shares one uid (the provider's regions are 0600:
+# docs/security.md), so a client of another uid cannot connect there: that
+# device is skipped with the reason.
 set -uo pipefail
 
-rm_bin='' manager='' client='' hostile='' devices='' device=''
+rm_bin='' manager='' client='' hostile='' devices='' device='' sandbox=namespaces
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rm) rm_bin=$2 ;;
@@ -28,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --hostile) hostile=$2 ;;
     --devices) devices=$2 ;;
     --device) device=$2 ;;
+    --sandbox) sandbox=$2 ;;
     *)
       echo "owner_test.sh: unknown argument $1" >&2
       exit 2
@@ -53,6 +67,14 @@ provider=$(/usr/bin/python3 -c 'import json,sys
 for d in json.load(open(sys.argv[1]))["devices"]:
     if d["name"] == sys.argv[2]: print(d.get("provider", ""))' "$devices" "$device")
 [[ $provider == shm ]] && skip "shm connects processes of one uid only: a client of another uid cannot reach the node (docs/security.md)"
+here=$(cd "$(dirname "$0")" && pwd)
+container=0
+if [[ $sandbox == oci || $sandbox == command ]]; then
+  container=1
+  # shellcheck source=scripts/lib/oci-image.sh
+  source "$here/../../scripts/lib/oci-image.sh"
+  why=$(oci_usable) || skip "$why"
+fi
 
 failed=0
 fail() {
@@ -73,6 +95,7 @@ cleanup() {
       [[ -s $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
     done
   fi
+  [[ -n ${image:-} ]] && "${oci_podman[@]}" rmi -f "$image" >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -137,7 +160,42 @@ cat >"$tmp/n1.json" <<JSON
   "log": { "level": "info" }
 }
 JSON
+image=''
+if ((container)); then
+  image=localhost/rfaas-owner:$$
+  oci_make_image "$tmp/image" "$image" || {
+    image=''
+    skip "podman cannot import an image here"
+  }
+fi
+/usr/bin/python3 - "$tmp/n1.json" "$sandbox" "$image" "$devices" <<'PY2'
+import json, os, sys
+path, sandbox, image, devices = sys.argv[1:]
+cfg = json.load(open(path))
+example = {"oci": "oci.json", "command": "podman-command.json"}.get(sandbox)
+executor = {"sandbox": sandbox, "user": "daemon"}
+if example:
+    text = open(os.path.join(os.path.dirname(os.path.abspath(devices)), "sandbox", example)).read()
+    executor.update(json.loads(text.replace("localhost/rfaas-executor:latest", image))["executor"])
+cfg["executor"] = executor
+json.dump(cfg, open(path, "w"))
+PY2
 chmod 600 "$tmp/n1.json"
+if [[ $sandbox == command ]]; then
+  # A template naming {cgroup_parent} where no cgroup can be made (its
+  # parent cannot be created) is refused at start-up, never run with an
+  # empty value.
+  /usr/bin/python3 -c 'import json,sys
+c = json.load(open(sys.argv[1])); c["executor"]["cgroup_parent"] = sys.argv[2]
+json.dump(c, open(sys.argv[3], "w"))' "$tmp/n1.json" "rfaas-missing-$$/none" "$tmp/nocg.json"
+  chmod 600 "$tmp/nocg.json"
+  timeout 30 "$manager" --config "$tmp/nocg.json" >"$tmp/nocg.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a manager whose template names {cgroup_parent} without cgroups did not refuse to start (exit $rc)"
+  grep -q "names {cgroup_parent}, but this manager cannot make a cgroup" "$tmp/nocg.log" ||
+    fail "the refusal does not say {cgroup_parent} cannot be made: $(tail -3 "$tmp/nocg.log")"
+  grep -m1 -o "executor sandbox cannot start: .*" "$tmp/nocg.log" | cut -c1-160
+fi
 "$manager" --config "$tmp/n1.json" >"$tmp/manager.log" 2>&1 &
 pids+=("$!")
 wait_line "$tmp/manager.log" "registered with the resource manager" >/dev/null ||
@@ -145,6 +203,13 @@ wait_line "$tmp/manager.log" "registered with the resource manager" >/dev/null |
 grep -o 'executor sandbox: .*' "$tmp/manager.log" | head -1
 grep -q "the lease owner's uid" "$tmp/manager.log" ||
   fail "the manager's start-up line does not say executors run as the lease owner's uid"
+# Executors in containers log this line once their container waits (the
+# executor's stderr is the manager's).
+containers_ready() { grep -c "container ready, waiting for an allocation" "$tmp/manager.log"; }
+if [[ $sandbox == oci ]]; then
+  for _ in $(seq 400); do (($(containers_ready) >= 1)) && break; sleep 0.05; done
+  (($(containers_ready) >= 1)) || fail "the pool's container did not start"
+fi
 
 run_client() { # user (or "root")
   local who=$1
@@ -166,6 +231,26 @@ grep -qx "credential: sent" "$tmp/nobody.out" || fail "nobody's lease request ca
 grep -qx "lease owner_uid 65534" "$tmp/nobody.out" || fail "nobody's lease is not owned by 65534"
 grep -qx "executor uid 65534 gid $nobody_gid" "$tmp/nobody.out" ||
   fail "nobody's function did not run as uid 65534 gid $nobody_gid"
+if [[ $sandbox == oci ]]; then
+  grep -q "starts its own container: the pool's run as uid 1; the pool follows uid 65534" \
+    "$tmp/manager.log" || fail "nobody's allocation did not start a container of its own"
+  # The pool now starts its container as nobody: the next allocation of
+  # nobody's takes it.
+  for _ in $(seq 400); do (($(containers_ready) >= 2)) && break; sleep 0.05; done
+  (($(containers_ready) >= 2)) || fail "the pool did not start a container as nobody"
+  run_client nobody >"$tmp/nobody2.out" 2>"$tmp/nobody2.err"
+  grep -qx "executor uid 65534 gid $nobody_gid" "$tmp/nobody2.out" ||
+    fail "nobody's second function did not run as uid 65534 gid $nobody_gid"
+  grep "executor pid [0-9]*" "$tmp/manager.log" | tail -1 | grep -q "(pooled)" ||
+    fail "nobody's second allocation did not take the container the pool started as nobody"
+fi
+
+sys_uid=$(id -u sys) sys_gid=$(id -g sys)
+run_client sys >"$tmp/sys.out" 2>"$tmp/sys.err"
+cat "$tmp/sys.out"
+grep -qx "lease owner_uid $sys_uid" "$tmp/sys.out" || fail "sys's lease is not owned by $sys_uid"
+grep -qx "executor uid $sys_uid gid $sys_gid" "$tmp/sys.out" ||
+  fail "sys's function (a second owner) did not run as uid $sys_uid gid $sys_gid"
 
 run_client root >"$tmp/root.out" 2>"$tmp/root.err"
 cat "$tmp/root.out"
@@ -179,6 +264,26 @@ cat "$tmp/none.out"
 [[ $rc -eq 3 ]] || fail "a lease without a credential was not refused (exit $rc)"
 grep -q "missing MUNGE credential" "$tmp/none.out" ||
   fail "the refusal does not say the credential is missing"
+
+# Each owner's allocation reached the resource manager's accounting under
+# its uid, with the time its function ran (the node reports when the
+# allocation ends; bounded wait).
+accounted=''
+for _ in $(seq 100); do
+  curl -s -H "Authorization: Bearer $token" "$rest/accounting" >"$tmp/accounting.out"
+  accounted=$(/usr/bin/python3 -c 'import json,sys
+recs = json.load(open(sys.argv[1]))["records"]
+print(" ".join(sorted({str(r["owner_uid"]) for r in recs if r["final"] and r["execution_us"] > 0})))' \
+    "$tmp/accounting.out" 2>/dev/null)
+  [[ " $accounted " == *" 65534 "* && " $accounted " == *" $sys_uid "* && " $accounted " == *" 0 "* ]] && break
+  sleep 0.1
+done
+echo "accounted owners: $accounted"
+for u in 65534 "$sys_uid" 0; do
+  [[ " $accounted " == *" $u "* ]] || fail "no final accounting with execution time for owner $u"
+done
+grep -q "ended: executor exited normally" "$tmp/manager.log" ||
+  fail "no allocation ended normally on the node"
 
 [[ $failed -eq 0 ]] && echo "owner_test.sh: passed"
 exit $failed

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <rdmalib/address.hpp>
 #include <rdmalib/capabilities.hpp>
 #include <rdmalib/device.hpp>
 
@@ -108,6 +109,19 @@ public:
   };
   /// Counts of endpoints opened ahead by prepare() and taken since, for logs and tests.
   PreparedEndpoints prepared() const;
+
+  /// True when `address` names an endpoint that this process has open (a
+  /// listener or a connection's endpoint) on a fabric whose endpoints are
+  /// node-local named objects (shm): a peer told to connect there would
+  /// connect to this process. A server that forwards addresses it was given
+  /// (a client's listener, handed to an executor) refuses such an address:
+  /// shm crashes a listener whose own connecting peers vanish at the wrong
+  /// moment, and a process that names the server itself makes the server end
+  /// exactly those peers (docs/BACKEND-BUGS.md). False where endpoints are
+  /// not such objects (IP providers, verbs: compare with your own listener's
+  /// address), for any other process's endpoint, for an address this fabric
+  /// cannot read, and when it cannot be told. Never throws; thread-safe.
+  bool names_own_endpoint(const Address &address) const noexcept;
 
   /// "libfabric" or "verbs": the backend chosen at build time.
   static const char *backend_name() noexcept;

@@ -124,44 +124,10 @@ bounded 120 "$WORK/attack.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" 
 grep -E '^(PASS|random|vanishing)' "$WORK/attack.out" | sed 's/^/hostile: attack: /'
 alive
 
-# Requests that name the manager's own listener as the client's, each followed
-# at once by a disconnect: the manager ends each allocation while its executor
-# connects to the manager itself, whose listener rejects the executor's hello
-# after the executor (and, on shm, its shared-memory region) is gone. shm
-# 1.17 crashed the manager in that rejection (Quirks::absent_region_enters_av
-# in rdmalib/libfabric/provider_table.hpp): about one run in two with 20
-# requests; and at the executor's "map my region" command when shm's SIGTERM
-# handler unlinked the executor's region between the listener's guard sweep
-# and its progress call (executors now take SIGTERM on a thread of their own:
-# docs/BACKEND-BUGS.md, "a peer that vanishes during connection setup").
-# SELF_ROUNDS rounds of SELF_REQUESTS requests (default 4 x 20; 0 rounds
-# leave them out). On shm they still fail about one run in five (a spinlock
-# left held in the listener's region by a dying peer, a crash in a rejection,
-# a stalled answer), so they run there only with RFAAS_HOSTILE_SELF_ADDRESS_SHM=1.
-PROVIDER=$(echo "$LINE" | awk '{print $4}')
-if [ "$PROVIDER" = shm ] && [ "${RFAAS_HOSTILE_SELF_ADDRESS_SHM:-0}" != 1 ]; then
-  echo "hostile: requests naming the manager's own address: skipped on shm: they still fail" \
-    "about one run in five there (docs/BACKEND-BUGS.md, \"a peer that vanishes during" \
-    "connection setup\"); RFAAS_HOSTILE_SELF_ADDRESS_SHM=1 runs them"
-  SELF_ROUNDS=0
-fi
-T0=$(date +%s%N)
-for round in $(seq "${SELF_ROUNDS:-4}"); do
-  bounded 60 "$WORK/self.out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" \
-    --manager "$ADDRESS" --library "$LIBRARY" --scenario self-address \
-    --rounds "${SELF_REQUESTS:-20}" ||
-    { alive; fail "self-address round $round: $(cat "$WORK/self.out")"; }
-  alive
-done
-[ "${SELF_ROUNDS:-4}" -gt 0 ] &&
-  echo "hostile: ${SELF_ROUNDS:-4} x ${SELF_REQUESTS:-20} requests naming the manager's own" \
-    "address, each followed by a disconnect, in $((($(date +%s%N) - T0) / 1000000)) ms;" \
-    "$(sed -n 's/^self-address: //p' "$WORK/self.out") (last round)"
-legit self.legit.out ||
-  fail "a legitimate client failed after the self-address requests: $(cat "$WORK/self.legit.out")"
+# Requests that name the manager's own endpoints as the client's listener:
+# self_address_test.sh (the manager refuses them before any fabric call).
 tr '\0' ' ' <"/proc/$MPID/cmdline" | grep -q "^$MANAGER " ||
   fail "process $MPID is no longer the executor_manager"
-echo "hostile: the same executor_manager (pid $MPID) served a legitimate client afterwards"
 
 # A write-with-immediate aimed at the guard page between the client's own
 # input slots: the provider copies it into the executor's memory itself

@@ -25,6 +25,8 @@
 // "self-address" (--rounds N requests naming the manager's own listener as
 // the client's, each followed at once by a disconnect; no lease).
 // Exit code 0 when every check passed.
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -125,6 +127,7 @@ struct Options {
   int32_t hot_ms = -1;
   uint32_t flood = 0;
   uint32_t rounds = 20;
+  int32_t regions_of = 0;
   bool vanish = true;
   std::string scenario = "all";
 };
@@ -315,17 +318,48 @@ public:
     check(true, "peers vanished after connecting and after requesting");
   }
 
-  /// o_.rounds requests, each naming the manager's own listener as the
-  /// client's (its executor connects back to the manager), each followed at
-  /// once by a disconnect: the manager ends the allocation while its
-  /// executor is still connecting to the manager's own listener. The test
-  /// checks that the manager lives and still serves afterwards.
+  /// The shared-memory endpoints of process `pid`, as a peer names them
+  /// (the opaque form of a string-named endpoint): every region in /dev/shm
+  /// whose header (the provider's: u8 version, u8, u16 flags, int pid) names
+  /// that process. A local client can read them all.
+  static std::vector<rdmalib::Address> shm_endpoints_of(int pid) {
+    std::vector<rdmalib::Address> out;
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+      return out;
+    while (dirent *e = readdir(d)) {
+      if (e->d_name[0] == '.')
+        continue;
+      int fd = open((std::string("/dev/shm/") + e->d_name).c_str(), O_RDONLY | O_NONBLOCK);
+      if (fd < 0)
+        continue;
+      int owner = 0;
+      if (pread(fd, &owner, sizeof owner, 4) == static_cast<ssize_t>(sizeof owner) &&
+          owner == pid) {
+        rdmalib::Address a;
+        a.format = "str";
+        a.name.assign(e->d_name, e->d_name + std::strlen(e->d_name) + 1);
+        out.push_back(a);
+      }
+      close(fd);
+    }
+    closedir(d);
+    return out;
+  }
+
+  /// o_.rounds requests, each naming one of the manager's own endpoints as
+  /// the client's listener (its listener, or with --name-regions-of, in
+  /// turn, each of its shared-memory endpoints: links to clients, endpoints
+  /// opened ahead), each followed at once by a disconnect: the manager would
+  /// end the allocation while its executor is still connecting to the
+  /// manager itself. The test checks that the manager lives, refuses them,
+  /// and still serves afterwards.
   void self_address() {
     proto::ClientHello hello;
     uint8_t hb[sizeof hello];
     proto::encode(hello, hb, sizeof hb);
     const rdmalib::Address at = rdmalib::Address::parse(o_.manager);
-    size_t sent = 0, refused = 0, timed_out = 0;
+    size_t sent = 0, refused = 0, timed_out = 0, named_regions = 0;
     for (uint32_t i = 0; i < o_.rounds; ++i) {
       Link l;
       try {
@@ -346,8 +380,16 @@ public:
       l.setup(fabric_, 4);
       proto::AllocationRequest req;
       std::vector<proto::BufferDescriptor> results = unserved_request(1, req);
-      proto::set_text(req.client_host, at.host_text());
-      req.client_port = at.port;
+      rdmalib::Address target = at;
+      if (o_.regions_of > 0 && i % 2 == 1) {
+        std::vector<rdmalib::Address> own = shm_endpoints_of(o_.regions_of);
+        if (!own.empty()) {
+          target = own[(i / 2) % own.size()];
+          ++named_regions;
+        }
+      }
+      proto::set_text(req.client_host, target.host_text());
+      req.client_port = target.port;
       rdmalib::Buffer<char> rb(fabric_, proto::allocation_request_size(1), rdmalib::AccessLocal);
       l.conn.attach(rb.region());
       proto::WireResult r = proto::encode(req, results, rb.data(), rb.bytes());
@@ -357,9 +399,10 @@ public:
         ++sent;
       l.conn.close();
     }
-    std::printf("self-address: %zu request(s) naming the manager %s as the client sent, %zu "
-                "connection(s) refused, %zu not answered in time\n",
-                sent, o_.manager.c_str(), refused, timed_out);
+    std::printf("self-address: %zu request(s) naming the manager %s as the client sent (%zu of "
+                "them one of its shared-memory endpoints), %zu connection(s) refused, %zu not "
+                "answered in time\n",
+                sent, o_.manager.c_str(), named_regions, refused, timed_out);
     check(sent > 0, "requests naming the manager's own address sent");
   }
 
@@ -957,6 +1000,10 @@ int main(int argc, char **argv) {
       rfaas::cli::value(o.flood)->default_value("100"))(
       "rounds", "requests of the self-address scenario",
       rfaas::cli::value(o.rounds)->default_value("20"))(
+      "name-regions-of",
+      "self-address: name, in turn with the listener, every shared-memory endpoint of this "
+      "process (the manager's pid)",
+      rfaas::cli::value(o.regions_of)->default_value("0"))(
       "no-vanish", "attack scenario without the peers that vanish at each step")(
       "scenario",
       "latency, errors, crash, pipeline, disconnect, busy-disconnect, hostile, "

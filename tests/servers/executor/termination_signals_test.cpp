@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <string>
 #include <thread>
 
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,3 +91,61 @@ TEST(TerminationSignals, SigtermWhileAnShmEndpointIsOpenKeepsItsRegion) {
 }
 
 } // namespace
+
+// The main thread ends an executor whose worker outlives the termination
+// grace only when no worker is inside the network library (WorkerGate): a
+// process that ends inside a shm delivery leaves the receiver's region
+// locked, and the client spun for ever in its own fi_cq_read.
+TEST(WorkerGate, OnlyAWorkerInsideItsFunctionCanBeFrozen) {
+  using rfaas::executor_process::WorkerGate;
+  WorkerGate g;
+  EXPECT_FALSE(g.freeze()) << "a worker in the network library was frozen";
+  g.enter_function();
+  g.leave_function();
+  EXPECT_FALSE(g.freeze()) << "a worker back from its function was frozen";
+  g.enter_function();
+  EXPECT_TRUE(g.freeze());
+  EXPECT_TRUE(g.freeze()) << "freezing twice";
+  WorkerGate done;
+  done.state.store(WorkerGate::Done);
+  EXPECT_TRUE(done.freeze());
+}
+
+TEST(WorkerGate, AFrozenWorkerNeverReturnsFromItsFunction) {
+#ifndef SYS_pause
+  GTEST_SKIP() << "this architecture has no pause system call to recognise the parked worker by";
+#else
+  using rfaas::executor_process::WorkerGate;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    WorkerGate g;
+    g.enter_function();
+    if (!g.freeze())
+      _exit(2);
+    g.leave_function(); // must never return
+    _exit(1);
+  }
+  // Parked: the child sits in pause(), the number /proc shows first.
+  bool parked = false;
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!parked && std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(child, &status, WNOHANG) == child)
+      break;
+    std::ifstream in("/proc/" + std::to_string(child) + "/syscall");
+    long nr = -1;
+    parked = (in >> nr) && nr == SYS_pause;
+    if (!parked)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!parked && waitpid(child, &status, WNOHANG) == child) {
+    ADD_FAILURE() << "the frozen worker returned from its function (exit "
+                  << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << ")";
+    return;
+  }
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(parked) << "the frozen worker did not park within 10 s";
+#endif
+}

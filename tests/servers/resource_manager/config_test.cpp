@@ -88,6 +88,22 @@ TEST(ResourceManagerConfig, ReadTokenAndOpenEndpoints) {
             0u);
 }
 
+TEST(ResourceManagerConfig, RestConnections) {
+  auto c = ResourceManagerConfig::parse(R"({"http": {"token": "0123456789abcdef0123",
+                                                     "max_connections": 64,
+                                                     "idle_timeout_ms": 5000}})",
+                                        "t", "/");
+  EXPECT_EQ(c.http_max_connections, 64u);
+  EXPECT_EQ(c.http_idle_timeout_ms, 5000u);
+  c = ResourceManagerConfig::parse(R"({"http": {"token": "0123456789abcdef0123"}})", "t", "/");
+  EXPECT_EQ(c.http_max_connections, 256u);
+  EXPECT_EQ(c.http_idle_timeout_ms, 60000u);
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef0123", "max_connections": 0}})"),
+            "test.json: http.max_connections: expected an integer 1..10000, got number 0");
+  EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef0123", "idle_timeout_ms": 100}})"),
+            "test.json: http.idle_timeout_ms: expected an integer 1000..3600000, got number 100");
+}
+
 TEST(ResourceManagerConfig, DefaultsAndRelativePaths) {
   auto c = ResourceManagerConfig::parse(std::string("{") + kToken + R"(, "placement": "pack",
       "database": "db/rm.sqlite", "retention_days": 90,
@@ -112,7 +128,8 @@ TEST(ResourceManagerConfig, UnknownKeysAreNamedWithTheValidOnes) {
             "placement, leases, nodes, tick_ms, retention_days, quotas, log, auth, munge_socket");
   EXPECT_EQ(error_of(R"({"http": {"token": "0123456789abcdef", "tokn": 1}})"),
             "test.json: http.tokn: unknown key; valid keys here: host, port, threads, token, "
-            "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms");
+            "token_file, read_token, read_token_file, open_endpoints, loop_timeout_ms, "
+            "max_connections, idle_timeout_ms");
   EXPECT_EQ(error_of("[1]"), "test.json: (top level): expected an object, got array [1]");
 }
 

@@ -18,8 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -35,7 +37,7 @@
 namespace proto = rfaas::protocol;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
-using rfaas::rm::test::http;
+using rfaas::http::request;
 
 namespace {
 
@@ -223,12 +225,12 @@ void add_node(const std::string &name, char secret, uint32_t cores = 4) {
                {"cores", cores},
                {"memory_mib", 4096},
                {"secret", secret_hex(secret)}};
-  auto r = http(rm->rest(), "POST", "/nodes", body.dump(), kToken);
+  auto r = request(rm->rest(), "POST", "/nodes", body.dump(), kToken);
   ASSERT_EQ(r.status, 201) << r.body;
 }
 
 json node_view(const std::string &name) {
-  for (const json &n : json::parse(http(rm->rest(), "GET", "/nodes", "", kToken).body))
+  for (const json &n : json::parse(request(rm->rest(), "GET", "/nodes", "", kToken).body))
     if (n["name"] == name)
       return n;
   return json();
@@ -339,7 +341,7 @@ TEST(RmFabric, NodeRegistersAndClientLeasesRenewsReleases) {
 
   // Every answered fabric request was timed: one registration, one lease,
   // one renewal and three releases (at least: other cases share the process).
-  const std::string metrics = http(rm->rest(), "GET", "/metrics").body;
+  const std::string metrics = request(rm->rest(), "GET", "/metrics").body;
   auto count = [&](const char *kind) {
     const std::string key = std::string("rfaas_rm_request_duration_seconds_count{interface=") +
                             "\"fabric\",kind=\"" + kind + "\"} ";
@@ -390,8 +392,8 @@ TEST(RmFabric, ExpiryAndRevocationReachTheNodeAndFreeTheCores) {
   Peer node;
   ASSERT_EQ(node.register_node("charlie", 'c', 2).status, proto::ErrorCode::Ok);
   // Drain the other nodes' capacity out of the way: ask for this node's two cores.
-  auto r = http(rm->rest(), "POST", "/nodes/alpha/drain", "", kToken);
-  http(rm->rest(), "POST", "/nodes/bravo/drain", "", kToken);
+  auto r = request(rm->rest(), "POST", "/nodes/alpha/drain", "", kToken);
+  request(rm->rest(), "POST", "/nodes/bravo/drain", "", kToken);
   Peer client;
   std::vector<proto::LeaseGrantPart> parts;
   proto::LeaseGrant short_lease = client.request(2, 1000, parts, "bob");
@@ -409,7 +411,7 @@ TEST(RmFabric, ExpiryAndRevocationReachTheNodeAndFreeTheCores) {
   proto::LeaseGrant second = client.request(2, 60000, parts, "bob");
   ASSERT_EQ(second.status, proto::ErrorCode::Ok) << proto::get_text(second.message);
   auto revoke =
-      http(rm->rest(), "DELETE", "/leases/" + std::to_string(second.lease_id), "", kToken);
+      request(rm->rest(), "DELETE", "/leases/" + std::to_string(second.lease_id), "", kToken);
   EXPECT_LT(revoke.status, 300) << revoke.body;
   proto::LeaseEnded revoked = node.await_ended();
   EXPECT_EQ(revoked.lease_id, second.lease_id);
@@ -469,17 +471,18 @@ TEST(RmFabric, ARefusedSecondRegistrationOnARegisteredConnectionMarksTheNodeDown
   ASSERT_EQ(node.register_node("echo", 'e').status, proto::ErrorCode::Ok);
   EXPECT_TRUE(wait_state("echo", "up"));
   for (const char *n : {"alpha", "bravo", "charlie", "delta"})
-    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+    request(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
   Peer client;
   std::vector<proto::LeaseGrantPart> parts;
   proto::LeaseGrant grant = client.request(1, 60000, parts, "erin");
   ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(proto::get_text(parts[0].node), "echo");
-  auto revoke = http(rm->rest(), "DELETE", "/leases/" + std::to_string(grant.lease_id), "", kToken);
+  auto revoke =
+      request(rm->rest(), "DELETE", "/leases/" + std::to_string(grant.lease_id), "", kToken);
   EXPECT_LT(revoke.status, 300) << revoke.body;
   EXPECT_EQ(node.await_ended().lease_id, grant.lease_id);
-  EXPECT_EQ(http(rm->rest(), "GET", "/health").status, 200);
+  EXPECT_EQ(request(rm->rest(), "GET", "/health").status, 200);
 }
 
 // Hundreds of leases ending in one tick: the node receives every notice and
@@ -491,7 +494,7 @@ TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
   Peer node;
   ASSERT_EQ(node.register_node("foxtrot", '7', kLeases).status, proto::ErrorCode::Ok);
   for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2"})
-    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+    request(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
   // The node sends heartbeats all along (it is busy, not gone): on an
   // emulated CPU the test runs past the resource manager's heartbeat
   // timeout (60 s), and on verbs a sender whose peer has no receive posted
@@ -615,7 +618,7 @@ TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
                {"cores", 2},
                {"memory_mib", 4096},
                {"secret", secret_hex('d')}};
-  ASSERT_EQ(http(small.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  ASSERT_EQ(request(small.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
   Peer node(&small);
   ASSERT_EQ(node.register_node("golf", 'd', 2).status, proto::ErrorCode::Ok);
   // The idle clients are closed after client_idle_timeout_ms (reliable-
@@ -645,7 +648,7 @@ TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
 TEST(RmFabric, ARegisteringNodeHearsAgainOfEndedLeasesWhoseTokensLive) {
   add_node("hotel", '8', 2);
   for (const char *n : {"alpha", "bravo", "charlie", "delta", "echo", "echo2", "foxtrot"})
-    http(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
+    request(rm->rest(), "POST", std::string("/nodes/") + n + "/drain", "", kToken);
   uint64_t id = 0;
   {
     Peer node;
@@ -685,7 +688,7 @@ TEST(RmFabric, ARegisteringNodeHearsAgainOfEndedLeasesWhoseTokensLive) {
   // is answered, the report before it was taken.
   ASSERT_EQ(node.register_node("hotel", '8', 2).status, proto::ErrorCode::Ok);
   json acc = json::parse(
-      http(rm->rest(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
+      request(rm->rest(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
   ASSERT_EQ(acc["records"].size(), 1u) << acc.dump();
   EXPECT_EQ(acc["records"][0]["execution_us"], 5) << acc.dump();
 }
@@ -716,7 +719,7 @@ TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
                {"cores", 8},
                {"memory_mib", 4096},
                {"secret", secret_hex('5')}};
-  ASSERT_EQ(http(secure.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  ASSERT_EQ(request(secure.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
   Peer node(&secure);
   ASSERT_EQ(node.register_node("mike", '5', 8).status, proto::ErrorCode::Ok);
 
@@ -755,7 +758,7 @@ TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Ok);
   claim.owner_uid = ::getuid() + 1; // a client claiming another owner
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
-  const json leases = json::parse(http(secure.rest(), "GET", "/leases", "", kToken).body);
+  const json leases = json::parse(request(secure.rest(), "GET", "/leases", "", kToken).body);
   bool listed = false;
   for (const json &l : leases)
     if (l["id"] == grant.lease_id) {
@@ -797,7 +800,7 @@ TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   std::string csv;
   while (std::chrono::steady_clock::now() < deadline) {
-    csv = http(secure.rest(), "GET", "/accounting.csv", "", kToken).body;
+    csv = request(secure.rest(), "GET", "/accounting.csv", "", kToken).body;
     if (csv.find(std::to_string(grant.lease_id)) != std::string::npos)
       break;
     std::this_thread::sleep_for(20ms);
@@ -820,12 +823,55 @@ TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
   ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].owner_uid, proto::kAnonymousUid);
-  const json leases = json::parse(http(rm->rest(), "GET", "/leases", "", kToken).body);
+  const json leases = json::parse(request(rm->rest(), "GET", "/leases", "", kToken).body);
   for (const json &l : leases)
     if (l["id"] == grant.lease_id) {
       EXPECT_TRUE(l["owner_uid"].is_null()) << l.dump();
       EXPECT_EQ(l["job_id"], "") << l.dump();
     }
+}
+
+/// CPU time (user + system) of process `pid` so far, in clock ticks.
+long cpu_ticks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = stat.rfind(") ");
+  if (at == std::string::npos)
+    return -1;
+  std::istringstream fields(stat.substr(at + 2));
+  std::string f;
+  long utime = 0, stime = 0;
+  // Fields 3.. of proc(5): utime and stime are the 14th and 15th.
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14)
+      utime = std::stol(f);
+    if (i == 15)
+      stime = std::stol(f);
+  }
+  return utime + stime;
+}
+
+// With a node registered and nothing to do, the loop sleeps between its
+// periodic checks. On tcp 1.17 a link's wait descriptor used to stay
+// readable for good (a provider signal nothing reset), and the idle
+// resource manager spun at 15-70% of a core.
+TEST(RmFabric, AnIdleResourceManagerWithANodeSleeps) {
+  add_node("idle", 'f');
+  Peer node;
+  ASSERT_EQ(node.register_node("idle", 'f').status, proto::ErrorCode::Ok);
+  ASSERT_TRUE(wait_state("idle", "up"));
+  const pid_t pid = rm->process().pid();
+  const long before = cpu_ticks(pid);
+  ASSERT_GE(before, 0);
+  // A measurement over a fixed interval, not a wait for readiness.
+  std::this_thread::sleep_for(1s);
+  const long used = cpu_ticks(pid) - before;
+  const long hz = sysconf(_SC_CLK_TCK);
+  // A tenth of a core at most: the periodic checks (tick_ms 50) and, on
+  // links without a descriptor (shm), a look every millisecond cost far less.
+  EXPECT_LT(used, hz / 10) << "the idle resource manager used " << used << " of " << hz
+                           << " clock ticks in one second";
+  request(rm->rest(), "POST", "/nodes/idle/drain", "", kToken);
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
@@ -853,7 +899,7 @@ TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
   req.cores = 1000;
   proto::set_text(req.client, "carol");
   EXPECT_EQ(client.ask(req, parts).status, proto::ErrorCode::ResourcesUnavailable);
-  EXPECT_EQ(http(rm->rest(), "GET", "/health").status, 200);
+  EXPECT_EQ(request(rm->rest(), "GET", "/health").status, 200);
 }
 
 int main(int argc, char **argv) {

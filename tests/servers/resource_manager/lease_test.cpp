@@ -51,7 +51,7 @@
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 using rfaas::e2e::Process;
-using rfaas::rm::test::http;
+using rfaas::http::request;
 
 namespace {
 
@@ -143,7 +143,7 @@ bool start_rm(uint16_t port) {
 }
 
 json node_view(const std::string &name = "n1") {
-  for (const json &n : json::parse(http(g.rest, "GET", "/nodes", "", kToken).body))
+  for (const json &n : json::parse(request(g.rest, "GET", "/nodes", "", kToken).body))
     if (n["name"] == name)
       return n;
   return json();
@@ -204,7 +204,7 @@ bool add_node(const std::string &name, const std::string &secret) {
                {"cores", 1},
                {"memory_mib", 1024},
                {"secret", secret}};
-  auto r = http(g.rest, "POST", "/nodes", node.dump(), kToken);
+  auto r = request(g.rest, "POST", "/nodes", node.dump(), kToken);
   if (r.status != 201)
     std::fprintf(stderr, "adding node %s failed: %d %s\n", name.c_str(), r.status, r.body.c_str());
   return r.status == 201;
@@ -244,7 +244,7 @@ bool wait_registered_after(uint64_t ms) {
 bool wait_final_accounting(uint64_t id) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
+    auto r = request(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
     if (r.status == 200 && r.body.find("\"final\":true") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
@@ -255,7 +255,7 @@ bool wait_final_accounting(uint64_t id) {
 /// Core indices of node n1 held by active leases, from GET /leases.
 std::vector<int> leased_cores() {
   std::vector<int> cores;
-  for (const json &l : json::parse(http(g.rest, "GET", "/leases", "", kToken).body))
+  for (const json &l : json::parse(request(g.rest, "GET", "/leases", "", kToken).body))
     for (const json &p : l["parts"])
       if (p["node"] == "n1")
         for (const json &c : p["cores"])
@@ -265,7 +265,7 @@ std::vector<int> leased_cores() {
 
 /// Whether lease `id` is still active at the resource manager.
 bool lease_active(uint64_t id) {
-  for (const json &l : json::parse(http(g.rest, "GET", "/leases", "", kToken).body))
+  for (const json &l : json::parse(request(g.rest, "GET", "/leases", "", kToken).body))
     if (l.value("id", uint64_t(0)) == id)
       return true;
   return false;
@@ -276,7 +276,7 @@ bool wait_lease_state(uint64_t id, const std::string &state) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
     for (const json &l :
-         json::parse(http(g.rest, "GET", "/leases?state=all&limit=1000", "", kToken).body))
+         json::parse(request(g.rest, "GET", "/leases?state=all&limit=1000", "", kToken).body))
       if (l.value("id", uint64_t(0)) == id && l.value("state", "") == state)
         return true;
     std::this_thread::sleep_for(20ms);
@@ -289,7 +289,7 @@ bool wait_lease_state(uint64_t id, const std::string &state) {
 bool wait_accounting(uint64_t id) {
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = http(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
+    auto r = request(g.rest, "GET", "/accounting?lease=" + std::to_string(id), "", kToken);
     if (r.status == 200 && r.body.find("\"node\":\"n1\"") != std::string::npos)
       return true;
     std::this_thread::sleep_for(20ms);
@@ -431,7 +431,7 @@ TEST(RmLease, LeaseAllocateInvokeRelease) {
   // The node reports the lease's accounting at its end.
   ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
   json acc = json::parse(
-      http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
+      request(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
   EXPECT_NE(acc.dump().find("\"node\":\"n1\""), std::string::npos) << acc.dump();
   EXPECT_NE(acc.dump().find("\"client\":\"tester\""), std::string::npos) << acc.dump();
   try {
@@ -484,7 +484,7 @@ TEST(RmLease, RevokedLeaseEndsItsExecutor) {
   rfaas::executor ex(device());
   allocate(ex, l, options_of(l));
   ASSERT_TRUE(echo(ex));
-  auto r = http(g.rest, "DELETE", "/leases/" + std::to_string(l.id), "", kToken);
+  auto r = request(g.rest, "DELETE", "/leases/" + std::to_string(l.id), "", kToken);
   EXPECT_LT(r.status, 300) << r.body;
   // The node ends the executor: invocations stop being answered.
   auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -521,7 +521,7 @@ TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
   EXPECT_EQ(g.fabric, fabric);
   EXPECT_TRUE(echo(ex));
   // The lease came back from SQLite, and the node registers again.
-  auto leases = json::parse(http(g.rest, "GET", "/leases", "", kToken).body);
+  auto leases = json::parse(request(g.rest, "GET", "/leases", "", kToken).body);
   bool known = false;
   for (const json &x : leases)
     known |= x.value("id", uint64_t(0)) == l.id;
@@ -745,7 +745,7 @@ TEST(RmLease, LiveAllocationsAreReportedPeriodically) {
   // live allocation arrives before the lease ends, not final.
   EXPECT_TRUE(wait_accounting(l.id)) << manager_log();
   json acc = json::parse(
-      http(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
+      request(g.rest, "GET", "/accounting?lease=" + std::to_string(l.id), "", kToken).body);
   EXPECT_NE(acc.dump().find("\"final\":false"), std::string::npos) << acc.dump();
   EXPECT_TRUE(echo(ex));
   ex.deallocate();
@@ -795,7 +795,7 @@ TEST(RmLease, LeaseSpreadOverTwoNodesServesOnBothAndTokensStayWithTheirNode) {
 // A quota set through REST refuses the next lease over the wire, and the
 // client's error names the quota.
 TEST(RmLease, QuotaRefusalNamesTheQuotaTheClientHit) {
-  auto put = http(g.rest, "PUT", "/quotas/users/quota-tester", R"({"cores": 1})", kToken);
+  auto put = request(g.rest, "PUT", "/quotas/users/quota-tester", R"({"cores": 1})", kToken);
   ASSERT_EQ(put.status, 200) << put.body;
   rfaas::resource_manager rm(device(), g.fabric, "quota-tester", patient());
   rfaas::lease first = lease(rm);
@@ -810,13 +810,13 @@ TEST(RmLease, QuotaRefusalNamesTheQuotaTheClientHit) {
               std::string::npos)
         << e.what();
   }
-  json q = json::parse(http(g.rest, "GET", "/quotas/users/quota-tester", "", kToken).body);
+  json q = json::parse(request(g.rest, "GET", "/quotas/users/quota-tester", "", kToken).body);
   EXPECT_EQ(q["usage"]["cores"], 1) << q.dump();
   // At least the two above (lease() asks again while a previous test's lease
   // still holds the core).
   EXPECT_GE(q["usage"]["requests_last_minute"].get<int>(), 2) << q.dump();
   rm.release(first);
-  EXPECT_EQ(http(g.rest, "DELETE", "/quotas/users/quota-tester", "", kToken).status, 200);
+  EXPECT_EQ(request(g.rest, "DELETE", "/quotas/users/quota-tester", "", kToken).status, 200);
 }
 
 /// SIGCONT for a stopped resource manager on every way out of a test.
@@ -887,7 +887,7 @@ TEST(RmLease, AllocationEndsAtExpiryOnTheNodesClockWhileTheResourceManagerIsStop
 TEST(RmLease, EndedLeaseStaysRefusedAfterAnExecutorManagerRestart) {
   rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
   rfaas::lease l = lease(rm);
-  auto r = http(g.rest, "DELETE", "/leases/" + std::to_string(l.id), "", kToken);
+  auto r = request(g.rest, "DELETE", "/leases/" + std::to_string(l.id), "", kToken);
   ASSERT_LT(r.status, 300) << r.body;
   ASSERT_TRUE(wait_final_accounting(l.id)) << manager_log();
   ASSERT_EQ(g.manager.stop(5000ms), 0);

@@ -557,3 +557,208 @@ TEST_F(Fixture, RenewalsAndRegistrationsTellTheNodesTheExpiry) {
   EXPECT_EQ(events[0].why, LeaseState::Active);
   EXPECT_EQ(events[0].expiry_ms, now + 2000);
 }
+
+namespace {
+
+/// What quota_usage() must say, counted the slow way from the active leases.
+QuotaUsage recount(const Registry &r, const QuotaUser &user) {
+  QuotaUsage u;
+  for (const Lease &l : r.active_leases()) {
+    const std::optional<uint32_t> owner = known_owner(l.owner_uid);
+    if (user.uid ? owner != user.uid : (owner || l.client != user.client))
+      continue;
+    u.cores += l.total_cores();
+    u.memory_mib += l.total_memory_mib();
+    ++u.leases;
+  }
+  return u;
+}
+
+void expect_usage(const Registry &r, const QuotaUser &user, uint64_t leases) {
+  const QuotaUsage want = recount(r, user), got = r.quota_usage(user);
+  EXPECT_EQ(got.leases, leases) << user.describe();
+  EXPECT_EQ(got.leases, want.leases) << user.describe();
+  EXPECT_EQ(got.cores, want.cores) << user.describe();
+  EXPECT_EQ(got.memory_mib, want.memory_mib) << user.describe();
+}
+
+/// node_totals() against a recount over nodes().
+void expect_totals(const Registry &r) {
+  NodeTotals want;
+  for (const NodeView &v : r.nodes()) {
+    (v.node.state == NodeState::Up ? want.up : want.down) += 1;
+    want.drained += v.node.drained;
+    want.cores += v.node.cores;
+    want.cores_leased += v.used_cores;
+  }
+  const NodeTotals got = r.node_totals();
+  EXPECT_EQ(got.up, want.up);
+  EXPECT_EQ(got.down, want.down);
+  EXPECT_EQ(got.drained, want.drained);
+  EXPECT_EQ(got.cores, want.cores);
+  EXPECT_EQ(got.cores_leased, want.cores_leased);
+}
+
+} // namespace
+
+// The per-user tally quota_usage() reads follows every way a lease starts
+// and ends, and a restart rebuilds it.
+TEST_F(Fixture, QuotaTallyFollowsGrantRenewAndEveryEnd) {
+  two_nodes();
+  const QuotaUser uid7{7u, ""}, alice{std::nullopt, "alice"}, bob{std::nullopt, "bob"};
+  auto as = [&](uint32_t uid, const std::string &client, uint32_t cores, uint32_t max_nodes = 1) {
+    auto g = reg->grant(LeaseRequest{client, cores, 100, 0, max_nodes, uid, ""});
+    EXPECT_TRUE(g.ok()) << g.message;
+    return g.value;
+  };
+  // uid 7 under two client names counts once, apart from anonymous alice.
+  Grant a = as(7, "x", 1), b = as(7, "y", 2, 2), c = as(kAnonymousOwner, "alice", 1);
+  Grant d = as(kAnonymousOwner, "bob", 1);
+  expect_usage(*reg, uid7, 2);
+  expect_usage(*reg, alice, 1);
+  expect_usage(*reg, bob, 1);
+  ASSERT_TRUE(reg->renew(a.lease.id, "x", a.secret, 50'000).ok());
+  expect_usage(*reg, uid7, 2);
+  ASSERT_TRUE(reg->release(c.lease.id, "alice", c.secret).ok());
+  expect_usage(*reg, alice, 0);
+  ASSERT_TRUE(reg->revoke(d.lease.id).ok());
+  expect_usage(*reg, bob, 0);
+  now += 10'000; // b expires, a (renewed) does not
+  reg->heartbeat("a");
+  reg->heartbeat("b");
+  EXPECT_EQ(reg->tick(), 1u);
+  expect_usage(*reg, uid7, 1);
+  Grant e = as(kAnonymousOwner, "alice", 3);
+  expect_usage(*reg, alice, 1);
+  reg = make(); // rebuilt from the store
+  expect_usage(*reg, uid7, 1);
+  expect_usage(*reg, alice, 1);
+  ASSERT_TRUE(reg->mark_down(a.lease.parts[0].node).ok());
+  ASSERT_TRUE(reg->mark_down(e.lease.parts[0].node).ok());
+  expect_usage(*reg, uid7, 0);
+  expect_usage(*reg, alice, 0);
+}
+
+// tick() looks at the leases that are due and the nodes that are silent,
+// not at all of them; mark_down() and a registration at the node's own
+// leases. Counts of entries looked at (Registry::work()), not times.
+TEST_F(Fixture, PerEventWorkDoesNotGrowWithTheFleet) {
+  constexpr int kNodes = 400;
+  for (int i = 0; i < kNodes; ++i)
+    ASSERT_TRUE(reg->register_node("n" + std::to_string(i), "h:1", 4, 4096, secret_a).ok());
+  // Three leases per node, with durations 1..30 s (spread puts one on
+  // each node before a second on any).
+  std::vector<Grant> grants;
+  for (int i = 0; i < 3 * kNodes; ++i) {
+    auto g = reg->grant(LeaseRequest{"c" + std::to_string(i % 5), 1, 10,
+                                     1'000 + static_cast<uint64_t>(i % 30) * 1'000, 1,
+                                     kAnonymousOwner, ""});
+    ASSERT_TRUE(g.ok()) << i << ": " << g.message;
+    grants.push_back(g.value);
+  }
+  // A grant among 400 nodes of equal size looks at one or two entries.
+  Work before = reg->work();
+  ASSERT_TRUE(lease(1).ok());
+  EXPECT_LE(reg->work().placement - before.placement, 2u);
+  reg->revoke(reg->active_leases().back().id);
+
+  // Nothing due, nobody silent: one lease and one node looked at.
+  before = reg->work();
+  EXPECT_EQ(reg->tick(), 0u);
+  EXPECT_LE(reg->work().leases - before.leases, 1u);
+  EXPECT_LE(reg->work().nodes - before.nodes, 1u);
+
+  // 1.5 s later exactly the 1 s leases are due.
+  now += 1'500;
+  for (int i = 0; i < kNodes; ++i)
+    reg->heartbeat("n" + std::to_string(i));
+  size_t due = 0;
+  for (const Grant &g : grants)
+    due += g.lease.expiry_ms <= now;
+  // One lease of them renewed: it must not expire at its old expiry.
+  const Grant &first = grants[0];
+  ASSERT_LE(first.lease.expiry_ms, now);
+  now -= 1'000;
+  ASSERT_TRUE(reg->renew(first.lease.id, first.lease.client, first.secret, 60'000).ok());
+  now += 1'000;
+  before = reg->work();
+  EXPECT_EQ(reg->tick(), due - 1);
+  EXPECT_LE(reg->work().leases - before.leases, due + 1);
+  EXPECT_TRUE(reg->active_lease(first.lease.id));
+  for (const Lease &l : reg->active_leases())
+    EXPECT_GT(l.expiry_ms, now) << "lease " << l.id << " should have expired";
+
+  // Half the nodes fall silent: tick looks at those and one more.
+  now += 3'001 - 1'500;
+  for (int i = 0; i < kNodes; i += 2)
+    reg->heartbeat("n" + std::to_string(i));
+  now += 1'500;
+  before = reg->work();
+  reg->tick();
+  EXPECT_LE(reg->work().nodes - before.nodes, static_cast<uint64_t>(kNodes / 2 + 1));
+  for (int i = 0; i < kNodes; ++i)
+    EXPECT_EQ(reg->node("n" + std::to_string(i))->node.state,
+              i % 2 ? NodeState::Down : NodeState::Up)
+        << i;
+  expect_totals(*reg);
+
+  // A node going down looks at its own leases only, and ends just those.
+  const NodeView n0 = *reg->node("n0");
+  ASSERT_GT(n0.active_leases, 0u);
+  const size_t active = reg->active_count();
+  before = reg->work();
+  ASSERT_TRUE(reg->mark_down("n0").ok());
+  EXPECT_EQ(reg->work().leases - before.leases, n0.active_leases);
+  EXPECT_EQ(reg->active_count(), active - n0.active_leases);
+  EXPECT_EQ(reg->node("n0")->used_cores, 0u);
+  // A registration tells the node of its own leases, looking at no other.
+  const NodeView n2 = *reg->node("n2");
+  reg->take_events();
+  before = reg->work();
+  ASSERT_TRUE(reg->register_node("n2", "h:1", 4, 4096, secret_a).ok());
+  EXPECT_EQ(reg->work().leases - before.leases, n2.active_leases);
+  EXPECT_EQ(reg->take_events().size(), n2.active_leases);
+  expect_totals(*reg);
+}
+
+// The capacity index and the totals follow drains, downs, re-registrations
+// with fewer cores, removals and restarts.
+TEST_F(Fixture, CapacityIndexFollowsEveryNodeChange) {
+  two_nodes();
+  auto g = lease(4); // all of one node (spread: a, the first name)
+  ASSERT_TRUE(g.ok());
+  const std::string full = g.value.lease.parts[0].node;
+  const std::string other = full == "a" ? "b" : "a";
+  expect_totals(*reg);
+  // The full node re-registers with 2 cores while its lease holds 4.
+  ASSERT_TRUE(reg->register_node(full, "x:1", 2, 4096, full == "a" ? secret_a : secret_b).ok());
+  EXPECT_EQ(reg->node(full)->used_cores, 4u);
+  expect_totals(*reg);
+  ASSERT_TRUE(reg->drain(other, true).ok());
+  EXPECT_EQ(lease(1).outcome, Outcome::Unavailable);
+  expect_totals(*reg);
+  ASSERT_TRUE(reg->drain(other, false).ok());
+  auto h = lease(4);
+  ASSERT_TRUE(h.ok()) << h.message;
+  EXPECT_EQ(h.value.lease.parts[0].node, other);
+  ASSERT_TRUE(reg->release(g.value.lease.id, "alice", g.value.secret).ok());
+  // Only the 2 cores it has now are free on it.
+  EXPECT_EQ(lease(3).outcome, Outcome::Unavailable);
+  auto k = lease(2);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k.value.lease.parts[0].node, full);
+  expect_totals(*reg);
+  reg = make();
+  expect_totals(*reg);
+  EXPECT_EQ(lease(1).outcome, Outcome::Unavailable); // both full after the restart
+  ASSERT_TRUE(reg->remove_node(other, true).ok());
+  EXPECT_FALSE(reg->active_lease(h.value.lease.id));
+  expect_totals(*reg);
+  ASSERT_TRUE(reg->release(k.value.lease.id, "alice", k.value.secret).ok());
+  EXPECT_TRUE(lease(2).ok());
+  ASSERT_TRUE(reg->mark_down(full).ok());
+  EXPECT_EQ(lease(1).outcome, Outcome::Unavailable);
+  ASSERT_TRUE(reg->heartbeat(full).ok());
+  EXPECT_TRUE(lease(2).ok());
+  expect_totals(*reg);
+}

@@ -2,7 +2,10 @@
 // change, and that changes need the bearer token.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
 #include <atomic>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -13,7 +16,7 @@
 
 using namespace rfaas::rm;
 using nlohmann::json;
-using rfaas::rm::test::http;
+using rfaas::http::request;
 
 namespace {
 
@@ -50,24 +53,24 @@ TEST(Bearer, ComparesWholeTokens) {
 }
 
 TEST_F(RestFixture, HealthAndEmptyLists) {
-  auto h = http(rest.port(), "GET", "/health");
+  auto h = request(rest.port(), "GET", "/health");
   ASSERT_EQ(h.status, 200) << h.body;
   EXPECT_EQ(json::parse(h.body)["status"], "ok");
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body), json::array());
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases", "", kToken).body), json::array());
-  EXPECT_EQ(http(rest.port(), "GET", "/nope").status, 404);
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/nodes", "", kToken).body), json::array());
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/leases", "", kToken).body), json::array());
+  EXPECT_EQ(request(rest.port(), "GET", "/nope").status, 404);
 }
 
 TEST_F(RestFixture, MutationsNeedTheToken) {
   std::string body = R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})";
-  auto r = http(rest.port(), "POST", "/nodes", body);
+  auto r = request(rest.port(), "POST", "/nodes", body);
   EXPECT_EQ(r.status, 401);
   EXPECT_NE(r.body.find("Authorization: Bearer"), std::string::npos);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes", body, "wrong-token-0123456789").status, 401);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1").status, 401);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/1").status, 401);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/drain").status, 401);
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body).size(), 0u);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes", body, "wrong-token-0123456789").status, 401);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1").status, 401);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/leases/1").status, 401);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes/n1/drain").status, 401);
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/nodes", "", kToken).body).size(), 0u);
 }
 
 // Nodes, leases and accounting name clients and lease ids: reading them needs
@@ -75,20 +78,21 @@ TEST_F(RestFixture, MutationsNeedTheToken) {
 TEST_F(RestFixture, ReadsNeedATokenAndTheReadOnlyTokenChangesNothing) {
   for (const char *path :
        {"/nodes", "/leases", "/leases?state=all", "/accounting", "/accounting.csv"}) {
-    auto r = http(rest.port(), "GET", path);
+    auto r = request(rest.port(), "GET", path);
     EXPECT_EQ(r.status, 401) << path;
     EXPECT_NE(r.body.find("read-only token (http.read_token)"), std::string::npos) << r.body;
-    EXPECT_EQ(http(rest.port(), "GET", path, "", "wrong-token-0123456789").status, 401) << path;
-    EXPECT_EQ(http(rest.port(), "GET", path, "", kReader).status, 200) << path;
-    EXPECT_EQ(http(rest.port(), "GET", path, "", kToken).status, 200) << path;
+    EXPECT_EQ(request(rest.port(), "GET", path, "", "wrong-token-0123456789").status, 401) << path;
+    EXPECT_EQ(request(rest.port(), "GET", path, "", kReader).status, 200) << path;
+    EXPECT_EQ(request(rest.port(), "GET", path, "", kToken).status, 200) << path;
   }
-  EXPECT_EQ(http(rest.port(), "GET", "/health").status, 200);
-  EXPECT_EQ(http(rest.port(), "GET", "/metrics").status, 200);
-  auto r = http(rest.port(), "POST", "/nodes",
-                R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kReader);
+  EXPECT_EQ(request(rest.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(request(rest.port(), "GET", "/metrics").status, 200);
+  auto r =
+      request(rest.port(), "POST", "/nodes",
+              R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kReader);
   EXPECT_EQ(r.status, 401);
   EXPECT_NE(r.body.find("changes state"), std::string::npos) << r.body;
-  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/1", "", kReader).status, 401);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/leases/1", "", kReader).status, 401);
 }
 
 // http.open_endpoints: [] closes /health and /metrics too.
@@ -101,11 +105,11 @@ TEST(RestAccessConfig, HealthAndMetricsCanBeClosed) {
   loop.start();
   rest.start("127.0.0.1", 0, 1);
   for (const char *path : {"/health", "/metrics"}) {
-    auto r = http(rest.port(), "GET", path);
+    auto r = request(rest.port(), "GET", path);
     EXPECT_EQ(r.status, 401) << path;
     // Without a read-only token configured the message names only the operator's.
     EXPECT_EQ(r.body.find("read_token"), std::string::npos) << r.body;
-    EXPECT_EQ(http(rest.port(), "GET", path, "", kToken).status, 200) << path;
+    EXPECT_EQ(request(rest.port(), "GET", path, "", kToken).status, 200) << path;
   }
   rest.stop();
   loop.stop();
@@ -129,7 +133,7 @@ TEST_F(RestFixture, CsvExportEscapesFormulaCells) {
             })
             .ok());
   }
-  auto csv = http(rest.port(), "GET", "/accounting.csv", "", kToken);
+  auto csv = request(rest.port(), "GET", "/accounting.csv", "", kToken);
   ASSERT_EQ(csv.status, 200);
   EXPECT_NE(csv.body.find(",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\","), std::string::npos)
       << csv.body;
@@ -152,8 +156,8 @@ TEST_F(RestFixture, RotatingANodeSecretKeepsItsLeases) {
     return r.grant({"alice", 2, 100, 0, 1, kAnonymousOwner, ""});
   });
   ASSERT_TRUE(g.ok()) << g.message;
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", "", kReader).status, 401);
-  auto r = http(rest.port(), "POST", "/nodes/n1/secret", "", kToken);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes/n1/secret", "", kReader).status, 401);
+  auto r = request(rest.port(), "POST", "/nodes/n1/secret", "", kToken);
   ASSERT_EQ(r.status, 200) << r.body;
   NodeSecret fresh;
   ASSERT_TRUE(from_hex(json::parse(r.body)["secret"].get<std::string>(), fresh)) << r.body;
@@ -170,46 +174,48 @@ TEST_F(RestFixture, RotatingANodeSecretKeepsItsLeases) {
           .ok());
   // An operator's own secret, and the bad inputs.
   const std::string mine(64, 'c');
-  r = http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
+  r = request(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["secret"], mine);
-  r = http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
+  r = request(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":")" + mine + R"("})", kToken);
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("has this secret already"), std::string::npos) << r.body;
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":"xyz"})", kToken).status,
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes/n1/secret", R"({"secret":"xyz"})", kToken).status,
             400);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes/n1/secret", R"({"scret":1})", kToken).status, 400);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes/zz/secret", "", kToken).status, 404);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes/n1/secret", R"({"scret":1})", kToken).status, 400);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes/zz/secret", "", kToken).status, 404);
 }
 
 TEST_F(RestFixture, AddDrainRemoveNode) {
-  auto r = http(rest.port(), "POST", "/nodes",
-                R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kToken);
+  auto r =
+      request(rest.port(), "POST", "/nodes",
+              R"({"name":"n1","address":"10.0.0.1:10000","cores":4,"memory_mib":1024})", kToken);
   ASSERT_EQ(r.status, 201) << r.body;
   json n = json::parse(r.body);
   EXPECT_EQ(n["secret"].get<std::string>().size(), 64u);
   EXPECT_EQ(n["state"], "down");
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes",
-                 R"({"name":"n1","address":"x:1","cores":4,"memory_mib":1024})", kToken)
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes",
+                    R"({"name":"n1","address":"x:1","cores":4,"memory_mib":1024})", kToken)
                 .status,
             409);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes", R"({"name":"n2","cores":4})", kToken).status, 400);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes", R"({"name":"n2","adress":"x"})", kToken).status,
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes", R"({"name":"n2","cores":4})", kToken).status,
             400);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes", "{not json", kToken).status, 400);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes", R"({"name":"n2","adress":"x"})", kToken).status,
+            400);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes", "{not json", kToken).status, 400);
 
-  r = http(rest.port(), "POST", "/nodes/n1/drain", "", kToken);
+  r = request(rest.port(), "POST", "/nodes/n1/drain", "", kToken);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["drained"], true);
-  r = http(rest.port(), "POST", "/nodes/n1/drain", R"({"drained":false})", kToken);
+  r = request(rest.port(), "POST", "/nodes/n1/drain", R"({"drained":false})", kToken);
   EXPECT_EQ(json::parse(r.body)["drained"], false);
-  EXPECT_EQ(http(rest.port(), "POST", "/nodes/zz/drain", "", kToken).status, 404);
+  EXPECT_EQ(request(rest.port(), "POST", "/nodes/zz/drain", "", kToken).status, 404);
 
-  auto list = json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body);
+  auto list = json::parse(request(rest.port(), "GET", "/nodes", "", kToken).body);
   ASSERT_EQ(list.size(), 1u);
   EXPECT_FALSE(list[0].contains("secret"));
-  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 200);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 404);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 200);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 404);
 }
 
 TEST_F(RestFixture, LeasesRevokeAndAccounting) {
@@ -220,19 +226,21 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
   });
   ASSERT_TRUE(g.ok());
   uint64_t id = g.value.lease.id;
-  auto leases = json::parse(http(rest.port(), "GET", "/leases", "", kToken).body);
+  auto leases = json::parse(request(rest.port(), "GET", "/leases", "", kToken).body);
   ASSERT_EQ(leases.size(), 1u);
   EXPECT_EQ(leases[0]["id"].get<uint64_t>(), id);
   EXPECT_EQ(leases[0]["cores"], 2);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
-  ASSERT_EQ(http(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status, 200);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status, 404);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/leases/abc", "", kToken).status, 400);
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/leases", "", kToken).body).size(), 0u);
-  auto all = json::parse(http(rest.port(), "GET", "/leases?state=all", "", kToken).body);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
+  ASSERT_EQ(request(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status,
+            200);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/leases/" + std::to_string(id), "", kToken).status,
+            404);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/leases/abc", "", kToken).status, 400);
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/leases", "", kToken).body).size(), 0u);
+  auto all = json::parse(request(rest.port(), "GET", "/leases?state=all", "", kToken).body);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0]["state"], "revoked");
-  EXPECT_EQ(http(rest.port(), "GET", "/leases?state=zombie", "", kToken).status, 400);
+  EXPECT_EQ(request(rest.port(), "GET", "/leases?state=zombie", "", kToken).status, 400);
 
   ASSERT_TRUE(loop.call([&](Registry &r) {
                     return r.record_accounting(
@@ -240,13 +248,13 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
                   })
                   .ok());
   auto acc = json::parse(
-      http(rest.port(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
+      request(rest.port(), "GET", "/accounting?lease=" + std::to_string(id), "", kToken).body);
   ASSERT_EQ(acc["records"].size(), 1u);
   EXPECT_EQ(acc["total"]["execution_us"], 300);
   acc = json::parse(
-      http(rest.port(), "GET", "/accounting?client=alice%2Cthe%20%22first%22", "", kToken).body);
+      request(rest.port(), "GET", "/accounting?client=alice%2Cthe%20%22first%22", "", kToken).body);
   EXPECT_EQ(acc["records"].size(), 1u) << acc.dump();
-  auto csv = http(rest.port(), "GET", "/accounting.csv", "", kToken);
+  auto csv = request(rest.port(), "GET", "/accounting.csv", "", kToken);
   ASSERT_EQ(csv.status, 200);
   EXPECT_NE(csv.headers.find("text/csv"), std::string::npos);
   EXPECT_EQ(csv.body.rfind("lease,node,client,", 0), 0u) << csv.body;
@@ -254,7 +262,7 @@ TEST_F(RestFixture, LeasesRevokeAndAccounting) {
                           ",n1,\"alice,the \"\"first\"\"\",5000000,1000,400,300,100,1,,"),
             std::string::npos)
       << csv.body;
-  EXPECT_EQ(http(rest.port(), "GET", "/accounting?lease=1&client=x", "", kToken).status, 400);
+  EXPECT_EQ(request(rest.port(), "GET", "/accounting?lease=1&client=x", "", kToken).status, 400);
 }
 
 TEST_F(RestFixture, MetricsInPrometheusFormat) {
@@ -264,8 +272,8 @@ TEST_F(RestFixture, MetricsInPrometheusFormat) {
     r.grant({"a", 2, 0, 0, 1, kAnonymousOwner, ""});
     return r.grant({"b", 1, 0, 0, 1, kAnonymousOwner, ""});
   });
-  http(rest.port(), "GET", "/nodes", "", kToken);
-  auto m = http(rest.port(), "GET", "/metrics");
+  request(rest.port(), "GET", "/nodes", "", kToken);
+  auto m = request(rest.port(), "GET", "/metrics");
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.headers.find("text/plain"), std::string::npos);
   for (const char *line :
@@ -277,22 +285,50 @@ TEST_F(RestFixture, MetricsInPrometheusFormat) {
     EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
 }
 
+// /metrics reads what the loop published: it answers while the loop is busy
+// with a long task, with the changes of the tasks before.
+TEST_F(RestFixture, MetricsAnswerWhileTheLoopIsBusy) {
+  loop.call([&](Registry &r) { return r.register_node("n1", "h:1", 2, 4096, generate_secret()); });
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::thread busy([&] {
+    loop.call([&](Registry &) {
+      entered.set_value();
+      released.wait();
+      return 0;
+    });
+  });
+  entered.get_future().wait();
+  rfaas::http::Response m;
+  std::string error;
+  try {
+    m = request(rest.port(), "GET", "/metrics", "", "", std::chrono::seconds(3));
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  release.set_value();
+  busy.join();
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("rfaas_rm_nodes_registered 1\n"), std::string::npos) << m.body;
+}
+
 TEST_F(RestFixture, ConcurrentRequestsAllReachTheLoop) {
   std::vector<std::thread> threads;
   std::atomic<int> created{0};
   for (int i = 0; i < 16; ++i)
     threads.emplace_back([&, i] {
-      auto r = http(rest.port(), "POST", "/nodes",
-                    R"({"name":"n)" + std::to_string(i) +
-                        R"(","address":"h:1","cores":2,"memory_mib":64})",
-                    kToken);
+      auto r = request(rest.port(), "POST", "/nodes",
+                       R"({"name":"n)" + std::to_string(i) +
+                           R"(","address":"h:1","cores":2,"memory_mib":64})",
+                       kToken);
       created += r.status == 201;
-      http(rest.port(), "GET", "/metrics");
+      request(rest.port(), "GET", "/metrics");
     });
   for (auto &t : threads)
     t.join();
   EXPECT_EQ(created.load(), 16);
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/nodes", "", kToken).body).size(), 16u);
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/nodes", "", kToken).body).size(), 16u);
 }
 
 TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
@@ -302,9 +338,9 @@ TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
     return r.grant({"alice", 2, 0, 0, 1, kAnonymousOwner, ""});
   });
   ASSERT_TRUE(g.ok());
-  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
-  EXPECT_EQ(http(rest.port(), "DELETE", "/nodes/n1?force=true", "", kToken).status, 200);
-  auto all = json::parse(http(rest.port(), "GET", "/leases?state=revoked", "", kToken).body);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1", "", kToken).status, 409);
+  EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1?force=true", "", kToken).status, 200);
+  auto all = json::parse(request(rest.port(), "GET", "/leases?state=revoked", "", kToken).body);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0]["id"].get<uint64_t>(), g.value.lease.id);
 }
@@ -312,7 +348,7 @@ TEST_F(RestFixture, ForcedRemovalRevokesTheNodesLeases) {
 // GET /pilots lists the slurm node provider's pilots, with why they ended,
 // and never their secrets; it needs a token like every other list.
 TEST_F(RestFixture, PilotsAreListedWithoutTheirSecrets) {
-  EXPECT_EQ(json::parse(http(rest.port(), "GET", "/pilots", "", kToken).body), json::array());
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/pilots", "", kToken).body), json::array());
   loop.call([](Registry &r) {
     PilotRecord p;
     p.id = 1;
@@ -324,8 +360,8 @@ TEST_F(RestFixture, PilotsAreListedWithoutTheirSecrets) {
     r.store().put_pilot(p);
     return 0;
   });
-  EXPECT_EQ(http(rest.port(), "GET", "/pilots").status, 401);
-  auto got = http(rest.port(), "GET", "/pilots", "", kReader);
+  EXPECT_EQ(request(rest.port(), "GET", "/pilots").status, 401);
+  auto got = request(rest.port(), "GET", "/pilots", "", kReader);
   ASSERT_EQ(got.status, 200) << got.body;
   json pilots = json::parse(got.body);
   ASSERT_EQ(pilots.size(), 1u);
@@ -340,29 +376,29 @@ TEST_F(RestFixture, PilotsAreListedWithoutTheirSecrets) {
 // same store, as after a restart, keeps it).
 TEST_F(RestFixture, QuotasAreReadAndSetThroughRest) {
   const int p = rest.port();
-  EXPECT_EQ(http(p, "GET", "/quotas").status, 401);
-  EXPECT_EQ(http(p, "GET", "/quotas", "", kReader).status, 200);
-  EXPECT_EQ(http(p, "PUT", "/quotas/users/1000", R"({"cores": 2})", kReader).status, 401);
-  EXPECT_EQ(http(p, "PUT", "/quotas/default", R"({"cores": 1})").status, 401);
-  EXPECT_EQ(http(p, "DELETE", "/quotas/users/1000", "", kReader).status, 401);
+  EXPECT_EQ(request(p, "GET", "/quotas").status, 401);
+  EXPECT_EQ(request(p, "GET", "/quotas", "", kReader).status, 200);
+  EXPECT_EQ(request(p, "PUT", "/quotas/users/1000", R"({"cores": 2})", kReader).status, 401);
+  EXPECT_EQ(request(p, "PUT", "/quotas/default", R"({"cores": 1})").status, 401);
+  EXPECT_EQ(request(p, "DELETE", "/quotas/users/1000", "", kReader).status, 401);
 
-  auto bad = http(p, "PUT", "/quotas/users/1000", R"({"cpus": 2})", kToken);
+  auto bad = request(p, "PUT", "/quotas/users/1000", R"({"cpus": 2})", kToken);
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("valid: cores, memory_mib, leases, requests_per_minute"),
             std::string::npos)
       << bad.body;
-  EXPECT_EQ(http(p, "PUT", "/quotas/users/1000", R"({"cores": -2})", kToken).status, 400);
+  EXPECT_EQ(request(p, "PUT", "/quotas/users/1000", R"({"cores": -2})", kToken).status, 400);
 
-  auto put = http(p, "PUT", "/quotas/users/1000", R"({"cores": 2, "leases": 5})", kToken);
+  auto put = request(p, "PUT", "/quotas/users/1000", R"({"cores": 2, "leases": 5})", kToken);
   ASSERT_EQ(put.status, 200) << put.body;
   json u = json::parse(put.body);
   EXPECT_EQ(u["who"], "uid 1000");
   EXPECT_EQ(u["source"], "rest");
   EXPECT_EQ(u["limits"], json::parse(R"({"cores": 2, "memory_mib": 0, "leases": 5,
                                           "requests_per_minute": 0})"));
-  ASSERT_EQ(http(p, "PUT", "/quotas/default", R"({"requests_per_minute": 100})", kToken).status,
+  ASSERT_EQ(request(p, "PUT", "/quotas/default", R"({"requests_per_minute": 100})", kToken).status,
             200);
-  auto alice = http(p, "PUT", "/quotas/users/alice%40login1", R"({"memory_mib": 64})", kToken);
+  auto alice = request(p, "PUT", "/quotas/users/alice%40login1", R"({"memory_mib": 64})", kToken);
   ASSERT_EQ(alice.status, 200) << alice.body;
   EXPECT_EQ(json::parse(alice.body)["who"], "client alice@login1");
 
@@ -380,11 +416,11 @@ TEST_F(RestFixture, QuotasAreReadAndSetThroughRest) {
   EXPECT_EQ(refused.outcome, Outcome::QuotaExceeded);
   EXPECT_EQ(refused.message,
             "quota exceeded: cores 0 of 2 in use for uid 1000; this request asks for 3 more");
-  json usage = json::parse(http(p, "GET", "/quotas/users/1000", "", kReader).body);
+  json usage = json::parse(request(p, "GET", "/quotas/users/1000", "", kReader).body);
   EXPECT_EQ(usage["usage"]["requests_last_minute"], 1) << usage.dump();
   EXPECT_EQ(usage["limits"]["requests_per_minute"], 100) << usage.dump();
 
-  json all = json::parse(http(p, "GET", "/quotas", "", kToken).body);
+  json all = json::parse(request(p, "GET", "/quotas", "", kToken).body);
   EXPECT_EQ(all["default_source"], "rest");
   EXPECT_EQ(all["users"].size(), 2u) << all.dump();
   // Stored: a registry opened on the same store (a restart) has them.
@@ -392,10 +428,135 @@ TEST_F(RestFixture, QuotasAreReadAndSetThroughRest) {
   EXPECT_EQ(*again.quotas().effective(QuotaUser{1000u, ""}).cores, 2u);
   EXPECT_EQ(*again.quotas().effective(QuotaUser{std::nullopt, "x"}).requests_per_minute, 100u);
 
-  EXPECT_EQ(http(p, "DELETE", "/quotas/users/1000", "", kToken).status, 200);
-  EXPECT_EQ(http(p, "DELETE", "/quotas/users/1000", "", kToken).status, 404);
-  json after = json::parse(http(p, "GET", "/quotas/users/1000", "", kToken).body);
+  EXPECT_EQ(request(p, "DELETE", "/quotas/users/1000", "", kToken).status, 200);
+  EXPECT_EQ(request(p, "DELETE", "/quotas/users/1000", "", kToken).status, 404);
+  json after = json::parse(request(p, "GET", "/quotas/users/1000", "", kToken).body);
   EXPECT_EQ(after["source"], "default");
   EXPECT_EQ(after["limits"]["cores"], 0);
   EXPECT_EQ(grant(3, 1000u).outcome, Outcome::Ok);
+}
+
+// ---- connections ----------------------------------------------------------------
+
+namespace {
+
+/// Sends `raw` on a new connection and reads until the server closes it (at
+/// most `wait`): what came, and whether the server closed.
+std::pair<std::string, bool> raw_exchange(uint16_t port, const std::string &raw,
+                                          std::chrono::milliseconds wait) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return {"connect failed", false};
+  }
+  (void)!send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
+  std::string in;
+  bool closed = false;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
+      break;
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    in.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return {in, closed};
+}
+
+/// Polls `cond` until it holds or 5 s passed.
+template <class F> bool eventually(F cond) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+} // namespace
+
+// HTTP/1.1 keeps the connection by default (pistache 0.0.5 alone answers
+// "Connection: Close" and keeps it open anyway).
+TEST_F(RestFixture, ConnectionsAreKeptAlive) {
+  rfaas::http::Client c("127.0.0.1", rest.port());
+  c.set_token(kToken);
+  for (int i = 0; i < 50; ++i) {
+    for (const char *path : {"/health", "/nodes", "/metrics", "/nope"}) {
+      auto r = c.get(path);
+      ASSERT_EQ(r.status, std::string(path) == "/nope" ? 404 : 200) << path << ": " << r.body;
+      ASSERT_TRUE(r.keep_alive) << path << ": " << r.headers;
+    }
+  }
+  EXPECT_EQ(c.connections_opened(), 1u);
+  EXPECT_EQ(rest.open_connections(), 1u);
+}
+
+// "Connection: close", and HTTP/1.0 without keep-alive: the answer says close
+// and the server closes once it is out.
+TEST_F(RestFixture, ConnectionsThatAskForCloseAreClosed) {
+  for (const std::string req : {"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                "GET /health HTTP/1.0\r\n\r\n",
+                                "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"}) {
+    auto [in, closed] = raw_exchange(rest.port(), req, std::chrono::seconds(5));
+    EXPECT_TRUE(closed) << req << " -> " << in;
+    EXPECT_NE(in.find("Connection: Close"), std::string::npos) << in;
+    const bool missing = req.find("nope") != std::string::npos;
+    EXPECT_NE(in.find(missing ? "404" : "\"status\":\"ok\""), std::string::npos) << in;
+  }
+  // HTTP/1.0 that asks for keep-alive gets it.
+  auto [in, closed] =
+      raw_exchange(rest.port(), "GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                   std::chrono::milliseconds(300));
+  EXPECT_FALSE(closed) << in;
+  EXPECT_NE(in.find("Connection: Keep-Alive"), std::string::npos) << in;
+}
+
+// Over http.max_connections a connection gets a 503 and is closed; a slot
+// freed by a client that leaves is taken by the next.
+TEST_F(RestFixture, ConnectionsOverTheLimitAreRefused) {
+  RestServer small{loop, RestAccess{kToken, kReader, true, true}};
+  small.start("127.0.0.1", 0, 2, RestConnectionLimits{2, std::chrono::seconds(60)});
+  rfaas::http::Client a("127.0.0.1", small.port()), b("127.0.0.1", small.port()),
+      c("127.0.0.1", small.port());
+  ASSERT_EQ(a.get("/health").status, 200);
+  ASSERT_EQ(b.get("/health").status, 200);
+  auto refused = c.get("/health");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_NE(refused.body.find("http.max_connections"), std::string::npos) << refused.body;
+  EXPECT_FALSE(refused.keep_alive);
+  EXPECT_EQ(small.refused_connections(), 1u);
+  a.disconnect();
+  ASSERT_TRUE(eventually([&] { return small.open_connections() < 2; }));
+  EXPECT_EQ(c.get("/health").status, 200);
+  EXPECT_EQ(b.get("/health").status, 200); // still kept alive
+  EXPECT_EQ(b.connections_opened(), 1u);
+  small.stop();
+}
+
+// A connection silent for the idle timeout is closed (and no longer counted);
+// the client's next GET goes on a new one.
+TEST_F(RestFixture, IdleConnectionsAreClosed) {
+  RestServer quick{loop, RestAccess{kToken, kReader, true, true}};
+  quick.start("127.0.0.1", 0, 1, RestConnectionLimits{16, std::chrono::seconds(1)});
+  rfaas::http::Client c("127.0.0.1", quick.port());
+  ASSERT_EQ(c.get("/health").status, 200);
+  EXPECT_EQ(quick.open_connections(), 1u);
+  ASSERT_TRUE(eventually([&] { return quick.open_connections() == 0; }));
+  EXPECT_EQ(c.get("/health").status, 200);
+  EXPECT_EQ(c.connections_opened(), 2u);
+  quick.stop();
 }

@@ -181,9 +181,8 @@ TEST(Store, PerNodeAndRetentionQueriesUseIndexes) {
     sqlite3_finalize(st);
     return out;
   };
-  const std::string ended = plan("SELECT DISTINCT l.id FROM leases l JOIN lease_parts p ON "
-                                 "p.lease_id = l.id WHERE p.node = 'n1' AND l.state != 'active' "
-                                 "AND l.expiry_ms > 0");
+  const std::string ended = plan("SELECT id FROM leases WHERE state != 'active' AND expiry_ms > 0 "
+                                 "AND id IN (SELECT lease_id FROM lease_parts WHERE node = 'n1')");
   EXPECT_NE(ended.find("lease_parts_node"), std::string::npos) << ended;
   const std::string leases = plan("DELETE FROM leases WHERE state != 'active' AND ended_ms < 5");
   EXPECT_NE(leases.find("leases_ended"), std::string::npos) << leases;
@@ -191,6 +190,59 @@ TEST(Store, PerNodeAndRetentionQueriesUseIndexes) {
                                "(SELECT id FROM leases WHERE state = 'active')");
   EXPECT_NE(acc.find("accounting_reported"), std::string::npos) << acc;
   sqlite3_close(raw);
+}
+
+// A node's ended leases, and any list of leases, come in one statement
+// with their parts, not one more per lease (a registration after a restart
+// of a node that had thousands of leases).
+TEST(Store, LeaseQueriesAreOneStatementWhateverTheCount) {
+  Store s(":memory:");
+  for (uint64_t id = 1; id <= 60; ++id) {
+    Lease l = lease(id);
+    l.granted_ms = 100 + id;
+    l.expiry_ms = id % 3 == 0 ? 150 : 1'000; // a third expired by 500
+    l.state = id % 2 == 0 ? LeaseState::Released : LeaseState::Active;
+    if (id % 5 == 0)
+      l.parts = {{"n3", {4}, 10}}; // not on n1
+    if (id == 7)
+      l.parts.clear(); // a lease without parts still loads
+    s.put_lease(l);
+  }
+  uint64_t before = s.statements_run();
+  auto ended = s.ended_unexpired_on("n1", 500);
+  EXPECT_EQ(s.statements_run() - before, 1u);
+  std::vector<uint64_t> want;
+  for (uint64_t id = 60; id >= 1; --id)
+    if (id % 2 == 0 && id % 3 != 0 && id % 5 != 0)
+      want.push_back(id);
+  ASSERT_EQ(ended.size(), want.size());
+  for (size_t i = 0; i < ended.size(); ++i) {
+    EXPECT_EQ(ended[i].id, want[i]);
+    EXPECT_EQ(ended[i].state, LeaseState::Released);
+    ASSERT_EQ(ended[i].parts.size(), 2u);
+    EXPECT_EQ(ended[i].parts[0].node, "n1");
+    EXPECT_EQ(ended[i].parts[0].cores, (std::vector<uint32_t>{0, 1, 2}));
+    EXPECT_EQ(ended[i].parts[1].node, "n2");
+    EXPECT_EQ(ended[i].parts[1].memory_mib, 100u);
+  }
+  before = s.statements_run();
+  auto active = s.load_leases(LeaseState::Active);
+  EXPECT_EQ(s.statements_run() - before, 1u);
+  ASSERT_EQ(active.size(), 30u);
+  EXPECT_EQ(active.front().id, 59u); // newest first
+  for (const Lease &l : active)
+    EXPECT_EQ(l.parts.size(), l.id == 7 ? 0u : l.id % 5 == 0 ? 1u : 2u) << l.id;
+  auto newest = s.load_leases(std::nullopt, 4);
+  ASSERT_EQ(newest.size(), 4u); // the limit counts leases, not parts
+  EXPECT_EQ(newest.back().id, 57u);
+  EXPECT_EQ(newest.back().parts.size(), 2u);
+  before = s.statements_run();
+  auto one = s.load_lease(10);
+  EXPECT_EQ(s.statements_run() - before, 1u);
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->parts.size(), 1u);
+  EXPECT_EQ(one->parts[0].node, "n3");
+  EXPECT_FALSE(s.load_lease(999));
 }
 
 TEST(Store, UnopenablePathNamesTheFile) {

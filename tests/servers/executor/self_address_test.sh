@@ -1,0 +1,115 @@
+#!/bin/bash
+# A local client names one of the executor manager's own endpoints as its
+# listener in an AllocationRequest and disconnects at once, ROUNDS times in a
+# row (probe scenario self-address, REQUESTS requests a round). On shm 1.17
+# that crashed the manager (SIGSEGV at pthread_spin_lock in the provider,
+# under Listener::next_request or RequestImpl::reject) or left its listener's
+# region locked for good. Checks: the manager lives through every round,
+# refuses each such request before it starts an executor, and serves a
+# legitimate client afterwards; it stops on SIGTERM and leaves no process.
+#
+#   self_address_test.sh MANAGER PROBE DEVICES LIBRARY DEVICE [ROUNDS] [REQUESTS]
+set -u
+MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 ROUNDS=${6:-3} REQUESTS=${7:-20}
+DEVICES=$(realpath "$DEVICES")
+WORK=$(mktemp -d /tmp/rfaas-self-address.XXXXXX)
+MPID='' PPID_=''
+cleanup() {
+  for pid in $PPID_ $MPID; do
+    kill -KILL "$pid" 2>/dev/null
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+fail() {
+  echo "self-address: FAIL: $*"
+  echo "---- executor_manager log (last 40 lines)"
+  tail -n 40 "$WORK/manager.err"
+  exit 1
+}
+alive() {
+  kill -0 "$MPID" 2>/dev/null && return 0
+  wait "$MPID"
+  fail "executor_manager died (status $?)"
+}
+# probe SECONDS OUT ARGS...: the probe, its output in OUT; past the deadline
+# every thread's stack goes to OUT (gdb, where installed) and it is killed.
+probe() {
+  local limit=$1 out=$2
+  shift 2
+  "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
+    "$@" >"$out" 2>&1 &
+  PPID_=$!
+  for _ in $(seq $((limit * 10))); do
+    kill -0 "$PPID_" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$PPID_" 2>/dev/null; then
+    echo "---- still running after ${limit} s" >>"$out"
+    command -v gdb >/dev/null &&
+      timeout 60 gdb -p "$PPID_" -batch -ex 'thread apply all bt' 2>&1 | grep -E '^(#|Thread)' >>"$out"
+    kill -KILL "$PPID_" 2>/dev/null
+    wait "$PPID_" 2>/dev/null
+    PPID_=''
+    return 124
+  fi
+  wait "$PPID_"
+  local status=$?
+  PPID_=''
+  return $status
+}
+
+CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+cat >"$WORK/manager.json" <<JSON
+{
+  "device_database": "$DEVICES",
+  "device": "$DEVICE",
+  "listen": { "port": 0 },
+  "resources": { "cores": "$CORES", "memory_mib": 1024, "max_allocations": 4 },
+  "deadlines_ms": { "shutdown_grace": 1000, "connect": 500 },
+  "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500 }
+}
+JSON
+: >"$WORK/manager.out"
+"$MANAGER" --config "$WORK/manager.json" --skip-resource-manager >"$WORK/manager.out" \
+  2>"$WORK/manager.err" &
+MPID=$!
+for _ in $(seq 200); do
+  grep -q '^executor_manager: listening on ' "$WORK/manager.out" && break
+  alive
+  sleep 0.1
+done
+LINE=$(grep '^executor_manager: listening on ' "$WORK/manager.out") ||
+  fail "no readiness line within 20 s"
+ADDRESS=${LINE##* }
+echo "self-address: $LINE"
+
+T0=$(date +%s%N)
+for round in $(seq "$ROUNDS"); do
+  probe 60 "$WORK/self.out" --scenario self-address --rounds "$REQUESTS" --name-regions-of "$MPID"
+  STATUS=$?
+  alive
+  [ "$STATUS" -eq 0 ] || fail "round $round: the probe exited $STATUS: $(cat "$WORK/self.out")"
+done
+MS=$((($(date +%s%N) - T0) / 1000000))
+echo "self-address: $ROUNDS x $REQUESTS requests naming the manager's own address in $MS ms;" \
+  "$(sed -n 's/^self-address: //p' "$WORK/self.out") (last round)"
+# Refused at intake: no executor was started for any of them.
+STARTED=$(grep -c '\] allocation [0-9a-f]*: [0-9]* core(s)' "$WORK/manager.err")
+[ "$STARTED" -eq 0 ] || fail "$STARTED executor(s) started for requests naming the manager itself"
+grep -q "names this executor manager's own endpoint" "$WORK/manager.err" ||
+  fail "the manager logged no refusal of a request naming its own endpoint"
+
+probe 60 "$WORK/legit.out" --scenario latency --iterations 200 ||
+  fail "a legitimate client failed afterwards: $(cat "$WORK/legit.out")"
+echo "self-address: the same executor_manager (pid $MPID) served a legitimate client afterwards"
+
+kill -TERM "$MPID"
+for _ in $(seq 100); do
+  kill -0 "$MPID" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$MPID" 2>/dev/null && fail "the manager did not stop within 10 s of SIGTERM"
+wait "$MPID"
+MPID=''
+echo "self-address: PASS"
