@@ -533,7 +533,7 @@ TEST(RmFabric, ABurstOfEndedLeasesReachesTheNodeAndLeavesItUp) {
                            std::chrono::steady_clock::now() - asked)
                            .count());
     ASSERT_EQ(probe.status, proto::ErrorCode::Ok) << proto::get_text(probe.message);
-    auto r = http(rm->rest(), "DELETE", "/leases/" + std::to_string(probe.lease_id), "", kToken);
+    auto r = request(rm->rest(), "DELETE", "/leases/" + std::to_string(probe.lease_id), "", kToken);
     ASSERT_LT(r.status, 300) << r.body;
     EXPECT_EQ(node.await_ended().lease_id, probe.lease_id);
   }
