@@ -36,13 +36,14 @@
 #                             (default build-verbs-libfabric; an existing
 #                             libfabric-backend build there is used as it is)
 #   RFAAS_VERBS_JOBS          build parallelism (default 2)
-#   RFAAS_VERBS_VM_TIMEOUT    seconds for the whole VM run (default 900; a normal
-#                             run takes ~8 min in the VM under TCG: boot ~8 s,
+#   RFAAS_VERBS_VM_TIMEOUT    seconds for the whole VM run (default 1020; a normal
+#                             run takes ~10 min in the VM under TCG: boot ~8 s,
 #                             verbs_smoke and the conformance suite on both
 #                             topologies ~60 s, the end-to-end suite on both
-#                             ~115 s, the lease suite ~80 s, the libfabric
-#                             verbs-provider suites ~45 s + ~50-160 s.
-#                             900 leaves room for one step
+#                             ~115 s, the lease suite ~80 s, the fabric suite
+#                             with munged ~45-70 s, the lease owner's ~10-30 s, the
+#                             libfabric verbs-provider suites ~45 s + ~50-160 s.
+#                             1020 leaves room for one step
 #                             to hit its own timeout and the rest to finish)
 #   RFAAS_VERBS_SKIP_LIBFABRIC=1  do not build/run the libfabric verbs providers
 #   RFAAS_VERBS_STEPS         run only the VM steps whose names match one of
@@ -65,7 +66,7 @@ cd "$repo"
 verbs_dir=${RFAAS_VERBS_BUILD_DIR:-build-verbs}
 lf_dir=${RFAAS_VERBS_LF_BUILD_DIR:-build-verbs-libfabric}
 jobs=${RFAAS_VERBS_JOBS:-2}
-vm_timeout=${RFAAS_VERBS_VM_TIMEOUT:-900}
+vm_timeout=${RFAAS_VERBS_VM_TIMEOUT:-1020}
 
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -92,18 +93,22 @@ cmake -S . -B "$verbs_dir" "${g[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${g1[@]}
 # tests/softroce/guest-suite.sh runs these (rfaas_e2e_tests depends on the
 # manager, executor, client helper and function libraries it starts;
 # rfaas_rm_lease_tests on the resource manager, executor manager, executor
-# and function library; the escape suite, tests/sandbox/escape_test.sh, on the
-# escape client and the hostile functions).
+# and function library; rfaas_rm_fabric_tests, whose MUNGE case starts the
+# host's munged in the guest, on the resource manager; the escape suite,
+# tests/sandbox/escape_test.sh, on the escape client and the hostile
+# functions; the lease owner's, tests/sandbox/owner_test.sh, on the owner
+# client, the resource manager and the executor manager).
 vm_targets=(rfaas-info rdmalib_unit_tests rdmalib_conformance rdmalib_conformance_peer
-  verbs_smoke rfaas_e2e_tests rfaas_rm_lease_tests rfaas_escape_client
-  rfaas_test_hostile_functions)
+  verbs_smoke rfaas_e2e_tests rfaas_rm_lease_tests rfaas_rm_fabric_tests rfaas_escape_client
+  rfaas_test_hostile_functions rfaas_owner_client)
 cmake --build "$verbs_dir" -j "$jobs" --target "${vm_targets[@]}" ||
   { note "FAILED: build of the verbs backend"; exit 1; }
 # The guest reports a missing test binary as skipped; here, after the build,
 # one missing is a build problem.
 for bin in tools/rfaas-info tests/rdmalib/rdmalib_unit_tests tests/rdmalib/rdmalib_conformance \
   tests/softroce/verbs_smoke tests/e2e/rfaas_e2e_tests tests/servers/resource_manager/rfaas_rm_lease_tests \
-  server/resource_manager/resource_manager tests/sandbox/rfaas_escape_client; do
+  tests/servers/resource_manager/rfaas_rm_fabric_tests server/resource_manager/resource_manager \
+  tests/sandbox/rfaas_escape_client tests/sandbox/rfaas_owner_client; do
   [[ -x $verbs_dir/$bin ]] || { note "FAILED: no $verbs_dir/$bin after the build"; exit 1; }
 done
 note "verbs build done in $(elapsed "$t") s"

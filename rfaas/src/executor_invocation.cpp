@@ -29,7 +29,7 @@ void executor::impl::worker_lost(Worker &w, status why) noexcept {
     if (s.state != SlotState::InFlight)
       continue;
     if (!s.result_in)
-      s.res = result{status::closed, 0, 0};
+      s.res = result{why, 0, 0};
     s.result_in = true;
     s.write_done = true;
     finish(s);
@@ -181,7 +181,11 @@ RFAAS_HOT void executor::impl::progress(Worker &w, int block_ms, rdmalib::Queue 
       if (cs == proto::ChannelStatus::Shutdown || cs == proto::ChannelStatus::Closed) {
         // Results sent before the Shutdown have been processed already
         // (same connection, in order): what is still in flight is lost.
-        worker_lost(w, status::closed);
+        // A worker whose lease ended says so (the node's manager ended the
+        // allocation at the lease's expiry, revocation or release).
+        const bool lease_over = cs == proto::ChannelStatus::Shutdown &&
+                                w.control.goodbye().reason == proto::ErrorCode::LeaseInvalid;
+        worker_lost(w, lease_over ? status::lease_invalid : status::closed);
         return;
       }
     }

@@ -87,8 +87,17 @@ bool AccountingLink::flush(Clock::time_point start) {
 }
 
 bool AccountingLink::manager_left() {
+  if (lease_ended_)
+    return false; // the workers are stopping; what follows is the goodbye
   for (;;) {
     proto::ChannelStatus st = ch_.poll().status;
+    if (st == proto::ChannelStatus::Shutdown &&
+        ch_.goodbye().reason == proto::ErrorCode::LeaseInvalid) {
+      lease_ended_ = true;
+      s_.stop_reason.store(static_cast<uint16_t>(proto::ErrorCode::LeaseInvalid));
+      s_.end_all();
+      return false;
+    }
     if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown)
       return true;
     if (st == proto::ChannelStatus::Timeout)

@@ -125,6 +125,11 @@ struct Shared {
   std::atomic<bool> remote_write{false};
   /// A worker found the client unreachable (ExitClientLost).
   std::atomic<bool> client_lost{false};
+  /// What the workers' Shutdown tells the client when the executor stops:
+  /// ShuttingDown, or LeaseInvalid when the manager ended the allocation
+  /// because its lease ended (AccountingLink::manager_left). Written before
+  /// end_all(), read once a worker saw `stop`.
+  std::atomic<uint16_t> stop_reason{static_cast<uint16_t>(proto::ErrorCode::ShuttingDown)};
   std::unique_ptr<WorkerCounters[]> counters;
   std::unique_ptr<WorkerGate[]> gates;
 
@@ -336,7 +341,10 @@ public:
   /// is gone.
   bool flush(Clock::time_point start);
 
-  /// True when the manager closed or told us to stop.
+  /// True when the manager closed or said goodbye. A Shutdown with reason
+  /// LeaseInvalid (the allocation's lease ended) is not a goodbye: it stops
+  /// the workers with that reason for their clients and returns false, so
+  /// that the final accounting still reaches the manager.
   bool manager_left();
 
   void say_goodbye(proto::ErrorCode reason);
@@ -352,6 +360,7 @@ private:
   rdmalib::Operations ops_;
   rdmalib::RemoteBuffer record_;
   bool have_record_ = false;
+  bool lease_ended_ = false;
   proto::AccountingCounters sent_;
 };
 

@@ -475,7 +475,7 @@ void Worker::serve() {
   if (stopped && !probing_) {
     proto::Shutdown bye;
     bye.allocation_id = s_.spec.allocation_id;
-    bye.reason = proto::ErrorCode::ShuttingDown;
+    bye.reason = static_cast<proto::ErrorCode>(s_.stop_reason.load());
     try {
       send_control(bye);
     } catch (const std::exception &) {

@@ -287,6 +287,10 @@ void Manager::client_left(Client &c, bool graceful) {
   }
   spdlog::info("client {} {}", c.peer, graceful ? "deallocated" : "disconnected");
   Allocation &a = *it->second;
+  // Its lease ended: the executor was told and ends by itself (its workers
+  // tell the client why); SIGTERM is already scheduled.
+  if (a.lease_told)
+    return;
   a.client_gone = true;
   auto now = Clock::now();
   // After a goodbye the executor ends by itself (its workers got Shutdown

@@ -114,8 +114,19 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       spdlog::info("lease {} {}: ending allocation {:x}", e.lease_id, proto::to_string(e.why),
                    a.id);
       a.client_gone = true;
-      a.term_at = now;
-      a.kill_at = now + milliseconds(cfg_.shutdown_grace_ms);
+      // The executor is told why (its workers pass LeaseInvalid on to the
+      // client, who would otherwise see only its connections close) and
+      // ends within its 100 ms poll; SIGTERM follows if it does not.
+      bool told = false;
+      if (a.exec_connected && !a.exited) {
+        proto::Shutdown bye;
+        bye.allocation_id = a.id;
+        bye.reason = proto::ErrorCode::LeaseInvalid;
+        told = a.exec_channel.post(bye) == proto::ChannelStatus::Ok;
+      }
+      a.lease_told = told;
+      a.term_at = told ? now + milliseconds(cfg_.shutdown_grace_ms) : now;
+      a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
     }
   }
   // A client of this lease that has not asked for an allocation yet learns

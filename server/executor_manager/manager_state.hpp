@@ -76,6 +76,9 @@ struct Manager::Allocation {
   /// When the client said goodbye or vanished; the executor gets a grace
   /// period after a goodbye, none after a disconnect.
   bool client_gone = false;
+  /// Its lease ended and the executor was told so (Shutdown, LeaseInvalid):
+  /// its schedule (term_at, kill_at) stands when the client then leaves.
+  bool lease_told = false;
   Clock::time_point term_at, kill_at;
   bool term_sent = false, kill_sent = false;
   std::string client_peer;

@@ -10,7 +10,8 @@
 //    ConnectReply it answers with (reply_code of the failure);
 //  * a message on a client connection, in a receive buffer of
 //    kMaxAllocationRequestSize bytes, with the completion's length (and with 0,
-//    as tcp reports): AllocationRequest or Shutdown, else an error reply;
+//    as tcp reports): LeaseProof (with a resource manager), AllocationRequest
+//    or Shutdown, else an error reply;
 //  * a message from an executor, in a kControlMessageMax buffer: Accounting or
 //    Shutdown;
 //  * for an accepted AllocationRequest, the LaunchSpec the manager hands to
@@ -101,6 +102,17 @@ void client_message(const uint8_t *buffer, size_t len) {
     FUZZ_CHECK(proto::get_text(req.client_host).size() < proto::kHostCapacity);
     FUZZ_CHECK(results.size() == req.cores);
     launch_spec(buffer, r, req, results);
+  } else if (r && h.type == proto::MessageType::LeaseProof) {
+    // Manager::check_lease: the lease's fields the token covers.
+    proto::LeaseProof proof;
+    r = proto::decode(buffer, len, proof);
+    if (r) {
+      FUZZ_CHECK(r.size <= len);
+      FUZZ_CHECK(proto::get_text(proof.client).size() < proto::kNameCapacity);
+    } else {
+      (void)proto::describe(r);
+      (void)proto::reply_code(r.error);
+    }
   } else if (!r) {
     (void)proto::describe(r);
     (void)proto::reply_code(r.error);

@@ -4,7 +4,9 @@
 //   fuzz_seed_generator tests/fuzz/corpus
 // The JSON and ELF seeds are plain files kept next to them.
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -181,58 +183,138 @@ int main(int argc, char **argv) {
   write(p, "result_slot", result_slot);
   write(p, "accounting", bytes_of(accounting));
   write(p, "shutdown", bytes_of(shutdown));
-  // Resource-manager messages.
+  // Resource-manager messages, as the current protocol fills them: lease
+  // secrets in renew and release, MUNGE credentials in requests, owners in
+  // grant parts and lease proofs.
+  auto filled = [](proto::Token &t, uint8_t first) {
+    for (size_t i = 0; i < proto::kTokenSize; ++i)
+      t.bytes[i] = static_cast<uint8_t>(first + i);
+  };
   proto::NodeRegister node_register;
   node_register.cores = 8;
   node_register.memory_mib = 65536;
   node_register.timestamp_ms = 1'790'000'000'000ull;
+  filled(node_register.proof, 0x40);
   proto::set_text(node_register.node, "node-a");
   proto::set_text(node_register.address, "10.0.0.1:10000");
   proto::NodeRegistered node_registered;
   node_registered.heartbeat_ms = 1000;
+  node_registered.now_ms = 1'790'000'000'123ull;
+  proto::NodeRegistered node_refused = node_registered;
+  node_refused.status = proto::ErrorCode::LeaseInvalid;
+  proto::set_text(node_refused.message, "registration proof does not match node-a's secret");
   proto::Heartbeat heartbeat;
   heartbeat.sequence = 3;
+  heartbeat.allocations = 2;
   proto::LeaseRequest lease_request;
   lease_request.cores = 4;
   lease_request.max_nodes = 2;
-  proto::set_text(lease_request.client, "alice");
+  lease_request.memory_mib = 1024;
+  lease_request.duration_ms = 60000;
+  proto::set_text(lease_request.client, "alice@login1");
+  // Anonymous (auth none): no credential. With one: munged's base64 text
+  // (the length of a real credential for this payload), and one that fills
+  // the field without its terminating NUL (refused).
+  proto::LeaseRequest lease_request_munge = lease_request;
+  std::string credential = "MUNGE:AwQFAAB";
+  while (credential.size() < 300)
+    credential += "Yx9Jc1P0mQkLr2Zb+7vT/";
+  credential.resize(300);
+  credential += ":";
+  proto::set_text(lease_request_munge.credential, credential);
+  proto::LeaseRequest lease_request_unterminated = lease_request;
+  std::memset(lease_request_unterminated.credential, 'A', proto::kCredentialCapacity);
   proto::LeaseRenew lease_renew;
   lease_renew.lease_id = 77;
-  proto::set_text(lease_renew.client, "alice");
+  lease_renew.duration_ms = 30000;
+  filled(lease_renew.secret, 0x90);
+  proto::set_text(lease_renew.client, "alice@login1");
   proto::LeaseRelease lease_release;
   lease_release.lease_id = 77;
-  proto::set_text(lease_release.client, "alice");
+  filled(lease_release.secret, 0x90);
+  proto::set_text(lease_release.client, "alice@login1");
   proto::LeaseGrant grant;
   grant.lease_id = 77;
   grant.parts = 2;
+  grant.expiry_ms = 1'790'000'060'000ull;
+  filled(grant.secret, 0x90);
   std::vector<proto::LeaseGrantPart> parts(2);
-  for (auto &part : parts) {
-    part.cores = 2;
-    proto::set_text(part.node, "node-a");
-    proto::set_text(part.address, "127.0.0.1:10000");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].cores = 2;
+    parts[i].owner_uid = 1000;
+    parts[i].memory_mib = 512;
+    filled(parts[i].token, static_cast<uint8_t>(0x10 * (i + 1)));
+    proto::set_text(parts[i].node, i == 0 ? "node-a" : "node-b");
+    proto::set_text(parts[i].address, i == 0 ? "10.0.0.1:10000" : "10.0.0.2:10000");
   }
   std::vector<uint8_t> grant_bytes(proto::lease_grant_size(2));
   proto::encode(grant, parts, grant_bytes.data(), grant_bytes.size());
+  // Answers without parts: a release, a refusal naming its reason, and a
+  // "provisioning" wait (expiry_ms is the time to wait).
+  auto grant_without_parts = [&](proto::ErrorCode status, uint64_t expiry_ms,
+                                 const std::string &message) {
+    proto::LeaseGrant g;
+    g.status = status;
+    g.lease_id = status == proto::ErrorCode::Ok ? 77 : 0;
+    g.expiry_ms = expiry_ms;
+    proto::set_text(g.message, message);
+    std::vector<uint8_t> out(proto::lease_grant_size(0));
+    proto::WireResult r = proto::encode(g, {}, out.data(), out.size());
+    if (!r) {
+      std::fprintf(stderr, "cannot encode LeaseGrant: %s\n", proto::describe(r).c_str());
+      ++g_failures;
+    }
+    return out;
+  };
   proto::LeaseEnded lease_ended;
   lease_ended.lease_id = 77;
+  lease_ended.expiry_ms = 1'790'000'060'000ull;
   lease_ended.why = proto::LeaseEndReason::Expired;
+  proto::LeaseEnded lease_renewed = lease_ended;
+  lease_renewed.why = proto::LeaseEndReason::Renewed;
+  lease_renewed.expiry_ms += 30000;
   proto::AccountingReport report;
   report.lease_id = 77;
+  report.allocation_us = 5'000'000;
+  report.hot_polling_us = 1'000'000;
+  report.execution_us = 250'000;
+  report.memory_mib = 512;
   report.final = 1;
   proto::LeaseProof proof;
   proof.lease_id = 77;
+  proof.expiry_ms = 1'790'000'060'000ull;
+  proof.memory_mib = 512;
   proof.cores = 2;
-  proto::set_text(proof.client, "alice");
+  proof.owner_uid = 1000;
+  filled(proof.token, 0x10);
+  proto::set_text(proof.client, "alice@login1");
+  proto::LeaseProof proof_anonymous = proof;
+  proof_anonymous.owner_uid = proto::kAnonymousUid;
   write(p, "node_register", bytes_of(node_register));
   write(p, "node_registered", bytes_of(node_registered));
+  write(p, "node_registered_refused", bytes_of(node_refused));
   write(p, "heartbeat", bytes_of(heartbeat));
   write(p, "lease_request", bytes_of(lease_request));
+  write(p, "lease_request_munge", bytes_of(lease_request_munge));
+  // What encode() refuses, as a peer could still send it.
+  std::vector<uint8_t> unterminated = bytes_of(lease_request);
+  std::memcpy(unterminated.data() + offsetof(proto::LeaseRequest, credential),
+              lease_request_unterminated.credential, proto::kCredentialCapacity);
+  write(p, "lease_request_credential_unterminated", unterminated);
   write(p, "lease_renew", bytes_of(lease_renew));
   write(p, "lease_release", bytes_of(lease_release));
   write(p, "lease_grant_2", grant_bytes);
+  write(p, "lease_grant_released", grant_without_parts(proto::ErrorCode::Ok, 0, ""));
+  write(p, "lease_grant_refused",
+        grant_without_parts(proto::ErrorCode::LeaseInvalid, 0,
+                            "replayed MUNGE credential (each credential is good for one request)"));
+  write(p, "lease_grant_provisioning",
+        grant_without_parts(proto::ErrorCode::Provisioning, 2000, "a node is being provisioned"));
   write(p, "lease_ended", bytes_of(lease_ended));
+  write(p, "lease_ended_renewed", bytes_of(lease_renewed));
   write(p, "accounting_report", bytes_of(report));
   write(p, "lease_proof", bytes_of(proof));
+  write(p, "lease_proof_anonymous", bytes_of(proof_anonymous));
   write(p, "header_only", bare);
   write(p, "version_1", v2);
   write(p, "unknown_type", unknown);
@@ -243,6 +325,7 @@ int main(int argc, char **argv) {
   write(m, "allocation_request_1", allocation_request(1, 1));
   write(m, "allocation_request_8", allocation_request(8, 4));
   write(m, "allocation_request_truncated", truncated);
+  write(m, "lease_proof", bytes_of(proof));
   write(m, "accounting", bytes_of(accounting));
   write(m, "shutdown", bytes_of(shutdown));
   write(m, "version_1", v2);

@@ -3,7 +3,8 @@
 #
 # Runs INSIDE the soft-RoCE VM (tests/softroce/run-in-vm.sh --two; started by
 # scripts/run-verbs-tests.sh): the verbs tests (verbs_smoke, the conformance
-# suite, the end-to-end suite, the resource manager's lease suite) on rxe0
+# suite, the end-to-end suite, the resource manager's lease and fabric suites,
+# the latter with real munged) on rxe0
 # alone (loopback, server and client both on $SOFTROCE_IP) and from rxe0 to
 # rxe1 ($SOFTROCE_IP -> $SOFTROCE_PEER_IP), then the libfabric backend's verbs
 # providers.
@@ -166,6 +167,47 @@ else
   step verbs-rm-lease-rxe0-rxe1 1 "$lease" --devices "$e2e_db" --device rxe0 \
     --manager-device rxe1 --host "$ip1" \
     "--gtest_filter=*LeaseAllocateInvokeRelease:*TokensAreRefused:*RevokedLeaseEndsItsExecutor:*SixteenClientsRace*"
+fi
+
+# The resource manager's fabric suite (tests/servers/resource_manager/fabric_test.cpp),
+# every case on rxe0, the same code as rm.fabric.<dev> on loopback: the test
+# plays nodes and clients over rdmalib against a real resource_manager. Its
+# MUNGE case starts two real munged (the host's /usr/sbin/munged over 9p,
+# each with its own key, socket, pid, log and seed file in a directory under
+# the guest's /tmp, in the foreground: nothing of the host's /etc/munge or
+# /var is needed) and checks a valid credential, a replayed, a missing, an
+# expired one, one of another realm and one made for another request; the
+# other tenant cases (a second registration on a registered connection, 400
+# leases ending in one tick while the node does not read, idle clients and
+# slots kept for nodes, ended leases told again to a registering node) run
+# on verbs too. Without munged the MUNGE case would skip: the step fails
+# instead, naming the package.
+fabric=$verbs/tests/servers/resource_manager/rfaas_rm_fabric_tests
+if [ ! -x "$fabric" ]; then
+  skip verbs-rm-fabric "no $fabric (resource manager or tests not built)"
+elif ! command -v munged >/dev/null 2>&1 || ! command -v mungekey >/dev/null 2>&1; then
+  step verbs-rm-fabric-rxe0 1 sh -c "echo 'munged or mungekey not found on the host (Debian package munge, scripts/install-deps.sh): the MUNGE cases cannot run on verbs'; exit 1"
+else
+  step verbs-rm-fabric-rxe0 1 "$fabric" --devices "$e2e_db" --device rxe0
+fi
+
+# The lease owner reaches the node (tests/sandbox/owner_test.sh) on rxe0: a
+# real munged, a resource manager with auth "munge", a root executor
+# manager (namespaces sandbox, executor.user daemon) and the owner client
+# leasing through librfaas with its MUNGE credential, run as nobody (its
+# function runs as uid 65534), as root (runs as daemon) and without munged
+# (refused: missing MUNGE credential).
+owner=$verbs/tests/sandbox/rfaas_owner_client
+if [ ! -x "$owner" ] || [ ! -x "$verbs/server/resource_manager/resource_manager" ] ||
+  [ ! -f "$verbs/tests/sandbox/librfaas_test_hostile_functions.so" ]; then
+  skip verbs-owner "no $owner, resource manager or hostile functions (not built)"
+else
+  here=$(cd "$(dirname "$0")" && pwd)
+  step verbs-owner-rxe0 1 bash "$here/../sandbox/owner_test.sh" \
+    --rm "$verbs/server/resource_manager/resource_manager" \
+    --manager "$verbs/server/executor_manager/executor_manager" --client "$owner" \
+    --hostile "$verbs/tests/sandbox/librfaas_test_hostile_functions.so" \
+    --devices "$e2e_db" --device rxe0
 fi
 
 # The sandbox's escape suite (tests/sandbox/escape_test.sh) in the namespaces

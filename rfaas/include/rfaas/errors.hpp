@@ -33,7 +33,9 @@ enum class status : uint16_t {
   /// serving; after any other crash the executor ends, later calls on this
   /// allocation return `closed`.
   function_crashed = 4,
-  /// The lease or allocation is unknown, expired or not ours.
+  /// The lease or allocation is unknown, expired or not ours. Also the
+  /// result of invocations on an allocation whose lease ended (expired on
+  /// the node's clock, revoked, released): its workers say so as they go.
   lease_invalid = 5,
   /// The peer speaks another protocol version (it said so, or its message
   /// carried another version).
