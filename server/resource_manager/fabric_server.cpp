@@ -946,13 +946,14 @@ bool FabricServer::flush(Peer &p) {
 void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
   // Whatever its kind, no entry may keep pointing at a connection that goes:
   // the next notice or registration for that node would use freed memory.
+  // on_register() is the only place that makes an entry, always under the
+  // connection's own p.node, which never changes once set (a second name is
+  // refused): that one key is all there is to look at, whatever the fleet.
   bool was_node = false;
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
-    if (it->second == &p) {
+  if (!p.node.empty()) {
+    if (auto it = nodes_.find(p.node); it != nodes_.end() && it->second == &p) {
       was_node = true;
-      it = nodes_.erase(it);
-    } else {
-      ++it;
+      nodes_.erase(it);
     }
   }
   if (was_node && p.kind == Peer::Kind::Node) {
