@@ -50,7 +50,10 @@ check(r["accounting_records"] == r["leases"],
       f"the resource manager stored {r['accounting_records']} final accounting records for "
       f"{r['leases']} leases")
 check(r["rm_rss_mib"] > 0 and r["rm_fds"] > 0, "no RSS or descriptors read from /proc")
-check(r["rm_cpu_idle_cores"] > 0, "no CPU time for 100 nodes' heartbeats")
+# The heartbeat phase's CPU comes from /proc's clock ticks (10 ms each): 100
+# nodes' heartbeats over 3 s can cost less than one tick, so zero is a
+# figure below resolution, not a fault; a negative one is.
+check(r["rm_cpu_idle_cores"] >= 0, f"negative CPU time for the heartbeats: {r['rm_cpu_idle_cores']}")
 check(r["rest_samples"] > 0 and r["rest_errors"] == 0,
       f"REST probes: {r['rest_samples']} answered, {r['rest_errors']} errors")
 check(r["db_bytes"] > 0, "no database size")
