@@ -97,6 +97,9 @@ private:
   void load_ended_leases();
   void remember_ended(uint64_t lease_id, uint64_t expiry_ms);
   void report_lease(uint64_t lease_id, bool final);
+  /// Posts Shutdown (LeaseInvalid) on the executor's accounting link; false
+  /// if the post failed.
+  bool tell_lease_ended(Allocation &a);
   void signal_executor(Allocation &a, int sig);
 
   ManagerConfig cfg_;
