@@ -187,7 +187,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
                      a.exec_channel.last_error());
     }
     if (a.lease_end_untold && !tell_lease_ended(a)) {
-      // Not told: end it now rather than at the end of its grace period.
+      // It cannot be told: end it now rather than after its grace period.
       a.term_at = Clock::now();
       a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
     }

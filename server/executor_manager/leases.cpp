@@ -122,10 +122,8 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       // as it connects: a lease revoked right after the first invocation
       // must still reach the client as LeaseInvalid, not as a closed link.
       bool told = false;
-      if (!a.exited && !a.exec_connected) {
+      if (!a.exited) {
         a.lease_end_untold = true;
-        told = true;
-      } else if (!a.exited) {
         told = tell_lease_ended(a);
       }
       a.lease_told = told;
@@ -154,11 +152,23 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
 }
 
 bool Manager::tell_lease_ended(Allocation &a) {
-  a.lease_end_untold = false;
+  if (a.exec_done) { // its link is gone: it cannot be told
+    a.lease_end_untold = false;
+    return false;
+  }
+  // Not connected yet, or the channel's one send area still busy (the
+  // record's advertisement, posted as the link came up): a later pass tells
+  // it (poll_executors).
+  if (!a.exec_connected || !a.exec_channel.send_idle())
+    return true;
   proto::Shutdown bye;
   bye.allocation_id = a.id;
   bye.reason = proto::ErrorCode::LeaseInvalid;
-  return a.exec_channel.post(bye) == proto::ChannelStatus::Ok;
+  proto::ChannelStatus st = a.exec_channel.post(bye);
+  if (st == proto::ChannelStatus::Timeout)
+    return true; // no room at the provider now: again next pass
+  a.lease_end_untold = false;
+  return st == proto::ChannelStatus::Ok;
 }
 
 void Manager::report_lease(uint64_t lease_id, bool final) {
