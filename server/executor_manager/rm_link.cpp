@@ -61,6 +61,14 @@ void RmLink::join_attempt() {
 }
 
 void RmLink::close() {
+  const bool first = !closed_;
+  closed_ = true;
+  if (first &&
+      (counters_.reports_sent || counters_.stalls || counters_.reports_dropped || !outbox_.empty()))
+    spdlog::info("resource manager link: {} accounting report(s) sent, {} dropped (queue full), {} "
+                 "unsent; {} time(s) the resource manager stopped taking messages",
+                 counters_.reports_sent, counters_.reports_dropped, outbox_.size(),
+                 counters_.stalls);
   if (attempt_) {
     attempt_->cancel = 1;
     join_attempt();
@@ -131,6 +139,8 @@ void RmLink::start_attempt() {
     return;
   }
   attempt_ = std::move(a);
+  attempt_started_ = Clock::now();
+  attempt_warned_ = false;
   state_ = State::Connecting;
 }
 
@@ -358,8 +368,19 @@ bool RmLink::exchange(std::vector<proto::LeaseEnded> &ended, uint32_t allocation
 
 void RmLink::poll(std::vector<proto::LeaseEnded> &ended, uint32_t allocations) {
   if (state_ == State::Connecting) {
-    if (!attempt_->done.load(std::memory_order_acquire))
+    if (!attempt_->done.load(std::memory_order_acquire)) {
+      const auto late = opt_.connect_timeout + milliseconds(10000);
+      if (!attempt_warned_ && Clock::now() - attempt_started_ > late) {
+        // The loop goes on; only this link is stuck (no reports, no
+        // notices) until the attempt returns.
+        spdlog::error("a connection attempt to the resource manager {} has not returned for {} "
+                      "ms (its deadline is {} ms): the network provider is stuck in it",
+                      opt_.resource_manager.to_string(), ms_since(attempt_started_, Clock::now()),
+                      opt_.connect_timeout.count());
+        attempt_warned_ = true;
+      }
       return;
+    }
     finish_attempt();
     if (state_ != State::Registering)
       return;

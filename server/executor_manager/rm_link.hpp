@@ -146,6 +146,12 @@ private:
   protocol::ControlChannel old_channel_;
   rdmalib::Connection old_conn_;
   std::chrono::steady_clock::time_point next_attempt_{};
+  /// When the attempt under way started (an attempt that does not return
+  /// is reported once: a provider call that ignores its deadline).
+  std::chrono::steady_clock::time_point attempt_started_{};
+  bool attempt_warned_ = false;
+  /// close() was called (its summary is logged once).
+  bool closed_ = false;
   std::chrono::steady_clock::time_point register_deadline_{};
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::chrono::milliseconds heartbeat_{1000};
