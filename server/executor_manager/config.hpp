@@ -62,9 +62,9 @@ struct ManagerConfig {
   /// This node's name at the resource manager; empty: the host name.
   std::string resource_manager_node;
   /// How long one attempt to reach the resource manager may take. Apart from
-  /// connect_ms: the attempt holds the manager's loop (rdmalib has no
-  /// asynchronous connect), but it is rare (start and after a loss) and
-  /// tcp;ofi_rxm needs over a second to connect on a loaded host.
+  /// connect_ms: tcp;ofi_rxm needs over a second to connect on a loaded
+  /// host. The attempt runs on a thread of its own, never in the manager's
+  /// loop (rm_link.hpp).
   uint32_t resource_manager_connect_ms = 3000;
   /// How often live allocations' accounting is reported to the resource
   /// manager (so that a long lease shows its use before it ends); 0 = only

@@ -59,7 +59,7 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     o.cores = static_cast<uint32_t>(cfg_.cores.size());
     o.memory_mib = cfg_.memory_mib;
     o.secret = rm::read_secret_file(cfg_.resource_manager_secret_file);
-    // A connection attempt holds the loop (rdmalib has no asynchronous
+    // Attempts run on the link's own thread (rdmalib has no asynchronous
     // connect); tcp;ofi_rxm needed over a second on a loaded machine.
     o.connect_timeout = milliseconds(cfg_.resource_manager_connect_ms);
     verifier_ = std::make_unique<rm::TokenVerifier>(o.node, o.secret);

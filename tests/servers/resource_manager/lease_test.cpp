@@ -10,7 +10,10 @@
 // the cores past the first expiry, and expiry freeing them; a lease spread
 // over two nodes (each part allocated on its node, a part's token refused by
 // the other node); an executor manager killed (node down, its clients'
-// invocations fail, the other node keeps serving and takes the new leases).
+// invocations fail, the other node keeps serving and takes the new leases);
+// a node whose resource manager is stopped (SIGSTOP) still allocating
+// promptly, ending a lease on its own clock, and delivering the accounting
+// it queued meanwhile once the resource manager runs again.
 //
 //   rfaas_rm_lease_tests --device lo-tcp
 //   rfaas_rm_lease_tests --devices /tmp/devices.json --device rxe0 --host 10.99.0.1
@@ -889,7 +892,10 @@ TEST(RmLease, AllocationEndsAtExpiryOnTheNodesClockWhileTheResourceManagerIsStop
   rfaas::result res;
   while (!ended && std::chrono::steady_clock::now() < deadline) {
     std::vector<uint8_t> in(8), out(8);
-    res = ex.execute("echo", in, out, 1000ms);
+    // A generous deadline: the end comes as an answer (lease_invalid), not
+    // as a timeout, and on a loaded host (load 19 on 2 cores) a worker once
+    // took over 1 s to answer while the lease was still valid.
+    res = ex.execute("echo", in, out, 3000ms);
     ended = !res.ok();
     if (!ended)
       std::this_thread::sleep_for(50ms);
@@ -902,21 +908,112 @@ TEST(RmLease, AllocationEndsAtExpiryOnTheNodesClockWhileTheResourceManagerIsStop
               static_cast<unsigned long long>(at > l.expiry_ms ? at - l.expiry_ms : 0));
   EXPECT_GE(at + 50, l.expiry_ms) << "ended before the expiry";
   // The client is told why: the node's manager ended the allocation because
-  // its lease ended (not only a closed connection). On shm the reason does
-  // not arrive yet in this case: the stopped resource manager blocks the
-  // node's loop in a send for seconds, and the executor ends on SIGTERM
-  // after the shutdown grace without passing the reason on; `closed` is the
-  // known answer there, printed rather than hidden.
-  if (g.device == "lo-shm" && res.status == rfaas::status::closed)
-    std::printf("known gap on lo-shm: the client saw closed, not lease_invalid\n");
-  else
-    EXPECT_EQ(res.status, rfaas::status::lease_invalid) << rfaas::to_string(res.status);
+  // its lease ended (not only a closed connection). The stopped resource
+  // manager does not delay it: the node's loop never waits for it.
+  EXPECT_EQ(res.status, rfaas::status::lease_invalid) << rfaas::to_string(res.status) << "\n"
+                                                      << manager_log();
   const std::string log = manager_log(0);
   EXPECT_NE(log.find("lease " + std::to_string(l.id) + " expired at"), std::string::npos) << log;
   EXPECT_NE(log.find("by this node's clock"), std::string::npos) << manager_log();
   // The resource manager, running again, expires it too.
   EXPECT_TRUE(wait_lease_state(l.id, "expired"));
   EXPECT_TRUE(wait_node("up"));
+}
+
+// While the resource manager is stopped (SIGSTOP), the node keeps serving at
+// its own pace: a new allocation on it completes, and the lease that ends
+// meanwhile (on the node's clock) ends its allocation, although every
+// heartbeat and accounting report the node has for the resource manager
+// finds no reader (on shm a send to a stopped process finds no room or
+// never completes; such a send once held the node's loop for 5 s, then a
+// connection attempt for 3 s more). The final report of that lease, queued
+// while the resource manager was away, reaches it once it runs again.
+TEST(RmLease, NodeServesPromptlyWhileTheResourceManagerIsStoppedAndKeepsItsReports) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  using std::chrono::steady_clock;
+  rfaas::resource_manager rm(device(), g.fabric, "tester", patient());
+  rfaas::lease held = lease(rm);
+  rfaas::executor ex(device());
+  allocate(ex, held, options_of(held));
+  ASSERT_TRUE(echo(ex));
+  rfaas::lease fresh = lease(rm);
+  const std::string log_file =
+      held.parts[0].node == "n1" ? "manager.log" : held.parts[0].node + "-manager.log";
+  // The held lease ends 2 s from now on the node's clock, while the
+  // resource manager is stopped (as in the case above).
+  rm.renew(held, 2000ms);
+  const std::string renewed =
+      "lease " + std::to_string(held.id) + " renewed until " + std::to_string(held.expiry_ms);
+  auto notice_by = steady_clock::now() + 10s;
+  while (manager_log(0, log_file).find(renewed) == std::string::npos &&
+         steady_clock::now() < notice_by)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_NE(manager_log(0, log_file).find(renewed), std::string::npos)
+      << "the node never heard of the renewal: " << manager_log(3000, log_file);
+  {
+    ContinueRm resume;
+    ASSERT_EQ(kill(g.rm.pid(), SIGSTOP), 0);
+    const auto stopped = steady_clock::now();
+    // The node has heartbeats (every 200 ms) and accounting reports (every
+    // 300 ms) for the stopped resource manager from now on. Its loop must
+    // still take a new client: each allocation below, made while the node
+    // tries to reach the resource manager, completes (~0.1 s here, more
+    // under a sanitizer) well before a send that waited out rdmalib's 5 s
+    // post deadline would have let it.
+    constexpr auto kPrompt = 4000ms;
+    std::string took;
+    int rounds = 0;
+    const std::string expired = "lease " + std::to_string(held.id) + " expired at";
+    // The held allocation is invoked too until it ends: a client that
+    // drives no progress for seconds is taken for dead by its workers on
+    // manual-progress providers.
+    rfaas::result res;
+    while (rounds < 3 || (manager_log(0, log_file).find(expired) == std::string::npos &&
+                          steady_clock::now() < stopped + 15s)) {
+      if (res.ok()) {
+        std::vector<uint8_t> in(8), out(8);
+        res = ex.execute("echo", in, out, 3000ms);
+      }
+      rfaas::executor next(device());
+      const auto t0 = steady_clock::now();
+      allocate(next, fresh, options_of(fresh));
+      const bool served = echo(next);
+      const auto ms = duration_cast<milliseconds>(steady_clock::now() - t0);
+      took += std::to_string(ms.count()) + " ms, ";
+      EXPECT_TRUE(served) << manager_log(3000, log_file);
+      EXPECT_LT(ms.count(), duration_cast<milliseconds>(kPrompt).count())
+          << "ms: allocation " << rounds << " while the resource manager is stopped\n"
+          << manager_log(3000, log_file);
+      next.deallocate();
+      ++rounds;
+    }
+    std::printf(
+        "allocations while the resource manager was stopped: %s%d in %lld ms\n", took.c_str(),
+        rounds,
+        static_cast<long long>(duration_cast<milliseconds>(steady_clock::now() - stopped).count()));
+    // The held lease ended on the node's clock meanwhile: its executor ends,
+    // and the client is told why.
+    ASSERT_NE(manager_log(0, log_file).find(expired), std::string::npos)
+        << manager_log(3000, log_file);
+    auto deadline = steady_clock::now() + 10s;
+    while (res.ok() && steady_clock::now() < deadline) {
+      std::vector<uint8_t> in(8), out(8);
+      res = ex.execute("echo", in, out, 3000ms);
+    }
+    EXPECT_EQ(res.status, rfaas::status::lease_invalid) << rfaas::to_string(res.status) << "\n"
+                                                        << manager_log(3000, log_file);
+  }
+  // Running again, the resource manager gets the final report the node
+  // queued for it while it was stopped.
+  EXPECT_TRUE(wait_final_accounting(held.id)) << manager_log(3000, log_file);
+  EXPECT_TRUE(wait_node("up"));
+  try {
+    rm.release(fresh);
+  } catch (const rfaas::Error &) {
+    // Ended already: the resource manager, resumed after its heartbeat
+    // timeout, may have marked the node down.
+  }
 }
 
 // A lease revoked before the executor manager restarts stays refused after
