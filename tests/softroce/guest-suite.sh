@@ -151,7 +151,7 @@ fi
 # The resource manager's lease suite (tests/servers/resource_manager/lease_test.cpp):
 # a real resource_manager, an executor_manager registered with it and
 # librfaas leasing through it. Its REST API stays on 127.0.0.1 (HTTP); the
-# fabric side listens on the device's address. On rxe0 every case runs (15,
+# fabric side listens on the device's address. On rxe0 every case runs (16,
 # ~55 s under TCG). From rxe0 to rxe1 (resource manager, executor managers and
 # executors on rxe1, the client on rxe0) five cases that between them open
 # every kind of connection the suite opens across the veth pair: lease,
