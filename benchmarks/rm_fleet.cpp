@@ -125,6 +125,24 @@ struct Child {
   int result = -1; ///< read end: the child's result
 };
 
+/// The parent's ends of its children's pipes. A child closes those it
+/// inherited: holding an earlier child's stop end, it kept that child from
+/// seeing its stop while it itself waited to write a result the parent had
+/// not come to read yet (two clients with over 64 KiB of samples each hung
+/// for the whole read timeout).
+std::vector<int> &parent_ends() {
+  static std::vector<int> ends;
+  return ends;
+}
+
+/// Closes a parent's end of a child's pipe.
+void close_end(int &fd) {
+  auto &ends = parent_ends();
+  ends.erase(std::remove(ends.begin(), ends.end(), fd), ends.end());
+  close(fd);
+  fd = -1;
+}
+
 /// Forks a child that runs `body(stop_fd, result_fd)` and exits; it dies with
 /// the parent.
 template <class F> Child spawn(F body) {
@@ -141,6 +159,9 @@ template <class F> Child spawn(F body) {
       _exit(1);
     close(stop[1]);
     close(result[0]);
+    for (int fd : parent_ends())
+      close(fd);
+    parent_ends().clear();
     int rc = 1;
     try {
       rc = body(stop[0], result[1]);
@@ -151,6 +172,8 @@ template <class F> Child spawn(F body) {
   }
   close(stop[0]);
   close(result[1]);
+  parent_ends().push_back(stop[1]);
+  parent_ends().push_back(result[0]);
   return Child{pid, stop[1], result[0]};
 }
 
@@ -410,8 +433,7 @@ int run(const Run &r) {
   std::thread rest_thread([&] { time_rest(r.rest_port, r.token, rest_stop, rest); });
   std::this_thread::sleep_for(std::chrono::duration<double>(r.seconds));
   for (Child &c : clients) {
-    close(c.stop);
-    c.stop = -1;
+    close_end(c.stop);
   }
   std::vector<double> lease_us;
   uint64_t granted = 0, refused = 0, errors = 0;
@@ -432,7 +454,7 @@ int run(const Run &r) {
       ++errors;
       kill(c.pid, SIGKILL);
     }
-    close(c.result);
+    close_end(c.result);
     waitpid(c.pid, nullptr, 0);
   }
   const ProcSample lease1 = sample(r.rm_pid);
@@ -470,7 +492,7 @@ int run(const Run &r) {
   uint64_t host_rss = 0, host_fds = 0, host_rss_before = 0, host_fds_before = 0;
   // All at once: the nodes go silent together, none waits for another's exit.
   for (Child &c : hosts)
-    close(c.stop);
+    close_end(c.stop);
   for (Child &c : hosts) {
     HostResult h;
     if (read_full(c.result, &h, sizeof h, 30000)) {
@@ -485,7 +507,7 @@ int run(const Run &r) {
     } else {
       kill(c.pid, SIGKILL);
     }
-    close(c.result);
+    close_end(c.result);
     waitpid(c.pid, nullptr, 0);
   }
   put("links_registered", std::to_string(total.registered));
