@@ -63,6 +63,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -312,6 +313,56 @@ double nodes_up(const Run &r) {
   }
 }
 
+/// A pass over the active peers looks at a node that sent a heartbeat when
+/// it arrives and once more (it did something, more may follow): two visits
+/// per message. What a pass looks at beyond that, per pass, is what grows
+/// with the fleet when a pass looks at every peer (N less the heartbeats it
+/// found); over the active peers it stays near zero (a link named ready
+/// before its message is readable). Per pass rather than per message: on a
+/// loaded host a late pass finds many heartbeats at once, which lowers the
+/// visits per message of a pass over every peer but not its excess.
+constexpr double kVisitsPerMessage = 2;
+constexpr double kMaxExtraVisitsPerPass = 8;
+
+/// The fabric loop's work counters (/metrics); all -1 when it does not
+/// answer or is older than them.
+struct LoopWork {
+  double passes = -1, visits = -1, messages = -1;
+};
+
+LoopWork loop_work(const Run &r) {
+  LoopWork w;
+  try {
+    rfaas::http::Response m =
+        rfaas::http::request(r.rest_port, "GET", "/metrics", "", r.token, kRestTimeout);
+    w.passes = metric_value(m.body, "rfaas_rm_fabric_passes_total");
+    w.visits = metric_value(m.body, "rfaas_rm_fabric_peer_visits_total");
+    w.messages = metric_value(m.body, "rfaas_rm_fabric_messages_total");
+  } catch (const std::exception &) {
+  }
+  return w;
+}
+
+/// Between two readings: peers looked at per message read, per pass, and
+/// beyond kVisitsPerMessage per message, per pass; -1 where a reading lacks
+/// them.
+struct VisitRates {
+  double per_message = -1, per_pass = -1, extra_per_pass = -1;
+};
+
+VisitRates visits_between(const LoopWork &a, const LoopWork &b) {
+  VisitRates v;
+  if (a.visits < 0 || b.visits < 0 || a.messages < 0 || b.messages < 0 || b.passes <= a.passes)
+    return v;
+  const double visits = b.visits - a.visits;
+  const double messages = b.messages - a.messages;
+  const double passes = b.passes - a.passes;
+  v.per_message = messages > 0 ? visits / messages : -1;
+  v.per_pass = visits / passes;
+  v.extra_per_pass = std::max(0.0, visits - kVisitsPerMessage * messages) / passes;
+  return v;
+}
+
 /// Final accounting records the resource manager stored for the fleet's
 /// clients (0 when it does not answer).
 uint64_t accounting_records(const Run &r) {
@@ -389,10 +440,19 @@ int run(const Run &r) {
   std::fprintf(stderr, "rm_fleet: %.0f of %u nodes up after %.1f s\n", up, r.nodes, register_s);
 
   // 3. Heartbeats only.
+  const LoopWork work0 = loop_work(r);
   const ProcSample idle0 = sample(r.rm_pid);
   auto t_idle = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(r.idle_seconds));
   const ProcSample idle1 = sample(r.rm_pid);
+  const LoopWork work1 = loop_work(r);
+  // With heartbeats only, a pass should look at the nodes that sent one
+  // (and once more after), not at the fleet: peers visited per heartbeat
+  // stays near 2 at any N, where a pass over every peer makes it grow with N.
+  const VisitRates idle_visits = visits_between(work0, work1);
+  put("rm_peer_visits_per_message_idle", fmt(idle_visits.per_message, 2));
+  put("rm_peer_visits_per_pass_idle", fmt(idle_visits.per_pass, 2));
+  put("rm_peer_extra_visits_per_pass_idle", fmt(idle_visits.extra_per_pass, 2));
   const double idle_s = seconds_since(t_idle);
   const double idle_cores = (idle1.cpu_s - idle0.cpu_s) / idle_s;
   const double heartbeats = up * idle_s * 1000.0 / r.heartbeat_ms;
@@ -428,6 +488,7 @@ int run(const Run &r) {
   close(ready[0]);
   std::atomic<bool> rest_stop{false};
   RestTimes rest;
+  const LoopWork work2 = loop_work(r);
   const ProcSample lease0 = sample(r.rm_pid);
   auto t_lease = Clock::now();
   std::thread rest_thread([&] { time_rest(r.rest_port, r.token, rest_stop, rest); });
@@ -461,6 +522,7 @@ int run(const Run &r) {
   const double lease_s = seconds_since(t_lease);
   rest_stop = true;
   rest_thread.join();
+  const LoopWork work3 = loop_work(r);
   put("leases", std::to_string(granted));
   put("refused", std::to_string(refused));
   put("errors", std::to_string(errors));
@@ -472,6 +534,9 @@ int run(const Run &r) {
       fmt(granted > 0 ? (lease1.cpu_s - lease0.cpu_s) * 1e6 / granted : 0, 1));
   put("rm_rss_mib_leasing", fmt(lease1.rss_kib / 1024.0));
   put("rm_fds_leasing", std::to_string(lease1.fds));
+  const VisitRates lease_visits = visits_between(work2, work3);
+  put("rm_peer_visits_per_message_leasing", fmt(lease_visits.per_message, 2));
+  put("rm_peer_visits_per_pass_leasing", fmt(lease_visits.per_pass, 2));
   put("rest_nodes_p50_ms", fmt(pct(rest.nodes_ms, 0.5), 2));
   put("rest_nodes_p99_ms", fmt(pct(rest.nodes_ms, 0.99), 2));
   put("rest_metrics_p50_ms", fmt(pct(rest.metrics_ms, 0.5), 2));
@@ -545,6 +610,13 @@ int run(const Run &r) {
   }
   if (records < granted) {
     log->error("{} leases released, {} final accounting records stored", granted, records);
+    ok = false;
+  }
+  if (idle_visits.extra_per_pass > kMaxExtraVisitsPerPass) {
+    log->error("the resource manager's loop looked at {:.1f} peers per pass beyond the nodes "
+               "that sent heartbeats (at most {} expected: a pass must look at the active peers, "
+               "not every one)",
+               idle_visits.extra_per_pass, kMaxExtraVisitsPerPass);
     ok = false;
   }
   // A failed run's figures are kept, marked: what a fleet size broke is a
