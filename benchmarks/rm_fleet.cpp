@@ -63,6 +63,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -125,6 +126,24 @@ struct Child {
   int result = -1; ///< read end: the child's result
 };
 
+/// The parent's ends of its children's pipes. A child closes those it
+/// inherited: holding an earlier child's stop end, it kept that child from
+/// seeing its stop while it itself waited to write a result the parent had
+/// not come to read yet (two clients with over 64 KiB of samples each hung
+/// for the whole read timeout).
+std::vector<int> &parent_ends() {
+  static std::vector<int> ends;
+  return ends;
+}
+
+/// Closes a parent's end of a child's pipe.
+void close_end(int &fd) {
+  auto &ends = parent_ends();
+  ends.erase(std::remove(ends.begin(), ends.end(), fd), ends.end());
+  close(fd);
+  fd = -1;
+}
+
 /// Forks a child that runs `body(stop_fd, result_fd)` and exits; it dies with
 /// the parent.
 template <class F> Child spawn(F body) {
@@ -141,6 +160,9 @@ template <class F> Child spawn(F body) {
       _exit(1);
     close(stop[1]);
     close(result[0]);
+    for (int fd : parent_ends())
+      close(fd);
+    parent_ends().clear();
     int rc = 1;
     try {
       rc = body(stop[0], result[1]);
@@ -151,6 +173,8 @@ template <class F> Child spawn(F body) {
   }
   close(stop[0]);
   close(result[1]);
+  parent_ends().push_back(stop[1]);
+  parent_ends().push_back(result[0]);
   return Child{pid, stop[1], result[0]};
 }
 
@@ -289,6 +313,57 @@ double nodes_up(const Run &r) {
   }
 }
 
+/// A pass over the active peers looks at a node that sent a heartbeat when
+/// it arrives and once more (it did something, more may follow): two visits
+/// per message. What a pass looks at beyond that, per pass, is what grows
+/// with the fleet when a pass looks at every peer (N less the heartbeats it
+/// found); over the active peers it stays near zero (a link named ready
+/// before its message is readable). Per pass rather than per message: on a
+/// loaded host a late pass finds many heartbeats at once, which lowers the
+/// visits per message of a pass over every peer but not its excess.
+constexpr double kVisitsPerMessage = 2;
+constexpr double kMaxExtraVisitsPerPass = 8;
+
+/// The fabric loop's work counters (/metrics); all -1 when it does not
+/// answer or is older than them.
+struct LoopWork {
+  double passes = -1, visits = -1, messages = -1, armed = -1;
+};
+
+LoopWork loop_work(const Run &r) {
+  LoopWork w;
+  try {
+    rfaas::http::Response m =
+        rfaas::http::request(r.rest_port, "GET", "/metrics", "", r.token, kRestTimeout);
+    w.passes = metric_value(m.body, "rfaas_rm_fabric_passes_total");
+    w.visits = metric_value(m.body, "rfaas_rm_fabric_peer_visits_total");
+    w.messages = metric_value(m.body, "rfaas_rm_fabric_messages_total");
+    w.armed = metric_value(m.body, "rfaas_rm_fabric_links_armed_total");
+  } catch (const std::exception &) {
+  }
+  return w;
+}
+
+/// Between two readings: peers looked at per message read, per pass, and
+/// beyond kVisitsPerMessage per message, per pass; -1 where a reading lacks
+/// them.
+struct VisitRates {
+  double per_message = -1, per_pass = -1, extra_per_pass = -1;
+};
+
+VisitRates visits_between(const LoopWork &a, const LoopWork &b) {
+  VisitRates v;
+  if (a.visits < 0 || b.visits < 0 || a.messages < 0 || b.messages < 0 || b.passes <= a.passes)
+    return v;
+  const double visits = b.visits - a.visits;
+  const double messages = b.messages - a.messages;
+  const double passes = b.passes - a.passes;
+  v.per_message = messages > 0 ? visits / messages : -1;
+  v.per_pass = visits / passes;
+  v.extra_per_pass = std::max(0.0, visits - kVisitsPerMessage * messages) / passes;
+  return v;
+}
+
 /// Final accounting records the resource manager stored for the fleet's
 /// clients (0 when it does not answer).
 uint64_t accounting_records(const Run &r) {
@@ -366,10 +441,19 @@ int run(const Run &r) {
   std::fprintf(stderr, "rm_fleet: %.0f of %u nodes up after %.1f s\n", up, r.nodes, register_s);
 
   // 3. Heartbeats only.
+  const LoopWork work0 = loop_work(r);
   const ProcSample idle0 = sample(r.rm_pid);
   auto t_idle = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(r.idle_seconds));
   const ProcSample idle1 = sample(r.rm_pid);
+  const LoopWork work1 = loop_work(r);
+  // With heartbeats only, a pass should look at the nodes that sent one
+  // (and once more after), not at the fleet: peers visited per heartbeat
+  // stays near 2 at any N, where a pass over every peer makes it grow with N.
+  const VisitRates idle_visits = visits_between(work0, work1);
+  put("rm_peer_visits_per_message_idle", fmt(idle_visits.per_message, 2));
+  put("rm_peer_visits_per_pass_idle", fmt(idle_visits.per_pass, 2));
+  put("rm_peer_extra_visits_per_pass_idle", fmt(idle_visits.extra_per_pass, 2));
   const double idle_s = seconds_since(t_idle);
   const double idle_cores = (idle1.cpu_s - idle0.cpu_s) / idle_s;
   const double heartbeats = up * idle_s * 1000.0 / r.heartbeat_ms;
@@ -405,13 +489,13 @@ int run(const Run &r) {
   close(ready[0]);
   std::atomic<bool> rest_stop{false};
   RestTimes rest;
+  const LoopWork work2 = loop_work(r);
   const ProcSample lease0 = sample(r.rm_pid);
   auto t_lease = Clock::now();
   std::thread rest_thread([&] { time_rest(r.rest_port, r.token, rest_stop, rest); });
   std::this_thread::sleep_for(std::chrono::duration<double>(r.seconds));
   for (Child &c : clients) {
-    close(c.stop);
-    c.stop = -1;
+    close_end(c.stop);
   }
   std::vector<double> lease_us;
   uint64_t granted = 0, refused = 0, errors = 0;
@@ -432,13 +516,14 @@ int run(const Run &r) {
       ++errors;
       kill(c.pid, SIGKILL);
     }
-    close(c.result);
+    close_end(c.result);
     waitpid(c.pid, nullptr, 0);
   }
   const ProcSample lease1 = sample(r.rm_pid);
   const double lease_s = seconds_since(t_lease);
   rest_stop = true;
   rest_thread.join();
+  const LoopWork work3 = loop_work(r);
   put("leases", std::to_string(granted));
   put("refused", std::to_string(refused));
   put("errors", std::to_string(errors));
@@ -450,6 +535,9 @@ int run(const Run &r) {
       fmt(granted > 0 ? (lease1.cpu_s - lease0.cpu_s) * 1e6 / granted : 0, 1));
   put("rm_rss_mib_leasing", fmt(lease1.rss_kib / 1024.0));
   put("rm_fds_leasing", std::to_string(lease1.fds));
+  const VisitRates lease_visits = visits_between(work2, work3);
+  put("rm_peer_visits_per_message_leasing", fmt(lease_visits.per_message, 2));
+  put("rm_peer_visits_per_pass_leasing", fmt(lease_visits.per_pass, 2));
   put("rest_nodes_p50_ms", fmt(pct(rest.nodes_ms, 0.5), 2));
   put("rest_nodes_p99_ms", fmt(pct(rest.nodes_ms, 0.99), 2));
   put("rest_metrics_p50_ms", fmt(pct(rest.metrics_ms, 0.5), 2));
@@ -470,7 +558,7 @@ int run(const Run &r) {
   uint64_t host_rss = 0, host_fds = 0, host_rss_before = 0, host_fds_before = 0;
   // All at once: the nodes go silent together, none waits for another's exit.
   for (Child &c : hosts)
-    close(c.stop);
+    close_end(c.stop);
   for (Child &c : hosts) {
     HostResult h;
     if (read_full(c.result, &h, sizeof h, 30000)) {
@@ -485,7 +573,7 @@ int run(const Run &r) {
     } else {
       kill(c.pid, SIGKILL);
     }
-    close(c.result);
+    close_end(c.result);
     waitpid(c.pid, nullptr, 0);
   }
   put("links_registered", std::to_string(total.registered));
@@ -523,6 +611,17 @@ int run(const Run &r) {
   }
   if (records < granted) {
     log->error("{} leases released, {} final accounting records stored", granted, records);
+    ok = false;
+  }
+  // Only where links share an endpoint (none is armed on its own): on a
+  // connected provider a link that spoke is read at every pass until the
+  // next sleep arms its descriptor, so passes without a sleep between them
+  // look at it again.
+  if (idle_visits.extra_per_pass > kMaxExtraVisitsPerPass && work1.armed == 0) {
+    log->error("the resource manager's loop looked at {:.1f} peers per pass beyond the nodes "
+               "that sent heartbeats (at most {} expected: a pass must look at the active peers, "
+               "not every one)",
+               idle_visits.extra_per_pass, kMaxExtraVisitsPerPass);
     ok = false;
   }
   // A failed run's figures are kept, marked: what a fleet size broke is a

@@ -41,6 +41,10 @@ constexpr int kMessagesPerPass = 16;
 /// (or, without a descriptor, a whole timeout) to it. Past it, such links
 /// are looked at every millisecond.
 constexpr auto kPollWindow = std::chrono::milliseconds(10);
+/// How often every peer is looked at for its idle timeout (at least
+/// 100 ms, the smallest configurable). At 10,000 peers a sweep is a fraction
+/// of a millisecond; per pass it would be the whole cost of a pass.
+constexpr auto kSweepEvery = std::chrono::milliseconds(100);
 
 std::shared_ptr<spdlog::logger> log() {
   auto l = spdlog::get("resource_manager");
@@ -120,6 +124,8 @@ struct FabricServer::Peer {
   /// ready_links named it at the last pass and a read found nothing (an
   /// answer the provider cannot take yet): looked at every millisecond.
   bool ready_idle = false;
+  /// On FabricServer::active_: the next pass looks at it.
+  bool listed = false;
   /// Set when the connection must go at the end of this pass.
   bool closing = false;
   /// Set when it must go once its queued answers have left (a refused
@@ -226,11 +232,60 @@ bool FabricServer::take_accepted() {
   if (accepted_.empty())
     return false;
   for (auto &p : accepted_) {
-    by_tag_[p->tag] = p.get();
-    peers_.push_back(std::move(p));
+    // A new peer is read at once (busy): it speaks first.
+    activate(*p);
+    const uint64_t tag = p->tag;
+    peers_.emplace(tag, std::move(p));
   }
   accepted_.clear();
+  if (latencies_)
+    latencies_->fabric_work.connections = peers_.size();
   return true;
+}
+
+void FabricServer::activate(Peer &p) {
+  if (p.listed)
+    return;
+  p.listed = true;
+  active_.push_back(&p);
+}
+
+bool FabricServer::needs_pass(Peer &p) {
+  // A link of its own that is not armed is read at every pass until a sleep
+  // arms it: its descriptor would not tell.
+  return p.closing || p.busy || p.ready || !p.outbox.empty() || !p.channel.send_idle() ||
+         (!shared_ && !p.armed);
+}
+
+void FabricServer::count_visits(size_t peers) {
+  if (!latencies_)
+    return;
+  FabricWork &w = latencies_->fabric_work;
+  w.passes.fetch_add(1, std::memory_order_relaxed);
+  w.peer_visits.fetch_add(peers, std::memory_order_relaxed);
+}
+
+void FabricServer::sweep(Clock::time_point now) {
+  swept_ = now;
+  for (auto &entry : peers_) {
+    Peer &p = *entry.second;
+    if (p.closing)
+      continue;
+    if (p.kind == Peer::Kind::Unknown && now - p.since > milliseconds(cfg_.idle_timeout_ms)) {
+      p.closing = true;
+      p.closing_why = "said nothing within fabric.idle_timeout_ms";
+    }
+    // An idle client holds a slot others may need; its leases stay.
+    if (p.kind == Peer::Kind::Client && p.outbox.empty() &&
+        now - p.heard > milliseconds(cfg_.client_idle_timeout_ms)) {
+      p.closing = true;
+      p.closing_why = "sent nothing within fabric.client_idle_timeout_ms";
+    }
+    if (p.closing)
+      activate(p);
+  }
+  if (latencies_)
+    latencies_->fabric_work.sweep_visits.fetch_add(peers_.size(), std::memory_order_relaxed);
 }
 
 bool FabricServer::mark_ready_links() {
@@ -239,12 +294,14 @@ bool FabricServer::mark_ready_links() {
     return false;
   bool fresh = false;
   for (uint64_t t : ready_tags_) {
-    auto it = by_tag_.find(t);
+    auto it = peers_.find(t);
     // A link the acceptor has not handed over yet: taken at the next pass.
-    if (it == by_tag_.end())
+    if (it == peers_.end())
       continue;
-    it->second->ready = true;
-    fresh = fresh || !it->second->ready_idle;
+    Peer &p = *it->second;
+    p.ready = true;
+    activate(p);
+    fresh = fresh || !p.ready_idle;
   }
   return fresh;
 }
@@ -253,43 +310,60 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
   int limit = -1;
   bool now = false;
   bool fdless = false;
-  for (auto &p : peers_) {
-    p->armed = false;
-    if (p->closing) {
-      now = true; // goes at the next pass
-      continue;
-    }
-    if (shared_) {
+  if (shared_) {
+    // Only the active peers can owe work: the others wait for ready_links.
+    count_visits(active_.size());
+    for (Peer *p : active_) {
+      if (p->closing) {
+        now = true; // goes at the next pass
+        continue;
+      }
       // Read again at once after it did something; an answer that found
       // no room at the provider, or a send not yet complete, within 1 ms.
       if (p->busy || (p->ready && !p->ready_idle))
         now = true;
       else if (p->ready || !p->outbox.empty() || !p->channel.send_idle())
         limit = 1;
-      continue;
     }
-    if (p->wait_fd == -2)
-      p->wait_fd = p->conn.wait_fd();
-    if (p->wait_fd < 0) {
-      fdless = true;
-      continue;
+  } else {
+    // Each link has a descriptor of its own, armed one by one (counted
+    // apart: it is the provider's model, not a pass's work).
+    count_visits(0);
+    if (latencies_)
+      latencies_->fabric_work.links_armed.fetch_add(peers_.size(), std::memory_order_relaxed);
+    for (auto &entry : peers_) {
+      Peer *p = entry.second.get();
+      p->armed = false;
+      if (p->closing) {
+        now = true;
+        activate(*p);
+        continue;
+      }
+      if (p->wait_fd == -2)
+        p->wait_fd = p->conn.wait_fd();
+      if (p->wait_fd < 0) {
+        fdless = true;
+        activate(*p);
+        continue;
+      }
+      // An answer that found no room at the provider moves only when polled.
+      if (!p->outbox.empty() && p->channel.send_idle())
+        limit = 1;
+      if (p->conn.ops().arm()) {
+        p->arm_failures = 0;
+        p->armed = true;
+        fds.push_back(p->wait_fd);
+        continue;
+      }
+      activate(*p);
+      // Something may be pending: poll again at once, twice; a link that
+      // stays so (a handshake answer the provider cannot take yet) is looked
+      // at every millisecond rather than spun on.
+      if (++p->arm_failures <= 2)
+        now = true;
+      else
+        limit = 1;
     }
-    // An answer that found no room at the provider moves only when polled.
-    if (!p->outbox.empty() && p->channel.send_idle())
-      limit = 1;
-    if (p->conn.ops().arm()) {
-      p->arm_failures = 0;
-      p->armed = true;
-      fds.push_back(p->wait_fd);
-      continue;
-    }
-    // Something may be pending: poll again at once, twice; a link that
-    // stays so (a handshake answer the provider cannot take yet) is looked
-    // at every millisecond rather than spun on.
-    if (++p->arm_failures <= 2)
-      now = true;
-    else
-      limit = 1;
   }
   if (fdless) {
     if (Clock::now() - fdless_active_ < kPollWindow)
@@ -302,13 +376,13 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
     // what was read for other links meanwhile waits in rdmalib.
     if (mark_ready_links())
       return 0;
-    for (auto &p : peers_)
+    for (Peer *p : active_)
       if (p->ready)
         limit = 1; // owes work that found no room yet
     Peer *any = nullptr;
-    for (auto &p : peers_)
-      if (!p->closing) {
-        any = p.get();
+    for (auto &entry : peers_)
+      if (!entry.second->closing) {
+        any = entry.second.get();
         break;
       }
     if (any) {
@@ -328,16 +402,25 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
 }
 
 void FabricServer::ready(const std::vector<int> &fds) {
-  if (fds.empty())
+  // On a shared endpoint ready_links says which links have something.
+  if (fds.empty() || shared_)
     return;
-  for (auto &p : peers_)
-    if (p->armed && std::find(fds.begin(), fds.end(), p->wait_fd) != fds.end())
-      p->ready = true;
+  std::vector<int> sorted(fds);
+  std::sort(sorted.begin(), sorted.end());
+  for (auto &entry : peers_) {
+    Peer &p = *entry.second;
+    if (p.armed && std::binary_search(sorted.begin(), sorted.end(), p.wait_fd)) {
+      p.ready = true;
+      activate(p);
+    }
+  }
 }
 
 bool FabricServer::poll(Registry &registry) {
   bool worked = take_accepted();
   const auto now = Clock::now();
+  if (now - swept_ >= kSweepEvery)
+    sweep(now);
   // The pass's writes are one transaction, and its answers wait for its
   // commit (queue_bytes holds them), whatever ends the pass.
   Store &store = registry.store();
@@ -355,9 +438,18 @@ bool FabricServer::poll(Registry &registry) {
     }
   };
   mark_ready_links();
+  // This pass works through the peers active now; what becomes active
+  // during it (a notice queued, a connection replaced) is on active_ for
+  // the next one.
+  pass_.swap(active_);
+  active_.clear();
+  for (Peer *p : pass_)
+    p->listed = false;
+  count_visits(pass_.size());
+  uint64_t messages = 0;
   {
     EndBatch end{*this, store};
-    for (auto &p : peers_) {
+    for (Peer *p : pass_) {
       if (p->closing)
         continue;
       // A link the loop slept on is read once its descriptor fired; until
@@ -367,7 +459,9 @@ bool FabricServer::poll(Registry &registry) {
       if (shared_ ? p->ready || p->busy : !p->armed || p->ready) {
         const bool named = p->ready;
         p->armed = p->ready = false;
-        spoke = serve(*p, registry);
+        const int read = serve(*p, registry);
+        messages += static_cast<uint64_t>(std::max(read, 0));
+        spoke = read != 0;
         p->ready_idle = named && !spoke;
       }
       p->busy = spoke;
@@ -382,33 +476,40 @@ bool FabricServer::poll(Registry &registry) {
           p->busy = true;
         }
       }
-      if (!p->closing && p->kind == Peer::Kind::Unknown &&
-          now - p->since > milliseconds(cfg_.idle_timeout_ms)) {
-        p->closing = true;
-        p->closing_why = "said nothing within fabric.idle_timeout_ms";
-      }
-      // An idle client holds a slot others may need; its leases stay.
-      if (!p->closing && p->kind == Peer::Kind::Client && p->outbox.empty() &&
-          now - p->heard > milliseconds(cfg_.client_idle_timeout_ms)) {
-        p->closing = true;
-        p->closing_why = "sent nothing within fabric.client_idle_timeout_ms";
-      }
     }
   }
-  for (auto &p : peers_)
+  if (latencies_)
+    latencies_->fabric_work.messages.fetch_add(messages, std::memory_order_relaxed);
+  // Answers leave after the commit: those of this pass's peers, and of any
+  // peer a notice was queued for meanwhile.
+  auto send = [&](Peer *p) {
     if (!p->closing && flush(*p)) {
       worked = true;
       p->busy = true;
     }
-  for (auto it = peers_.begin(); it != peers_.end();) {
-    if ((*it)->closing) {
-      by_tag_.erase((*it)->tag);
-      drop(**it, registry, (*it)->closing_why);
-      it = peers_.erase(it);
-      worked = true;
-    } else {
-      ++it;
+  };
+  for (Peer *p : pass_)
+    send(p);
+  for (size_t i = 0; i < active_.size(); ++i)
+    send(active_[i]);
+  for (Peer *p : pass_)
+    if (needs_pass(*p))
+      activate(*p);
+  pass_.clear();
+  // Every peer closing is active now (needs_pass, or listed when it was
+  // marked): drop them, after taking them off the list.
+  const auto kept =
+      std::partition(active_.begin(), active_.end(), [](const Peer *p) { return !p->closing; });
+  if (kept != active_.end()) {
+    std::vector<Peer *> closing(kept, active_.end());
+    active_.erase(kept, active_.end());
+    for (Peer *p : closing) {
+      drop(*p, registry, p->closing_why);
+      peers_.erase(p->tag);
     }
+    worked = true;
+    if (latencies_)
+      latencies_->fabric_work.connections = peers_.size();
   }
   return worked;
 }
@@ -458,38 +559,38 @@ std::unique_ptr<FabricServer::Peer> FabricServer::accept_one(rdmalib::Connection
   return p;
 }
 
-bool FabricServer::serve(Peer &p, Registry &registry) {
-  bool worked = false;
+int FabricServer::serve(Peer &p, Registry &registry) {
+  int read = 0;
   for (int i = 0; i < kMessagesPerPass && !p.closing; ++i) {
     proto::ControlMessage m = p.channel.poll();
     switch (m.status) {
     case proto::ChannelStatus::Timeout:
-      return worked;
+      return read;
     case proto::ChannelStatus::Ok:
-      worked = true;
+      ++read;
       p.heard = Clock::now();
       handle(p, m, registry);
       break;
     case proto::ChannelStatus::Shutdown:
       p.closing = true;
       p.closing_why = "said goodbye";
-      return true;
+      return -1;
     case proto::ChannelStatus::Closed:
       p.closing = true;
       p.closing_why = p.channel.failed() ? std::string("receive failed: ") + p.channel.last_error()
                                          : "closed the connection";
-      return true;
+      return -1;
     case proto::ChannelStatus::SendFailed:
       p.closing = true;
       p.closing_why = std::string("a send failed: ") + p.channel.last_error();
-      return true;
+      return -1;
     default:
       p.closing = true;
       p.closing_why = "sent a malformed message: " + proto::describe(m.wire);
-      return true;
+      return -1;
     }
   }
-  return worked;
+  return read;
 }
 
 void FabricServer::handle(Peer &p, const proto::ControlMessage &m, Registry &registry) {
@@ -616,6 +717,7 @@ void FabricServer::on_register(Peer &p, const proto::ControlMessage &m, Registry
     old->second->kind = Peer::Kind::Unknown;
     old->second->closing = true;
     old->second->closing_why = "replaced by a new registration of node " + claim.node;
+    activate(*old->second);
   }
   p.kind = Peer::Kind::Node;
   p.node = claim.node;
@@ -893,6 +995,9 @@ void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &regi
       continue;
     }
     hold(e.node, notice);
+    // An up node's backlog moves as passes look at it (send_pending).
+    if (view && view->node.state == NodeState::Up)
+      activate(*it->second);
   }
 }
 
@@ -907,6 +1012,8 @@ template <class M> void FabricServer::queue(Peer &p, const M &m) {
 }
 
 void FabricServer::queue_bytes(Peer &p, std::vector<uint8_t> bytes) {
+  // Sent (or dropped, when it does not read) by the passes that look at it.
+  activate(p);
   if (p.outbox.size() >= kMaxQueued) {
     p.closing = true;
     p.closing_why = "does not take its messages (send queue full)";
@@ -975,10 +1082,11 @@ void FabricServer::stop(Registry &) {
   take_accepted();
   // The nodes stay up in the registry: a restarted resource manager gives
   // them a full heartbeat timeout to register again.
-  for (auto &p : peers_)
-    p->conn.close();
+  for (auto &entry : peers_)
+    entry.second->conn.close();
   nodes_.clear();
-  by_tag_.clear();
+  active_.clear();
+  pass_.clear();
   peers_.clear();
   clients_ = 0;
   open_count_ = 0;

@@ -5,12 +5,22 @@
 //
 // It runs on the Loop's thread as its LoopDriver: poll() makes one
 // non-blocking pass (take the connections accepted meanwhile, read what
-// every connection sent, answer, flush queued sends), and the loop
+// the connections with something to read sent, answer, flush queued
+// sends), and the loop
 // alternates it with the HTTP threads' tasks, so the Registry is touched by
 // one thread only. Between passes with nothing to do the loop sleeps on the
 // connections' wait descriptors (rdmalib's Connection::wait_fd), so a
 // request wakes it at once; links without one (shm 1.17 has no descriptor
 // to sleep on) are polled, continuously for a while after they last spoke.
+// A pass and the preparation of a sleep look only at the active peers: those
+// with something to read (Fabric::ready_links on a shared endpoint, a fired
+// descriptor otherwise), queued or unfinished sends, a close to carry out,
+// or that did something at the last pass; so at 10,000 quiet nodes a
+// request costs what it costs at 100. Timeouts of silent peers are checked
+// by a sweep over every peer a few times a second, not per pass. (Links with
+// a descriptor each, connected providers, are still armed one by one before
+// a sleep: that is one call per link by nature.)
+//
 // Connection setup happens on a thread of its own (the acceptor), which
 // hands finished connections to the loop: a handshake, however slow (an
 // endpoint opened, an answer to a peer that is gone), never delays a
@@ -81,8 +91,9 @@ public:
   /// Open connections (for tests and metrics).
   size_t connections() const { return peers_.size(); }
 
-  /// Where the time to answer registrations and lease requests is observed
-  /// (the REST API's /metrics page). Set before the loop starts.
+  /// Where the time to answer registrations and lease requests, and the
+  /// loop's work per pass, are reported (the REST API's /metrics page). Set
+  /// before the loop starts.
   void observe_latencies(RequestLatencies *latencies) { latencies_ = latencies; }
   /// Asked when a lease cannot be placed and when an unknown node registers
   /// (nodes.provider "slurm"). Set before the loop starts; not owned.
@@ -101,8 +112,9 @@ private:
   /// After the batch's commit failed for `leases`: their answers say so.
   void fail_held(const std::vector<uint64_t> &leases);
   void stop_acceptor();
-  /// Reads and handles what `p` sent; false when the connection ended.
-  bool serve(Peer &p, Registry &registry);
+  /// Reads and handles what `p` sent: the messages read, or -1 when the
+  /// connection ended.
+  int serve(Peer &p, Registry &registry);
   void handle(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void dispatch(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_register(Peer &p, const protocol::ControlMessage &m, Registry &registry);
@@ -130,8 +142,16 @@ private:
   /// Ends a connection; a registered node's own connection marks it down.
   void drop(Peer &p, Registry &registry, const std::string &why);
   /// Links share one endpoint: marks the peers that have something to read
-  /// (Fabric::ready_links); true if any.
+  /// (Fabric::ready_links) and makes them active; true if any is newly so.
   bool mark_ready_links();
+  /// Puts `p` on the list the next pass looks at (once).
+  void activate(Peer &p);
+  /// Whether `p` must be looked at again at the next pass.
+  bool needs_pass(Peer &p);
+  /// Every peer: closes those silent beyond their idle timeout.
+  void sweep(Clock::time_point now);
+  /// Adds to the /metrics counters of the loop's work.
+  void count_visits(size_t peers);
 
   FabricConfig cfg_;
   /// Checks lease requests' credentials (on the loop's thread only).
@@ -139,14 +159,19 @@ private:
   rdmalib::DeviceConfig device_;
   rdmalib::Fabric fabric_;
   rdmalib::Listener listener_;
-  std::vector<std::unique_ptr<Peer>> peers_;
+  /// Every connection, by its tag (Connection::set_tag, for ready_links).
+  std::unordered_map<uint64_t, std::unique_ptr<Peer>> peers_;
   /// Capabilities::shared_endpoint: the loop reads only the peers that
   /// Fabric::ready_links names (or that were busy at the last pass), and
   /// sleeps on the shared endpoint's one descriptor, instead of polling and
   /// arming each of thousands of links (a provider call each) per pass.
   bool shared_ = false;
-  /// Peers by their connection's tag (Connection::set_tag), for ready_links.
-  std::unordered_map<uint64_t, Peer *> by_tag_;
+  /// The active peers: what the next pass looks at (Peer::listed says
+  /// whether a peer is here), and the list the current pass works through.
+  std::vector<Peer *> active_;
+  std::vector<Peer *> pass_;
+  /// When sweep() last ran.
+  Clock::time_point swept_{};
   std::atomic<uint64_t> next_tag_{1};
   std::vector<uint64_t> ready_tags_;
   int shared_arm_failures_ = 0;

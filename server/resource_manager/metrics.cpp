@@ -82,6 +82,25 @@ std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &la
          s.nodes_up + s.nodes_down);
   metric(out, "rfaas_rm_cores", "gauge", "Cores of all known nodes.", s.cores_total);
   metric(out, "rfaas_rm_cores_leased", "gauge", "Cores held by active leases.", s.cores_leased);
+  const FabricWork &w = latencies.fabric_work;
+  metric(out, "rfaas_rm_fabric_passes_total", "counter",
+         "Passes of the fabric loop over its active peers, and preparations of its sleep.",
+         w.passes.load());
+  metric(out, "rfaas_rm_fabric_peer_visits_total", "counter",
+         "Peers looked at by those passes (the active ones: something to read or send, a close, "
+         "or work at the previous pass).",
+         w.peer_visits.load());
+  metric(out, "rfaas_rm_fabric_links_armed_total", "counter",
+         "Links armed one by one before the loop sleeps (connected providers, whose links have "
+         "a descriptor each; none where links share an endpoint).",
+         w.links_armed.load());
+  metric(out, "rfaas_rm_fabric_messages_total", "counter",
+         "Messages read from nodes and clients over the fabric.", w.messages.load());
+  metric(out, "rfaas_rm_fabric_sweep_visits_total", "counter",
+         "Peers looked at by the idle-timeout sweeps (every peer, a few times a second).",
+         w.sweep_visits.load());
+  metric(out, "rfaas_rm_fabric_connections", "gauge", "Open fabric connections.",
+         w.connections.load());
   const char *h = "rfaas_rm_request_duration_seconds";
   out += std::string("# HELP ") + h +
          " Time to answer a request, by interface (http, fabric) and kind.\n# TYPE " + h +

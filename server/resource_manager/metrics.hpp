@@ -43,6 +43,25 @@ struct RegistrySnapshot {
 /// Runs on the loop thread.
 RegistrySnapshot snapshot(const Registry &registry);
 
+/// How much the fabric loop looks at, so that an operator (and a test) can
+/// see that a pass costs what the active peers cost, not what the fleet
+/// does. Written by the loop thread, read by the HTTP threads.
+struct FabricWork {
+  /// Passes over the active peers (and preparations of a sleep).
+  std::atomic<uint64_t> passes{0};
+  /// Peers looked at by those passes and preparations, in total.
+  std::atomic<uint64_t> peer_visits{0};
+  /// Messages read from peers.
+  std::atomic<uint64_t> messages{0};
+  /// Peers looked at by the timeout sweeps (every peer, a few times a second).
+  std::atomic<uint64_t> sweep_visits{0};
+  /// Links armed one by one before a sleep (links with a descriptor of
+  /// their own: connected providers).
+  std::atomic<uint64_t> links_armed{0};
+  /// Open connections now.
+  std::atomic<uint64_t> connections{0};
+};
+
 struct RequestLatencies {
   LatencyHistogram http_read;
   LatencyHistogram http_write;
@@ -53,6 +72,8 @@ struct RequestLatencies {
   LatencyHistogram fabric_lease;
   LatencyHistogram fabric_renew;
   LatencyHistogram fabric_release;
+  /// Not a latency: the loop's work, reported on the same page.
+  FabricWork fabric_work;
 };
 
 /// The whole /metrics page.
