@@ -37,31 +37,10 @@ fail() {
 rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$MPID/status"; }
 fds() { ls "/proc/$MPID/fd" | wc -l; }
 alive() { kill -0 "$MPID" 2>/dev/null || fail "executor_manager died"; }
-# bounded SECONDS OUT COMMAND...: run COMMAND with its output in OUT; past the
-# deadline, append every thread's stack (gdb, where installed) to OUT, so that
-# a hang says where it was, then kill it. Returns COMMAND's status, 124 on timeout.
-bounded() {
-  local limit=$1 out=$2 pid
-  shift 2
-  "$@" >"$out" 2>&1 &
-  pid=$!
-  for _ in $(seq $((limit * 10))); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "---- still running after ${limit} s: the stacks of ${1##*/} (pid $pid)" >>"$out"
-    if command -v gdb >/dev/null; then
-      timeout 60 gdb -p "$pid" -batch -ex 'thread apply all bt' 2>&1 | grep -E '^(#|Thread)' >>"$out"
-    else
-      echo "(gdb is not installed)" >>"$out"
-    fi
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    return 124
-  fi
-  wait "$pid"
-}
+# shellcheck source=bounded.sh
+source "$(dirname "$0")/bounded.sh"
+# shellcheck source=../../../scripts/lib/manager.sh
+source "$(dirname "$0")/../../../scripts/lib/manager.sh"
 legit() { # a normal lease with a few invocations; its output goes to $1
   timeout 60 "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
     --library "$LIBRARY" --scenario latency --iterations 200 >"$WORK/$1" 2>&1
@@ -91,18 +70,12 @@ cat >"$WORK/manager.json" <<JSON
                  "stats_interval_s": 1 }
 }
 JSON
-: >"$WORK/manager.out" # the readiness loop may look before the manager's shell opens it
-"$MANAGER" --config "$WORK/manager.json" --skip-resource-manager >"$WORK/manager.out" \
-  2>"$WORK/manager.err" &
-MPID=$!
-for _ in $(seq 200); do
-  grep -q '^executor_manager: listening on ' "$WORK/manager.out" && break
-  alive
-  sleep 0.1
-done
-LINE=$(grep '^executor_manager: listening on ' "$WORK/manager.out") ||
-  fail "no readiness line within 20 s"
-ADDRESS=${LINE##* }
+start_manager "$WORK/manager.err" 20 "$MANAGER" --config "$WORK/manager.json" \
+  --skip-resource-manager
+MPID=$manager_pid
+[ -n "$manager_address" ] || fail "no readiness line within 20 s"
+LINE=$manager_line
+ADDRESS=$manager_address
 echo "hostile: $LINE"
 
 # Baseline: after one lease, so that what the first lease allocates for good

@@ -13,9 +13,9 @@ set -u
 MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 ROUNDS=${6:-3} REQUESTS=${7:-20}
 DEVICES=$(realpath "$DEVICES")
 WORK=$(mktemp -d /tmp/rfaas-self-address.XXXXXX)
-MPID='' PPID_=''
+MPID=''
 cleanup() {
-  for pid in $PPID_ $MPID; do
+  for pid in $MPID; do
     kill -KILL "$pid" 2>/dev/null
   done
   rm -rf "$WORK"
@@ -32,31 +32,17 @@ alive() {
   wait "$MPID"
   fail "executor_manager died (status $?)"
 }
-# probe SECONDS OUT ARGS...: the probe, its output in OUT; past the deadline
-# every thread's stack goes to OUT (gdb, where installed) and it is killed.
+# shellcheck source=bounded.sh
+source "$(dirname "$0")/bounded.sh"
+# shellcheck source=../../../scripts/lib/manager.sh
+source "$(dirname "$0")/../../../scripts/lib/manager.sh"
+# probe SECONDS OUT ARGS...: the probe, bounded (its stacks go to OUT when it
+# hangs past SECONDS, and it is killed).
 probe() {
   local limit=$1 out=$2
   shift 2
-  "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" --library "$LIBRARY" \
-    "$@" >"$out" 2>&1 &
-  PPID_=$!
-  for _ in $(seq $((limit * 10))); do
-    kill -0 "$PPID_" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$PPID_" 2>/dev/null; then
-    echo "---- still running after ${limit} s" >>"$out"
-    command -v gdb >/dev/null &&
-      timeout 60 gdb -p "$PPID_" -batch -ex 'thread apply all bt' 2>&1 | grep -E '^(#|Thread)' >>"$out"
-    kill -KILL "$PPID_" 2>/dev/null
-    wait "$PPID_" 2>/dev/null
-    PPID_=''
-    return 124
-  fi
-  wait "$PPID_"
-  local status=$?
-  PPID_=''
-  return $status
+  bounded "$limit" "$out" "$PROBE" --devices "$DEVICES" --device "$DEVICE" --manager "$ADDRESS" \
+    --library "$LIBRARY" "$@"
 }
 
 CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
@@ -70,18 +56,12 @@ cat >"$WORK/manager.json" <<JSON
   "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500 }
 }
 JSON
-: >"$WORK/manager.out"
-"$MANAGER" --config "$WORK/manager.json" --skip-resource-manager >"$WORK/manager.out" \
-  2>"$WORK/manager.err" &
-MPID=$!
-for _ in $(seq 200); do
-  grep -q '^executor_manager: listening on ' "$WORK/manager.out" && break
-  alive
-  sleep 0.1
-done
-LINE=$(grep '^executor_manager: listening on ' "$WORK/manager.out") ||
-  fail "no readiness line within 20 s"
-ADDRESS=${LINE##* }
+start_manager "$WORK/manager.err" 20 "$MANAGER" --config "$WORK/manager.json" \
+  --skip-resource-manager
+MPID=$manager_pid
+[ -n "$manager_address" ] || fail "no readiness line within 20 s"
+LINE=$manager_line
+ADDRESS=$manager_address
 echo "self-address: $LINE"
 
 T0=$(date +%s%N)
