@@ -663,10 +663,16 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
       for (ssize_t i = 0; i < r; ++i) {
         lf::RawCompletion rc = lf::RawCompletion::from(buf[i], from[i]);
         const auto *s = static_cast<const lf::OpSlot *>(rc.e.op_context);
-        if (owner_of(q, rc.e) == link_id && !(s && s->pool) && q == Queue::Send)
+        // Straight to the caller: this link's sends, and on the receive side
+        // its write-with-immediate notifications (no context, no source to
+        // check) while nothing of this batch waits in its inbox before them.
+        // Its own receives go through route_locked, which checks a large
+        // message's sender; a message of the pool may be this link's.
+        const bool direct = q == Queue::Send ? !(s && s->pool) : !s && box.empty();
+        if (owner_of(q, rc.e) == link_id && direct)
           n += convert(q, &rc.e, 1, out + n);
         else
-          route_locked(q, rc); // a message of the pool may be this link's
+          route_locked(q, rc);
       }
       while (n < max && !box.empty()) {
         lf::RawCompletion rc = box.front();
