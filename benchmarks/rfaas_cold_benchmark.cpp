@@ -19,6 +19,7 @@
 // back to back instead.
 #include "rfaas_common.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -33,7 +34,10 @@ int main(int argc, char **argv) {
     ("cores", "cores per allocation", rfaas::cli::value<uint32_t>()->default_value("1"))
     ("r,repetitions", "allocations measured", rfaas::cli::value<size_t>()->default_value("20"))
     ("idle-ms", "pause after each deallocate, not timed (0: back to back)",
-     rfaas::cli::value<uint32_t>()->default_value("200"));
+     rfaas::cli::value<uint32_t>()->default_value("200"))
+    ("slowest", "also print the phases of the N slowest allocations, each with its "
+     "start time (steady clock, us), to find what the tail waits on",
+     rfaas::cli::value<size_t>()->default_value("0"));
   // clang-format on
   rfaas::cli::ParseResult args;
   int status = 0;
@@ -57,6 +61,14 @@ int main(int argc, char **argv) {
     constexpr int kPhases = sizeof names / sizeof names[0];
     std::vector<double> phase[kPhases];
     std::vector<uint8_t> in(8, 1), out(8);
+    std::vector<double> started; // each allocation's start, steady clock, us
+    // The first allocation too meets what librfaas opens ahead (the
+    // endpoints of its links to the manager and to the workers, a core's
+    // milliseconds each on shm) open and idle, as every later one does after
+    // the pause below: measured at once, it waited for them, the slowest of
+    // every run (shm: 50-130 ms against a median of 4-20 ms on a loaded
+    // host) and alone the p99 of a 20-allocation run.
+    std::this_thread::sleep_for(idle);
     for (size_t i = 0; i < reps; ++i) {
       // The previous lease's core is free once its executor has exited,
       // shortly after deallocate() returned: a refusal for that reason is
@@ -90,6 +102,7 @@ int main(int argc, char **argv) {
       const double total = std::chrono::duration<double, std::micro>(t1 - t0).count();
       phase[5].push_back(total - us(c.ready));
       phase[6].push_back(total);
+      started.push_back(std::chrono::duration<double, std::micro>(t0.time_since_epoch()).count());
       ex.deallocate();
       std::this_thread::sleep_for(idle);
     }
@@ -114,6 +127,26 @@ int main(int argc, char **argv) {
       doc["results"].push(std::move(v));
     }
     rfaas::bench::write_json(args, doc);
+    // The tail, allocation by allocation: which phase a slow one lost its
+    // time in, and when (to match against the servers' log timestamps).
+    if (size_t n = std::min(args["slowest"].as<size_t>(), reps)) {
+      std::vector<size_t> order(reps);
+      for (size_t i = 0; i < reps; ++i)
+        order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return phase[6][a] > phase[6][b]; });
+      std::printf("# the %zu slowest allocations (us)\n%-6s %16s", n, "run", "start_us");
+      for (int k = 0; k < kPhases; ++k)
+        std::printf(" %12s", names[k]);
+      std::printf("\n");
+      for (size_t j = 0; j < n; ++j) {
+        const size_t i = order[j];
+        std::printf("%-6zu %16.0f", i, started[i]);
+        for (int k = 0; k < kPhases; ++k)
+          std::printf(" %12.1f", phase[k][i]);
+        std::printf("\n");
+      }
+    }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "rfaas_cold_benchmark: %s\n", e.what());
     return 1;

@@ -169,6 +169,15 @@ PY
         exit 1
       fi
       ((r > 0)) || grep -o 'executor sandbox: .*' "$work/manager.log" | sed "s/^/  $dev: /"
+      if [[ $kind != oci* ]] && (($(pool_of "$variant") > 0)); then
+        # The first allocation meets a full pool, as every later one does
+        # after --idle-ms: the zygote forks its pooled executors after the
+        # manager's readiness line.
+        for _ in $(seq 1200); do
+          grep -q 'pooled executor(s) wait' "$work/manager.log" && break
+          sleep 0.05
+        done
+      fi
       if [[ $kind == oci ]]; then
         # The first allocation too meets a pool that holds a container.
         for _ in $(seq 1200); do

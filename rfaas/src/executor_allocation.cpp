@@ -39,9 +39,14 @@ rdmalib::ConnectionOptions executor::impl::manager_link_options() {
 }
 
 rdmalib::ConnectionOptions executor::impl::worker_link_options() const {
+  return worker_link_options(nslots);
+}
+
+rdmalib::ConnectionOptions executor::impl::worker_link_options(uint32_t slots) {
+  // One receive per input slot plus the control messages (nrecv).
   rdmalib::ConnectionOptions o;
-  o.send_depth = nslots + kExtraRecvs;
-  o.recv_depth = nrecv;
+  o.send_depth = slots + kExtraRecvs;
+  o.recv_depth = slots + kExtraRecvs;
   return o;
 }
 

@@ -136,8 +136,14 @@ struct executor::impl {
       : deadlines(t), fabric(open_fabric(dev)), caps(fabric.capabilities()),
         listener(open_listener(fabric, dev)) {
     // Where opening an endpoint is slow (shm), the link to a manager finds
-    // one opened ahead (rdmalib::Fabric::prepare; nothing elsewhere).
+    // one opened ahead (rdmalib::Fabric::prepare; nothing elsewhere), and so
+    // does the first allocation's worker link when it has the default slots.
+    // Prepared only by allocate(), that endpoint was opened while the first
+    // allocation connected to its manager, by a thread on the client's core:
+    // ~10 ms of page faults on the critical path of every process's first
+    // cold start (its slowest, the p99 of a short run).
     fabric.prepare(manager_link_options());
+    fabric.prepare(worker_link_options(allocation_options{}.slots));
   }
 
   static rdmalib::Fabric open_fabric(const device &dev);
@@ -147,6 +153,8 @@ struct executor::impl {
   /// to its workers (after allocate() sized the slots).
   static rdmalib::ConnectionOptions manager_link_options();
   rdmalib::ConnectionOptions worker_link_options() const;
+  /// The depths of worker links for `slots` input slots per worker.
+  static rdmalib::ConnectionOptions worker_link_options(uint32_t slots);
 
   timeouts deadlines;
   rdmalib::Fabric fabric;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "common/launch_spec.hpp"
+#include "executor/seccomp_filter.hpp"
 
 #include <rdmalib/connection.hpp>
 #include <rdmalib/fabric.hpp>
@@ -38,8 +39,10 @@ using server::ExitTerminated;
 /// failure is logged.
 /// `opened`, when given, is a Fabric this process opened ahead (a spare
 /// executor, see zygote.hpp) on the device of the spec: it is used instead of
-/// opening one, with whatever endpoints it prepared.
-int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened = nullptr) noexcept;
+/// opening one, with whatever endpoints it prepared. `filter`, when given,
+/// is the seccomp filter it compiled ahead (used when it fits the spec).
+int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened = nullptr,
+                 const SeccompProgram *filter = nullptr) noexcept;
 
 /// Take SIGTERM and SIGINT on a thread of their own (sigwaitinfo), with both
 /// blocked in every other thread, so that they only set the termination flag

@@ -18,6 +18,7 @@
 #include "executor/arrival_clock.hpp"
 #include "executor/crash_guard.hpp"
 #include "executor/function_library.hpp"
+#include "executor/seccomp_filter.hpp"
 #include "executor/slot_area.hpp"
 #include "protocol/control_channel.hpp"
 
@@ -144,6 +145,8 @@ struct Shared {
   /// seccomp filter goes in once none is left (seal()): it refuses new
   /// sockets, which connecting may need.
   unsigned links_pending = 0;
+  /// The seccomp filter compiled ahead (a pooled executor), if any.
+  const SeccompProgram *filter_ahead = nullptr;
   /// A link is up, or gave up.
   void link_settled() {
     std::lock_guard<std::mutex> g(m);

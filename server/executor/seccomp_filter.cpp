@@ -1,8 +1,12 @@
 #include "executor/seccomp_filter.hpp"
 
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,7 +91,12 @@ const char *seccomp_refused_summary() noexcept {
          "none after setup)";
 }
 
-bool install_seccomp(const SeccompOptions &options, std::string &error) noexcept {
+bool SeccompProgram::fits(const SeccompOptions &o) const noexcept {
+  return !code.empty() && pid == ::getpid() && options.allow_inet_stream == o.allow_inet_stream;
+}
+
+bool compile_seccomp(const SeccompOptions &options, SeccompProgram &out,
+                     std::string &error) noexcept {
   std::unique_ptr<void, CtxDeleter> ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) {
     error = "seccomp_init failed";
@@ -160,14 +169,59 @@ bool install_seccomp(const SeccompOptions &options, std::string &error) noexcept
                                SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_SEQPACKET))) < 0)
       return fail("socket type", rc);
   }
-  // Every thread at once: a thread left without the filter would be a way
-  // around it for code that reaches it (they share one address space).
-  if ((rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_TSYNC, 1)) < 0)
-    return fail("TSYNC", rc);
-  if ((rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 1)) < 0)
-    return fail("no_new_privs", rc);
-  if ((rc = seccomp_load(ctx.get())) < 0)
-    return fail("load", rc);
+  // libseccomp 2.5 exports the program only to a descriptor.
+  int fd = ::memfd_create("rfaas-seccomp", MFD_CLOEXEC);
+  if (fd < 0) {
+    error = std::string("seccomp: memfd_create: ") + std::strerror(errno);
+    return false;
+  }
+  std::vector<sock_filter> code;
+  rc = seccomp_export_bpf(ctx.get(), fd);
+  const off_t size = rc < 0 ? -1 : ::lseek(fd, 0, SEEK_END);
+  const size_t n = size > 0 ? static_cast<size_t>(size) / sizeof(sock_filter) : 0;
+  if (rc >= 0 &&
+      (n == 0 || n * sizeof(sock_filter) != static_cast<size_t>(size) || n > BPF_MAXINSNS))
+    rc = -EINVAL;
+  if (rc >= 0) {
+    code.resize(n);
+    const ssize_t want = static_cast<ssize_t>(n * sizeof(sock_filter));
+    if (::pread(fd, &code[0], static_cast<size_t>(want), 0) != want)
+      rc = -EIO;
+  }
+  ::close(fd);
+  if (rc < 0)
+    return fail("export", rc);
+  out.code = std::move(code);
+  out.options = options;
+  out.pid = ::getpid();
+  return true;
+}
+
+bool install_seccomp(const SeccompOptions &options, std::string &error,
+                     const SeccompProgram *ahead) noexcept {
+  SeccompProgram now;
+  if (!ahead || !ahead->fits(options)) {
+    if (!compile_seccomp(options, now, error))
+      return false;
+    ahead = &now;
+  }
+  // What seccomp_load() does with TSYNC and NNP set: no_new_privs, then the
+  // program on every thread at once (a thread left without the filter would
+  // be a way around it for code that reaches it: they share one address
+  // space).
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    error = std::string("seccomp: no_new_privs: ") + std::strerror(errno);
+    return false;
+  }
+  sock_fprog prog;
+  prog.len = static_cast<unsigned short>(ahead->code.size());
+  prog.filter = const_cast<sock_filter *>(ahead->code.data());
+  long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+  if (rc != 0) {
+    error = rc > 0 ? "seccomp: thread " + std::to_string(rc) + " cannot take the filter"
+                   : std::string("seccomp: load: ") + std::strerror(errno);
+    return false;
+  }
   return true;
 }
 

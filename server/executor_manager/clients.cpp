@@ -186,6 +186,11 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
         spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
                      a.exec_channel.last_error());
     }
+    if (a.lease_end_untold && !tell_lease_ended(a)) {
+      // It cannot be told: end it now rather than after its grace period.
+      a.term_at = Clock::now();
+      a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
+    }
     spdlog::debug("allocation {:x}: executor connected", a.id);
     return;
   }

@@ -64,6 +64,10 @@ void Manager::signal_executor(Allocation &a, int sig) {
 void Manager::poll_executors() {
   for (auto &kv : allocations_) {
     Allocation &a = *kv.second;
+    if (a.lease_end_untold && !a.exited && !tell_lease_ended(a)) {
+      a.term_at = Clock::now();
+      a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
+    }
     if (!a.exec_connected || a.exec_done)
       continue;
     for (int i = 0; i < 8 && !a.exec_done; ++i) {

@@ -116,13 +116,15 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       a.client_gone = true;
       // The executor is told why (its workers pass LeaseInvalid on to the
       // client, who would otherwise see only its connections close) and
-      // ends within its 100 ms poll; SIGTERM follows if it does not.
+      // ends within its 100 ms poll; SIGTERM follows if it does not. An
+      // executor whose accounting link is not up yet (it connects up to
+      // 100 ms after its library loaded, off the cold-start path) is told
+      // as it connects: a lease revoked right after the first invocation
+      // must still reach the client as LeaseInvalid, not as a closed link.
       bool told = false;
-      if (a.exec_connected && !a.exited) {
-        proto::Shutdown bye;
-        bye.allocation_id = a.id;
-        bye.reason = proto::ErrorCode::LeaseInvalid;
-        told = a.exec_channel.post(bye) == proto::ChannelStatus::Ok;
+      if (!a.exited) {
+        a.lease_end_untold = true;
+        told = tell_lease_ended(a);
       }
       a.lease_told = told;
       a.term_at = told ? now + milliseconds(cfg_.shutdown_grace_ms) : now;
@@ -147,6 +149,26 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
     }
   if (!live)
     report_lease(e.lease_id, true);
+}
+
+bool Manager::tell_lease_ended(Allocation &a) {
+  if (a.exec_done) { // its link is gone: it cannot be told
+    a.lease_end_untold = false;
+    return false;
+  }
+  // Not connected yet, or the channel's one send area still busy (the
+  // record's advertisement, posted as the link came up): a later pass tells
+  // it (poll_executors).
+  if (!a.exec_connected || !a.exec_channel.send_idle())
+    return true;
+  proto::Shutdown bye;
+  bye.allocation_id = a.id;
+  bye.reason = proto::ErrorCode::LeaseInvalid;
+  proto::ChannelStatus st = a.exec_channel.post(bye);
+  if (st == proto::ChannelStatus::Timeout)
+    return true; // no room at the provider now: again next pass
+  a.lease_end_untold = false;
+  return st == proto::ChannelStatus::Ok;
 }
 
 void Manager::report_lease(uint64_t lease_id, bool final) {

@@ -97,6 +97,11 @@ private:
   void load_ended_leases();
   void remember_ended(uint64_t lease_id, uint64_t expiry_ms);
   void report_lease(uint64_t lease_id, bool final);
+  /// Posts Shutdown (LeaseInvalid) on the executor's accounting link, or
+  /// leaves it for a later pass while the link is not up or its send area
+  /// busy (Allocation::lease_end_untold). False when the executor cannot be
+  /// told (the link failed or is gone): end it without a grace period.
+  bool tell_lease_ended(Allocation &a);
   void signal_executor(Allocation &a, int sig);
 
   ManagerConfig cfg_;

@@ -79,6 +79,9 @@ struct Manager::Allocation {
   /// Its lease ended and the executor was told so (Shutdown, LeaseInvalid):
   /// its schedule (term_at, kill_at) stands when the client then leaves.
   bool lease_told = false;
+  /// Its lease ended and the Shutdown (LeaseInvalid) has not gone out yet:
+  /// the executor's accounting link was not up, or its send area was busy.
+  bool lease_end_untold = false;
   Clock::time_point term_at, kill_at;
   bool term_sent = false, kill_sent = false;
   std::string client_peer;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -160,6 +161,18 @@ SlurmProvider::SlurmProvider(const SlurmProviderConfig &config, std::string rm_a
     log()->info("slurm: pilot {} (job {}, {}, nodes {}) from before the restart is watched again",
                 p.id, p.job_id, to_string(p.state), p.nodes.empty() ? "none yet" : join(p.nodes));
     pilots_.emplace(p.id, std::move(p));
+  }
+  // A node admitted just before a crash may be in the registry under its
+  // job's name and missing from its pilot's record: one look at the
+  // registry now, so that ending a pilot later touches its own nodes only.
+  if (!pilots_.empty()) {
+    std::map<uint64_t, Pilot *> jobs;
+    for (auto &[id, p] : pilots_)
+      if (p.job_id != 0)
+        jobs[p.job_id] = &p;
+    for (const NodeView &v : registry.nodes())
+      if (auto it = jobs.find(job_of_node(v.node.name)); it != jobs.end())
+        it->second->nodes.insert(v.node.name);
   }
   // Ids of ended pilots count too: a job name is never reused.
   for (const PilotRecord &r : registry.store().load_pilots())
@@ -413,12 +426,8 @@ void SlurmProvider::cancel(Pilot &p, Registry &registry, const std::string &why)
 }
 
 void SlurmProvider::drop_nodes(Pilot &p, Registry &registry, const std::string &reason) {
-  // Nodes of the job that registered before a restart are in the registry
-  // under its name even if the pilot's record missed them.
-  if (p.job_id != 0)
-    for (const NodeView &v : registry.nodes())
-      if (job_of_node(v.node.name) == p.job_id)
-        p.nodes.insert(v.node.name);
+  // p.nodes holds every node of the job the registry knows: admit() adds
+  // each, and the constructor added those a crash kept out of the record.
   for (const std::string &n : p.nodes) {
     // A node whose executor manager said goodbye before SLURM's answer came
     // is down already: its ended leases learn why now.
