@@ -380,7 +380,6 @@ void Store::begin_batch() {
   // batch adds to it.
   if (!batch_open_)
     journal_.clear();
-  journal_at_begin_ = journal_.size();
 }
 
 bool Store::open_batch(bool deferrable) {
@@ -411,13 +410,16 @@ std::vector<uint64_t> Store::commit_batch() {
   batch_wanted_ = false;
   if (!batch_open_)
     return {};
-  // Only accounting, written in this pass, young and few: it waits for
-  // the next commit (see store.hpp). A pass that wrote nothing commits it:
-  // the loop may sleep next.
-  if (!must_commit_ && journal_.size() > journal_at_begin_ && journal_.size() < kDeferAtMost &&
-      steady_ms() - opened_ms_ < kDeferAtMostMs)
+  // Only accounting, young and few: it waits for the next commit (see
+  // store.hpp).
+  if (!must_commit_ && journal_.size() < kDeferAtMost && steady_ms() - opened_ms_ < kDeferAtMostMs)
     return {};
   return commit_open();
+}
+
+void Store::commit_deferred() {
+  if (batch_open_ && !batch_wanted_)
+    commit_open();
 }
 
 std::vector<uint64_t> Store::commit_open() {

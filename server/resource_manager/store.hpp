@@ -123,11 +123,14 @@ public:
   /// A batch holding only accounting records (put_accounting: they answer
   /// nothing, so nobody waits for their commit) stays open instead, and the
   /// next batch adds to it: it is committed with the first batch that holds
-  /// any other write, at the end of the first batch that writes nothing (the
-  /// loop's pass before it sleeps), by any write outside a batch, or once
+  /// any other write, by commit_deferred() (the loop calls it before it
+  /// sleeps), by any write outside a batch, when the Store closes, or once
   /// it is kDeferAtMostMs old or holds kDeferAtMost records. A crash of the
   /// process loses those records alone, never a lease, node or quota.
   std::vector<uint64_t> commit_batch();
+  /// Commits accounting that waits for its commit (between batches; a
+  /// failed commit writes each record again on its own). Never throws.
+  void commit_deferred();
   /// Longest an accounting record waits for its commit while the loop is
   /// busy, and most records that wait.
   static constexpr uint64_t kDeferAtMostMs = 50;
@@ -176,8 +179,6 @@ private:
   bool batch_open_ = false;
   /// The open transaction holds a write that some answer waits for.
   bool must_commit_ = false;
-  /// journal_'s size when the current batch began: more means it wrote.
-  size_t journal_at_begin_ = 0;
   /// When the open transaction's first write was made (steady clock, ms).
   uint64_t opened_ms_ = 0;
   /// The batch's writes (lease id or 0, and the write), for a failed commit.

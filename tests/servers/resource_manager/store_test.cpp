@@ -310,9 +310,9 @@ AccountingRecord report(uint64_t lease) {
 } // namespace
 
 // A batch holding only accounting waits for the next commit (nobody waits
-// for its answer); a batch with a lease commits it along, and so does the
-// loop's pass that writes nothing (before it sleeps) or a write outside a
-// batch. The lease's own write is committed when its batch ends, always.
+// for its answer); a batch with a lease commits it along, and so do
+// commit_deferred() (before the loop sleeps) and a write outside a batch. The lease's own write is
+// committed when its batch ends, always.
 TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
   TempDb db;
   Store s(db.path);
@@ -335,9 +335,11 @@ TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
   s.put_accounting(report(2));
   s.commit_batch();
   EXPECT_FALSE(committed_accounting(db.path, 2));
-  s.begin_batch(); // a pass that writes nothing
+  s.begin_batch(); // a pass that writes nothing: still waiting
   s.commit_batch();
-  EXPECT_TRUE(committed_accounting(db.path, 2)) << "a pass without writes did not commit";
+  EXPECT_FALSE(committed_accounting(db.path, 2));
+  s.commit_deferred(); // the loop is about to sleep
+  EXPECT_TRUE(committed_accounting(db.path, 2)) << "commit_deferred() did not commit";
 
   s.begin_batch();
   s.put_accounting(report(3));
