@@ -417,6 +417,11 @@ std::vector<uint64_t> Store::commit_batch() {
   return commit_open();
 }
 
+void Store::join_batch() const {
+  if (batch_wanted_)
+    const_cast<Store *>(this)->open_batch(true);
+}
+
 void Store::commit_deferred() {
   if (batch_open_ && !batch_wanted_)
     commit_open();
@@ -608,6 +613,7 @@ void Store::update_lease(const Lease &l) {
 }
 
 bool Store::lease_exists(uint64_t id) const {
+  join_batch();
   Stmt q(db_, *cache_, "SELECT 1 FROM leases WHERE id = ?1");
   q.bind(1, id);
   return q.step();
@@ -626,7 +632,8 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
   sql += " ORDER BY granted_ms DESC, id LIMIT ?2) l LEFT JOIN lease_parts p ON p.lease_id = l.id "
          "ORDER BY l.granted_ms DESC, l.id, p.idx";
   // Prepared once per `where` (a handful of constants): a lease is looked
-  // up on every grant and accounting report.
+  // up on every accounting report.
+  join_batch();
   Stmt q(db_, *cache_, sql.c_str());
   if (text)
     q.bind(1, *text);
@@ -718,6 +725,7 @@ std::vector<AccountingRecord> Store::query_accounting(const char *where, const s
                     "execution_us, memory_mib, final, owner_uid, job_id FROM accounting ";
   sql += where;
   sql += " ORDER BY reported_ms, lease_id, node";
+  join_batch();
   Stmt q(db_, *cache_, sql.c_str());
   if (text)
     q.bind(1, *text);

@@ -172,6 +172,11 @@ private:
   /// waiting for its commit). `deferrable`: the write may wait for its
   /// commit (accounting); any other write in a batch makes it commit.
   bool open_batch(bool deferrable = false);
+  /// Inside a batch, a look-up joins the batch's transaction (opening it
+  /// without making it need a commit): SQLite takes its file locks (fcntl
+  /// calls) once per transaction, so a pass's reads and writes share one
+  /// set instead of a read transaction per look-up.
+  void join_batch() const;
   /// Commits the open transaction; on failure rolls back and makes each
   /// journaled write again on its own. Returns the leases that failed again.
   std::vector<uint64_t> commit_open();
