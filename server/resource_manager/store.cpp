@@ -341,12 +341,6 @@ Store::Store(const std::string &path) : path_(path), cache_(std::make_unique<Sta
                          "system? put it on a local disk)");
     }
     exec("PRAGMA synchronous=NORMAL", "setting synchronous mode");
-    // A checkpoint copies each page once however many of the log's frames
-    // hold it, and a lease rewrites the same few pages: checkpointing every
-    // 8,000 frames (a 32 MiB log) instead of SQLite's 1,000 costs an eighth
-    // of the copying and syncing per lease, and holds the loop up (an
-    // fdatasync of the log and of the file) an eighth as often.
-    exec("PRAGMA wal_autocheckpoint=8000", "setting the checkpoint interval");
     exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
     migrate();
   } catch (const StoreError &e) {
