@@ -201,6 +201,9 @@ void Loop::run() {
       }
     }
     if (!worked) {
+      // Accounting left waiting for a commit (Store::commit_batch) is
+      // committed before the loop sleeps.
+      registry_.store().commit_deferred();
       if (unpublished_)
         publish();
       sleep_until_work(next_tick);

@@ -520,7 +520,7 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
   try {
     do
       l.id = generate_lease_id();
-    while (active_.count(l.id) || store_.load_lease(l.id));
+    while (active_.count(l.id) || store_.lease_exists(l.id));
   } catch (const StoreError &e) {
     return refuse(Outcome::StoreFailed, e.what());
   }
@@ -551,9 +551,11 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
   }
   occupy(l);
   ++counters_.granted;
-  log()->info("lease {} granted to {} ({}): {} cores, {} MiB on {} node(s), until {}", l.id,
-              l.client, describe_owner(l.owner_uid, l.job_id), l.total_cores(),
-              l.total_memory_mib(), l.parts.size(), l.expiry_ms);
+  // Per lease: debug (GET /metrics counts them; info would be a line per
+  // lease at full rate).
+  log()->debug("lease {} granted to {} ({}): {} cores, {} MiB on {} node(s), until {}", l.id,
+               l.client, describe_owner(l.owner_uid, l.job_id), l.total_cores(),
+               l.total_memory_mib(), l.parts.size(), l.expiry_ms);
   Grant g = make_grant(l);
   g.secret = secret;
   return success(std::move(g));
@@ -592,7 +594,7 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
   Lease l = it->second;
   l.expiry_ms = clock_() + (duration_ms ? duration_ms : options_.default_lease_ms);
   try {
-    store_.put_lease(l);
+    store_.update_lease(l);
   } catch (const StoreError &e) {
     return error<Grant>(Outcome::StoreFailed, e.what());
   }
@@ -636,7 +638,7 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   l.state = why;
   l.ended_ms = clock_();
   try {
-    store_.put_lease(l);
+    store_.update_lease(l);
   } catch (const StoreError &e) {
     return fail(Outcome::StoreFailed, e.what());
   }
@@ -659,7 +661,7 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   case LeaseState::Active:
     break;
   }
-  log()->info("lease {} of {} {}", l.id, l.client, to_string(why));
+  log()->debug("lease {} of {} {}", l.id, l.client, to_string(why));
   return {};
 }
 
@@ -790,10 +792,8 @@ Status Registry::record_accounting(AccountingRecord r) {
   try {
     // A final report is the last word for its lease on that node: a node
     // told of the lease's end again (after a restart) reports it again,
-    // possibly with nothing, and must not overwrite it.
-    for (const AccountingRecord &old : store_.accounting_for_lease(r.lease_id))
-      if (old.node == r.node && old.final)
-        return {};
+    // possibly with nothing, and must not overwrite it (put_accounting
+    // keeps a stored final record).
     store_.put_accounting(r);
   } catch (const StoreError &e) {
     return fail(Outcome::StoreFailed, e.what());

@@ -58,7 +58,7 @@ class Store {
 public:
   /// The schema version this code writes (PRAGMA user_version). Opening a
   /// file with an older version migrates it; a newer one is refused.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   /// Opens (creating if needed) the database at `path`; ":memory:" works for
   /// tests. Throws StoreError naming the file on failure.
@@ -82,6 +82,11 @@ public:
 
   /// Inserts or replaces a lease and its parts.
   void put_lease(const Lease &lease);
+  /// Stores a change of an already stored lease's state, expiry and end
+  /// (renewal, end): one row, its parts untouched (they never change).
+  void update_lease(const Lease &lease);
+  /// Whether lease `id` was ever stored (one primary-key look-up).
+  bool lease_exists(uint64_t id) const;
   /// Leases in `state` (all if nullopt), newest first, at most `limit`.
   /// Each of these lease queries is one SQL statement, parts included.
   std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
@@ -91,7 +96,9 @@ public:
   /// `node`: their tokens would still verify on a node that forgot the end.
   std::vector<Lease> ended_unexpired_on(const std::string &node, uint64_t now_ms) const;
 
-  /// Inserts or replaces the record of (lease_id, node).
+  /// Inserts or replaces the record of (lease_id, node), unless the stored
+  /// one is final: a final report is the last word for its lease on that
+  /// node. Inside a batch it may wait for its commit (commit_batch()).
   void put_accounting(const AccountingRecord &rec);
   std::vector<AccountingRecord> accounting_for_lease(uint64_t lease_id) const;
   std::vector<AccountingRecord> accounting_for_client(const std::string &client) const;
@@ -112,7 +119,22 @@ public:
   /// each of its writes made again in a transaction of its own; returns the
   /// ids of the leases whose write failed again (empty: all is durable).
   /// Never throws.
+  ///
+  /// A batch holding only accounting records (put_accounting: they answer
+  /// nothing, so nobody waits for their commit) stays open instead, and the
+  /// next batch adds to it: it is committed with the first batch that holds
+  /// any other write, by commit_deferred() (the loop calls it before it
+  /// sleeps), by any write outside a batch, when the Store closes, or once
+  /// it is kDeferAtMostMs old or holds kDeferAtMost records. A crash of the
+  /// process loses those records alone, never a lease, node or quota.
   std::vector<uint64_t> commit_batch();
+  /// Commits accounting that waits for its commit (between batches; a
+  /// failed commit writes each record again on its own). Never throws.
+  void commit_deferred();
+  /// Longest an accounting record waits for its commit while the loop is
+  /// busy, and most records that wait.
+  static constexpr uint64_t kDeferAtMostMs = 50;
+  static constexpr size_t kDeferAtMost = 256;
   bool in_batch() const { return batch_wanted_; }
 
   /// Deletes leases that ended before `before_ms` (with their parts) and
@@ -146,9 +168,24 @@ private:
 
   std::unique_ptr<StatementCache> cache_;
   /// Opens the batch's transaction at its first write; true inside one.
-  bool open_batch();
+  /// Outside a batch, first commits what a batch left open (accounting
+  /// waiting for its commit). `deferrable`: the write may wait for its
+  /// commit (accounting); any other write in a batch makes it commit.
+  bool open_batch(bool deferrable = false);
+  /// Inside a batch, a look-up joins the batch's transaction (opening it
+  /// without making it need a commit): SQLite takes its file locks (fcntl
+  /// calls) once per transaction, so a pass's reads and writes share one
+  /// set instead of a read transaction per look-up.
+  void join_batch() const;
+  /// Commits the open transaction; on failure rolls back and makes each
+  /// journaled write again on its own. Returns the leases that failed again.
+  std::vector<uint64_t> commit_open();
   bool batch_wanted_ = false;
   bool batch_open_ = false;
+  /// The open transaction holds a write that some answer waits for.
+  bool must_commit_ = false;
+  /// When the open transaction's first write was made (steady clock, ms).
+  uint64_t opened_ms_ = 0;
   /// The batch's writes (lease id or 0, and the write), for a failed commit.
   std::vector<std::pair<uint64_t, std::function<void()>>> journal_;
 };

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "resource_manager/loop.hpp"
+
+#include <sqlite3.h>
+#include <unistd.h>
 
 using namespace rfaas::rm;
 
@@ -228,4 +232,60 @@ TEST(LoopCallTimeout, AStalledLoopAnswersBusyAndTheTaskNeverRuns) {
   EXPECT_EQ(loop.call([](Registry &) { return 3; }), 3);
   EXPECT_FALSE(ran.load());
   loop.stop();
+}
+
+namespace {
+
+/// A fabric side that stores one accounting report in its first pass, as
+/// FabricServer does (a batch per pass), and then has nothing to do.
+struct ReportingDriver final : LoopDriver {
+  std::atomic<int> sleeps{0};
+  bool reported = false;
+  bool poll(Registry &r) override {
+    r.store().begin_batch();
+    if (!reported) {
+      reported = true;
+      r.store().put_accounting(AccountingRecord{7, "n1", "alice", 10, 1, 2, 3, 64, true, 0, ""});
+    }
+    r.store().commit_batch();
+    return false;
+  }
+  void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
+  int prepare_wait(std::vector<int> &) override {
+    ++sleeps;
+    return -1;
+  }
+  void stop(Registry &) override {}
+};
+
+} // namespace
+
+// An accounting report may wait for the next commit, but not across the
+// loop's sleep: once the loop sleeps, another connection (what a crash
+// would leave) sees it.
+TEST(LoopWake, AccountingIsCommittedBeforeTheLoopSleeps) {
+  char dir[] = "/tmp/rfaas-rm-loop-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/rm.sqlite";
+  {
+    Store store{path};
+    Registry reg{store, [] { return uint64_t{1'000'000}; }, RegistryOptions{}};
+    Loop loop{reg, std::chrono::minutes(1)};
+    ReportingDriver driver;
+    loop.attach(&driver);
+    loop.start();
+    while (driver.sleeps.load() == 0)
+      std::this_thread::yield();
+    sqlite3 *raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    sqlite3_stmt *st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT count(*) FROM accounting", -1, &st, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 1) << "the loop slept with accounting uncommitted";
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+    loop.stop();
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -189,6 +189,10 @@ TEST(Store, PerNodeAndRetentionQueriesUseIndexes) {
   const std::string acc = plan("DELETE FROM accounting WHERE reported_ms < 5 AND lease_id NOT IN "
                                "(SELECT id FROM leases WHERE state = 'active')");
   EXPECT_NE(acc.find("accounting_reported"), std::string::npos) << acc;
+  // The restart's load of the active leases reads the partial index, not
+  // the history.
+  const std::string active = plan("SELECT id FROM leases WHERE state = 'active'");
+  EXPECT_NE(active.find("leases_active"), std::string::npos) << active;
   sqlite3_close(raw);
 }
 
@@ -277,4 +281,184 @@ TEST(Store, FilesAreCreatedOwnerOnlyWhateverTheUmask) {
   EXPECT_EQ(mode(d + "/rm.sqlite"), 0600);
   umask(old);
   std::system(("rm -rf '" + d + "'").c_str());
+}
+
+namespace {
+
+/// Whether another connection (another process's view: what survives a
+/// crash of this one) sees an accounting record of `lease`.
+bool committed_accounting(const std::string &path, uint64_t lease) {
+  sqlite3 *raw = nullptr;
+  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
+    return false;
+  sqlite3_stmt *st = nullptr;
+  bool found = false;
+  if (sqlite3_prepare_v2(raw, "SELECT 1 FROM accounting WHERE lease_id = ?1", -1, &st, nullptr) ==
+      SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, static_cast<int64_t>(lease));
+    found = sqlite3_step(st) == SQLITE_ROW;
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return found;
+}
+
+AccountingRecord report(uint64_t lease) {
+  return AccountingRecord{lease, "n1", "alice", 10, 1, 2, 3, 64, true, 7, ""};
+}
+
+} // namespace
+
+// A batch holding only accounting waits for the next commit (nobody waits
+// for its answer); a batch with a lease commits it along, and so do
+// commit_deferred() (before the loop sleeps) and a write outside a batch. The lease's own write is
+// committed when its batch ends, always.
+TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
+  TempDb db;
+  Store s(db.path);
+  s.put_lease(lease(1));
+  s.put_lease(lease(2));
+  s.begin_batch();
+  s.put_accounting(report(1));
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_FALSE(committed_accounting(db.path, 1)) << "an accounting-only batch was committed";
+  // This connection sees it already (REST reads go through it).
+  EXPECT_EQ(s.accounting_for_lease(1).size(), 1u);
+
+  s.begin_batch();
+  Lease l = lease(3);
+  s.put_lease(l);
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_TRUE(committed_accounting(db.path, 1)) << "a lease's batch left accounting behind";
+
+  s.begin_batch();
+  s.put_accounting(report(2));
+  s.commit_batch();
+  EXPECT_FALSE(committed_accounting(db.path, 2));
+  s.begin_batch(); // a pass that writes nothing: still waiting
+  s.commit_batch();
+  EXPECT_FALSE(committed_accounting(db.path, 2));
+  s.commit_deferred(); // the loop is about to sleep
+  EXPECT_TRUE(committed_accounting(db.path, 2)) << "commit_deferred() did not commit";
+
+  s.begin_batch();
+  s.put_accounting(report(3));
+  s.commit_batch();
+  l.state = LeaseState::Released;
+  l.ended_ms = 150;
+  s.update_lease(l); // outside a batch: commits at once, the waiting record too
+  EXPECT_TRUE(committed_accounting(db.path, 3));
+  sqlite3 *raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt *st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT state FROM leases WHERE id = 3", -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char *>(sqlite3_column_text(st, 0)), "released");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+
+  // Closing keeps what waits (a clean stop loses nothing).
+  s.begin_batch();
+  s.put_accounting(report(4));
+  s.commit_batch();
+}
+
+TEST(Store, AccountingLeftWaitingIsKeptWhenTheStoreCloses) {
+  TempDb db;
+  {
+    Store s(db.path);
+    s.put_lease(lease(4));
+    s.begin_batch();
+    s.put_accounting(report(4));
+    s.commit_batch();
+    EXPECT_FALSE(committed_accounting(db.path, 4));
+  }
+  EXPECT_TRUE(committed_accounting(db.path, 4));
+}
+
+// A final record is the last word: a later report for the same lease and
+// node (a node told of the end again after a restart) leaves it.
+TEST(Store, AFinalAccountingRecordIsNotOverwritten) {
+  Store s(":memory:");
+  AccountingRecord first = report(9);
+  s.put_accounting(first);
+  AccountingRecord again = report(9);
+  again.execution_us = 0;
+  s.put_accounting(again);
+  auto v = s.accounting_for_lease(9);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].execution_us, 3u);
+  AccountingRecord interim = report(10);
+  interim.final = false;
+  s.put_accounting(interim);
+  interim.execution_us = 99;
+  interim.final = true;
+  s.put_accounting(interim);
+  v = s.accounting_for_lease(10);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].execution_us, 99u);
+}
+
+// A file of schema 4 (written by the previous release) opens with its
+// leases, parts and accounting intact.
+TEST(Store, MigratesASchema4File) {
+  TempDb db;
+  sqlite3 *raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path.c_str(), &raw), SQLITE_OK);
+  const char *v4 =
+      "CREATE TABLE nodes (name TEXT PRIMARY KEY, address TEXT NOT NULL, cores INTEGER NOT NULL,"
+      " memory_mib INTEGER NOT NULL, secret BLOB NOT NULL, state TEXT NOT NULL,"
+      " drained INTEGER NOT NULL, registered_ms INTEGER NOT NULL,"
+      " last_heartbeat_ms INTEGER NOT NULL, registration_signed_ms INTEGER NOT NULL DEFAULT 0);"
+      "CREATE TABLE leases (id INTEGER PRIMARY KEY, client TEXT NOT NULL, state TEXT NOT NULL,"
+      " granted_ms INTEGER NOT NULL, expiry_ms INTEGER NOT NULL, ended_ms INTEGER NOT NULL,"
+      " secret_hash BLOB NOT NULL DEFAULT x'', owner_uid INTEGER NOT NULL DEFAULT 4294967295,"
+      " job_id TEXT NOT NULL DEFAULT '');"
+      "CREATE INDEX leases_state ON leases(state);"
+      "CREATE TABLE lease_parts (lease_id INTEGER NOT NULL REFERENCES leases(id) ON DELETE "
+      " CASCADE, idx INTEGER NOT NULL, node TEXT NOT NULL, cores TEXT NOT NULL,"
+      " memory_mib INTEGER NOT NULL, PRIMARY KEY (lease_id, idx));"
+      "CREATE TABLE accounting (lease_id INTEGER NOT NULL, node TEXT NOT NULL,"
+      " client TEXT NOT NULL, reported_ms INTEGER NOT NULL, allocation_us INTEGER NOT NULL,"
+      " hot_polling_us INTEGER NOT NULL, execution_us INTEGER NOT NULL,"
+      " memory_mib INTEGER NOT NULL, final INTEGER NOT NULL,"
+      " owner_uid INTEGER NOT NULL DEFAULT 4294967295, job_id TEXT NOT NULL DEFAULT '',"
+      " PRIMARY KEY (lease_id, node));"
+      "CREATE INDEX accounting_client ON accounting(client);"
+      "CREATE TABLE quotas (user TEXT PRIMARY KEY, cores INTEGER, memory_mib INTEGER,"
+      " leases INTEGER, requests_per_minute INTEGER);"
+      "CREATE INDEX lease_parts_node ON lease_parts(node);"
+      "CREATE INDEX leases_ended ON leases(ended_ms);"
+      "CREATE INDEX accounting_reported ON accounting(reported_ms);"
+      "INSERT INTO leases (id, client, state, granted_ms, expiry_ms, ended_ms) VALUES"
+      " (1, 'alice', 'active', 100, 900, 0), (2, 'bob', 'released', 100, 900, 150);"
+      "INSERT INTO lease_parts VALUES (1, 0, 'n1', '0,1', 64), (1, 1, 'n2', '3', 32),"
+      " (2, 0, 'n1', '2', 16);"
+      "INSERT INTO accounting (lease_id, node, client, reported_ms, allocation_us,"
+      " hot_polling_us, execution_us, memory_mib, final) VALUES"
+      " (2, 'n1', 'bob', 160, 1, 2, 3, 16, 1);"
+      "PRAGMA user_version=4;";
+  ASSERT_EQ(sqlite3_exec(raw, v4, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  Store s(db.path);
+  EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
+  auto active = s.load_leases(LeaseState::Active);
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].id, 1u);
+  ASSERT_EQ(active[0].parts.size(), 2u);
+  EXPECT_EQ(active[0].parts[1].node, "n2");
+  EXPECT_EQ(active[0].parts[0].cores, (std::vector<uint32_t>{0, 1}));
+  auto released = s.load_leases(LeaseState::Released);
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].client, "bob");
+  auto acc = s.accounting_for_lease(2);
+  ASSERT_EQ(acc.size(), 1u);
+  EXPECT_TRUE(acc[0].final);
+  EXPECT_EQ(acc[0].owner_uid, 4294967295u);
+  // The parts still go with their lease.
+  EXPECT_EQ(s.prune_history(1000), (std::pair<size_t, size_t>{1, 1}));
+  EXPECT_FALSE(s.load_lease(2));
+  EXPECT_TRUE(s.load_lease(1));
 }
