@@ -144,6 +144,7 @@ void Registry::link(NodeEntry &e) {
   totals_.cores += e.node.cores;
   totals_.cores_leased += e.held;
   e.linked = true;
+  changed(e);
   if (e.node.state == NodeState::Up && !e.node.drained)
     capacity_.update(e.node.name, e.free_cores(), e.free_memory_mib());
   else
@@ -151,12 +152,20 @@ void Registry::link(NodeEntry &e) {
 }
 
 void Registry::heard(NodeEntry &e) {
+  changed(e);
   if (e.listening) {
     by_heartbeat_.splice(by_heartbeat_.end(), by_heartbeat_, e.heard);
     return;
   }
   e.heard = by_heartbeat_.insert(by_heartbeat_.end(), &e);
   e.listening = true;
+}
+
+void Registry::changed(NodeEntry &e) {
+  if (e.changed)
+    return;
+  e.changed = true;
+  changed_nodes_.push_back(e.node.name);
 }
 
 void Registry::not_listening(NodeEntry &e) {
@@ -377,6 +386,8 @@ Status Registry::remove_node(const std::string &name, bool revoke_leases) {
   unlink(it->second);
   capacity_.remove(name);
   not_listening(it->second);
+  if (!it->second.changed)
+    changed_nodes_.push_back(name);
   nodes_.erase(it);
   log()->info("node {} removed", name);
   return {};
@@ -843,6 +854,25 @@ std::optional<Lease> Registry::active_lease(uint64_t id) const {
   if (it == active_.end())
     return std::nullopt;
   return it->second;
+}
+
+std::vector<std::pair<std::string, std::optional<NodeView>>> Registry::take_changed_nodes() {
+  std::vector<std::pair<std::string, std::optional<NodeView>>> out;
+  out.reserve(changed_nodes_.size());
+  for (std::string &name : changed_nodes_) {
+    auto it = nodes_.find(name);
+    std::optional<NodeView> view;
+    if (it != nodes_.end()) {
+      // A name removed and added again is listed twice: one view is enough.
+      if (!it->second.changed)
+        continue;
+      it->second.changed = false;
+      view = view_of(it->second);
+    }
+    out.emplace_back(std::move(name), std::move(view));
+  }
+  changed_nodes_.clear();
+  return out;
 }
 
 std::vector<LeaseEnded> Registry::take_events() {

@@ -874,6 +874,87 @@ TEST(RmFabric, AnIdleResourceManagerWithANodeSleeps) {
   request(rm->rest(), "POST", "/nodes/idle/drain", "", kToken);
 }
 
+namespace {
+
+/// GET /nodes, polled until its table is dated after `after_ms` (the wall
+/// clock, ms): then every change the resource manager made before that time
+/// is in it (docs/resource_manager.md, "Snapshots"). Bounded: empty on
+/// timeout.
+json nodes_after(uint64_t after_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < 10s) {
+    auto r = request(rm->rest(), "GET", "/nodes", "", kToken);
+    const uint64_t received = wall_ms();
+    EXPECT_EQ(r.status, 200) << r.body;
+    const std::string generated = r.header("X-Rfaas-Generated-Ms");
+    EXPECT_FALSE(generated.empty()) << r.headers;
+    if (r.status != 200 || generated.empty())
+      return json();
+    const uint64_t at = std::stoull(generated);
+    EXPECT_LE(at, received) << "a table dated in the future";
+    if (at > after_ms) {
+      std::printf("GET /nodes dated %llu ms after the change, %lld ms of polling\n",
+                  static_cast<unsigned long long>(at - after_ms),
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count()));
+      return json::parse(r.body);
+    }
+    // The table is redated at least every tick (tick_ms: 50 here).
+    std::this_thread::sleep_for(1ms);
+  }
+  ADD_FAILURE() << "GET /nodes stayed dated before " << after_ms << " for 10 s";
+  return json();
+}
+
+json find_node(const json &nodes, const std::string &name) {
+  for (const json &n : nodes)
+    if (n.value("name", "") == name)
+      return n;
+  return json();
+}
+
+} // namespace
+
+// GET /nodes answers from the table the loop publishes, not from a task:
+// a registration and a release made over the fabric are in every table
+// dated after they were answered, and the table says when it was made.
+TEST(RmFabric, NodesShowsARegistrationAndAReleaseOnceDatedAfterThem) {
+  add_node("kilo", '9', 2);
+  Peer node;
+  ASSERT_EQ(node.register_node("kilo", '9', 2).status, proto::ErrorCode::Ok);
+  const uint64_t registered = wall_ms();
+  json kilo = find_node(nodes_after(registered), "kilo");
+  ASSERT_TRUE(kilo.is_object()) << "kilo is missing";
+  EXPECT_EQ(kilo["state"], "up");
+  EXPECT_GT(kilo["registered_ms"].get<uint64_t>(), 0u);
+  EXPECT_LE(kilo["registered_ms"].get<uint64_t>(), registered);
+
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant grant = client.request(1, 30000, parts, "kate");
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  const std::string on(proto::get_text(parts[0].node));
+  json held = find_node(nodes_after(wall_ms()), on);
+  ASSERT_TRUE(held.is_object()) << on << " is missing";
+  const uint32_t used = held["cores_used"].get<uint32_t>();
+  ASSERT_GE(used, 1u);
+
+  proto::LeaseRelease release;
+  release.lease_id = grant.lease_id;
+  release.secret = grant.secret;
+  proto::set_text(release.client, "kate");
+  std::vector<proto::LeaseGrantPart> none;
+  ASSERT_EQ(client.ask(release, none).status, proto::ErrorCode::Ok);
+  const uint64_t released = wall_ms();
+  json freed = find_node(nodes_after(released), on);
+  ASSERT_TRUE(freed.is_object()) << on << " is missing";
+  EXPECT_EQ(freed["cores_used"].get<uint32_t>(), used - 1);
+  EXPECT_EQ(freed["active_leases"].get<uint32_t>(), held["active_leases"].get<uint32_t>() - 1);
+  request(rm->rest(), "POST", "/nodes/kilo/drain", "", kToken);
+}
+
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {
   {
     Peer bad;
