@@ -413,6 +413,7 @@ void Registry::occupy(Lease lease) {
     link(e);
   }
   by_expiry_.emplace(lease.expiry_ms, lease.id);
+  changed_leases_.emplace_back(lease.id, lease.granted_ms);
   tally(lease, 1);
   const uint64_t id = lease.id;
   active_.emplace(id, std::move(lease));
@@ -440,6 +441,7 @@ void Registry::vacate(std::unordered_map<uint64_t, Lease>::iterator it) {
     link(e);
   }
   by_expiry_.erase({lease.expiry_ms, lease.id});
+  changed_leases_.emplace_back(lease.id, lease.granted_ms);
   tally(lease, -1);
   active_.erase(it);
 }
@@ -609,6 +611,7 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
   }
   by_expiry_.erase({it->second.expiry_ms, l.id});
   by_expiry_.emplace(l.expiry_ms, l.id);
+  changed_leases_.emplace_back(l.id, l.granted_ms);
   it->second = l;
   ++counters_.renewed;
   for (const LeasePart &p : l.parts)
@@ -872,6 +875,18 @@ std::vector<std::pair<std::string, std::optional<NodeView>>> Registry::take_chan
     out.emplace_back(std::move(name), std::move(view));
   }
   changed_nodes_.clear();
+  return out;
+}
+
+std::vector<Registry::LeaseChange> Registry::take_changed_leases() {
+  std::vector<LeaseChange> out;
+  out.reserve(changed_leases_.size());
+  for (auto [id, granted_ms] : changed_leases_) {
+    auto it = active_.find(id);
+    out.push_back(LeaseChange{
+        id, granted_ms, it == active_.end() ? std::nullopt : std::optional<Lease>(it->second)});
+  }
+  changed_leases_.clear();
   return out;
 }
 

@@ -257,6 +257,16 @@ public:
   /// once, by name: its view now, or none when it was removed. O(changed):
   /// what the loop publishes for GET /nodes instead of copying every node.
   std::vector<std::pair<std::string, std::optional<NodeView>>> take_changed_nodes();
+  /// An active lease that changed: granted or renewed (`lease` set) or
+  /// ended (`lease` none).
+  struct LeaseChange {
+    uint64_t id = 0;
+    uint64_t granted_ms = 0;
+    std::optional<Lease> lease;
+  };
+  /// The active leases granted, renewed or ended since the last call (every
+  /// active one on the first). O(changed); for GET /leases.
+  std::vector<LeaseChange> take_changed_leases();
   Store &store() { return store_; }
   uint64_t now() const { return clock_(); }
   const RegistryOptions &options() const { return options_; }
@@ -343,6 +353,9 @@ private:
   /// Names for take_changed_nodes(), each once (NodeEntry::changed), and
   /// those of nodes removed since.
   std::vector<std::string> changed_nodes_;
+  /// Lease id and grant time, for take_changed_leases() (a lease may be
+  /// listed more than once).
+  std::vector<std::pair<uint64_t, uint64_t>> changed_leases_;
   Counters counters_;
   Quotas quotas_;
   /// Lease id -> the node whose going down ended it, for the refusal of a

@@ -87,26 +87,6 @@ struct WwwAuthenticateName {
 using GeneratedMs = TextHeader<GeneratedMsName>;
 using WwwAuthenticate = TextHeader<WwwAuthenticateName>;
 
-/// A lease owner's uid for JSON: null when the client was anonymous.
-json owner_json(uint32_t uid) { return uid == kAnonymousOwner ? json(nullptr) : json(uid); }
-
-json lease_json(const Lease &l) {
-  json parts = json::array();
-  for (const LeasePart &p : l.parts)
-    parts.push_back({{"node", p.node}, {"cores", p.cores}, {"memory_mib", p.memory_mib}});
-  return json{{"id", l.id},
-              {"client", l.client},
-              {"owner_uid", owner_json(l.owner_uid)},
-              {"job_id", l.job_id},
-              {"state", to_string(l.state)},
-              {"granted_ms", l.granted_ms},
-              {"expiry_ms", l.expiry_ms},
-              {"ended_ms", l.ended_ms},
-              {"cores", l.total_cores()},
-              {"memory_mib", l.total_memory_mib()},
-              {"parts", parts}};
-}
-
 json accounting_json(const std::vector<AccountingRecord> &records) {
   json rows = json::array();
   uint64_t alloc = 0, hot = 0, exec = 0;
@@ -473,11 +453,24 @@ struct RestServer::Routes {
     uint64_t limit = 1000;
     if (auto l = query(req, "limit"); l && !parse_u64(*l, limit))
       return send_error(w, Code::Bad_Request, "invalid", "limit must be a number");
-    // As for /nodes: the loop copies, this thread builds the JSON.
-    std::vector<Lease> leases = s.loop_.call([&](Registry &r) {
-      return filter == LeaseState::Active ? r.active_leases()
-                                          : r.store().load_leases(filter, limit);
-    });
+    if (filter == LeaseState::Active) {
+      // What an operator polls: from the table the loop publishes, as /nodes.
+      PublishedLeases::Page page = s.loop_.published_leases().page(limit);
+      if (!page.body) {
+        s.loop_.call([](Registry &) { return 0; }); // makes the loop publish
+        page = s.loop_.published_leases().page(limit);
+        if (!page.body)
+          return send_error(w, Code::Service_Unavailable, "busy",
+                            "the lease table is being rebuilt; try again");
+      }
+      w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
+      add_generated(w, page.generated_ms);
+      return send_response(w, Code::Ok, *page.body);
+    }
+    // Ended leases are in the database only: the loop reads them, this
+    // thread builds the JSON.
+    std::vector<Lease> leases =
+        s.loop_.call([&](Registry &r) { return r.store().load_leases(filter, limit); });
     json body = json::array();
     for (const Lease &l : leases)
       if (body.size() < limit)

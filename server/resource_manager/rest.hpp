@@ -2,9 +2,9 @@
 // metrics. docs/resource_manager.md lists the endpoints with examples.
 //
 // Handlers run on pistache's threads and never touch the registry: GET
-// /metrics and GET /nodes answer from what the Loop publishes (dated by an
-// X-Rfaas-Generated-Ms header), every other handler hands a task to the Loop
-// and waits for the answer. Requests that change
+// /metrics, GET /nodes and GET /leases of the active leases answer from what
+// the Loop publishes (dated by an X-Rfaas-Generated-Ms header), every other
+// handler hands a task to the Loop and waits for the answer. Requests that change
 // anything (POST, PUT, DELETE) need `Authorization: Bearer <http.token>`; reads
 // of nodes, leases and accounting need that token or the read-only one;
 // /health and /metrics answer without a token unless configured otherwise.

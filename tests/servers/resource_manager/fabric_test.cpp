@@ -876,14 +876,14 @@ TEST(RmFabric, AnIdleResourceManagerWithANodeSleeps) {
 
 namespace {
 
-/// GET /nodes, polled until its table is dated after `after_ms` (the wall
-/// clock, ms): then every change the resource manager made before that time
-/// is in it (docs/resource_manager.md, "Snapshots"). Bounded: empty on
-/// timeout.
-json nodes_after(uint64_t after_ms) {
+/// GET `path` (/nodes or /leases), polled until its table is dated after
+/// `after_ms` (the wall clock, ms): then every change the resource manager
+/// made before that time is in it (docs/resource_manager.md, "Snapshots").
+/// Bounded: empty on timeout.
+json table_after(const std::string &path, uint64_t after_ms) {
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - start < 10s) {
-    auto r = request(rm->rest(), "GET", "/nodes", "", kToken);
+    auto r = request(rm->rest(), "GET", path, "", kToken);
     const uint64_t received = wall_ms();
     EXPECT_EQ(r.status, 200) << r.body;
     const std::string generated = r.header("X-Rfaas-Generated-Ms");
@@ -893,7 +893,7 @@ json nodes_after(uint64_t after_ms) {
     const uint64_t at = std::stoull(generated);
     EXPECT_LE(at, received) << "a table dated in the future";
     if (at > after_ms) {
-      std::printf("GET /nodes dated %llu ms after the change, %lld ms of polling\n",
+      std::printf("GET %s dated %llu ms after the change, %lld ms of polling\n", path.c_str(),
                   static_cast<unsigned long long>(at - after_ms),
                   static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                              std::chrono::steady_clock::now() - start)
@@ -903,8 +903,16 @@ json nodes_after(uint64_t after_ms) {
     // The table is redated at least every tick (tick_ms: 50 here).
     std::this_thread::sleep_for(1ms);
   }
-  ADD_FAILURE() << "GET /nodes stayed dated before " << after_ms << " for 10 s";
+  ADD_FAILURE() << "GET " << path << " stayed dated before " << after_ms << " for 10 s";
   return json();
+}
+json nodes_after(uint64_t after_ms) { return table_after("/nodes", after_ms); }
+
+bool holds_lease(const json &leases, uint64_t id) {
+  for (const json &l : leases)
+    if (l.value("id", uint64_t{0}) == id)
+      return true;
+  return false;
 }
 
 json find_node(const json &nodes, const std::string &name) {
@@ -916,10 +924,11 @@ json find_node(const json &nodes, const std::string &name) {
 
 } // namespace
 
-// GET /nodes answers from the table the loop publishes, not from a task:
-// a registration and a release made over the fabric are in every table
-// dated after they were answered, and the table says when it was made.
-TEST(RmFabric, NodesShowsARegistrationAndAReleaseOnceDatedAfterThem) {
+// GET /nodes and GET /leases answer from the tables the loop publishes, not
+// from a task: a registration, a grant and a release made over the fabric
+// are in every table dated after they were answered, and the tables say
+// when they were made.
+TEST(RmFabric, NodesAndLeasesShowFabricChangesOnceDatedAfterThem) {
   add_node("kilo", '9', 2);
   Peer node;
   ASSERT_EQ(node.register_node("kilo", '9', 2).status, proto::ErrorCode::Ok);
@@ -936,7 +945,9 @@ TEST(RmFabric, NodesShowsARegistrationAndAReleaseOnceDatedAfterThem) {
   ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
   ASSERT_EQ(parts.size(), 1u);
   const std::string on(proto::get_text(parts[0].node));
-  json held = find_node(nodes_after(wall_ms()), on);
+  const uint64_t granted = wall_ms();
+  EXPECT_TRUE(holds_lease(table_after("/leases", granted), grant.lease_id));
+  json held = find_node(nodes_after(granted), on);
   ASSERT_TRUE(held.is_object()) << on << " is missing";
   const uint32_t used = held["cores_used"].get<uint32_t>();
   ASSERT_GE(used, 1u);
@@ -948,6 +959,7 @@ TEST(RmFabric, NodesShowsARegistrationAndAReleaseOnceDatedAfterThem) {
   std::vector<proto::LeaseGrantPart> none;
   ASSERT_EQ(client.ask(release, none).status, proto::ErrorCode::Ok);
   const uint64_t released = wall_ms();
+  EXPECT_FALSE(holds_lease(table_after("/leases", released), grant.lease_id));
   json freed = find_node(nodes_after(released), on);
   ASSERT_TRUE(freed.is_object()) << on << " is missing";
   EXPECT_EQ(freed["cores_used"].get<uint32_t>(), used - 1);

@@ -265,6 +265,61 @@ TEST_F(RestFixture, NodesComeFromThePublishedTableWithItsGenerationTime) {
   EXPECT_EQ(m.header("X-Rfaas-Generated-Ms"), "6000200") << m.headers;
 }
 
+// GET /leases (active) answers from the table the loop publishes: grant
+// order, ?limit=, and an ended lease gone from it; ended ones still come
+// from the database.
+TEST_F(RestFixture, ActiveLeasesComeFromThePublishedTable) {
+  NodeSecret s = generate_secret();
+  std::vector<uint64_t> ids;
+  std::vector<LeaseSecret> secrets;
+  for (int i = 0; i < 3; ++i) {
+    now += 10;
+    auto g = loop.call([&](Registry &r) {
+      r.register_node("n1", "h:1", 8, 4096, s);
+      return r.grant({"client" + std::to_string(i), 1, 100, 0, 1, kAnonymousOwner, ""});
+    });
+    ASSERT_TRUE(g.ok()) << g.message;
+    ids.push_back(g.value.lease.id);
+    secrets.push_back(g.value.secret);
+  }
+  auto r = request(rest.port(), "GET", "/leases", "", kReader);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("X-Rfaas-Generated-Ms"), std::to_string(now));
+  json list = json::parse(r.body);
+  ASSERT_EQ(list.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(list[i]["id"], ids[i]);
+    EXPECT_EQ(list[i]["client"], "client" + std::to_string(i));
+    EXPECT_EQ(list[i]["state"], "active");
+    EXPECT_EQ(list[i]["parts"][0]["node"], "n1");
+  }
+  list = json::parse(request(rest.port(), "GET", "/leases?limit=2", "", kReader).body);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1]["id"], ids[1]);
+
+  // A renewal shows its new expiry; the order stays that of the grants.
+  now += 10;
+  auto renewed =
+      loop.call([&](Registry &reg) { return reg.renew(ids[0], "client0", secrets[0], 5'000); });
+  ASSERT_TRUE(renewed.ok()) << renewed.message;
+  list = json::parse(request(rest.port(), "GET", "/leases", "", kReader).body);
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0]["id"], ids[0]);
+  EXPECT_EQ(list[0]["expiry_ms"], now + 5'000);
+
+  now += 10;
+  ASSERT_TRUE(loop.call([&](Registry &reg) { return reg.revoke(ids[1]); }).ok());
+  r = request(rest.port(), "GET", "/leases", "", kReader);
+  EXPECT_EQ(r.header("X-Rfaas-Generated-Ms"), std::to_string(now));
+  list = json::parse(r.body);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["id"], ids[0]);
+  EXPECT_EQ(list[1]["id"], ids[2]);
+  list = json::parse(request(rest.port(), "GET", "/leases?state=revoked", "", kReader).body);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["id"], ids[1]);
+}
+
 TEST_F(RestFixture, AddDrainRemoveNode) {
   auto r =
       request(rest.port(), "POST", "/nodes",
