@@ -35,6 +35,9 @@ public:
   /// newest publication (PublishedRows::page).
   Page page(size_t limit = std::numeric_limits<size_t>::max()) { return rows_.page(limit); }
 
+  /// Changes handed over and not yet read (for tests).
+  size_t pending() { return rows_.pending(); }
+
 private:
   PublishedRows<Lease> rows_;
   /// Loop thread only: a publication failed halfway; the next hands over

@@ -5,6 +5,7 @@
 // whatever the fleet's size, and a GET waits for no pass of the fabric.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -33,6 +34,9 @@ public:
   /// Any thread: every node by name, as of the newest publication
   /// (PublishedRows::page).
   Page page() { return rows_.page(); }
+
+  /// Changes handed over and not yet read (for tests).
+  size_t pending() { return rows_.pending(); }
 
 private:
   PublishedRows<NodeView> rows_;

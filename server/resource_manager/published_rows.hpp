@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -45,16 +46,45 @@ public:
   /// reader holds for O(1).
   void hand_over(std::vector<Change> changes, uint64_t now, bool reset) {
     std::lock_guard<std::mutex> g(pending_mutex_);
+    if (consumed_) {
+      // A reader folded in everything handed over before: its table now
+      // holds what in_flight_ said.
+      for (const auto &[key, present] : in_flight_) {
+        if (present)
+          reader_keys_.insert(key);
+        else
+          reader_keys_.erase(key);
+      }
+      in_flight_.clear();
+      consumed_ = false;
+    }
     if (reset) {
       pending_.clear();
+      in_flight_.clear();
+      reader_keys_.clear(); // the readers drop their table first
       pending_reset_ = true;
     }
-    // A row that changes again before a reader comes replaces its entry:
-    // pending_ holds at most one view per row however rarely it is read.
-    for (auto &[key, view] : changes)
+    // A row that changes again before a reader comes replaces its entry, and
+    // the end of a row no reader has seen drops it: pending_ holds at most
+    // the rows alive plus those the readers' table has, however rarely (or
+    // never) anyone reads (ended leases would pile up otherwise).
+    for (auto &[key, view] : changes) {
+      if (!view && reader_keys_.count(key) == 0) {
+        pending_.erase(key);
+        in_flight_.erase(key);
+        continue;
+      }
+      in_flight_.insert_or_assign(key, view.has_value());
       pending_.insert_or_assign(std::move(key), std::move(view));
+    }
     pending_generated_ms_ = now;
     pending_published_ = true;
+  }
+
+  /// Entries handed over and not yet read (for tests).
+  size_t pending() {
+    std::lock_guard<std::mutex> g(pending_mutex_);
+    return pending_.size();
   }
 
   /// Loop thread: a reader lost changes (it failed to fold them in); the
@@ -75,6 +105,7 @@ public:
         return {};
       changes.swap(pending_);
       std::swap(reset, pending_reset_);
+      consumed_ = true;
       generated_ms_ = pending_generated_ms_;
     }
     if (reset) {
@@ -133,6 +164,13 @@ private:
   /// rows_ is to be dropped before pending_ (every row) is folded in.
   bool pending_reset_ = false;
   std::atomic<bool> reset_requested_{false};
+  /// A reader took pending_ since the last hand-over.
+  bool consumed_ = false;
+  /// Also under pending_mutex_, kept by hand_over: what pending_ holds (key
+  /// -> present), and the keys the readers' table holds once it has folded
+  /// in what it took.
+  std::unordered_map<std::string, bool> in_flight_;
+  std::unordered_set<std::string> reader_keys_;
 
   /// Readers' side, guarded by build_mutex_ (the loop never takes it).
   std::mutex build_mutex_;
