@@ -229,8 +229,27 @@ void add_node(const std::string &name, char secret, uint32_t cores = 4) {
   ASSERT_EQ(r.status, 201) << r.body;
 }
 
+/// GET `path` of the REST API on `port` once its table is dated after this
+/// call began (GET /nodes and /leases are the loop's snapshots: a lease
+/// just granted over the fabric may miss from an earlier one). Polls,
+/// bounded by 10 s.
+json fresh(uint16_t port, const std::string &path) {
+  const uint64_t asked = wall_ms();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    auto r = request(port, "GET", path, "", kToken);
+    const std::string generated = r.header("X-Rfaas-Generated-Ms");
+    if (r.status != 200 || generated.empty() || std::stoull(generated) > asked ||
+        std::chrono::steady_clock::now() > deadline) {
+      EXPECT_EQ(r.status, 200) << r.body;
+      return r.status == 200 ? json::parse(r.body) : json::array();
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 json node_view(const std::string &name) {
-  for (const json &n : json::parse(request(rm->rest(), "GET", "/nodes", "", kToken).body))
+  for (const json &n : fresh(rm->rest(), "/nodes"))
     if (n["name"] == name)
       return n;
   return json();
@@ -758,7 +777,7 @@ TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Ok);
   claim.owner_uid = ::getuid() + 1; // a client claiming another owner
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
-  const json leases = json::parse(request(secure.rest(), "GET", "/leases", "", kToken).body);
+  const json leases = fresh(secure.rest(), "/leases");
   bool listed = false;
   for (const json &l : leases)
     if (l["id"] == grant.lease_id) {
@@ -823,7 +842,7 @@ TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
   ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].owner_uid, proto::kAnonymousUid);
-  const json leases = json::parse(request(rm->rest(), "GET", "/leases", "", kToken).body);
+  const json leases = fresh(rm->rest(), "/leases");
   for (const json &l : leases)
     if (l["id"] == grant.lease_id) {
       EXPECT_TRUE(l["owner_uid"].is_null()) << l.dump();
