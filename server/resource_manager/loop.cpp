@@ -89,6 +89,12 @@ void Loop::deliver_events() {
 
 void Loop::publish() noexcept {
   try {
+    published_nodes_.publish(registry_);
+    published_leases_.publish(registry_);
+  } catch (const std::exception &e) {
+    log()->warn("publishing the nodes and leases failed: {}", e.what());
+  }
+  try {
     std::atomic_store(&published_, std::shared_ptr<const RegistrySnapshot>(
                                        std::make_shared<RegistrySnapshot>(snapshot(registry_))));
     published_at_ = std::chrono::steady_clock::now();

@@ -32,6 +32,8 @@
 
 #include "resource_manager/metrics.hpp"
 #include "resource_manager/node_provider.hpp"
+#include "resource_manager/published_leases.hpp"
+#include "resource_manager/published_nodes.hpp"
 #include "resource_manager/registry.hpp"
 
 namespace rfaas::rm {
@@ -140,6 +142,12 @@ public:
     return std::atomic_load(&published_);
   }
 
+  /// The nodes as the loop last published them, at the same moments as
+  /// published() (GET /nodes). Any thread.
+  PublishedNodes &published_nodes() { return published_nodes_; }
+  /// The active leases likewise (GET /leases). Any thread.
+  PublishedLeases &published_leases() { return published_leases_; }
+
   /// Tasks run so far (for tests).
   uint64_t tasks_run() const { return tasks_run_.load(); }
 
@@ -151,7 +159,9 @@ private:
   void run();
 
   void deliver_events();
-  /// Takes a snapshot into published_ (loop thread only; never throws).
+  /// Takes a snapshot into published_ and hands the changed nodes and
+  /// leases to published_nodes_ and published_leases_ (loop thread only;
+  /// never throws).
   void publish() noexcept;
   /// Runs one task; false for the stop marker.
   bool run_task(std::function<void()> &task);
@@ -174,6 +184,8 @@ private:
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> tasks_run_{0};
   std::shared_ptr<const RegistrySnapshot> published_;
+  PublishedNodes published_nodes_;
+  PublishedLeases published_leases_;
   /// A fabric pass did work since the last publication (loop thread only).
   bool unpublished_ = false;
   std::chrono::steady_clock::time_point published_at_{};

@@ -35,6 +35,7 @@ void LatencyHistogram::render(std::string &out, const std::string &name,
 
 RegistrySnapshot snapshot(const Registry &registry) {
   RegistrySnapshot s;
+  s.generated_ms = registry.now();
   s.counters = registry.counters();
   s.active_leases = registry.active_count();
   // Counted in place: copying every node (names, addresses, secrets) made a

@@ -39,6 +39,8 @@ struct RegistrySnapshot {
   size_t nodes_drained = 0;
   uint64_t cores_total = 0;
   uint64_t cores_leased = 0;
+  /// The registry's clock (ms since the Unix epoch) when it was taken.
+  uint64_t generated_ms = 0;
 };
 /// Runs on the loop thread.
 RegistrySnapshot snapshot(const Registry &registry);

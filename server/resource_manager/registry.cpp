@@ -144,6 +144,7 @@ void Registry::link(NodeEntry &e) {
   totals_.cores += e.node.cores;
   totals_.cores_leased += e.held;
   e.linked = true;
+  changed(e);
   if (e.node.state == NodeState::Up && !e.node.drained)
     capacity_.update(e.node.name, e.free_cores(), e.free_memory_mib());
   else
@@ -151,12 +152,20 @@ void Registry::link(NodeEntry &e) {
 }
 
 void Registry::heard(NodeEntry &e) {
+  changed(e);
   if (e.listening) {
     by_heartbeat_.splice(by_heartbeat_.end(), by_heartbeat_, e.heard);
     return;
   }
   e.heard = by_heartbeat_.insert(by_heartbeat_.end(), &e);
   e.listening = true;
+}
+
+void Registry::changed(NodeEntry &e) {
+  if (e.changed)
+    return;
+  e.changed = true;
+  changed_nodes_.push_back(e.node.name);
 }
 
 void Registry::not_listening(NodeEntry &e) {
@@ -377,6 +386,8 @@ Status Registry::remove_node(const std::string &name, bool revoke_leases) {
   unlink(it->second);
   capacity_.remove(name);
   not_listening(it->second);
+  if (!it->second.changed)
+    changed_nodes_.push_back(name);
   nodes_.erase(it);
   log()->info("node {} removed", name);
   return {};
@@ -402,6 +413,7 @@ void Registry::occupy(Lease lease) {
     link(e);
   }
   by_expiry_.emplace(lease.expiry_ms, lease.id);
+  changed_leases_.emplace_back(lease.id, lease.granted_ms);
   tally(lease, 1);
   const uint64_t id = lease.id;
   active_.emplace(id, std::move(lease));
@@ -429,6 +441,7 @@ void Registry::vacate(std::unordered_map<uint64_t, Lease>::iterator it) {
     link(e);
   }
   by_expiry_.erase({lease.expiry_ms, lease.id});
+  changed_leases_.emplace_back(lease.id, lease.granted_ms);
   tally(lease, -1);
   active_.erase(it);
 }
@@ -600,6 +613,7 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
   }
   by_expiry_.erase({it->second.expiry_ms, l.id});
   by_expiry_.emplace(l.expiry_ms, l.id);
+  changed_leases_.emplace_back(l.id, l.granted_ms);
   it->second = l;
   ++counters_.renewed;
   for (const LeasePart &p : l.parts)
@@ -843,6 +857,37 @@ std::optional<Lease> Registry::active_lease(uint64_t id) const {
   if (it == active_.end())
     return std::nullopt;
   return it->second;
+}
+
+std::vector<std::pair<std::string, std::optional<NodeView>>> Registry::take_changed_nodes() {
+  std::vector<std::pair<std::string, std::optional<NodeView>>> out;
+  out.reserve(changed_nodes_.size());
+  for (std::string &name : changed_nodes_) {
+    auto it = nodes_.find(name);
+    std::optional<NodeView> view;
+    if (it != nodes_.end()) {
+      // A name removed and added again is listed twice: one view is enough.
+      if (!it->second.changed)
+        continue;
+      it->second.changed = false;
+      view = view_of(it->second);
+    }
+    out.emplace_back(std::move(name), std::move(view));
+  }
+  changed_nodes_.clear();
+  return out;
+}
+
+std::vector<Registry::LeaseChange> Registry::take_changed_leases() {
+  std::vector<LeaseChange> out;
+  out.reserve(changed_leases_.size());
+  for (auto [id, granted_ms] : changed_leases_) {
+    auto it = active_.find(id);
+    out.push_back(LeaseChange{
+        id, granted_ms, it == active_.end() ? std::nullopt : std::optional<Lease>(it->second)});
+  }
+  changed_leases_.clear();
+  return out;
 }
 
 std::vector<LeaseEnded> Registry::take_events() {

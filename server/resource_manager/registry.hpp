@@ -253,6 +253,20 @@ public:
   size_t active_count() const { return active_.size(); }
   /// Takes the lease-ended notifications not yet delivered.
   std::vector<LeaseEnded> take_events();
+  /// The nodes changed since the last call (all of them on the first), each
+  /// once, by name: its view now, or none when it was removed. O(changed):
+  /// what the loop publishes for GET /nodes instead of copying every node.
+  std::vector<std::pair<std::string, std::optional<NodeView>>> take_changed_nodes();
+  /// An active lease that changed: granted or renewed (`lease` set) or
+  /// ended (`lease` none).
+  struct LeaseChange {
+    uint64_t id = 0;
+    uint64_t granted_ms = 0;
+    std::optional<Lease> lease;
+  };
+  /// The active leases granted, renewed or ended since the last call (every
+  /// active one on the first). O(changed); for GET /leases.
+  std::vector<LeaseChange> take_changed_leases();
   Store &store() { return store_; }
   uint64_t now() const { return clock_(); }
   const RegistryOptions &options() const { return options_; }
@@ -273,6 +287,8 @@ private:
     /// Its place in by_heartbeat_ while it is up.
     std::list<NodeEntry *>::iterator heard;
     bool listening = false;
+    /// Listed in changed_nodes_ (see changed()).
+    bool changed = false;
     /// Whether totals_ and capacity_ count it (see unlink/link).
     bool linked = false;
     uint32_t free_cores() const { return node.cores - held_below; }
@@ -301,6 +317,9 @@ private:
   /// it off (down or removed).
   void heard(NodeEntry &e);
   void not_listening(NodeEntry &e);
+  /// Lists the node for take_changed_nodes(): link() and heard() call it,
+  /// as every change to what a node view shows goes through one of them.
+  void changed(NodeEntry &e);
   /// Adds (`sign` 1) or takes back (-1) a lease's cores, memory and count in
   /// its owner's tally.
   void tally(const Lease &lease, int sign);
@@ -331,6 +350,12 @@ private:
   std::unordered_map<std::string, QuotaUsage> usage_by_client_;
   Work work_;
   std::deque<LeaseEnded> events_;
+  /// Names for take_changed_nodes(), each once (NodeEntry::changed), and
+  /// those of nodes removed since.
+  std::vector<std::string> changed_nodes_;
+  /// Lease id and grant time, for take_changed_leases() (a lease may be
+  /// listed more than once).
+  std::vector<std::pair<uint64_t, uint64_t>> changed_leases_;
   Counters counters_;
   Quotas quotas_;
   /// Lease id -> the node whose going down ended it, for the refusal of a

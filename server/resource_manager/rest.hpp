@@ -1,8 +1,10 @@
 // The operators' REST API (pistache): nodes, leases, accounting, health and
 // metrics. docs/resource_manager.md lists the endpoints with examples.
 //
-// Handlers run on pistache's threads and never touch the registry: each one
-// hands a task to the Loop and waits for the answer. Requests that change
+// Handlers run on pistache's threads and never touch the registry: GET
+// /metrics, GET /nodes and GET /leases of the active leases answer from what
+// the Loop publishes (dated by an X-Rfaas-Generated-Ms header), every other
+// handler hands a task to the Loop and waits for the answer. Requests that change
 // anything (POST, PUT, DELETE) need `Authorization: Bearer <http.token>`; reads
 // of nodes, leases and accounting need that token or the read-only one;
 // /health and /metrics answer without a token unless configured otherwise.

@@ -229,8 +229,27 @@ void add_node(const std::string &name, char secret, uint32_t cores = 4) {
   ASSERT_EQ(r.status, 201) << r.body;
 }
 
+/// GET `path` of the REST API on `port` once its table is dated after this
+/// call began (GET /nodes and /leases are the loop's snapshots: a lease
+/// just granted over the fabric may miss from an earlier one). Polls,
+/// bounded by 10 s.
+json fresh(uint16_t port, const std::string &path) {
+  const uint64_t asked = wall_ms();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    auto r = request(port, "GET", path, "", kToken);
+    const std::string generated = r.header("X-Rfaas-Generated-Ms");
+    if (r.status != 200 || generated.empty() || std::stoull(generated) > asked ||
+        std::chrono::steady_clock::now() > deadline) {
+      EXPECT_EQ(r.status, 200) << r.body;
+      return r.status == 200 ? json::parse(r.body) : json::array();
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 json node_view(const std::string &name) {
-  for (const json &n : json::parse(request(rm->rest(), "GET", "/nodes", "", kToken).body))
+  for (const json &n : fresh(rm->rest(), "/nodes"))
     if (n["name"] == name)
       return n;
   return json();
@@ -758,7 +777,7 @@ TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Ok);
   claim.owner_uid = ::getuid() + 1; // a client claiming another owner
   EXPECT_EQ(verifier.verify(claim, token, wall_ms()), rfaas::rm::TokenVerdict::Forged);
-  const json leases = json::parse(request(secure.rest(), "GET", "/leases", "", kToken).body);
+  const json leases = fresh(secure.rest(), "/leases");
   bool listed = false;
   for (const json &l : leases)
     if (l["id"] == grant.lease_id) {
@@ -823,7 +842,7 @@ TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
   ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].owner_uid, proto::kAnonymousUid);
-  const json leases = json::parse(request(rm->rest(), "GET", "/leases", "", kToken).body);
+  const json leases = fresh(rm->rest(), "/leases");
   for (const json &l : leases)
     if (l["id"] == grant.lease_id) {
       EXPECT_TRUE(l["owner_uid"].is_null()) << l.dump();
@@ -872,6 +891,99 @@ TEST(RmFabric, AnIdleResourceManagerWithANodeSleeps) {
   EXPECT_LT(used, hz / 10) << "the idle resource manager used " << used << " of " << hz
                            << " clock ticks in one second";
   request(rm->rest(), "POST", "/nodes/idle/drain", "", kToken);
+}
+
+namespace {
+
+/// GET `path` (/nodes or /leases), polled until its table is dated after
+/// `after_ms` (the wall clock, ms): then every change the resource manager
+/// made before that time is in it (docs/resource_manager.md, "Snapshots").
+/// Bounded: empty on timeout.
+json table_after(const std::string &path, uint64_t after_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < 10s) {
+    auto r = request(rm->rest(), "GET", path, "", kToken);
+    const uint64_t received = wall_ms();
+    EXPECT_EQ(r.status, 200) << r.body;
+    const std::string generated = r.header("X-Rfaas-Generated-Ms");
+    EXPECT_FALSE(generated.empty()) << r.headers;
+    if (r.status != 200 || generated.empty())
+      return json();
+    const uint64_t at = std::stoull(generated);
+    EXPECT_LE(at, received) << "a table dated in the future";
+    if (at > after_ms) {
+      std::printf("GET %s dated %llu ms after the change, %lld ms of polling\n", path.c_str(),
+                  static_cast<unsigned long long>(at - after_ms),
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count()));
+      return json::parse(r.body);
+    }
+    // The table is redated at least every tick (tick_ms: 50 here).
+    std::this_thread::sleep_for(1ms);
+  }
+  ADD_FAILURE() << "GET " << path << " stayed dated before " << after_ms << " for 10 s";
+  return json();
+}
+json nodes_after(uint64_t after_ms) { return table_after("/nodes", after_ms); }
+
+bool holds_lease(const json &leases, uint64_t id) {
+  for (const json &l : leases)
+    if (l.value("id", uint64_t{0}) == id)
+      return true;
+  return false;
+}
+
+json find_node(const json &nodes, const std::string &name) {
+  for (const json &n : nodes)
+    if (n.value("name", "") == name)
+      return n;
+  return json();
+}
+
+} // namespace
+
+// GET /nodes and GET /leases answer from the tables the loop publishes, not
+// from a task: a registration, a grant and a release made over the fabric
+// are in every table dated after they were answered, and the tables say
+// when they were made.
+TEST(RmFabric, NodesAndLeasesShowFabricChangesOnceDatedAfterThem) {
+  add_node("kilo", '9', 2);
+  Peer node;
+  ASSERT_EQ(node.register_node("kilo", '9', 2).status, proto::ErrorCode::Ok);
+  const uint64_t registered = wall_ms();
+  json kilo = find_node(nodes_after(registered), "kilo");
+  ASSERT_TRUE(kilo.is_object()) << "kilo is missing";
+  EXPECT_EQ(kilo["state"], "up");
+  EXPECT_GT(kilo["registered_ms"].get<uint64_t>(), 0u);
+  EXPECT_LE(kilo["registered_ms"].get<uint64_t>(), registered);
+
+  Peer client;
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant grant = client.request(1, 30000, parts, "kate");
+  ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+  ASSERT_EQ(parts.size(), 1u);
+  const std::string on(proto::get_text(parts[0].node));
+  const uint64_t granted = wall_ms();
+  EXPECT_TRUE(holds_lease(table_after("/leases", granted), grant.lease_id));
+  json held = find_node(nodes_after(granted), on);
+  ASSERT_TRUE(held.is_object()) << on << " is missing";
+  const uint32_t used = held["cores_used"].get<uint32_t>();
+  ASSERT_GE(used, 1u);
+
+  proto::LeaseRelease release;
+  release.lease_id = grant.lease_id;
+  release.secret = grant.secret;
+  proto::set_text(release.client, "kate");
+  std::vector<proto::LeaseGrantPart> none;
+  ASSERT_EQ(client.ask(release, none).status, proto::ErrorCode::Ok);
+  const uint64_t released = wall_ms();
+  EXPECT_FALSE(holds_lease(table_after("/leases", released), grant.lease_id));
+  json freed = find_node(nodes_after(released), on);
+  ASSERT_TRUE(freed.is_object()) << on << " is missing";
+  EXPECT_EQ(freed["cores_used"].get<uint32_t>(), used - 1);
+  EXPECT_EQ(freed["active_leases"].get<uint32_t>(), held["active_leases"].get<uint32_t>() - 1);
+  request(rm->rest(), "POST", "/nodes/kilo/drain", "", kToken);
 }
 
 TEST(RmFabric, GarbageEndsOnlyItsOwnConnection) {

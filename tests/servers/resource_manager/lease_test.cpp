@@ -145,8 +145,29 @@ bool start_rm(uint16_t port) {
   return true;
 }
 
+/// GET `path` (/nodes or /leases) once its table is dated after this call
+/// began: every change the resource manager made before, a lease granted or
+/// released over the fabric included, is in it (the tables are the loop's
+/// snapshots, docs/resource_manager.md "Snapshots"; an idle loop redates
+/// them every tick_ms, 50 here). Polls, bounded by 10 s.
+json fresh(const std::string &path) {
+  const uint64_t asked = wall_ms();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    auto r = request(g.rest, "GET", path, "", kToken);
+    const std::string generated = r.header("X-Rfaas-Generated-Ms");
+    if (r.status != 200 || generated.empty() || std::stoull(generated) > asked ||
+        std::chrono::steady_clock::now() > deadline) {
+      EXPECT_EQ(r.status, 200) << r.body;
+      EXPECT_FALSE(generated.empty()) << r.headers;
+      return r.status == 200 ? json::parse(r.body) : json::array();
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 json node_view(const std::string &name = "n1") {
-  for (const json &n : json::parse(request(g.rest, "GET", "/nodes", "", kToken).body))
+  for (const json &n : fresh("/nodes"))
     if (n["name"] == name)
       return n;
   return json();
@@ -261,7 +282,7 @@ bool wait_final_accounting(uint64_t id) {
 /// Core indices of node n1 held by active leases, from GET /leases.
 std::vector<int> leased_cores() {
   std::vector<int> cores;
-  for (const json &l : json::parse(request(g.rest, "GET", "/leases", "", kToken).body))
+  for (const json &l : fresh("/leases"))
     for (const json &p : l["parts"])
       if (p["node"] == "n1")
         for (const json &c : p["cores"])
@@ -271,7 +292,7 @@ std::vector<int> leased_cores() {
 
 /// Whether lease `id` is still active at the resource manager.
 bool lease_active(uint64_t id) {
-  for (const json &l : json::parse(request(g.rest, "GET", "/leases", "", kToken).body))
+  for (const json &l : fresh("/leases"))
     if (l.value("id", uint64_t(0)) == id)
       return true;
   return false;
@@ -556,7 +577,7 @@ TEST(RmLease, ResourceManagerRestartKeepsLiveAllocationsAndLeases) {
   EXPECT_EQ(g.fabric, fabric);
   EXPECT_TRUE(echo(ex));
   // The lease came back from SQLite, and the node registers again.
-  auto leases = json::parse(request(g.rest, "GET", "/leases", "", kToken).body);
+  auto leases = fresh("/leases");
   bool known = false;
   for (const json &x : leases)
     known |= x.value("id", uint64_t(0)) == l.id;

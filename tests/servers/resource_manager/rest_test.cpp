@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http_client.hpp"
+#include "resource_manager/published_nodes.hpp"
 #include "resource_manager/rest.hpp"
 
 using namespace rfaas::rm;
@@ -66,6 +67,7 @@ TEST_F(RestFixture, MutationsNeedTheToken) {
   auto r = request(rest.port(), "POST", "/nodes", body);
   EXPECT_EQ(r.status, 401);
   EXPECT_NE(r.body.find("Authorization: Bearer"), std::string::npos);
+  EXPECT_EQ(r.header("WWW-Authenticate"), "Bearer") << r.headers;
   EXPECT_EQ(request(rest.port(), "POST", "/nodes", body, "wrong-token-0123456789").status, 401);
   EXPECT_EQ(request(rest.port(), "DELETE", "/nodes/n1").status, 401);
   EXPECT_EQ(request(rest.port(), "DELETE", "/leases/1").status, 401);
@@ -184,6 +186,138 @@ TEST_F(RestFixture, RotatingANodeSecretKeepsItsLeases) {
             400);
   EXPECT_EQ(request(rest.port(), "POST", "/nodes/n1/secret", R"({"scret":1})", kToken).status, 400);
   EXPECT_EQ(request(rest.port(), "POST", "/nodes/zz/secret", "", kToken).status, 404);
+}
+
+// GET /nodes answers from the table the loop publishes, dated by the
+// registry's clock: it shows what the registry shows (same order, same
+// fields) after every kind of change, and a change a REST answer or a task
+// reported is in the next GET.
+TEST_F(RestFixture, NodesComeFromThePublishedTableWithItsGenerationTime) {
+  auto nodes = [&] {
+    auto r = request(rest.port(), "GET", "/nodes", "", kReader);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return std::make_pair(json::parse(r.body), r.header("X-Rfaas-Generated-Ms"));
+  };
+  auto registry_nodes = [&] {
+    json a = json::array();
+    for (const NodeView &v : loop.call([](Registry &r) { return r.nodes(); }))
+      a.push_back(node_json(v));
+    return a;
+  };
+  // The fake clock moves only between tasks; the loop runs and publishes on
+  // its own (ticks every 50 ms), so a GET may be dated by an earlier time
+  // only if nothing changed since.
+  now = 6'000'000;
+  ASSERT_EQ(request(rest.port(), "POST", "/nodes",
+                    R"({"name":"n2","address":"10.0.0.2:1","cores":4,"memory_mib":1024})", kToken)
+                .status,
+            201);
+  auto [list, generated] = nodes();
+  EXPECT_EQ(generated, "6000000");
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["state"], "down");
+
+  NodeSecret s = generate_secret();
+  now = 6'000'100;
+  auto g = loop.call([&](Registry &r) {
+    r.register_node("n1", "h:1", 8, 4096, s);
+    return r.grant({"alice", 3, 100, 0, 1, kAnonymousOwner, ""});
+  });
+  ASSERT_TRUE(g.ok()) << g.message;
+  std::tie(list, generated) = nodes();
+  EXPECT_EQ(generated, "6000100");
+  EXPECT_EQ(list, registry_nodes());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["name"], "n1");
+  EXPECT_EQ(list[0]["state"], "up");
+  EXPECT_EQ(list[0]["cores_used"], 3);
+  EXPECT_EQ(list[0]["registered_ms"], 6'000'100);
+
+  now = 6'000'200;
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.heartbeat("n1"); }).ok());
+  std::tie(list, generated) = nodes();
+  EXPECT_EQ(generated, "6000200");
+  EXPECT_EQ(list[0]["last_heartbeat_ms"], 6'000'200);
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.revoke(g.value.lease.id); }).ok());
+  std::tie(list, generated) = nodes();
+  EXPECT_EQ(list, registry_nodes());
+  EXPECT_EQ(list[0]["cores_used"], 0);
+  EXPECT_EQ(list[0]["active_leases"], 0);
+
+  ASSERT_EQ(request(rest.port(), "POST", "/nodes/n2/drain", "", kToken).status, 200);
+  EXPECT_EQ(nodes().first[1]["drained"], true);
+  ASSERT_EQ(request(rest.port(), "DELETE", "/nodes/n2", "", kToken).status, 200);
+  std::tie(list, generated) = nodes();
+  EXPECT_EQ(list, registry_nodes());
+  EXPECT_EQ(list.size(), 1u);
+  // Removed and added again under the same name: one entry, the new one.
+  ASSERT_EQ(request(rest.port(), "POST", "/nodes",
+                    R"({"name":"n2","address":"10.0.0.9:1","cores":2,"memory_mib":512})", kToken)
+                .status,
+            201);
+  std::tie(list, generated) = nodes();
+  EXPECT_EQ(list, registry_nodes());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1]["address"], "10.0.0.9:1");
+  EXPECT_EQ(list[1]["drained"], false);
+  // /metrics is dated the same way.
+  auto m = request(rest.port(), "GET", "/metrics");
+  EXPECT_EQ(m.header("X-Rfaas-Generated-Ms"), "6000200") << m.headers;
+}
+
+// GET /leases (active) answers from the table the loop publishes: grant
+// order, ?limit=, and an ended lease gone from it; ended ones still come
+// from the database.
+TEST_F(RestFixture, ActiveLeasesComeFromThePublishedTable) {
+  NodeSecret s = generate_secret();
+  std::vector<uint64_t> ids;
+  std::vector<LeaseSecret> secrets;
+  for (int i = 0; i < 3; ++i) {
+    now += 10;
+    auto g = loop.call([&](Registry &r) {
+      r.register_node("n1", "h:1", 8, 4096, s);
+      return r.grant({"client" + std::to_string(i), 1, 100, 0, 1, kAnonymousOwner, ""});
+    });
+    ASSERT_TRUE(g.ok()) << g.message;
+    ids.push_back(g.value.lease.id);
+    secrets.push_back(g.value.secret);
+  }
+  auto r = request(rest.port(), "GET", "/leases", "", kReader);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("X-Rfaas-Generated-Ms"), std::to_string(now));
+  json list = json::parse(r.body);
+  ASSERT_EQ(list.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(list[i]["id"], ids[i]);
+    EXPECT_EQ(list[i]["client"], "client" + std::to_string(i));
+    EXPECT_EQ(list[i]["state"], "active");
+    EXPECT_EQ(list[i]["parts"][0]["node"], "n1");
+  }
+  list = json::parse(request(rest.port(), "GET", "/leases?limit=2", "", kReader).body);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1]["id"], ids[1]);
+
+  // A renewal shows its new expiry; the order stays that of the grants.
+  now += 10;
+  auto renewed =
+      loop.call([&](Registry &reg) { return reg.renew(ids[0], "client0", secrets[0], 5'000); });
+  ASSERT_TRUE(renewed.ok()) << renewed.message;
+  list = json::parse(request(rest.port(), "GET", "/leases", "", kReader).body);
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0]["id"], ids[0]);
+  EXPECT_EQ(list[0]["expiry_ms"], now + 5'000);
+
+  now += 10;
+  ASSERT_TRUE(loop.call([&](Registry &reg) { return reg.revoke(ids[1]); }).ok());
+  r = request(rest.port(), "GET", "/leases", "", kReader);
+  EXPECT_EQ(r.header("X-Rfaas-Generated-Ms"), std::to_string(now));
+  list = json::parse(r.body);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["id"], ids[0]);
+  EXPECT_EQ(list[1]["id"], ids[2]);
+  list = json::parse(request(rest.port(), "GET", "/leases?state=revoked", "", kReader).body);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["id"], ids[1]);
 }
 
 TEST_F(RestFixture, AddDrainRemoveNode) {
