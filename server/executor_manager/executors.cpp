@@ -18,6 +18,8 @@ void Manager::executor_event(const ZygoteEvent &e) {
         kv.second->exit_code = -SIGKILL;
         kv.second->exited_at = Clock::now();
       }
+    // Its pooled executors died with it: their secrets are void.
+    pooled_links_.clear();
     try {
       zygote_.start(milliseconds(cfg_.executor_start_ms));
     } catch (const std::exception &ex) {
@@ -25,7 +27,20 @@ void Manager::executor_event(const ZygoteEvent &e) {
     }
     return;
   }
+  if (e.kind == ZygoteEvent::Kind::Pooled) {
+    auto p = std::make_unique<PooledLink>();
+    p->pid = e.pid;
+    p->secret = e.secret;
+    pooled_links_[e.pid] = std::move(p);
+    return;
+  }
+  if (e.kind == ZygoteEvent::Kind::Unpooled) {
+    pooled_links_.erase(e.pid);
+    return;
+  }
   auto it = allocations_.find(e.allocation);
+  if (e.kind == ZygoteEvent::Kind::Started && e.pooled && it == allocations_.end())
+    pooled_links_.erase(e.pid); // its allocation is gone already: the secret is spent
   if (e.kind == ZygoteEvent::Kind::Failed)
     spdlog::error("zygote could not start the executor of allocation {:x}: {}", e.allocation,
                   e.reason);
@@ -38,6 +53,8 @@ void Manager::executor_event(const ZygoteEvent &e) {
     a.pooled = e.pooled;
     ++executors_started_;
     executors_pooled_ += e.pooled ? 1 : 0;
+    if (e.pooled)
+      bind_pooled_link(a, e.pid);
     break;
   case ZygoteEvent::Kind::Failed:
     a.exited = true;
@@ -51,6 +68,8 @@ void Manager::executor_event(const ZygoteEvent &e) {
     a.exited_at = Clock::now();
     break;
   case ZygoteEvent::Kind::Died:
+  case ZygoteEvent::Kind::Pooled:
+  case ZygoteEvent::Kind::Unpooled:
     break;
   }
 }
