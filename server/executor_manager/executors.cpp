@@ -53,8 +53,11 @@ void Manager::executor_event(const ZygoteEvent &e) {
     a.pooled = e.pooled;
     ++executors_started_;
     executors_pooled_ += e.pooled ? 1 : 0;
-    if (e.pooled)
-      bind_pooled_link(a, e.pid);
+    // Its pooled link is bound once the client has its answer
+    // (handle_allocation_request): binding registers and posts, which the
+    // answer need not wait for. An allocation given up already never will.
+    if (e.pooled && (a.client_gone || a.exited))
+      pooled_links_.erase(e.pid);
     break;
   case ZygoteEvent::Kind::Failed:
     a.exited = true;
@@ -63,6 +66,7 @@ void Manager::executor_event(const ZygoteEvent &e) {
     a.pid = 0;
     break;
   case ZygoteEvent::Kind::Exited:
+    pooled_links_.erase(e.pid);
     a.exited = true;
     a.exit_code = e.code;
     a.exited_at = Clock::now();

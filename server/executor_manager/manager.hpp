@@ -111,8 +111,8 @@ private:
   /// when no pooled executor has that secret (forged, or spent).
   PooledLink *find_pooled_link(const protocol::Token &secret);
   /// The zygote gave the pooled executor `pid` to `a` ("started ...
-  /// pooled"): the link it connected while pooled now serves `a`, and its
-  /// secret is spent.
+  /// pooled") and the client has its answer: the link it connected while
+  /// pooled now serves `a`, and its secret is spent.
   void bind_pooled_link(Allocation &a, pid_t pid);
 
   ManagerConfig cfg_;
