@@ -24,6 +24,20 @@ void AccountingLink::connect_pooled(const std::string &host, uint16_t port, uint
   open(host, port, connect_ms, hello);
 }
 
+bool AccountingLink::ended_while_pooled() {
+  proto::ControlMessage m = ch_.poll();
+  // The manager may have bound the link already and advertised the record:
+  // kept for await_record(), which would wait for it in vain otherwise.
+  proto::BufferAdvertisement adv;
+  if (m.status == proto::ChannelStatus::Ok &&
+      m.header.type == proto::MessageType::BufferAdvertisement &&
+      proto::decode(m.data, m.size, adv)) {
+    record_ = adv.descriptor.buffer;
+    have_record_ = true;
+  }
+  return m.status == proto::ChannelStatus::Closed || m.status == proto::ChannelStatus::Shutdown;
+}
+
 void AccountingLink::open(const std::string &host, uint16_t port, uint32_t connect_ms,
                           const proto::ExecutorHello &hello) {
   uint8_t bytes[sizeof hello];
@@ -46,7 +60,7 @@ void AccountingLink::open(const std::string &host, uint16_t port, uint32_t conne
 }
 
 void AccountingLink::await_record() {
-  if (!s_->fabric.capabilities().atomics)
+  if (!s_->fabric.capabilities().atomics || have_record_)
     return;
   const server::LaunchSpec &spec = s_->spec;
   // The manager advertises its accounting record right after accepting.

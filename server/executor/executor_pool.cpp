@@ -94,6 +94,18 @@ void ExecutorPool::release(PooledExecutor &e, Clock::time_point now) {
   e.pid = -1;
 }
 
+bool ExecutorPool::discard(pid_t pid, Clock::time_point now) {
+  auto it =
+      std::find_if(members_.begin(), members_.end(), [pid](const auto &m) { return m.pid == pid; });
+  if (it == members_.end())
+    return false;
+  PooledExecutor e = *it;
+  members_.erase(it);
+  release(e, now);
+  refill_due_ = now;
+  return true;
+}
+
 void ExecutorPool::stop(Clock::time_point now) {
   stopped_ = true;
   while (!members_.empty()) {
@@ -130,8 +142,9 @@ ExecutorPool::Reaped ExecutorPool::reaped(pid_t pid) {
     return Reaped::Other;
   if (it->fd >= 0)
     ::close(it->fd);
+  const bool was_ready = it->ready;
   members_.erase(it);
-  return Reaped::Member;
+  return was_ready ? Reaped::Lost : Reaped::Member;
 }
 
 } // namespace rfaas::executor_process

@@ -90,6 +90,10 @@ public:
   /// Let one executor go that is no longer pooled (taken, then found
   /// unfit): close its socket and give it kGrace to exit.
   void release(PooledExecutor &e, Clock::time_point now);
+  /// Let the member `pid` go (the manager found its accounting link dead):
+  /// as release(), and its slot is refilled at once. False when `pid` is
+  /// not a member (taken or gone already).
+  bool discard(pid_t pid, Clock::time_point now);
   /// Let every member go and fork no more (the zygote ends, or pooling
   /// failed here).
   void stop(Clock::time_point now);
@@ -104,7 +108,8 @@ public:
   enum class Reaped {
     Other,   ///< not the pool's: an allocation's executor
     Dropped, ///< let go; nothing to report
-    Member,  ///< died while pooled, before any allocation
+    Member,  ///< died while still starting, before it reported in
+    Lost,    ///< died while it waited, ready, before any allocation
   };
   Reaped reaped(pid_t pid);
 

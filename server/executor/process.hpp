@@ -349,6 +349,10 @@ public:
   /// The allocation this pooled link now serves (it must be on the same
   /// fabric).
   void adopt(Shared &s) { s_ = &s; }
+  /// For a pooled link, before adopt(): true when it ended while the
+  /// executor waited (the manager, which sends nothing on it before the
+  /// allocation, closed it or failed). The executor then connects its own.
+  bool ended_while_pooled();
   /// Where the fabric has atomics, wait for the manager's accounting record
   /// (its BufferAdvertisement, sent right after it accepted, or, for a pooled
   /// link, when it bound it). Apart from connect(): it needs no new socket,

@@ -42,6 +42,12 @@ namespace {
 /// ones take the last request's.
 constexpr uint32_t kFirstSpareInputSlots = 1;
 
+/// Pooled executors lost in a row (died while they waited, or found dead or
+/// unlinked) before the zygote gives up its pool: one lost now and then (an
+/// operator's kill, the OOM killer) is replaced, but a pool whose every
+/// member dies would fork and lose one after another for ever.
+constexpr unsigned kMaxPoolLosses = 3;
+
 using Clock = std::chrono::steady_clock;
 
 /// A pooled executor's accounting link ahead of its allocation: where the
@@ -135,6 +141,15 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
                     rdmalib::DeviceDatabase({device}).to_json()) {
     pooled_link.reset();
     fabric.reset();
+  }
+  // Ended while it waited: the manager binds no dead link (it sees the end
+  // too), so this executor connects its own, as one forked for the
+  // allocation does.
+  if (pooled_link && pooled_link->ended_while_pooled()) {
+    spdlog::warn("executor {:x}: the accounting link connected while pooled ended; connecting "
+                 "another",
+                 spec.allocation_id);
+    pooled_link.reset();
   }
   return run_executor(spec, fabric.get(), &filter, pooled_link.get());
 }
@@ -404,36 +419,52 @@ private:
     if (!(who == spare_identity_))
       return false;
     const auto now = Clock::now();
-    PooledExecutor e = pool_.take(now);
-    if (e.pid <= 0)
-      return false;
-    std::string why;
-    if (!bind(e, spec, why)) {
-      spdlog::warn("zygote: cannot bind the pooled executor {} to allocation {:x}: {}; no "
-                   "executor pool",
-                   e.pid, spec.allocation_id, why);
-      pool_.release(e, now);
-      pool_.stop(now);
-      return false;
-    }
-    children_[e.pid] = spec.allocation_id;
-    // Reported before the hand-over: the manager answers the client on this
-    // line, and the executor, once woken, would take the core from us before
-    // we wrote it. "pooled": the manager logs and counts it.
-    emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(e.pid) + " pooled");
-    if (!write_all(e.fd, text)) {
-      // It died since it reported in (its death is reaped and reported as
-      // this allocation's end); make sure of it, and pool no more.
-      spdlog::warn("zygote: the pooled executor {} cannot take allocation {:x}: {}; no executor "
-                   "pool",
-                   e.pid, spec.allocation_id, std::strerror(errno));
-      ::kill(e.pid, SIGKILL);
-      ::close(e.fd);
-      pool_.stop(now);
+    for (;;) {
+      PooledExecutor e = pool_.take(now);
+      if (e.pid <= 0)
+        return false;
+      std::string why;
+      if (!bind(e, spec, why)) {
+        spdlog::warn("zygote: cannot bind the pooled executor {} to allocation {:x}: {}; no "
+                     "executor pool",
+                     e.pid, spec.allocation_id, why);
+        pool_.release(e, now);
+        pool_.stop(now);
+        return false;
+      }
+      // The spec goes in before the manager hears of it: a member that died
+      // since it reported in (its death not reaped yet) refuses it here, and
+      // the allocation goes to the next member or a fresh fork instead of
+      // to a dead executor the client would wait for. The executor reads it
+      // but starts only at the end of file (the close below), so that the
+      // "started" line still leaves before it takes the core.
+      if (!write_all(e.fd, text)) {
+        spdlog::warn("zygote: the pooled executor {} died while it waited ({}); discarding it, "
+                     "allocation {:x} goes elsewhere",
+                     e.pid, std::strerror(errno), spec.allocation_id);
+        pool_.release(e, now); // reaped as let go: "unpooled" follows
+        lost_member();
+        continue;
+      }
+      losses_ = 0;
+      children_[e.pid] = spec.allocation_id;
+      // "pooled": the manager logs and counts it, and binds its link.
+      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(e.pid) +
+           " pooled");
+      ::close(e.fd); // EOF: the spec is complete
       return true;
     }
-    ::close(e.fd); // EOF: the spec is complete
-    return true;
+  }
+
+  /// A pooled executor was lost before it took an allocation: its slot is
+  /// refilled, unless members keep dying (kMaxPoolLosses in a row).
+  void lost_member() {
+    pool_said_ = false; // say so again once the pool is full
+    if (++losses_ >= kMaxPoolLosses && !pool_.stopped()) {
+      spdlog::warn("zygote: {} pooled executors in a row were lost before use; no executor pool",
+                   losses_);
+      pool_.stop(Clock::now());
+    }
   }
 
   /// "pooled <pid> <secret in hex>": built and written from the stack, and
@@ -476,11 +507,19 @@ private:
         continue; // a container started ahead, never used
       switch (pool_.reaped(pid)) {
       case ExecutorPool::Reaped::Member:
-        // Died before it got an allocation: something is wrong with
-        // pooling here, so allocations go back to fresh forks.
+        // Died before it could wait: something is wrong with pooling here,
+        // so allocations go back to fresh forks.
         spdlog::warn("zygote: the pooled executor {} ended before use ({}); no executor pool", pid,
                      describe_status(status));
         pool_.stop(Clock::now());
+        emit("unpooled " + std::to_string(pid));
+        continue;
+      case ExecutorPool::Reaped::Lost:
+        // Died while it waited (killed, or crashed): replaced.
+        spdlog::warn("zygote: the pooled executor {} died while it waited ({}); discarding it, "
+                     "its slot is refilled",
+                     pid, describe_status(status));
+        lost_member();
         emit("unpooled " + std::to_string(pid));
         continue;
       case ExecutorPool::Reaped::Dropped:
@@ -528,6 +567,14 @@ private:
             else
               ::kill(c.first, sig);
           }
+      } else if (cmd == "unpool") {
+        // The manager found this member's accounting link dead: it must
+        // take no allocation. Let go, it exits and is reaped ("unpooled").
+        long pid = 0;
+        line >> pid;
+        in.erase(0, nl + 1);
+        if (pid > 0 && pool_.discard(static_cast<pid_t>(pid), Clock::now()))
+          lost_member();
       } else {
         in.erase(0, nl + 1);
         spdlog::warn("zygote: unknown command \"{}\"", cmd);
@@ -645,6 +692,8 @@ private:
   uint64_t cgroup_seq_ = 0;
   ExecutorPool pool_;
   bool pool_said_ = false;
+  /// Pooled executors lost since one last took an allocation.
+  unsigned losses_ = 0;
   /// Who pooled executors run as (that of an anonymous lease).
   ExecutorIdentity spare_identity_;
   uint32_t spare_input_slots_ = kFirstSpareInputSlots;

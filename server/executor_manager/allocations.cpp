@@ -193,6 +193,9 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
   c.requested = true;
   c.allocation = id;
 
+  // A pooled executor whose link ended since the last look is let go before
+  // this spawn reaches the zygote, which then gives the allocation another.
+  poll_pooled_links();
   if (!zygote_.spawn(text)) {
     ref.exited = true;
     ref.exit_code = 1;

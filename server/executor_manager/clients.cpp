@@ -169,17 +169,32 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
       rdmalib::ConnectionOptions opts = executor_link_options(cfg_.connect_ms);
       p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.workers_connected_ms),
                            opts);
+      proto::ControlOptions copts;
+      copts.receives = kExecutorRecvs;
+      p->channel = proto::ControlChannel(fabric_, p->conn, copts);
       p->connected = true;
       spdlog::debug("pooled executor {}: accounting link connected ahead of its allocation",
                     p->pid);
       return;
     }
     auto it = allocations_.find(hello.allocation_id);
-    if (it == allocations_.end() || it->second->exec_connected ||
+    // A pooled executor's link that ended after it was bound (its executor
+    // found it dead and connects its own, with the allocation's secret) is
+    // replaced; any other second link is refused.
+    auto replaceable = [](const Allocation &a) {
+      return a.pooled && a.exec_done && a.exec_channel.closed() && !a.exec_channel.shut_down();
+    };
+    if (it == allocations_.end() || (it->second->exec_connected && !replaceable(*it->second)) ||
         !proto::equal(it->second->secret, hello.secret))
       return refuse(proto::ErrorCode::LeaseInvalid,
                     "an executor presented an unknown allocation or a wrong secret");
     Allocation &a = *it->second;
+    if (a.exec_connected) {
+      spdlog::warn("allocation {:x}: its executor replaces the pooled accounting link that ended",
+                   a.id);
+      a.exec_conn.close();
+      a.exec_done = false;
+    }
     rdmalib::ConnectionOptions opts = executor_link_options(cfg_.connect_ms);
     // Our own child, which connects right after it started: its answer is
     // waited for (the advertisement follows it at once), within the
@@ -243,23 +258,54 @@ void Manager::bind_pooled_link(Allocation &a, pid_t pid) {
   // executor does, with the allocation's secret.
   if (!p->connected || a.exec_connected)
     return;
-  try {
-    a.exec_conn = std::move(p->conn);
-    proto::ControlOptions copts;
-    copts.receives = kExecutorRecvs;
-    a.exec_channel = proto::ControlChannel(fabric_, a.exec_conn, copts);
-  } catch (const std::exception &e) {
-    spdlog::warn("allocation {:x}: cannot take over its pooled executor's accounting link: {}",
-                 a.id, e.what());
-    a.exec_conn.close();
+  // Ended since the last look (the zygote had handed the executor over
+  // already): not bound, so that the executor, which finds it dead too,
+  // connects its own.
+  proto::ChannelStatus st = p->channel.poll().status;
+  if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown) {
+    spdlog::warn("allocation {:x}: the accounting link of its pooled executor {} ended before it "
+                 "was bound; the executor connects its own",
+                 a.id, pid);
     return;
   }
+  // The channel, its receives posted while pooled, goes with the link.
+  a.exec_channel = std::move(p->channel);
+  a.exec_conn = std::move(p->conn);
   a.exec_connected = true;
   ++links_ahead_;
   executor_linked(a);
   spdlog::debug("allocation {:x}: bound the accounting link its pooled executor {} connected "
                 "ahead",
                 a.id, pid);
+}
+
+void Manager::poll_pooled_links() {
+  if (pooled_links_.empty())
+    return;
+  const auto now = Clock::now();
+  for (auto it = pooled_links_.begin(); it != pooled_links_.end();) {
+    PooledLink &p = *it->second;
+    std::string why;
+    if (p.connected) {
+      // A pooled executor sends nothing; its link ending (the executor
+      // died, or the link failed) is all there is to see.
+      proto::ControlMessage m = p.channel.poll();
+      if (m.status == proto::ChannelStatus::Closed || m.status == proto::ChannelStatus::Shutdown)
+        why = std::string("its accounting link ended while it waited") +
+              (p.channel.failed() ? std::string(" (") + p.channel.last_error() + ")" : "");
+    } else if (now - p.since > milliseconds(cfg_.executor_start_ms)) {
+      why = "its accounting link did not come up within " + std::to_string(cfg_.executor_start_ms) +
+            " ms";
+    }
+    if (why.empty()) {
+      ++it;
+      continue;
+    }
+    ++events_;
+    spdlog::warn("pooled executor {}: {}; discarding it, its slot is refilled", p.pid, why);
+    zygote_.unpool(p.pid);
+    it = pooled_links_.erase(it);
+  }
 }
 
 void Manager::reply(Client &c, proto::ErrorCode status, uint64_t id, uint32_t workers,

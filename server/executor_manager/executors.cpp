@@ -31,6 +31,7 @@ void Manager::executor_event(const ZygoteEvent &e) {
     auto p = std::make_unique<PooledLink>();
     p->pid = e.pid;
     p->secret = e.secret;
+    p->since = Clock::now();
     pooled_links_[e.pid] = std::move(p);
     return;
   }

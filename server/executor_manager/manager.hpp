@@ -114,6 +114,10 @@ private:
   /// pooled") and the client has its answer: the link it connected while
   /// pooled now serves `a`, and its secret is spent.
   void bind_pooled_link(Allocation &a, pid_t pid);
+  /// Look at every pooled executor's link: one that ended, or that did not
+  /// come up within executor_start_ms, is discarded with its executor
+  /// (ZygoteLink::unpool), so that no allocation is bound to it.
+  void poll_pooled_links();
 
   ManagerConfig cfg_;
   rdmalib::DeviceConfig device_;

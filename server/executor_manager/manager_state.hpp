@@ -65,7 +65,14 @@ struct Manager::PooledLink {
   pid_t pid = -1;
   /// What its ExecutorHello (kPooledExecutor) must present, once.
   proto::Token secret;
+  /// When the zygote reported it: its link must be up within
+  /// executor_start_ms of that (poll_pooled_links).
+  Clock::time_point since;
   bool connected = false;
+  /// Polled while pooled, so that a link that ends is seen before the
+  /// executor is given an allocation; the allocation then takes it over.
+  /// Before conn: its buffers outlive the close.
+  proto::ControlChannel channel;
   rdmalib::Connection conn;
 };
 

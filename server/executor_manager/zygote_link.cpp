@@ -216,4 +216,9 @@ void ZygoteLink::signal(uint64_t allocation, int sig) {
                       "signal " + std::to_string(allocation) + " " + std::to_string(sig) + "\n");
 }
 
+void ZygoteLink::unpool(pid_t pid) {
+  if (in_ >= 0)
+    server::write_all(in_, "unpool " + std::to_string(pid) + "\n");
+}
+
 } // namespace rfaas::manager

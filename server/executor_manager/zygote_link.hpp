@@ -83,6 +83,11 @@ public:
   /// Ask the zygote to signal the executor of `allocation` (only while it is
   /// unreaped, so a recycled pid is never hit).
   void signal(uint64_t allocation, int sig);
+  /// Ask the zygote to let the pooled executor `pid` go (its accounting link
+  /// is dead): it takes no allocation, exits, and its slot is refilled. The
+  /// zygote reads its commands in order, so a spawn sent after this never
+  /// gets that executor.
+  void unpool(pid_t pid);
 
   /// The pipe the zygote's events arrive on (for poll()), or -1.
   int fd() const { return out_; }
