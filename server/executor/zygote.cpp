@@ -573,8 +573,12 @@ private:
         long pid = 0;
         line >> pid;
         in.erase(0, nl + 1);
-        if (pid > 0 && pool_.discard(static_cast<pid_t>(pid), Clock::now()))
+        if (pid > 0 && pool_.discard(static_cast<pid_t>(pid), Clock::now())) {
+          spdlog::warn("zygote: the manager found the accounting link of the pooled executor {} "
+                       "ended or never up; discarding it, its slot is refilled",
+                       pid);
           lost_member();
+        }
       } else {
         in.erase(0, nl + 1);
         spdlog::warn("zygote: unknown command \"{}\"", cmd);

@@ -302,7 +302,10 @@ void Manager::poll_pooled_links() {
       continue;
     }
     ++events_;
-    spdlog::warn("pooled executor {}: {}; discarding it, its slot is refilled", p.pid, why);
+    // The warning is the zygote's, once: it discards the executor on this
+    // request, or (the executor died, which also ends its link) reports its
+    // death, whichever it sees first.
+    spdlog::debug("pooled executor {}: {}; asking the zygote to discard it", p.pid, why);
     zygote_.unpool(p.pid);
     it = pooled_links_.erase(it);
   }

@@ -109,6 +109,7 @@ allocate() {
 read -r CHILD SPARE < <(wait_pool 1)
 [ -n "$SPARE" ] || fail "the pool never filled"
 SEEN+="$CHILD "
+DISCARDED=$CHILD
 kill -KILL "$SPARE"
 allocate killed
 read -r CHILD _ < <(wait_pool 2)
@@ -122,13 +123,14 @@ if [[ $DEVICE == *tcp* ]] && command -v ss >/dev/null; then
   read -r CHILD _ < <(wait_pool 2)
   [ -n "$CHILD" ] || fail "the pool was not refilled after an allocation"
   SEEN+="$CHILD "
+  DISCARDED+=" $CHILD"
   ss -K dst 127.0.0.1 dport = "$PORT" >/dev/null 2>&1 ||
     fail "ss -K cannot reset the pooled executor's link"
   for _ in $(seq 100); do
-    grep -q "pooled executor $CHILD: its accounting link ended" "$WORK/manager.err" && break
+    grep -q "the accounting link of the pooled executor $CHILD ended" "$WORK/manager.err" && break
     sleep 0.05
   done
-  grep -q "pooled executor $CHILD: its accounting link ended" "$WORK/manager.err" ||
+  grep -q "the accounting link of the pooled executor $CHILD ended" "$WORK/manager.err" ||
     fail "the manager did not see the pooled executor's link end"
   allocate link-reset
   read -r CHILD _ < <(wait_pool 3)
@@ -139,6 +141,11 @@ else
   echo "pool: skipping the link reset: it needs ss -K and a tcp device"
 fi
 grep -q 'no executor pool' "$WORK/manager.err" && fail "the zygote gave up its pool"
+# Each discarded executor is logged once at warn.
+for c in $DISCARDED; do
+  n=$(grep -c "\[warning\] .*pooled executor ${c}[^0-9]" "$WORK/manager.err")
+  [ "$n" -eq 1 ] || fail "the discarded pooled executor $c was logged $n time(s) at warn"
+done
 
 kill -TERM "$MPID"
 wait "$MPID"
