@@ -432,16 +432,16 @@ private:
         pool_.stop(now);
         return false;
       }
-      // The spec goes in before the manager hears of it: a member that died
-      // since it reported in (its death not reaped yet) refuses it here, and
-      // the allocation goes to the next member or a fresh fork instead of
-      // to a dead executor the client would wait for. The executor reads it
-      // but starts only at the end of file (the close below), so that the
-      // "started" line still leaves before it takes the core.
-      if (!write_all(e.fd, text)) {
-        spdlog::warn("zygote: the pooled executor {} died while it waited ({}); discarding it, "
+      // A member that died since it reported in (its death not reaped yet)
+      // has hung up its socket: it is discarded, and the allocation goes to
+      // the next member or a fresh fork instead of to a dead executor the
+      // client would wait for. Looked at, not written to: a write would
+      // wake the executor, which would take a core before the "started"
+      // line below leaves, and the client waits for that line.
+      if (hung_up(e.fd)) {
+        spdlog::warn("zygote: the pooled executor {} died while it waited; discarding it, "
                      "allocation {:x} goes elsewhere",
-                     e.pid, std::strerror(errno), spec.allocation_id);
+                     e.pid, spec.allocation_id);
         pool_.release(e, now); // reaped as let go: "unpooled" follows
         lost_member();
         continue;
@@ -451,9 +451,24 @@ private:
       // "pooled": the manager logs and counts it, and binds its link.
       emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(e.pid) +
            " pooled");
+      if (!write_all(e.fd, text)) {
+        // It died in the moment since the look above: its death is reaped
+        // and reported as this allocation's end.
+        spdlog::warn("zygote: the pooled executor {} died as it took allocation {:x}: {}", e.pid,
+                     spec.allocation_id, std::strerror(errno));
+        ::kill(e.pid, SIGKILL);
+      }
       ::close(e.fd); // EOF: the spec is complete
       return true;
     }
+  }
+
+  /// True when the peer of `fd`, a pooled executor's socket, hung up (it
+  /// died): after its one-byte report it sends nothing, so anything to read
+  /// is the end of file.
+  static bool hung_up(int fd) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && p.revents != 0;
   }
 
   /// A pooled executor was lost before it took an allocation: its slot is
