@@ -111,6 +111,12 @@ void ExecutorPool::stop(Clock::time_point now) {
   while (!members_.empty()) {
     PooledExecutor e = members_.front();
     members_.pop_front();
+    // One still starting may be connecting its accounting link to a manager
+    // that no longer accepts (it is stopping): SIGTERM cancels that connect
+    // (ConnectionOptions::cancel), so that it exits within kGrace instead of
+    // being killed with its shared-memory regions left behind.
+    if (!e.ready)
+      ::kill(e.pid, SIGTERM);
     release(e, now);
   }
 }
