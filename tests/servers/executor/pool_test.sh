@@ -117,27 +117,40 @@ read -r CHILD _ < <(wait_pool 2)
 SEEN+="$CHILD "
 allocate refilled
 [[ $LINE == *"(pooled)" ]] || fail "the allocation after the refill did not take the pooled executor"
+RESET=no
 if [[ $DEVICE == *tcp* ]] && command -v ss >/dev/null; then
+  RESET=yes
   # The pooled executor lives, its accounting link is reset under it: the
   # manager must discard it rather than bind it.
   read -r CHILD _ < <(wait_pool 2)
   [ -n "$CHILD" ] || fail "the pool was not refilled after an allocation"
   SEEN+="$CHILD "
-  DISCARDED+=" $CHILD"
   ss -K dst 127.0.0.1 dport = "$PORT" >/dev/null 2>&1 ||
     fail "ss -K cannot reset the pooled executor's link"
   for _ in $(seq 100); do
     grep -q "the accounting link of the pooled executor $CHILD ended" "$WORK/manager.err" && break
     sleep 0.05
   done
-  grep -q "the accounting link of the pooled executor $CHILD ended" "$WORK/manager.err" ||
-    fail "the manager did not see the pooled executor's link end"
+  if grep -q "the accounting link of the pooled executor $CHILD ended" "$WORK/manager.err"; then
+    DISCARDED+=" $CHILD"
+  else
+    # A kernel without CONFIG_INET_DIAG_DESTROY leaves the socket as it was.
+    if ss -tnH state established dst 127.0.0.1 dport = "$PORT" | grep -q .; then
+      echo "pool: skipping the link reset: ss -K did not reset the link (this kernel cannot" \
+        "destroy sockets: CONFIG_INET_DIAG_DESTROY)"
+      RESET=no
+    else
+      fail "the manager did not see the pooled executor's link end"
+    fi
+  fi
+fi
+if [ "$RESET" = yes ]; then
   allocate link-reset
   read -r CHILD _ < <(wait_pool 3)
   [ -n "$CHILD" ] || fail "the pool was not refilled after its link was reset"
   allocate link-refilled
   [[ $LINE == *"(pooled)" ]] || fail "the allocation after the link's refill was not pooled"
-else
+elif [[ $DEVICE != *tcp* ]] || ! command -v ss >/dev/null; then
   echo "pool: skipping the link reset: it needs ss -K and a tcp device"
 fi
 grep -q 'no executor pool' "$WORK/manager.err" && fail "the zygote gave up its pool"
