@@ -633,15 +633,23 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
     return n;
   fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
   // As in reap(): another read only when a batch held nothing for the caller.
+  // Every read takes a whole batch, whatever the caller wants: each
+  // fi_cq_read is a progress pass of the provider, which takes in every
+  // message its sockets hold, and a pass that handed out one completion
+  // (the control channels poll one at a time) let the links of a busy
+  // endpoint take in far more than they read. The pool's receives were then
+  // used up and the rest waited as RxM's unexpected messages, each holding
+  // one of its receive buffers (a resource manager of 10,000 nodes grew by
+  // gigabytes of them, and every request waited behind that backlog). What
+  // the caller did not ask for goes to its inbox, behind what is there.
   for (int round = 0; n < max && round < 4; ++round) {
     fi_cq_tagged_entry buf[16];
-    size_t want = max - n < 16 ? max - n : 16;
-    ssize_t r = fi_cq_read(cq, buf, want);
+    ssize_t r = fi_cq_read(cq, buf, 16);
     if (r > 0) {
       for (ssize_t i = 0; i < r; ++i) {
         lf::RawCompletion rc = lf::RawCompletion::from(buf[i]);
         const auto *s = static_cast<const lf::OpSlot *>(rc.e.op_context);
-        if (owner_of(q, rc.e) == link_id && !(s && s->pool))
+        if (n < max && box.empty() && owner_of(q, rc.e) == link_id && !(s && s->pool))
           n += convert(q, &rc.e, 1, out + n);
         else
           route_locked(q, rc); // a message of the pool may be this link's

@@ -43,6 +43,31 @@ const EnvDefault kRxmMsgRxSize{
     "RxM preposts 4096 receives of 16 KiB per endpoint: ~84 MiB of RSS and ~0.55 s per link on "
     "tcp;ofi_rxm 1.17; with 128, ~34 MiB and ~66 ms (benchmarks/run-links.sh)"};
 
+// Every message RxM reads takes a receive buffer of FI_OFI_RXM_BUFFER_SIZE
+// (16 KiB by default) from its endpoint's pool, and one that arrives before a
+// receive matches it (unexpected) keeps it until one does. The pool grows
+// 1024 buffers at a time and never shrinks; each growth zero-fills the new
+// chunk (ofi_bufpool_grow), 17 MiB at 16 KiB, inside the fi_cq_read that
+// needed it. A resource manager of 10,000 nodes over tcp;ofi_rxm that fell
+// behind its heartbeats was found in that memset, and grew by 1.6 GiB of
+// such buffers. rdmalib's messages through a shared endpoint are at most
+// kPoolMessage (4 KiB), so 4 KiB buffers hold every one of them unexpected,
+// at a quarter of the memory and of the zero-filling.
+const EnvDefault kRxmBufferSize{
+    "FI_OFI_RXM_BUFFER_SIZE", "4096", kMeasuredEnv,
+    "RxM's 16 KiB receive buffers: a resource manager of 10,000 nodes over tcp;ofi_rxm 1.17 "
+    "zero-filled 17 MiB per growth of its pool and held 1.6 GiB of them (benchmarks/README.md)"};
+
+// FI_OFI_RXM_BUFFER_SIZE is also RxM's eager limit unless FI_OFI_RXM_EAGER_LIMIT
+// says otherwise; over tcp (direct send and dynamic receive buffers) a larger
+// eager message goes straight from and into the application's buffers, so
+// keeping the old 16 KiB keeps the wire protocol of 4-16 KiB messages as it
+// was (rendezvous only above it). RxM reads this variable only over tcp;
+// verbs;ofi_rxm's eager limit follows FI_OFI_RXM_BUFFER_SIZE.
+const EnvDefault kRxmEagerLimit{
+    "FI_OFI_RXM_EAGER_LIMIT", "16384", kMeasuredEnv,
+    "keeps tcp;ofi_rxm's eager limit at its 16 KiB default under FI_OFI_RXM_BUFFER_SIZE=4096"};
+
 // RxM's connection close (rxm_close_conn) frees the connection's verbs
 // endpoint and only then reads the completion queue the endpoint used: a
 // message from the peer still queued there is handed a fresh receive buffer
@@ -163,7 +188,7 @@ const std::vector<ProviderPolicy> &provider_table() {
        false,
        "tcp under RxM; connects lazily; atomics emulated by RxM",
        tcp_rxm_quirks(),
-       {kRxmCmProgress, kRxmMsgRxSize}},
+       {kRxmCmProgress, kRxmMsgRxSize, kRxmBufferSize, kRxmEagerLimit}},
       {"shm",
        {"shared-memory"},
        EndpointType::ReliableDatagram,
