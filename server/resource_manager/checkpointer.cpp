@@ -97,17 +97,25 @@ void Checkpointer::run() {
       if (stop_)
         return;
     }
-    int log = 0, copied = 0;
-    const int rc =
-        sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
-    if (rc == SQLITE_OK) {
+    // Again while the writer committed much during the last pass: what is
+    // left for the writer's own checkpoint (and its fsyncs, on the loop
+    // thread) is then a few frames.
+    for (int pass = 0; pass < kMaxPasses; ++pass) {
+      int log = 0, copied = 0;
+      const int rc =
+          sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+      if (rc != SQLITE_OK) {
+        // A failed checkpoint loses nothing (the log still holds every
+        // commit); the writer's bound keeps the log finite meanwhile.
+        if (rc != SQLITE_BUSY)
+          if (auto l = spdlog::get("resource_manager"))
+            l->warn("database checkpoint failed: {}", sqlite3_errmsg(db_));
+        break;
+      }
       if (copied > 0)
         checkpoints_.fetch_add(1, std::memory_order_relaxed);
-    } else if (rc != SQLITE_BUSY) {
-      // A failed checkpoint loses nothing (the log still holds every
-      // commit); the writer's bound keeps the log finite meanwhile.
-      if (auto l = spdlog::get("resource_manager"))
-        l->warn("database checkpoint failed: {}", sqlite3_errmsg(db_));
+      if (log - copied <= kLeftToWriter)
+        break;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);

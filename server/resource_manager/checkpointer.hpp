@@ -82,6 +82,11 @@ private:
   /// `CaughtUp` (its next commit checkpoints).
   enum State : int { Idle, Copying, CaughtUp };
 
+  /// The thread checkpoints again (up to kMaxPasses times) while more
+  /// than kLeftToWriter frames were committed during its last pass.
+  static constexpr int kMaxPasses = 4;
+  static constexpr int kLeftToWriter = 32;
+
   sqlite3 *db_ = nullptr;
   CheckpointPolicy policy_;
   std::atomic<int> state_{Idle};
