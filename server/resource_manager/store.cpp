@@ -345,14 +345,12 @@ Store::Store(const std::string &path, const CheckpointPolicy &checkpoints)
     exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
     migrate();
     if (path != ":memory:") {
+      // Look-ups from memory: a lease history larger than SQLite's default
+      // cache (2 MiB) would read a page with pread at a grant whose random
+      // id lands on a leaf not cached.
+      exec("PRAGMA cache_size=-16384", "sizing the page cache");
       // Checkpoints leave the commit path (SQLite's own, every 1000 pages,
       // ran inside the commit that crossed them): the hook replaces them.
-      // Look-ups from memory: a lease history larger than SQLite's default
-      // cache (2 MiB) would otherwise read a page with pread at a grant
-      // whose random id lands on a leaf not cached; mapped pages cost no
-      // system call and no copy.
-      exec("PRAGMA cache_size=-16384", "sizing the page cache");
-      exec("PRAGMA mmap_size=268435456", "mapping the database");
       exec(("PRAGMA journal_size_limit=" + std::to_string(policy_.keep_bytes)).c_str(),
            "limiting the log's size");
       checkpointer_ = std::make_unique<Checkpointer>(path, policy_);
