@@ -309,7 +309,8 @@ void restrict_file(const std::string &path) {
 
 } // namespace
 
-Store::Store(const std::string &path) : path_(path), cache_(std::make_unique<StatementCache>()) {
+Store::Store(const std::string &path, const CheckpointPolicy &checkpoints)
+    : path_(path), policy_(checkpoints), cache_(std::make_unique<StatementCache>()) {
   if (path != ":memory:" && path.rfind("file:", 0) != 0)
     restrict_file(path);
   int rc =
@@ -343,7 +344,20 @@ Store::Store(const std::string &path) : path_(path), cache_(std::make_unique<Sta
     exec("PRAGMA synchronous=NORMAL", "setting synchronous mode");
     exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
     migrate();
+    if (path != ":memory:") {
+      // Look-ups from memory: a lease history larger than SQLite's default
+      // cache (2 MiB) would read a page with pread at a grant whose random
+      // id lands on a leaf not cached.
+      exec("PRAGMA cache_size=-16384", "sizing the page cache");
+      // Checkpoints leave the commit path (SQLite's own, every 1000 pages,
+      // ran inside the commit that crossed them): the hook replaces them.
+      exec(("PRAGMA journal_size_limit=" + std::to_string(policy_.keep_bytes)).c_str(),
+           "limiting the log's size");
+      checkpointer_ = std::make_unique<Checkpointer>(path, policy_);
+      sqlite3_wal_hook(db_, &Store::committed, this);
+    }
   } catch (const StoreError &e) {
+    checkpointer_.reset();
     sqlite3_close(db_);
     db_ = nullptr;
     throw StoreError(path + ": " + e.what());
@@ -355,6 +369,9 @@ Store::~Store() {
   // ends with commit_batch()): complete writes, kept.
   if (batch_open_)
     commit_open();
+  // Its connection closes first, so that closing the last one below copies
+  // the whole log back and removes it (SQLite does that at the last close).
+  checkpointer_.reset();
   cache_.reset(); // statements go before the connection
   if (db_)
     sqlite3_close(db_);
@@ -367,6 +384,11 @@ uint64_t steady_ms() {
                                    .count());
 }
 } // namespace
+
+int Store::committed(void *store, sqlite3 *db, const char *, int pages) {
+  static_cast<Store *>(store)->checkpointer_->after_commit(db, pages);
+  return SQLITE_OK;
+}
 
 void Store::begin_batch() {
   batch_wanted_ = true;

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "resource_manager/checkpointer.hpp"
 #include "resource_manager/lease.hpp"
 #include "resource_manager/node.hpp"
 #include "resource_manager/quota.hpp"
@@ -61,8 +62,10 @@ public:
   static constexpr int kSchemaVersion = 5;
 
   /// Opens (creating if needed) the database at `path`; ":memory:" works for
-  /// tests. Throws StoreError naming the file on failure.
-  explicit Store(const std::string &path);
+  /// tests. A file's log is checkpointed by a thread of its own (see
+  /// checkpointer.hpp), as `checkpoints` says. Throws StoreError naming the
+  /// file on failure.
+  explicit Store(const std::string &path, const CheckpointPolicy &checkpoints = {});
   ~Store();
   Store(const Store &) = delete;
   Store &operator=(const Store &) = delete;
@@ -75,6 +78,8 @@ public:
   /// "wal" once opened on a file (":memory:" reports "memory").
   std::string journal_mode() const;
   const std::string &path() const { return path_; }
+  /// Checkpoints the thread ran so far (0 for ":memory:").
+  uint64_t checkpoints() const { return checkpointer_ ? checkpointer_->checkpoints() : 0; }
 
   void put_node(const Node &node);
   void remove_node(const std::string &name);
@@ -161,8 +166,13 @@ private:
 
   void ensure_pilots();
 
+  /// SQLite's WAL hook: after each commit, with the log's size in pages.
+  static int committed(void *store, sqlite3 *db, const char *schema, int pages);
+
   std::string path_;
   sqlite3 *db_ = nullptr;
+  CheckpointPolicy policy_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   bool pilots_ready_ = false;
   uint64_t statements_ = 0;
 

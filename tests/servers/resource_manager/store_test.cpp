@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -461,4 +462,48 @@ TEST(Store, MigratesASchema4File) {
   EXPECT_EQ(s.prune_history(1000), (std::pair<size_t, size_t>{1, 1}));
   EXPECT_FALSE(s.load_lease(2));
   EXPECT_TRUE(s.load_lease(1));
+}
+
+namespace {
+uint64_t file_size(const std::string &path) {
+  std::error_code ec;
+  auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n;
+}
+} // namespace
+
+// Lease churn (grant, release, one commit each, as the loop makes them)
+// with a small checkpoint policy: the thread checkpoints, the log is reset
+// and truncated instead of growing with the churn, and closing the store
+// copies the log back and removes it.
+TEST(Store, TheLogStaysBoundedUnderChurnAndGoesAtClose) {
+  TempDb db;
+  CheckpointPolicy policy;
+  policy.start_pages = 64;
+  policy.writer_pages = 1024;
+  policy.keep_bytes = 128 << 10;
+  const uint64_t page = 4096 + 24; // a frame: page and header
+  uint64_t largest = 0;
+  {
+    Store s(db.path, policy);
+    for (uint64_t id = 1; id <= 3000; ++id) {
+      Lease l = lease(id * 7919 % 100003); // ids spread over the table, as random ones
+      s.begin_batch();
+      s.put_lease(l);
+      ASSERT_TRUE(s.commit_batch().empty());
+      l.state = LeaseState::Released;
+      l.ended_ms = 150 + id;
+      s.begin_batch();
+      s.update_lease(l);
+      ASSERT_TRUE(s.commit_batch().empty());
+      largest = std::max(largest, file_size(db.path + "-wal"));
+    }
+    EXPECT_GT(s.checkpoints(), 0u) << "the thread never checkpointed";
+    // Without checkpoints the log holds every commit: ~8 frames per lease.
+    EXPECT_LE(largest, (policy.writer_pages + 64) * page) << "the log grew past the writer's bound";
+    EXPECT_EQ(s.load_leases(LeaseState::Released).size(), 3000u);
+  }
+  EXPECT_FALSE(std::filesystem::exists(db.path + "-wal")) << "closing left the log behind";
+  Store again(db.path);
+  EXPECT_EQ(again.load_leases(LeaseState::Released).size(), 3000u);
 }
