@@ -215,11 +215,16 @@ constexpr size_t kPoolReceives = 512;
 struct RawCompletion {
   fi_cq_data_entry e{};
   uint64_t tag = 0; // a shared queue's tag (its completions are FI_CQ_FORMAT_TAGGED)
+  /// A shared receive queue's source (fi_cq_readfrom): the sender's AV entry,
+  /// FI_ADDR_NOTAVAIL for a sender the AV does not hold.
+  fi_addr_t src = FI_ADDR_NOTAVAIL;
   int err = 0;
   int prov_errno = 0;
 
-  static RawCompletion from(const fi_cq_tagged_entry &t) noexcept {
+  static RawCompletion from(const fi_cq_tagged_entry &t,
+                            fi_addr_t source = FI_ADDR_NOTAVAIL) noexcept {
     RawCompletion rc;
+    rc.src = source;
     rc.e.op_context = t.op_context;
     rc.e.flags = t.flags;
     rc.e.len = t.len;
@@ -311,6 +316,9 @@ struct SharedRdm {
   Fid<fid_av> av;
   Fid<fid_ep> ep;
   uint32_t next_link = 1;
+  /// Messages of the pool dropped because their sender was not the peer of
+  /// the link their tag named.
+  uint64_t foreign = 0;
   std::unordered_map<uint32_t, detail::ConnectionImpl *> links;
   /// Links whose receive inbox got a completion (ConnectionImpl::listed),
   /// for Fabric::ready_links; a link leaves it once its inbox is empty.
@@ -657,6 +665,10 @@ struct ConnectionImpl final : LinkCore {
   }
   /// Under sh->m: read one batch of `q`'s shared queue, each completion to
   /// its owner's inbox. Returns how many were read.
+  /// One read of a shared queue; on the receive queue with each entry's
+  /// source (the pool checks it against the link's peer).
+  static ssize_t read_shared(Queue q, fid_cq *cq, fi_cq_tagged_entry *buf, fi_addr_t *from,
+                             size_t n) noexcept;
   size_t pull_locked(Queue q) noexcept;
   /// Under sh->m: hand one completion to the link it belongs to (dropped
   /// when that link is gone).

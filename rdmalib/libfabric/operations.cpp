@@ -552,6 +552,17 @@ void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept
     owner = it->second;
   }
   if (q == Queue::Recv) {
+    // A large message's receive is directed at the owner's peer; a
+    // completion from anyone else means the provider ignored that. (The
+    // handshake's own receives come before the peer is known; its answer
+    // carries the nonce of the hello.)
+    if (!rc.err && (rc.tag & lf::kLargeTag) && rc.src != owner->peer) {
+      owner->set_error("a receive completed with a message from a process that is not this "
+                       "link's peer");
+      if (rc.e.op_context)
+        owner->put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
+      return;
+    }
     owner->push_recv_locked(rc);
     return;
   }
@@ -585,14 +596,24 @@ void ConnectionImpl::push_recv_locked(const lf::RawCompletion &rc) noexcept {
   }
 }
 
+ssize_t ConnectionImpl::read_shared(Queue q, fid_cq *cq, fi_cq_tagged_entry *buf, fi_addr_t *from,
+                                    size_t n) noexcept {
+  if (q == Queue::Recv)
+    return fi_cq_readfrom(cq, buf, n, from);
+  for (size_t i = 0; i < n; ++i)
+    from[i] = FI_ADDR_NOTAVAIL;
+  return fi_cq_read(cq, buf, n);
+}
+
 size_t ConnectionImpl::pull_locked(Queue q) noexcept {
   lf::SharedRdm &S = *sh;
   fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
   fi_cq_tagged_entry buf[16];
-  ssize_t r = fi_cq_read(cq, buf, 16);
+  fi_addr_t from[16];
+  ssize_t r = read_shared(q, cq, buf, from, 16);
   if (r > 0) {
     for (ssize_t i = 0; i < r; ++i)
-      route_locked(q, lf::RawCompletion::from(buf[i]));
+      route_locked(q, lf::RawCompletion::from(buf[i], from[i]));
     return static_cast<size_t>(r);
   }
   if (r != -FI_EAVAIL)
@@ -635,16 +656,23 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
   // As in reap(): another read only when a batch held nothing for the caller.
   for (int round = 0; n < max && round < 4; ++round) {
     fi_cq_tagged_entry buf[16];
+    fi_addr_t from[16];
     size_t want = max - n < 16 ? max - n : 16;
-    ssize_t r = fi_cq_read(cq, buf, want);
+    ssize_t r = read_shared(q, cq, buf, from, want);
     if (r > 0) {
       for (ssize_t i = 0; i < r; ++i) {
-        lf::RawCompletion rc = lf::RawCompletion::from(buf[i]);
+        lf::RawCompletion rc = lf::RawCompletion::from(buf[i], from[i]);
         const auto *s = static_cast<const lf::OpSlot *>(rc.e.op_context);
-        if (owner_of(q, rc.e) == link_id && !(s && s->pool))
+        // Straight to the caller: this link's sends, and on the receive side
+        // its write-with-immediate notifications (no context, no source to
+        // check) while nothing of this batch waits in its inbox before them.
+        // Its own receives go through route_locked, which checks a large
+        // message's sender; a message of the pool may be this link's.
+        const bool direct = q == Queue::Send ? !(s && s->pool) : !s && box.empty();
+        if (owner_of(q, rc.e) == link_id && direct)
           n += convert(q, &rc.e, 1, out + n);
         else
-          route_locked(q, rc); // a message of the pool may be this link's
+          route_locked(q, rc);
       }
       while (n < max && !box.empty()) {
         lf::RawCompletion rc = box.front();
@@ -705,13 +733,16 @@ size_t ConnectionImpl::block_shared(Queue q, Completion *out, size_t max, int sl
     int ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count());
     fi_cq_tagged_entry buf[16];
-    ssize_t r = fi_cq_sread(cq, buf, 16, nullptr, ms > 0 ? ms : 1);
+    fi_addr_t from[16];
+    ssize_t r = q == Queue::Recv ? fi_cq_sreadfrom(cq, buf, 16, from, nullptr, ms > 0 ? ms : 1)
+                                 : fi_cq_sread(cq, buf, 16, nullptr, ms > 0 ? ms : 1);
     fi_cq_err_entry ee{};
     bool failed = r == -FI_EAVAIL && fi_cq_readerr(cq, &ee, 0) >= 0;
     lk.lock();
     S.reading[qi] = false;
     for (ssize_t i = 0; i < r; ++i)
-      route_locked(q, lf::RawCompletion::from(buf[i]));
+      route_locked(q,
+                   lf::RawCompletion::from(buf[i], q == Queue::Recv ? from[i] : FI_ADDR_NOTAVAIL));
     if (failed)
       route_locked(q, lf::RawCompletion::failed(ee));
     S.cv.notify_all();
@@ -744,8 +775,14 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
   if (rc.err == FI_ECANCELED)
     return;
   auto it = S.links.find(static_cast<uint32_t>(rc.tag));
-  // A message for a link that closed meanwhile is dropped.
-  if (it != S.links.end()) {
+  // A message for a link that closed meanwhile is dropped, and so is one
+  // whose sender is not the link's peer: the tag is the sender's choice.
+  if (it != S.links.end() && !rc.err && rc.src != it->second->peer) {
+    if (S.foreign++ % 1024 == 0)
+      rdmalib::logger().warn("rdmalib: dropped a message tagged for link {} from a process that "
+                             "is not that link's peer ({} so far; from {:x}, peer {:x})",
+                             it->first, S.foreign, rc.src, it->second->peer);
+  } else if (it != S.links.end()) {
     ConnectionImpl *owner = it->second;
     if (!rc.err) {
       owner->deliver_locked(static_cast<const uint8_t *>(p->buf), rc.e.len);
@@ -812,7 +849,7 @@ void ConnectionImpl::start_large_locked(lf::OpSlot *u, uint32_t seq, uint32_t le
   if (length <= u->cap) {
     const uint64_t tag =
         lf::kLargeTag | (static_cast<uint64_t>(seq & lf::kLargeSeqMask) << 32) | link_id;
-    ssize_t r = fi_trecv(ep.get(), u->buf, u->cap, u->desc, FI_ADDR_UNSPEC, tag, 0, u);
+    ssize_t r = fi_trecv(ep.get(), u->buf, u->cap, u->desc, peer, tag, 0, u);
     if (r == 0)
       return; // completes as this link's own receive
     rc.err = static_cast<int>(-r);
