@@ -253,13 +253,20 @@ struct ClientHello {
   WireResult validate() const noexcept { return {}; }
 };
 
+/// ExecutorHello::allocation_id of a pooled executor's link: made while it
+/// waits for an allocation, with the per-executor secret its zygote gave it.
+/// The manager binds the link to the allocation the executor later takes,
+/// and the secret is spent then. Never an allocation's id.
+constexpr uint64_t kPooledExecutor = 0;
+
 /// Executor -> its manager, as connection private data, for accounting.
 struct ExecutorHello {
   static constexpr MessageType kType = MessageType::ExecutorHello;
   static constexpr const char *kName = "ExecutorHello";
   Header header{kMagic, kVersion, kType};
   uint64_t allocation_id = 0;
-  /// Secret the manager handed to this executor when it started it.
+  /// Secret the manager handed to this executor when it started it (a
+  /// pooled executor's link: the secret of that pooled executor).
   Token secret;
 
   template <class S, class F> static void fields(S &s, F &f) {

@@ -9,34 +9,46 @@
 namespace rfaas::executor_process {
 
 void AccountingLink::connect() {
-  const server::LaunchSpec &spec = s_.spec;
+  const server::LaunchSpec &spec = s_->spec;
   proto::ExecutorHello hello;
   hello.allocation_id = spec.allocation_id;
   hello.secret = spec.secret;
+  open(spec.manager_host, spec.manager_port, spec.connect_ms, hello);
+}
+
+void AccountingLink::connect_pooled(const std::string &host, uint16_t port, uint32_t connect_ms,
+                                    const proto::Token &secret) {
+  proto::ExecutorHello hello;
+  hello.allocation_id = proto::kPooledExecutor;
+  hello.secret = secret;
+  open(host, port, connect_ms, hello);
+}
+
+void AccountingLink::open(const std::string &host, uint16_t port, uint32_t connect_ms,
+                          const proto::ExecutorHello &hello) {
   uint8_t bytes[sizeof hello];
   proto::encode(hello, bytes, sizeof bytes);
   rdmalib::ConnectionOptions opts = accounting_link_options();
-  conn_ = rdmalib::Connection::connect(
-      s_.fabric, rdmalib::Address::from_host_text(spec.manager_host, spec.manager_port), bytes,
-      sizeof bytes, milliseconds(spec.connect_ms), opts);
+  conn_ = rdmalib::Connection::connect(*fabric_, rdmalib::Address::from_host_text(host, port),
+                                       bytes, sizeof bytes, milliseconds(connect_ms), opts);
   proto::ConnectReply reply;
   const auto &pd = conn_.peer_private_data();
   proto::WireResult r = proto::decode(pd.data(), pd.size(), reply);
   if (!r || reply.status != proto::ErrorCode::Ok)
     throw std::runtime_error("the manager refused the executor");
-  results_ = rdmalib::Buffer<char>(s_.fabric, 64, rdmalib::AccessLocal);
+  results_ = rdmalib::Buffer<char>(*fabric_, 64, rdmalib::AccessLocal);
   conn_.attach(results_.region());
   ops_ = conn_.ops();
   proto::ControlOptions copts;
   copts.receives = kRecvs;
   copts.send_context = kSendCtx;
-  ch_ = proto::ControlChannel(s_.fabric, conn_, copts);
+  ch_ = proto::ControlChannel(*fabric_, conn_, copts);
 }
 
 void AccountingLink::await_record() {
-  if (!s_.fabric.capabilities().atomics)
+  if (!s_->fabric.capabilities().atomics)
     return;
-  const server::LaunchSpec &spec = s_.spec;
+  const server::LaunchSpec &spec = s_->spec;
   // The manager advertises its accounting record right after accepting.
   proto::BufferAdvertisement adv;
   proto::WireResult r;
@@ -53,10 +65,10 @@ void AccountingLink::await_record() {
 bool AccountingLink::flush(Clock::time_point start) {
   proto::AccountingCounters now;
   now.allocation_ns = ns_between(start, Clock::now());
-  for (uint32_t i = 0; i < s_.request.cores; ++i) {
-    now.hot_polling_ns += s_.counters[i].hot_ns.load(std::memory_order_relaxed);
-    now.execution_ns += s_.counters[i].exec_ns.load(std::memory_order_relaxed);
-    now.invocations += s_.counters[i].invocations.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < s_->request.cores; ++i) {
+    now.hot_polling_ns += s_->counters[i].hot_ns.load(std::memory_order_relaxed);
+    now.execution_ns += s_->counters[i].exec_ns.load(std::memory_order_relaxed);
+    now.invocations += s_->counters[i].invocations.load(std::memory_order_relaxed);
   }
   uint64_t delta[4] = {now.allocation_ns - sent_.allocation_ns,
                        now.hot_polling_ns - sent_.hot_polling_ns,
@@ -80,7 +92,7 @@ bool AccountingLink::flush(Clock::time_point start) {
     return true;
   }
   proto::Accounting msg;
-  msg.allocation_id = s_.spec.allocation_id;
+  msg.allocation_id = s_->spec.allocation_id;
   msg.worker = proto::kAllWorkers;
   msg.counters = {delta[0], delta[1], delta[2], delta[3]};
   return ch_.send(msg, Clock::now() + milliseconds(2000)) == proto::ChannelStatus::Ok;
@@ -94,8 +106,8 @@ bool AccountingLink::manager_left() {
     if (st == proto::ChannelStatus::Shutdown &&
         ch_.goodbye().reason == proto::ErrorCode::LeaseInvalid) {
       lease_ended_ = true;
-      s_.stop_reason.store(static_cast<uint16_t>(proto::ErrorCode::LeaseInvalid));
-      s_.end_all();
+      s_->stop_reason.store(static_cast<uint16_t>(proto::ErrorCode::LeaseInvalid));
+      s_->end_all();
       return false;
     }
     if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown)
@@ -107,7 +119,7 @@ bool AccountingLink::manager_left() {
 
 void AccountingLink::say_goodbye(proto::ErrorCode reason) {
   proto::Shutdown bye;
-  bye.allocation_id = s_.spec.allocation_id;
+  bye.allocation_id = s_->spec.allocation_id;
   bye.reason = reason;
   ch_.send(bye, Clock::now() + milliseconds(1000));
 }

@@ -170,7 +170,7 @@ bool library_loaded(Shared &s) {
 } // namespace
 
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened,
-                 const SeccompProgram *filter) noexcept {
+                 const SeccompProgram *filter, AccountingLink *pooled_link) noexcept {
   const Clock::time_point start = Clock::now();
   try {
     hold_termination_signals();
@@ -213,21 +213,29 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened,
     // once, beside the workers' links: the filter refuses the sockets that
     // connecting may need and must be in before the library loads, and
     // there a later start would put the link's set-up on the critical path
-    // instead (docs/runtime.md, "Cold start").
+    // instead (docs/runtime.md, "Cold start"). A pooled executor connected
+    // its link while it waited, and the manager bound it to this allocation
+    // before the executor was woken: it only waits for the record, at once.
     std::vector<std::unique_ptr<Worker>> workers;
     std::vector<std::thread> threads;
     for (uint32_t i = 0; i < shared.request.cores; ++i) {
       workers.emplace_back(new Worker(shared, i));
       threads.emplace_back([w = workers.back().get()] { w->run(); });
     }
-    AccountingLink link(shared);
+    if (pooled_link && !opened)
+      pooled_link = nullptr; // not on the fabric the allocation uses
+    AccountingLink own_link(shared);
+    AccountingLink &link = pooled_link ? *pooled_link : own_link;
+    if (pooled_link)
+      pooled_link->adopt(shared);
     // Terminated already: nothing is owed to the manager yet.
     bool manager_gone = g_terminate != 0;
     bool linked = false;
     auto connect_link = [&] {
       bool up = false;
       try {
-        link.connect();
+        if (!pooled_link)
+          link.connect();
         // Up: the seccomp filter may go in (Shared::seal) while the record
         // is still on its way.
         up = true;
@@ -247,7 +255,7 @@ int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened,
       if (!up)
         shared.link_settled();
     };
-    if (spec.seccomp && !manager_gone)
+    if ((spec.seccomp || pooled_link) && !manager_gone)
       connect_link();
     else
       shared.link_settled();

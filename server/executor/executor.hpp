@@ -26,6 +26,8 @@
 // name would make every unqualified use of either ambiguous to a reader.
 namespace rfaas::executor_process {
 
+class AccountingLink; // process.hpp
+
 using server::ExecutorExit;
 using server::ExitClientLost;
 using server::ExitFunctionCrashed;
@@ -41,8 +43,12 @@ using server::ExitTerminated;
 /// executor, see zygote.hpp) on the device of the spec: it is used instead of
 /// opening one, with whatever endpoints it prepared. `filter`, when given,
 /// is the seccomp filter it compiled ahead (used when it fits the spec).
+/// `pooled_link`, when given, is the accounting link that spare connected
+/// on `opened` while it waited (AccountingLink::connect_pooled): the manager
+/// bound it to this allocation, so it is used instead of connecting one.
 int run_executor(const server::LaunchSpec &spec, rdmalib::Fabric *opened = nullptr,
-                 const SeccompProgram *filter = nullptr) noexcept;
+                 const SeccompProgram *filter = nullptr,
+                 AccountingLink *pooled_link = nullptr) noexcept;
 
 /// Take SIGTERM and SIGINT on a thread of their own (sigwaitinfo), with both
 /// blocked in every other thread, so that they only set the termination flag

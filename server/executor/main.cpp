@@ -1,6 +1,7 @@
 // executor: started by the executor manager, never by hand.
 //
 //   executor --zygote --device <hex JSON device database> [--exec-each] [--pool N]
+//            [--manager-host H --manager-port P --connect-ms MS]
 //       pre-initialised parent that forks one executor per allocation, and
 //       keeps N executors pre-started
 //   executor --spec-fd N
@@ -44,6 +45,11 @@ int main(int argc, char **argv) {
       "sandbox", "zygote: how to confine executors (hex text, from the manager)",
       rfaas::cli::value<std::string>())("pool", "zygote: executors kept pre-started",
                                         rfaas::cli::value<uint32_t>()->default_value("0"))(
+      "manager-host", "zygote: where pooled executors connect their accounting links",
+      rfaas::cli::value<std::string>())("manager-port", "zygote: the manager's port",
+                                        rfaas::cli::value<uint32_t>())(
+      "connect-ms", "zygote: pooled executors' deadline to connect to the manager",
+      rfaas::cli::value<uint32_t>()->default_value("5000"))(
       "spare-fd", "in a container: wait for a launch spec on this socket",
       rfaas::cli::value<int>())("lifeline-fd", "exit when the zygote closes this socket",
                                 rfaas::cli::value<int>())(
@@ -119,8 +125,14 @@ int main(int argc, char **argv) {
       } else {
         sandbox.kind = rfaas::server::SandboxKind::Process;
       }
+      rfaas::executor_process::ManagerAddress manager;
+      if (args.count("manager-host") && args.count("manager-port")) {
+        manager.host = args["manager-host"].as<std::string>();
+        manager.port = static_cast<uint16_t>(args["manager-port"].as<uint32_t>());
+        manager.connect_ms = args["connect-ms"].as<uint32_t>();
+      }
       return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self, sandbox,
-                                                 args["pool"].as<uint32_t>());
+                                                 args["pool"].as<uint32_t>(), manager);
     }
     throw rfaas::cli::UsageError("started by executor_manager only (--zygote or --spec-fd)");
   });

@@ -329,15 +329,31 @@ private:
 /// The main thread's link to the manager: accounting increments.
 class AccountingLink {
 public:
-  AccountingLink(Shared &s) : s_(s) {}
+  /// An allocation's link, connected by connect().
+  explicit AccountingLink(Shared &s) : s_(&s), fabric_(&s.fabric) {}
+  /// A pooled executor's link, connected by connect_pooled() before it has an
+  /// allocation, and handed to the allocation's Shared by adopt().
+  explicit AccountingLink(rdmalib::Fabric &fabric) : fabric_(&fabric) {}
+  AccountingLink(const AccountingLink &) = delete;
+  AccountingLink &operator=(const AccountingLink &) = delete;
 
   /// Connect to the manager (ExecutorHello). Throws when it cannot or the
   /// manager refuses.
   void connect();
+  /// Connect while pooled, with the pooled executor's `secret`
+  /// (proto::kPooledExecutor): the manager binds the link to the allocation
+  /// the executor takes later, so that the link's set-up is off the cold
+  /// start's critical path. Throws when it cannot or the manager refuses.
+  void connect_pooled(const std::string &host, uint16_t port, uint32_t connect_ms,
+                      const proto::Token &secret);
+  /// The allocation this pooled link now serves (it must be on the same
+  /// fabric).
+  void adopt(Shared &s) { s_ = &s; }
   /// Where the fabric has atomics, wait for the manager's accounting record
-  /// (its BufferAdvertisement, sent right after it accepted). Apart from
-  /// connect(): it needs no new socket, so the seccomp filter need not wait
-  /// for it. Throws when it does not come.
+  /// (its BufferAdvertisement, sent right after it accepted, or, for a pooled
+  /// link, when it bound it). Apart from connect(): it needs no new socket,
+  /// so the seccomp filter need not wait for it. Throws when it does not
+  /// come.
   void await_record();
 
   /// Send what accumulated since the last flush. Returns false if the manager
@@ -353,9 +369,13 @@ public:
   void say_goodbye(proto::ErrorCode reason);
 
 private:
+  void open(const std::string &host, uint16_t port, uint32_t connect_ms,
+            const proto::ExecutorHello &hello);
+
   static constexpr uint32_t kRecvs = 4;
   static constexpr uint64_t kSendCtx = 99;
-  Shared &s_;
+  Shared *s_ = nullptr;
+  rdmalib::Fabric *fabric_;
   // Before conn_: they outlive the connection's close.
   rdmalib::Buffer<char> results_; // fetch_add results
   proto::ControlChannel ch_;

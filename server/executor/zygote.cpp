@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -26,6 +27,7 @@
 #include "executor/container_pool.hpp"
 #include "executor/executor.hpp"
 #include "executor/executor_pool.hpp"
+#include "executor/process.hpp"
 #include "executor/sandbox.hpp"
 #include "protocol/protocol.hpp"
 
@@ -42,13 +44,24 @@ constexpr uint32_t kFirstSpareInputSlots = 1;
 
 using Clock = std::chrono::steady_clock;
 
+/// A pooled executor's accounting link ahead of its allocation: where the
+/// manager listens, and the secret that pooled executor presents.
+struct PooledLinkTarget {
+  std::string host;
+  uint16_t port = 0;
+  uint32_t connect_ms = 0;
+  proto::Token secret;
+};
+
 /// The pooled executor's side: open the fabric and the endpoints of its links
 /// ahead of need, compile the seccomp filter when its allocations will want
-/// one (`seccomp`), say on `fd` whether opening ahead pays ('1') or not ('0'),
-/// then wait for a LaunchSpec (read until EOF) and serve it. EOF without a
-/// spec: the zygote dropped the spare.
+/// one (`seccomp`), connect its accounting link to the manager when `link`
+/// says where (with the secret in it, which is wiped here once presented),
+/// say on `fd` whether opening ahead pays ('1') or not ('0'), then wait for
+/// a LaunchSpec (read until EOF) and serve it. EOF without a spec: the zygote
+/// dropped the spare.
 int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots, bool seccomp,
-              bool in_container = false) {
+              PooledLinkTarget *link = nullptr, bool in_container = false) {
   // Before the fabric's thread that opens endpoints ahead exists.
   hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
@@ -76,6 +89,26 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
     if (!compile_seccomp(o, filter, why))
       spdlog::debug("spare executor: the seccomp filter is compiled at its allocation: {}", why);
   }
+  // Connected while nobody waits for it: the manager binds it to the
+  // allocation this executor takes, and the executor never connects on the
+  // cold start's critical path (where the seccomp filter goes in, that link
+  // had to be up before the sandbox was sealed). Failing here costs nothing:
+  // the executor then connects as any other does.
+  std::unique_ptr<AccountingLink> pooled_link;
+  if (link && fabric) {
+    try {
+      pooled_link = std::make_unique<AccountingLink>(*fabric);
+      pooled_link->connect_pooled(link->host, link->port, link->connect_ms, link->secret);
+      spdlog::debug("spare executor: accounting link connected ahead of its allocation");
+    } catch (const std::exception &e) {
+      spdlog::debug("spare executor: no accounting link ahead ({}); it connects at its allocation",
+                    e.what());
+      pooled_link.reset();
+    }
+  }
+  // Spent or refused: nothing the tenant's function could read later.
+  if (link)
+    explicit_bzero(link->secret.bytes, sizeof link->secret.bytes);
   // The zygote may have handed over a spec and closed its end before this
   // answer (an allocation that came while the endpoints were being opened):
   // the spec is still there to read, so a failed answer is not the end.
@@ -99,9 +132,11 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
   // The manager's device with its overrides is the zygote's; should they
   // ever differ, the fabric opened ahead is the wrong one.
   if (fabric && rdmalib::DeviceDatabase({spec.device}).to_json() !=
-                    rdmalib::DeviceDatabase({device}).to_json())
+                    rdmalib::DeviceDatabase({device}).to_json()) {
+    pooled_link.reset();
     fabric.reset();
-  return run_executor(spec, fabric.get(), &filter);
+  }
+  return run_executor(spec, fabric.get(), &filter, pooled_link.get());
 }
 
 /// Kinds whose executors start in containers rather than by fork.
@@ -112,8 +147,8 @@ bool in_containers(server::SandboxKind kind) {
 class Zygote {
 public:
   Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self,
-         const server::SandboxConfig &sandbox, size_t pool)
-      : device_(device), exec_each_(exec_each), self_(std::move(self)),
+         const server::SandboxConfig &sandbox, size_t pool, const ManagerAddress &manager)
+      : device_(device), exec_each_(exec_each), self_(std::move(self)), manager_(manager),
         sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)),
         pool_(exec_each || in_containers(sandbox.kind) ? 0 : pool) {
     if (in_containers(sandbox.kind))
@@ -286,8 +321,21 @@ private:
       return;
     }
     ExecutorCgroup cgroup = sandbox_.make_cgroup(next_cgroup_name());
+    // The secret its accounting link presents while pooled: made here, told
+    // to the manager, and wiped from the zygote's memory at once, so that no
+    // executor forked later (whose tenant may read its memory) inherits it.
+    PooledLinkTarget link;
+    const bool link_ahead =
+        manager_.port != 0 && ::getrandom(link.secret.bytes, sizeof link.secret.bytes, 0) ==
+                                  static_cast<ssize_t>(sizeof link.secret.bytes);
+    if (link_ahead) {
+      link.host = manager_.host;
+      link.port = manager_.port;
+      link.connect_ms = manager_.connect_ms;
+    }
     pid_t pid = ::fork();
     if (pid < 0) {
+      explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
       spdlog::warn("zygote: fork of a pooled executor: {}; no executor pool", std::strerror(errno));
       ::close(sv[0]);
       ::close(sv[1]);
@@ -308,9 +356,13 @@ private:
       // (LaunchSpec::seccomp).
       const auto &sc = sandbox_.config();
       _exit(run_spare(sv[1], device_, spare_input_slots_,
-                      sc.kind != server::SandboxKind::Process && sc.seccomp));
+                      sc.kind != server::SandboxKind::Process && sc.seccomp,
+                      link_ahead ? &link : nullptr));
     }
     ::close(sv[1]);
+    if (link_ahead)
+      emit_pooled(pid, link.secret);
+    explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
     cgroups_[pid] = std::move(cgroup);
     pool_.add(pid, sv[0]);
   }
@@ -384,6 +436,29 @@ private:
     return true;
   }
 
+  /// "pooled <pid> <secret in hex>": built and written from the stack, and
+  /// wiped, so that no copy of the secret stays in the zygote's heap.
+  void emit_pooled(pid_t pid, const proto::Token &secret) {
+    char line[64 + 2 * sizeof secret.bytes];
+    int n = std::snprintf(line, sizeof line, "pooled %ld ", static_cast<long>(pid));
+    for (size_t i = 0; i < sizeof secret.bytes && n > 0; ++i)
+      n += std::snprintf(line + n, sizeof line - static_cast<size_t>(n), "%02x", secret.bytes[i]);
+    if (n > 0 && static_cast<size_t>(n) + 1 < sizeof line) {
+      line[n++] = '\n';
+      for (int done = 0; done < n;) {
+        ssize_t w = ::write(1, line + done, static_cast<size_t>(n - done));
+        if (w < 0 && errno == EINTR)
+          continue;
+        if (w <= 0) {
+          spdlog::warn("zygote: cannot report the pooled executor {} to the manager", pid);
+          break;
+        }
+        done += static_cast<int>(w);
+      }
+    }
+    explicit_bzero(line, sizeof line);
+  }
+
   void emit(const std::string &line) {
     if (!write_all(1, line + "\n"))
       spdlog::warn("zygote: cannot report \"{}\" to the manager", line);
@@ -406,8 +481,11 @@ private:
         spdlog::warn("zygote: the pooled executor {} ended before use ({}); no executor pool", pid,
                      describe_status(status));
         pool_.stop(Clock::now());
+        emit("unpooled " + std::to_string(pid));
         continue;
       case ExecutorPool::Reaped::Dropped:
+        // Its link's secret, if it was never bound, is void from now on.
+        emit("unpooled " + std::to_string(pid));
         continue;
       case ExecutorPool::Reaped::Other:
         break;
@@ -554,6 +632,9 @@ private:
   rdmalib::DeviceConfig device_;
   bool exec_each_;
   std::string self_;
+  /// Where pooled executors connect their accounting links (no port: they
+  /// connect theirs at their allocation).
+  ManagerAddress manager_;
   sigset_t old_mask_;
   int sfd_ = -1;
   /// Allocations' executors (pooled ones once they took an allocation).
@@ -574,7 +655,8 @@ private:
 } // namespace
 
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
-               const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool) {
+               const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool,
+               const ManagerAddress &manager) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1)
     return 1; // the manager died before we armed the death signal
@@ -593,14 +675,14 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
       spdlog::warn("zygote: warming the fabric failed (executors will open it cold): {}", e.what());
     }
   }
-  return Zygote(warm_device, exec_each, self_exe, sandbox, pool).run();
+  return Zygote(warm_device, exec_each, self_exe, sandbox, pool, manager).run();
 }
 
 int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device) {
   prctl(PR_SET_NAME, "executor-spare");
   // A container's executor is sealed unless the operator turned the filter
   // off (then the compiled filter goes unused).
-  return run_spare(fd, device, kFirstSpareInputSlots, true, true);
+  return run_spare(fd, device, kFirstSpareInputSlots, true, nullptr, true);
 }
 
 int run_from_spec_fd(int fd) {

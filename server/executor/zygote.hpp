@@ -8,6 +8,8 @@
 //   manager -> zygote   spawn <bytes>\n<LaunchSpec text of that many bytes>
 //                       signal <allocation id> <signal number>\n
 //   zygote -> manager   ready <sandbox and pool description>\n
+//                       pooled <pid> <secret, hex>\n
+//                       unpooled <pid>\n
 //                       started <allocation id> <pid> [pooled]\n
 //                       failed <allocation id> <reason...>\n
 //                       exited <allocation id> <pid> <exit code | -signal>\n
@@ -27,24 +29,40 @@
 // fresh fork; the replacement is forked a little later. A pooled executor is
 // named "executor-spare" until it takes an allocation; it dies with the
 // zygote and is reaped without an "exited" line.
+//
+// While it waits, a pooled executor connects its accounting link to the
+// manager, presenting a random secret of its own ("pooled" line: the manager
+// accepts that secret once); "started ... pooled" tells the manager which
+// allocation that link now belongs to, and "unpooled" that a pooled executor
+// is gone before taking one (its secret is void).
 #pragma once
 
 #include <rdmalib/device.hpp>
 
 #include "common/sandbox_config.hpp"
 
+#include <cstdint>
 #include <string>
 
 namespace rfaas::executor_process {
+
+/// Where the manager listens for its executors' accounting links.
+struct ManagerAddress {
+  std::string host;
+  uint16_t port = 0; ///< 0: unknown; pooled executors connect at allocation
+  uint32_t connect_ms = 0;
+};
 
 /// Run the zygote loop until stdin closes. `warm_device` is opened once and
 /// closed to load and initialise the backend's providers before any fork;
 /// when `exec_each` is true every executor is started with execv() of
 /// `self_exe` instead (cold start, for comparison; no pool then). Every
 /// executor is confined as `sandbox` says (sandbox.hpp). `pool` executors
-/// are kept pre-started (0: none). Returns the exit code.
+/// are kept pre-started (0: none); each connects its accounting link to
+/// `manager` while it waits (port 0: not). Returns the exit code.
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
-               const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool);
+               const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool,
+               const ManagerAddress &manager);
 
 /// An executor started in a container (container_pool.hpp): open the
 /// fabric for `device`, say so with one byte on socket `fd`, then read a

@@ -156,6 +156,24 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     r = proto::decode(pd.data(), pd.size(), hello);
     if (!r)
       return refuse(proto::reply_code(r.error), "bad ExecutorHello: " + proto::describe(r));
+    if (hello.allocation_id == proto::kPooledExecutor) {
+      PooledLink *p = find_pooled_link(hello.secret);
+      if (!p) {
+        // The zygote's "pooled" line may still be in its pipe.
+        zygote_.read(0);
+        p = find_pooled_link(hello.secret);
+      }
+      if (!p)
+        return refuse(proto::ErrorCode::LeaseInvalid,
+                      "an executor presented an unknown or spent pooled secret");
+      rdmalib::ConnectionOptions opts = executor_link_options(cfg_.connect_ms);
+      p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.workers_connected_ms),
+                           opts);
+      p->connected = true;
+      spdlog::debug("pooled executor {}: accounting link connected ahead of its allocation",
+                    p->pid);
+      return;
+    }
     auto it = allocations_.find(hello.allocation_id);
     if (it == allocations_.end() || it->second->exec_connected ||
         !proto::equal(it->second->secret, hello.secret))
@@ -172,25 +190,7 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     copts.receives = kExecutorRecvs;
     a.exec_channel = proto::ControlChannel(fabric_, a.exec_conn, copts);
     a.exec_connected = true;
-    if (a.has_record) {
-      a.exec_conn.attach(a.record.region());
-      proto::BufferAdvertisement adv;
-      adv.descriptor.buffer = a.record.remote();
-      adv.descriptor.worker = proto::kAllWorkers;
-      adv.descriptor.slots = 1;
-      adv.descriptor.slot_size = sizeof(proto::AccountingCounters);
-      // Posted, not waited for: a link whose peer never reads would stall
-      // the whole loop. poll_executors() reaps the completion (and reports a
-      // failure).
-      if (a.exec_channel.post(adv) != proto::ChannelStatus::Ok)
-        spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
-                     a.exec_channel.last_error());
-    }
-    if (a.lease_end_untold && !tell_lease_ended(a)) {
-      // It cannot be told: end it now rather than after its grace period.
-      a.term_at = Clock::now();
-      a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
-    }
+    executor_linked(a);
     spdlog::debug("allocation {:x}: executor connected", a.id);
     return;
   }
@@ -198,6 +198,68 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
                            proto::to_string(h.type) + " as private data",
                        Clock::now());
   req.reject();
+}
+
+void Manager::executor_linked(Allocation &a) {
+  if (a.has_record) {
+    a.exec_conn.attach(a.record.region());
+    proto::BufferAdvertisement adv;
+    adv.descriptor.buffer = a.record.remote();
+    adv.descriptor.worker = proto::kAllWorkers;
+    adv.descriptor.slots = 1;
+    adv.descriptor.slot_size = sizeof(proto::AccountingCounters);
+    // Posted, not waited for: a link whose peer never reads would stall
+    // the whole loop. poll_executors() reaps the completion (and reports a
+    // failure).
+    if (a.exec_channel.post(adv) != proto::ChannelStatus::Ok)
+      spdlog::warn("allocation {:x}: cannot advertise the accounting record: {}", a.id,
+                   a.exec_channel.last_error());
+  }
+  if (a.lease_end_untold && !tell_lease_ended(a)) {
+    // It cannot be told: end it now rather than after its grace period.
+    a.term_at = Clock::now();
+    a.kill_at = a.term_at + milliseconds(cfg_.shutdown_grace_ms);
+  }
+}
+
+Manager::PooledLink *Manager::find_pooled_link(const proto::Token &secret) {
+  // Every entry is compared, in constant time each: the time taken says
+  // nothing of which secret came close.
+  PooledLink *found = nullptr;
+  for (auto &kv : pooled_links_)
+    if (proto::equal(kv.second->secret, secret) && !kv.second->connected)
+      found = kv.second.get();
+  return found;
+}
+
+void Manager::bind_pooled_link(Allocation &a, pid_t pid) {
+  auto it = pooled_links_.find(pid);
+  if (it == pooled_links_.end())
+    return;
+  // Out of the table first: whatever happens next, the secret is spent.
+  std::unique_ptr<PooledLink> p = std::move(it->second);
+  pooled_links_.erase(it);
+  // Not connected (the executor's attempt failed): it connects as any
+  // executor does, with the allocation's secret.
+  if (!p->connected || a.exec_connected)
+    return;
+  try {
+    a.exec_conn = std::move(p->conn);
+    proto::ControlOptions copts;
+    copts.receives = kExecutorRecvs;
+    a.exec_channel = proto::ControlChannel(fabric_, a.exec_conn, copts);
+  } catch (const std::exception &e) {
+    spdlog::warn("allocation {:x}: cannot take over its pooled executor's accounting link: {}",
+                 a.id, e.what());
+    a.exec_conn.close();
+    return;
+  }
+  a.exec_connected = true;
+  ++links_ahead_;
+  executor_linked(a);
+  spdlog::debug("allocation {:x}: bound the accounting link its pooled executor {} connected "
+                "ahead",
+                a.id, pid);
 }
 
 void Manager::reply(Client &c, proto::ErrorCode status, uint64_t id, uint32_t workers,

@@ -18,6 +18,8 @@ void Manager::executor_event(const ZygoteEvent &e) {
         kv.second->exit_code = -SIGKILL;
         kv.second->exited_at = Clock::now();
       }
+    // Its pooled executors died with it: their secrets are void.
+    pooled_links_.clear();
     try {
       zygote_.start(milliseconds(cfg_.executor_start_ms));
     } catch (const std::exception &ex) {
@@ -25,7 +27,20 @@ void Manager::executor_event(const ZygoteEvent &e) {
     }
     return;
   }
+  if (e.kind == ZygoteEvent::Kind::Pooled) {
+    auto p = std::make_unique<PooledLink>();
+    p->pid = e.pid;
+    p->secret = e.secret;
+    pooled_links_[e.pid] = std::move(p);
+    return;
+  }
+  if (e.kind == ZygoteEvent::Kind::Unpooled) {
+    pooled_links_.erase(e.pid);
+    return;
+  }
   auto it = allocations_.find(e.allocation);
+  if (e.kind == ZygoteEvent::Kind::Started && e.pooled && it == allocations_.end())
+    pooled_links_.erase(e.pid); // its allocation is gone already: the secret is spent
   if (e.kind == ZygoteEvent::Kind::Failed)
     spdlog::error("zygote could not start the executor of allocation {:x}: {}", e.allocation,
                   e.reason);
@@ -38,6 +53,11 @@ void Manager::executor_event(const ZygoteEvent &e) {
     a.pooled = e.pooled;
     ++executors_started_;
     executors_pooled_ += e.pooled ? 1 : 0;
+    // Its pooled link is bound once the client has its answer
+    // (handle_allocation_request): binding registers and posts, which the
+    // answer need not wait for. An allocation given up already never will.
+    if (e.pooled && (a.client_gone || a.exited))
+      pooled_links_.erase(e.pid);
     break;
   case ZygoteEvent::Kind::Failed:
     a.exited = true;
@@ -46,11 +66,14 @@ void Manager::executor_event(const ZygoteEvent &e) {
     a.pid = 0;
     break;
   case ZygoteEvent::Kind::Exited:
+    pooled_links_.erase(e.pid);
     a.exited = true;
     a.exit_code = e.code;
     a.exited_at = Clock::now();
     break;
   case ZygoteEvent::Kind::Died:
+  case ZygoteEvent::Kind::Pooled:
+  case ZygoteEvent::Kind::Unpooled:
     break;
   }
 }

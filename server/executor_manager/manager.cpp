@@ -81,6 +81,10 @@ Manager::Manager(ManagerConfig config, rdmalib::DeviceConfig device, std::string
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  // Pooled executors connect their accounting links while they wait: off
+  // the cold start's critical path (docs/runtime.md, "The executor pool").
+  zygote_.pool_links_to(listener_.address().host_text(), listener_.address().port,
+                        cfg_.workers_connected_ms);
   zygote_.start(milliseconds(cfg_.executor_start_ms));
   if (cfg_.sandbox.kind == server::SandboxKind::Process)
     spdlog::warn("executor.sandbox is \"process\": every client's functions run as this "
@@ -185,8 +189,9 @@ int Manager::run() {
   }
   if (rm_)
     rm_->close();
-  spdlog::info("stopping: ending {} allocation(s); {} of {} executor(s) came from the pool",
-               allocations_.size(), executors_pooled_, executors_started_);
+  spdlog::info("stopping: ending {} allocation(s); {} of {} executor(s) came from the pool, {} "
+               "with their accounting link connected ahead",
+               allocations_.size(), executors_pooled_, executors_started_, links_ahead_);
   for (auto &kv : allocations_)
     signal_executor(*kv.second, SIGTERM);
   auto deadline = Clock::now() + milliseconds(cfg_.shutdown_grace_ms);

@@ -65,6 +65,7 @@ private:
   using Clock = std::chrono::steady_clock;
   struct Client;
   struct Allocation;
+  struct PooledLink;
 
   /// A report of the zygote about an executor (executors.cpp).
   void executor_event(const ZygoteEvent &e);
@@ -103,6 +104,16 @@ private:
   /// told (the link failed or is gone): end it without a grace period.
   bool tell_lease_ended(Allocation &a);
   void signal_executor(Allocation &a, int sig);
+  /// Its executor's accounting link is up (accepted, or bound from the
+  /// pool): advertise the accounting record, tell it a lease end it missed.
+  void executor_linked(Allocation &a);
+  /// A pooled executor's link presenting `secret`, not yet connected; null
+  /// when no pooled executor has that secret (forged, or spent).
+  PooledLink *find_pooled_link(const protocol::Token &secret);
+  /// The zygote gave the pooled executor `pid` to `a` ("started ...
+  /// pooled") and the client has its answer: the link it connected while
+  /// pooled now serves `a`, and its secret is spent.
+  void bind_pooled_link(Allocation &a, pid_t pid);
 
   ManagerConfig cfg_;
   rdmalib::DeviceConfig device_;
@@ -125,6 +136,12 @@ private:
   /// Executors started, and how many of them came from the zygote's pool
   /// (logged when the manager stops).
   uint64_t executors_started_ = 0, executors_pooled_ = 0;
+  /// Pooled executors' accounting links, connected (or awaited) before
+  /// their allocation, by pid (executor_pool in docs/runtime.md).
+  std::map<pid_t, std::unique_ptr<PooledLink>> pooled_links_;
+  /// Allocations whose accounting link was connected while their executor
+  /// was pooled (logged when the manager stops).
+  uint64_t links_ahead_ = 0;
 
   // With a resource manager (resource_manager.enabled) only.
   std::unique_ptr<RmLink> rm_;

@@ -60,6 +60,15 @@ struct Manager::Client {
   bool closed = false;
 };
 
+/// A pooled executor's accounting link, before it has an allocation.
+struct Manager::PooledLink {
+  pid_t pid = -1;
+  /// What its ExecutorHello (kPooledExecutor) must present, once.
+  proto::Token secret;
+  bool connected = false;
+  rdmalib::Connection conn;
+};
+
 struct Manager::Allocation {
   uint64_t id = 0;
   uint64_t lease_id = 0; // 0 in standalone mode

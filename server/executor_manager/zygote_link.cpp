@@ -11,6 +11,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -44,6 +45,8 @@ void ZygoteLink::start(milliseconds ready_within) {
   std::string box = sandbox_.serialize();
   std::string box_hex = server::to_hex(box.data(), box.size());
   std::string pool = std::to_string(fork_from_zygote_ ? pool_ : 0);
+  std::string link_host = link_host_, link_port = std::to_string(link_port_),
+              link_ms = std::to_string(link_connect_ms_);
   pid_t pid = fork();
   if (pid < 0)
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -54,8 +57,16 @@ void ZygoteLink::start(milliseconds ready_within) {
     dup2(to_child[0], 0);
     dup2(from_child[1], 1);
     const char *mode = fork_from_zygote_ ? nullptr : "--exec-each";
-    execl(executor_.c_str(), "executor", "--zygote", "--device", hex.c_str(), "--sandbox",
-          box_hex.c_str(), "--pool", pool.c_str(), mode, static_cast<char *>(nullptr));
+    std::vector<const char *> argv = {"executor",  "--zygote",      "--device", hex.c_str(),
+                                      "--sandbox", box_hex.c_str(), "--pool",   pool.c_str()};
+    if (link_port_ != 0) {
+      argv.insert(argv.end(), {"--manager-host", link_host.c_str(), "--manager-port",
+                               link_port.c_str(), "--connect-ms", link_ms.c_str()});
+    }
+    if (mode)
+      argv.push_back(mode);
+    argv.push_back(nullptr);
+    execv(executor_.c_str(), const_cast<char *const *>(argv.data()));
     std::fprintf(stderr, "executor_manager: cannot execute %s: %s\n", executor_.c_str(),
                  std::strerror(errno));
     _exit(127);
@@ -173,6 +184,19 @@ void ZygoteLink::event_line(const std::string &line) {
   } else if (what == "exited") {
     e.kind = ZygoteEvent::Kind::Exited;
     in >> e.pid >> e.code;
+  } else if (what == "pooled" || what == "unpooled") {
+    // "pooled <pid> <secret>", "unpooled <pid>": no allocation in them.
+    e.kind = what == "pooled" ? ZygoteEvent::Kind::Pooled : ZygoteEvent::Kind::Unpooled;
+    e.pid = static_cast<pid_t>(e.allocation);
+    e.allocation = 0;
+    if (e.kind == ZygoteEvent::Kind::Pooled) {
+      std::string hex;
+      in >> hex;
+      if (!server::from_hex(hex, e.secret.bytes, sizeof e.secret.bytes)) {
+        spdlog::warn("zygote: a pooled executor's line without a secret");
+        return;
+      }
+    }
   } else {
     spdlog::warn("zygote said something unexpected: \"{}\"", line);
     return;

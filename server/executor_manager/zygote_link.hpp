@@ -18,16 +18,19 @@
 #include <rdmalib/device.hpp>
 
 #include "common/sandbox_config.hpp"
+#include "protocol/protocol.hpp"
 
 namespace rfaas::manager {
 
 /// One report of the zygote about one allocation's executor.
 struct ZygoteEvent {
   enum class Kind {
-    Started, ///< `pid` runs the allocation's executor
-    Failed,  ///< it could not be started: `reason`
-    Exited,  ///< it ended with `code` (exit code, or -signal number)
-    Died,    ///< the zygote itself died, and every executor with it
+    Started,  ///< `pid` runs the allocation's executor
+    Failed,   ///< it could not be started: `reason`
+    Exited,   ///< it ended with `code` (exit code, or -signal number)
+    Died,     ///< the zygote itself died, and every executor with it
+    Pooled,   ///< `pid` waits in the pool; its link presents `secret`
+    Unpooled, ///< the pooled `pid` is gone before it took an allocation
   };
   Kind kind = Kind::Started;
   uint64_t allocation = 0;
@@ -36,6 +39,8 @@ struct ZygoteEvent {
   bool pooled = false;
   long code = 0;
   std::string reason;
+  /// Pooled: the secret that executor's accounting link presents.
+  protocol::Token secret;
 };
 
 class ZygoteLink {
@@ -52,6 +57,15 @@ public:
   ~ZygoteLink();
   ZygoteLink(const ZygoteLink &) = delete;
   ZygoteLink &operator=(const ZygoteLink &) = delete;
+
+  /// Have pooled executors connect their accounting links to the manager at
+  /// `host`:`port` while they wait (deadline `connect_ms`), from the next
+  /// start() on. Without it they connect theirs at their allocation.
+  void pool_links_to(std::string host, uint16_t port, uint32_t connect_ms) {
+    link_host_ = std::move(host);
+    link_port_ = port;
+    link_connect_ms_ = connect_ms;
+  }
 
   /// Start the zygote and wait up to `ready_within` for it to have loaded the
   /// backend. Throws std::runtime_error naming the binary and the cause.
@@ -83,6 +97,9 @@ private:
   bool fork_from_zygote_;
   server::SandboxConfig sandbox_;
   uint32_t pool_;
+  std::string link_host_;
+  uint16_t link_port_ = 0;
+  uint32_t link_connect_ms_ = 0;
   Handler on_event_;
   pid_t pid_ = -1;
   int in_ = -1;  // commands to the zygote

@@ -3,10 +3,12 @@
 # (executor.pool = 1, the shipped sandbox or SANDBOX): the allocations must
 # take pooled executors, each one's accounting must reach the manager (an
 # executor without the seccomp filter connects its accounting link only after
-# its first invocation, or as it ends: docs/runtime.md, step 3), a pooled
-# executor with the filter must install the one it compiled while it waited
-# (docs/runtime.md, "Sealing the sandbox"), and the benchmark must print and
-# write every phase of the cold start, and the slowest allocations' phases.
+# its first invocation, or as it ends: docs/runtime.md, step 3), each pooled
+# executor must have connected its accounting link while it waited, before
+# its allocation, a pooled executor with the filter must install the one it
+# compiled while it waited (docs/runtime.md, "Sealing the sandbox"), and the
+# benchmark must print and write every phase of the cold start, and the
+# slowest allocations' phases.
 # No figure is judged.
 #
 #   cold_pool.sh MANAGER BENCHMARK LIBRARY DEVICE [SANDBOX]
@@ -77,6 +79,20 @@ first=$(grep -m1 ', executor pid [0-9]*' "$tmp/manager.log")
 ((pooled * 2 > reps)) || fail "only $pooled of $reps allocations took a pooled executor"
 grep -q "$pooled of $total executor(s) came from the pool" "$tmp/manager.log" ||
   fail "the manager's count of pooled executors disagrees with its allocation lines"
+# Every pooled executor brought the accounting link it connected while it
+# waited, before its allocation existed (docs/runtime.md, "The executor pool").
+ahead=$(grep -c 'bound the accounting link its pooled executor [0-9]* connected ahead' \
+  "$tmp/manager.log")
+((ahead == pooled)) ||
+  fail "$ahead of $pooled pooled executors brought an accounting link connected ahead"
+grep -q "came from the pool, $ahead with their accounting link connected ahead" \
+  "$tmp/manager.log" || fail "the manager's count of links connected ahead disagrees"
+first_pid=$(sed -n 's/.*, executor pid \([0-9]*\) (pooled).*/\1/p' "$tmp/manager.log" | head -1)
+linked_at=$(grep -n -m1 "pooled executor $first_pid: accounting link connected ahead" \
+  "$tmp/manager.log" | cut -d: -f1)
+allocated_at=$(grep -n -m1 ", executor pid $first_pid (pooled)" "$tmp/manager.log" | cut -d: -f1)
+[[ -n $linked_at && -n $allocated_at ]] && ((linked_at < allocated_at)) ||
+  fail "the first pooled executor ($first_pid) did not connect its link before its allocation"
 # Every kind but process installs the filter; the first executor was pooled.
 if [[ ${sandbox:-namespaces} != process ]]; then
   sealed=$(grep -m1 'seccomp filter installed' "$tmp/manager.log")

@@ -58,25 +58,7 @@ allocations_ended() {
   fail "$STARTED allocation(s) started, $ENDED ended"
 }
 
-CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
-cat >"$WORK/manager.json" <<JSON
-{
-  "device_database": "$DEVICES",
-  "device": "$DEVICE",
-  "listen": { "port": 0 },
-  "resources": { "cores": "$CORES", "memory_mib": 1024, "max_allocations": 4 },
-  "deadlines_ms": { "shutdown_grace": 1000, "connect": 500 },
-  "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500,
-                 "stats_interval_s": 1 }
-}
-JSON
-start_manager "$WORK/manager.err" 20 "$MANAGER" --config "$WORK/manager.json" \
-  --skip-resource-manager
-MPID=$manager_pid
-[ -n "$manager_address" ] || fail "no readiness line within 20 s"
-LINE=$manager_line
-ADDRESS=$manager_address
-echo "hostile: $LINE"
+start_probe_manager hostile ', "stats_interval_s": 1'
 
 # Baseline: after one lease, so that what the first lease allocates for good
 # (zygote pipes, provider pools) is part of it.
@@ -159,7 +141,7 @@ alive
 # Half-open: raw TCP connections that never say anything (IP providers).
 RAW=()
 HOST=${ADDRESS%:*} PORT=${ADDRESS##*:}
-PROVIDER=$(echo "$LINE" | awk '{print $4}')
+PROVIDER=$(echo "$manager_line" | awk '{print $4}')
 if [ "$PROVIDER" != shm ] && [[ "$HOST" =~ ^[0-9.]+$ ]]; then
   for _ in $(seq 50); do
     exec {fd}<>"/dev/tcp/$HOST/$PORT" && RAW+=("$fd")

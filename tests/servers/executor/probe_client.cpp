@@ -13,14 +13,13 @@
 // function gives FunctionCrashed and the executor ends), "pipeline" (every
 // input slot of a worker busy at once), "disconnect" (the
 // client vanishes mid-lease), "busy-disconnect" (it vanishes while a
-// 20 s function runs), "hostile" (malformed hellos and requests to the
-// manager first), "oversized" (a request longer than the manager's receive,
-// then a normal lease), "all" (hostile, latency, pipeline, errors, then crash),
-// "attack" (hostile, random messages, peers vanishing at each setup step; no
-// lease), "flood" (--flood N idle connections: a valid hello,
-// then nothing; held until stdin closes, no lease), "killed-requester" (a
-// request the manager refuses, then SIGKILL before the answer: the answer goes
-// to a dead process), "refused" (one request for 200 cores, answered
+// 20 s function runs), "hostile" (malformed hellos, a pooled executor's
+// hello with a forged secret, and requests to the manager first), "oversized" (a request longer
+// than the manager's receive, then a normal lease), "all" (hostile, latency, pipeline, errors, then
+// crash), "attack" (hostile, random messages, peers vanishing at each setup step; no lease),
+// "flood" (--flood N idle connections: a valid hello, then nothing; held until stdin closes, no
+// lease), "killed-requester" (a request the manager refuses, then SIGKILL before the answer: the
+// answer goes to a dead process), "refused" (one request for 200 cores, answered
 // resources_unavailable; prints how long it took from the start),
 // "self-address" (--rounds N requests naming the manager's own listener as
 // the client's, each followed at once by a disconnect; no lease).
@@ -166,6 +165,33 @@ public:
         refused = true;
       }
       check(refused, "garbage hello -> refused");
+    }
+    // A pooled executor's hello with a secret no pooled executor was given
+    // (random, or all zero): refused lease_invalid, never taken for a pooled
+    // executor's link (whose allocation it would then account for).
+    {
+      std::random_device rd;
+      for (bool zero : {false, true}) {
+        proto::ExecutorHello eh;
+        eh.allocation_id = proto::kPooledExecutor;
+        for (auto &b : eh.secret.bytes)
+          b = zero ? 0 : static_cast<uint8_t>(rd());
+        uint8_t eb[sizeof eh];
+        proto::encode(eh, eb, sizeof eb);
+        bool refused = false;
+        try {
+          auto c = rdmalib::Connection::connect(fabric_, rdmalib::Address::parse(o_.manager), eb,
+                                                sizeof eb, milliseconds(5000));
+          proto::ConnectReply reply;
+          auto &pd = c.peer_private_data();
+          refused = proto::decode(pd.data(), pd.size(), reply).ok() &&
+                    reply.status == proto::ErrorCode::LeaseInvalid;
+        } catch (const rdmalib::Error &) {
+          refused = true;
+        }
+        check(refused, std::string("pooled executor's hello with a forged ") +
+                           (zero ? "(zero) " : "") + "secret -> lease_invalid");
+      }
     }
     // A malformed request, then one asking for too much.
     hb[4] = static_cast<uint8_t>(proto::kVersion);

@@ -45,24 +45,7 @@ probe() {
     --library "$LIBRARY" "$@"
 }
 
-CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
-cat >"$WORK/manager.json" <<JSON
-{
-  "device_database": "$DEVICES",
-  "device": "$DEVICE",
-  "listen": { "port": 0 },
-  "resources": { "cores": "$CORES", "memory_mib": 1024, "max_allocations": 4 },
-  "deadlines_ms": { "shutdown_grace": 1000, "connect": 500 },
-  "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500 }
-}
-JSON
-start_manager "$WORK/manager.err" 20 "$MANAGER" --config "$WORK/manager.json" \
-  --skip-resource-manager
-MPID=$manager_pid
-[ -n "$manager_address" ] || fail "no readiness line within 20 s"
-LINE=$manager_line
-ADDRESS=$manager_address
-echo "self-address: $LINE"
+start_probe_manager self-address
 
 T0=$(date +%s%N)
 for round in $(seq "$ROUNDS"); do

@@ -169,7 +169,7 @@ struct StallingDriver final : LoopDriver {
 };
 
 /// A fabric side with nothing to wake the loop: only a task can.
-struct SilentDriver final : LoopDriver {
+struct SilentDriver : LoopDriver {
   std::atomic<int> sleeps{0};
   bool poll(Registry &) override { return false; }
   void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
@@ -238,8 +238,7 @@ namespace {
 
 /// A fabric side that stores one accounting report in its first pass, as
 /// FabricServer does (a batch per pass), and then has nothing to do.
-struct ReportingDriver final : LoopDriver {
-  std::atomic<int> sleeps{0};
+struct ReportingDriver final : SilentDriver {
   bool reported = false;
   bool poll(Registry &r) override {
     r.store().begin_batch();
@@ -250,12 +249,6 @@ struct ReportingDriver final : LoopDriver {
     r.store().commit_batch();
     return false;
   }
-  void deliver(const std::vector<LeaseEnded> &, Registry &) override {}
-  int prepare_wait(std::vector<int> &) override {
-    ++sleeps;
-    return -1;
-  }
-  void stop(Registry &) override {}
 };
 
 } // namespace
