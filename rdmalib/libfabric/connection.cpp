@@ -339,6 +339,39 @@ bool ConnectionImpl::wait_internal_shared(Queue q, fi_cq_data_entry &out, const 
   return false;
 }
 
+void ConnectionImpl::confirm_answer(uint64_t nonce, const Deadline &dl) {
+  lf::HandshakeMessage m{};
+  m.magic = lf::kHandshakeMagic;
+  m.version = lf::kHandshakeVersion;
+  m.type = lf::HsConfirm;
+  m.nonce = nonce;
+  m.link = link_id;
+  // Slot 0 carried the hello, whose completion may still be unread.
+  uint8_t *buf = ctl_send(1);
+  ctl_send_next = 2;
+  std::memcpy(buf, &m, sizeof m);
+  lf::OpSlot *s = take_slot(0, OpKind::Send, true);
+  if (!s)
+    throw Error(ErrorKind::Backend,
+                "rdmalib: no slot to confirm the handshake to " + remote.to_string());
+  // To the server's link alone (its id, no pool bit): it waits for this
+  // before it sends anything, so its first message finds the server's
+  // address in this process's address vector.
+  ssize_t r;
+  do {
+    r = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+    if (r == -FI_EAGAIN)
+      drive();
+  } while (r == -FI_EAGAIN && !dl.passed());
+  if (r) {
+    put_slot(s);
+    throw Error(r == -FI_EAGAIN ? ErrorKind::Timeout : ErrorKind::Backend,
+                "rdmalib: confirming the handshake to " + remote.to_string() + ": " +
+                    (r == -FI_EAGAIN ? std::string("the provider kept refusing the send")
+                                     : std::string(fi_strerror(static_cast<int>(-r)))));
+  }
+}
+
 void ConnectionImpl::close_shared() noexcept {
   // A link this side ended (the peer overran a receive) still has a live
   // peer, which must learn that the link is gone.
@@ -1044,6 +1077,8 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
       break;
     }
+    if (c->sh)
+      c->confirm_answer(hello.nonce, dl);
     // The server's link endpoint sent its command before the answer could
     // arrive, and no other peer writes to this endpoint.
     c->connreq_guard.reset();

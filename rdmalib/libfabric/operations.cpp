@@ -536,6 +536,70 @@ bool ConnectionImpl::retry_answer() noexcept {
 
 // ---- the shared endpoint --------------------------------------------------
 
+void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::time_point until) {
+  lf::OpSlot *s = take_slot(0, OpKind::Recv, true);
+  if (!s)
+    throw Error(ErrorKind::Backend, "rdmalib: no slot to receive the handshake confirmation");
+  s->buf = ctl_recv(0);
+  s->cap = sizeof(lf::HandshakeMessage);
+  confirm_slot = s;
+  confirm_nonce = nonce;
+  confirm_deadline = until;
+  awaiting_confirm = true;
+  // Tagged with this link's id alone, as the client's answer receive, and
+  // directed at the peer: a message from anyone else does not match it.
+  ssize_t r;
+  Deadline dl(std::chrono::milliseconds(1000));
+  do {
+    r = fi_trecv(ep.get(), s->buf, s->cap, ctl_desc(), peer, link_id, 0, s);
+    if (r == -FI_EAGAIN)
+      drive();
+  } while (r == -FI_EAGAIN && !dl.passed());
+  if (r) {
+    confirm_slot = nullptr;
+    awaiting_confirm = false;
+    put_slot(s);
+    lf::throw_fi("posting the receive of the handshake confirmation", static_cast<int>(r));
+  }
+}
+
+Status ConnectionImpl::check_confirm() noexcept {
+  {
+    std::lock_guard<std::mutex> g(sh->m);
+    if (!confirm_seen) {
+      // Not while another thread sleeps in the queue (block_shared): it
+      // routes what it reads.
+      if (!sh->reading[1])
+        pull_locked(Queue::Recv);
+      if (!confirm_seen) {
+        if (std::chrono::steady_clock::now() < confirm_deadline && !peer_closed)
+          return Status::Again;
+        set_error("the peer %s did not confirm the handshake in time: nothing was sent to it",
+                  remote.to_string().c_str());
+        peer_closed = true;
+        ended_here = true;
+        return Status::Closed;
+      }
+    }
+  }
+  // Seen: the slot is this link's again (no completion of it is outstanding).
+  awaiting_confirm = false;
+  lf::HandshakeMessage m;
+  std::memcpy(&m, confirm_slot->buf, sizeof m);
+  const int err = confirm_err;
+  put_slot(confirm_slot);
+  confirm_slot = nullptr;
+  if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm ||
+      m.nonce != confirm_nonce) {
+    set_error("the handshake confirmation of %s %s", remote.to_string().c_str(),
+              err ? fi_strerror(err) : "was malformed");
+    peer_closed = true;
+    ended_here = true;
+    return Status::Closed;
+  }
+  return Status::Ok;
+}
+
 void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept {
   if (q == Queue::Recv && rc.e.op_context &&
       static_cast<const lf::OpSlot *>(rc.e.op_context)->pool) {
@@ -550,6 +614,12 @@ void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept
     if (it == sh->links.end())
       return;
     owner = it->second;
+  }
+  if (q == Queue::Recv && owner->confirm_slot && rc.e.op_context == owner->confirm_slot) {
+    // The peer's handshake confirmation: its owner reads it (check_confirm).
+    owner->confirm_seen = true;
+    owner->confirm_err = rc.err;
+    return;
   }
   if (q == Queue::Recv) {
     // A large message's receive is directed at the owner's peer; a
