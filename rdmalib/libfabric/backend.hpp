@@ -182,6 +182,7 @@ struct OpSlot {
   bool internal = false;  // completion is rdmalib's own; do not report it
   bool rx = false;        // a slot of the receive pool
   bool pool = false;      // a receive of the shared endpoint's pool (SharedRdm::pool)
+  bool confirm = false;   // the receive of the peer's HsConfirm (ConnectionImpl::expect_confirm)
   uint32_t next_free = 0; // free list, or a link's queue of posted receives
   uint32_t link = 0;      // the owning link's id on a shared endpoint
   void *desc = nullptr;   // pooled receives: the caller's descriptor (a large message's receive)
@@ -592,9 +593,15 @@ struct ConnectionImpl final : LinkCore {
   // (route_pooled_locked) must drop such a message: it cannot be told from a
   // stranger's. The confirmation is received into ctl_recv(0) with a
   // receive directed at the peer, so that nobody else can give it.
-  bool awaiting_confirm = false; // the owner's: every transmit waits while set
-  bool confirm_seen = false;     // under sh->m: the confirmation's receive completed
-  int confirm_err = 0;           // under sh->m: its error, if it failed
+  // A message from the peer through the pool (its source checked) is as
+  // good: the peer could only send it once it held this side's address. A
+  // server that answers only once its client spoke (the resource manager)
+  // then never waits, whatever the client does with the confirmation.
+  bool awaiting_confirm = false;  // the owner's: every transmit waits while set
+  bool confirm_seen = false;      // under sh->m: the confirmation's receive completed
+  bool peer_spoke = false;        // under sh->m: a message of the peer reached the link
+  bool confirm_abandoned = false; // under sh->m: the owner stopped waiting for it (peer_spoke)
+  int confirm_err = 0;            // under sh->m: its error, if it failed
   lf::OpSlot *confirm_slot = nullptr;
   uint64_t confirm_nonce = 0;
   std::chrono::steady_clock::time_point confirm_deadline;

@@ -542,6 +542,7 @@ void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::t
     throw Error(ErrorKind::Backend, "rdmalib: no slot to receive the handshake confirmation");
   s->buf = ctl_recv(0);
   s->cap = sizeof(lf::HandshakeMessage);
+  s->confirm = true;
   confirm_slot = s;
   confirm_nonce = nonce;
   confirm_deadline = until;
@@ -558,6 +559,7 @@ void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::t
   if (r) {
     confirm_slot = nullptr;
     awaiting_confirm = false;
+    s->confirm = false;
     put_slot(s);
     lf::throw_fi("posting the receive of the handshake confirmation", static_cast<int>(r));
   }
@@ -566,20 +568,27 @@ void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::t
 Status ConnectionImpl::check_confirm() noexcept {
   {
     std::lock_guard<std::mutex> g(sh->m);
-    if (!confirm_seen) {
+    if (!confirm_seen && !peer_spoke) {
       // Not while another thread sleeps in the queue (block_shared): it
       // routes what it reads.
       if (!sh->reading[1])
         pull_locked(Queue::Recv);
-      if (!confirm_seen) {
-        if (std::chrono::steady_clock::now() < confirm_deadline && !peer_closed)
-          return Status::Again;
-        set_error("the peer %s did not confirm the handshake in time: nothing was sent to it",
-                  remote.to_string().c_str());
-        peer_closed = true;
-        ended_here = true;
-        return Status::Closed;
-      }
+    }
+    if (!confirm_seen && peer_spoke) {
+      // The receive stays posted; its completion, if any, goes to convert.
+      confirm_abandoned = true;
+      awaiting_confirm = false;
+      confirm_slot = nullptr;
+      return Status::Ok;
+    }
+    if (!confirm_seen) {
+      if (std::chrono::steady_clock::now() < confirm_deadline && !peer_closed)
+        return Status::Again;
+      set_error("the peer %s did not confirm the handshake in time: nothing was sent to it",
+                remote.to_string().c_str());
+      peer_closed = true;
+      ended_here = true;
+      return Status::Closed;
     }
   }
   // Seen: the slot is this link's again (no completion of it is outstanding).
@@ -587,6 +596,7 @@ Status ConnectionImpl::check_confirm() noexcept {
   lf::HandshakeMessage m;
   std::memcpy(&m, confirm_slot->buf, sizeof m);
   const int err = confirm_err;
+  confirm_slot->confirm = false;
   put_slot(confirm_slot);
   confirm_slot = nullptr;
   if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm ||
@@ -615,10 +625,16 @@ void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept
       return;
     owner = it->second;
   }
-  if (q == Queue::Recv && owner->confirm_slot && rc.e.op_context == owner->confirm_slot) {
-    // The peer's handshake confirmation: its owner reads it (check_confirm).
+  if (q == Queue::Recv && rc.e.op_context && static_cast<lf::OpSlot *>(rc.e.op_context)->confirm) {
+    // The peer's handshake confirmation: its owner reads it (check_confirm),
+    // or, when it no longer waits for it, gives the slot back as any
+    // internal receive's (convert).
     owner->confirm_seen = true;
     owner->confirm_err = rc.err;
+    if (owner->confirm_abandoned) {
+      static_cast<lf::OpSlot *>(rc.e.op_context)->confirm = false;
+      owner->push_recv_locked(rc);
+    }
     return;
   }
   if (q == Queue::Recv) {
@@ -855,6 +871,7 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
   } else if (it != S.links.end()) {
     ConnectionImpl *owner = it->second;
     if (!rc.err) {
+      owner->peer_spoke = true;
       owner->deliver_locked(static_cast<const uint8_t *>(p->buf), rc.e.len);
     } else if (owner->posted_head != UINT32_MAX) {
       // A message the pool could not hold (longer than kPoolMessage: the

@@ -493,6 +493,22 @@ int serve() {
   if (!log.saw("is not that link's peer"))
     return fail("no forged message reached the victim, but none was logged as dropped either");
 
+  // The attacker never confirmed the handshake (HsConfirm), but its marker
+  // came from it through the pool: the server may answer it at once (a
+  // server that waited for the confirmation here would stall for its post
+  // deadline on every such peer).
+  {
+    const auto t0 = Clock::now();
+    const rdmalib::Status st = aops.send(ain.local_bytes(0, kLen), 99);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    if (st != rdmalib::Status::Ok)
+      return fail(std::string("the server's answer to a peer that spoke without confirming: ") +
+                  rdmalib::to_string(st) + ": " + aops.last_error());
+    if (waited > 1s)
+      return fail("the server's answer to a peer that spoke waited " +
+                  std::to_string(waited.count()) + " ms for a confirmation");
+  }
+
   // The victim's own peer still gets through.
   std::memcpy(out.data(), kLegit, kLen);
   if (cops.send(out.local_bytes(0, kLen), 1) != rdmalib::Status::Ok)
