@@ -235,11 +235,24 @@ void ConnectionImpl::leave_shared() noexcept {
   if (!sh)
     return;
   lf::SharedRdm &S = *sh;
+  // The handshake confirmation's receive, once completed (also as
+  // cancelled below), is this link's again: the router kept it for
+  // check_confirm, which a link that never sent did not run.
+  auto reclaim_confirm = [this, &S] {
+    std::lock_guard<std::mutex> g(S.m);
+    if (confirm_slot && confirm_seen) {
+      confirm_slot->confirm = false;
+      put_slot(confirm_slot);
+      confirm_slot = nullptr;
+      awaiting_confirm = false;
+    }
+  };
   {
     // Receives that wait in rdmalib, not at the provider, go back at once.
     std::lock_guard<std::mutex> g(S.m);
     drop_posted_locked();
   }
+  reclaim_confirm();
   // What the provider still holds: every slot not on a free list.
   std::vector<bool> free_slot(slots.size(), false);
   for (lf::SlotList *l : {&tx_free, &rx_free})
@@ -256,6 +269,7 @@ void ConnectionImpl::leave_shared() noexcept {
   for (Deadline dl(std::chrono::milliseconds(200)); busy && !dl.passed();) {
     drain_own(Queue::Send, nullptr);
     drain_own(Queue::Recv, nullptr);
+    reclaim_confirm();
     std::fill(free_slot.begin(), free_slot.end(), false);
     for (lf::SlotList *l : {&tx_free, &rx_free})
       for (uint32_t i = l->head; i != UINT32_MAX && i < slots.size(); i = slots[i].next_free)
