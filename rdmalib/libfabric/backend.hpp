@@ -129,8 +129,12 @@ constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
 // 4: links of a shared endpoint receive from its wildcard pool, tagged with
 // the link id, and announce messages over the pool's size (control type
 // Large); a version-3 peer posts per-link receives and would never match.
-constexpr uint16_t kHandshakeVersion = 4;
-enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3 };
+// 5: on a shared endpoint the client confirms the answer (HsConfirm) once it
+// has inserted the server's address, and the server sends nothing on the
+// link before that (ConnectionImpl::awaiting_confirm); a version-4 client
+// never confirms.
+constexpr uint16_t kHandshakeVersion = 5;
+enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3, HsConfirm = 4 };
 constexpr size_t kMaxRawAddress = 128;
 constexpr size_t kMaxPrivateData = 256;
 struct HandshakeMessage {
@@ -178,6 +182,7 @@ struct OpSlot {
   bool internal = false;  // completion is rdmalib's own; do not report it
   bool rx = false;        // a slot of the receive pool
   bool pool = false;      // a receive of the shared endpoint's pool (SharedRdm::pool)
+  bool confirm = false;   // the receive of the peer's HsConfirm (ConnectionImpl::expect_confirm)
   uint32_t next_free = 0; // free list, or a link's queue of posted receives
   uint32_t link = 0;      // the owning link's id on a shared endpoint
   void *desc = nullptr;   // pooled receives: the caller's descriptor (a large message's receive)
@@ -215,11 +220,16 @@ constexpr size_t kPoolReceives = 512;
 struct RawCompletion {
   fi_cq_data_entry e{};
   uint64_t tag = 0; // a shared queue's tag (its completions are FI_CQ_FORMAT_TAGGED)
+  /// A shared receive queue's source (fi_cq_readfrom): the sender's AV entry,
+  /// FI_ADDR_NOTAVAIL for a sender the AV does not hold.
+  fi_addr_t src = FI_ADDR_NOTAVAIL;
   int err = 0;
   int prov_errno = 0;
 
-  static RawCompletion from(const fi_cq_tagged_entry &t) noexcept {
+  static RawCompletion from(const fi_cq_tagged_entry &t,
+                            fi_addr_t source = FI_ADDR_NOTAVAIL) noexcept {
     RawCompletion rc;
+    rc.src = source;
     rc.e.op_context = t.op_context;
     rc.e.flags = t.flags;
     rc.e.len = t.len;
@@ -311,6 +321,9 @@ struct SharedRdm {
   Fid<fid_av> av;
   Fid<fid_ep> ep;
   uint32_t next_link = 1;
+  /// Messages of the pool dropped because their sender was not the peer of
+  /// the link their tag named.
+  uint64_t foreign = 0;
   std::unordered_map<uint32_t, detail::ConnectionImpl *> links;
   /// Links whose receive inbox got a completion (ConnectionImpl::listed),
   /// for Fabric::ready_links; a link leaves it once its inbox is empty.
@@ -573,6 +586,37 @@ struct ConnectionImpl final : LinkCore {
   /// Post the pending answer again; false when it cannot be sent any more.
   bool retry_answer() noexcept;
 
+  // Shared endpoint, accepting side: nothing may go to the peer before it
+  // confirmed (HsConfirm) that it holds this endpoint's address. tcp;ofi_rxm
+  // names the source of a message that arrives before its receiver inserted
+  // the sender's address FI_ADDR_NOTAVAIL, and the receiver's source check
+  // (route_pooled_locked) must drop such a message: it cannot be told from a
+  // stranger's. The confirmation is received into ctl_recv(0) with a
+  // receive directed at the peer, so that nobody else can give it.
+  // A message from the peer through the pool (its source checked) is as
+  // good: the peer could only send it once it held this side's address. A
+  // server that answers only once its client spoke (the resource manager)
+  // then never waits, whatever the client does with the confirmation.
+  bool awaiting_confirm = false;  // the owner's: every transmit waits while set
+  bool confirm_seen = false;      // under sh->m: the confirmation's receive completed
+  bool peer_spoke = false;        // under sh->m: a message of the peer reached the link
+  bool confirm_abandoned = false; // under sh->m: the owner stopped waiting for it (peer_spoke)
+  int confirm_err = 0;            // under sh->m: its error, if it failed
+  lf::OpSlot *confirm_slot = nullptr;
+  uint64_t confirm_nonce = 0;
+  std::chrono::steady_clock::time_point confirm_deadline;
+  /// Shared endpoint, accepting side: posts the receive of the peer's
+  /// confirmation (before the answer goes, so that it cannot be missed).
+  void expect_confirm(uint64_t nonce, std::chrono::steady_clock::time_point until);
+  /// The transmit prologue's slow path while awaiting_confirm: Ok once the
+  /// peer confirmed, Again while it may still (the caller drives progress
+  /// and posts again: the frontend's retry), Closed when it failed or did
+  /// not come by the accept's deadline.
+  [[gnu::noinline]] Status check_confirm() noexcept;
+  /// Shared endpoint, connecting side: tells the server that its address is
+  /// in this process's address vector (HsConfirm); throws when it cannot.
+  void confirm_answer(uint64_t nonce, const Deadline &dl);
+
   uint32_t ctl_send_next = 0;
 
   // Control memory layout (one registration): `ctl_recv_count` handshake
@@ -655,6 +699,10 @@ struct ConnectionImpl final : LinkCore {
       return fi_tsend(ep.get(), buf, len, ctl_desc(), to, tag, ctx);
     return fi_send(ep.get(), buf, len, ctl_desc(), to, ctx);
   }
+  /// One read of a shared queue; on the receive queue with each entry's
+  /// source (the pool checks it against the link's peer).
+  static ssize_t read_shared(Queue q, fid_cq *cq, fi_cq_tagged_entry *buf, fi_addr_t *from,
+                             size_t n) noexcept;
   /// Under sh->m: read one batch of `q`'s shared queue, each completion to
   /// its owner's inbox. Returns how many were read.
   size_t pull_locked(Queue q) noexcept;

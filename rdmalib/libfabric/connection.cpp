@@ -235,11 +235,24 @@ void ConnectionImpl::leave_shared() noexcept {
   if (!sh)
     return;
   lf::SharedRdm &S = *sh;
+  // The handshake confirmation's receive, once completed (also as
+  // cancelled below), is this link's again: the router kept it for
+  // check_confirm, which a link that never sent did not run.
+  auto reclaim_confirm = [this, &S] {
+    std::lock_guard<std::mutex> g(S.m);
+    if (confirm_slot && confirm_seen) {
+      confirm_slot->confirm = false;
+      put_slot(confirm_slot);
+      confirm_slot = nullptr;
+      awaiting_confirm = false;
+    }
+  };
   {
     // Receives that wait in rdmalib, not at the provider, go back at once.
     std::lock_guard<std::mutex> g(S.m);
     drop_posted_locked();
   }
+  reclaim_confirm();
   // What the provider still holds: every slot not on a free list.
   std::vector<bool> free_slot(slots.size(), false);
   for (lf::SlotList *l : {&tx_free, &rx_free})
@@ -256,6 +269,7 @@ void ConnectionImpl::leave_shared() noexcept {
   for (Deadline dl(std::chrono::milliseconds(200)); busy && !dl.passed();) {
     drain_own(Queue::Send, nullptr);
     drain_own(Queue::Recv, nullptr);
+    reclaim_confirm();
     std::fill(free_slot.begin(), free_slot.end(), false);
     for (lf::SlotList *l : {&tx_free, &rx_free})
       for (uint32_t i = l->head; i != UINT32_MAX && i < slots.size(); i = slots[i].next_free)
@@ -337,6 +351,39 @@ bool ConnectionImpl::wait_internal_shared(Queue q, fi_cq_data_entry &out, const 
   }
   err = FI_ETIMEDOUT;
   return false;
+}
+
+void ConnectionImpl::confirm_answer(uint64_t nonce, const Deadline &dl) {
+  lf::HandshakeMessage m{};
+  m.magic = lf::kHandshakeMagic;
+  m.version = lf::kHandshakeVersion;
+  m.type = lf::HsConfirm;
+  m.nonce = nonce;
+  m.link = link_id;
+  // Slot 0 carried the hello, whose completion may still be unread.
+  uint8_t *buf = ctl_send(1);
+  ctl_send_next = 2;
+  std::memcpy(buf, &m, sizeof m);
+  lf::OpSlot *s = take_slot(0, OpKind::Send, true);
+  if (!s)
+    throw Error(ErrorKind::Backend,
+                "rdmalib: no slot to confirm the handshake to " + remote.to_string());
+  // To the server's link alone (its id, no pool bit): it waits for this
+  // before it sends anything, so its first message finds the server's
+  // address in this process's address vector.
+  ssize_t r;
+  do {
+    r = ctl_send_to(buf, sizeof m, peer, peer_link, s);
+    if (r == -FI_EAGAIN)
+      drive();
+  } while (r == -FI_EAGAIN && !dl.passed());
+  if (r) {
+    put_slot(s);
+    throw Error(r == -FI_EAGAIN ? ErrorKind::Timeout : ErrorKind::Backend,
+                "rdmalib: confirming the handshake to " + remote.to_string() + ": " +
+                    (r == -FI_EAGAIN ? std::string("the provider kept refusing the send")
+                                     : std::string(fi_strerror(static_cast<int>(-r)))));
+  }
 }
 
 void ConnectionImpl::close_shared() noexcept {
@@ -1044,6 +1091,8 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
       c->peer_private.assign(ans.private_data, ans.private_data + ans.private_len);
       break;
     }
+    if (c->sh)
+      c->confirm_answer(hello.nonce, dl);
     // The server's link endpoint sent its command before the answer could
     // arrive, and no other peer writes to this endpoint.
     c->connreq_guard.reset();

@@ -42,8 +42,14 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
 
 // Every transmit first posts what an emulated write-with-immediate still
 // owes (pending_count is 0 but for a full queue), so that nothing overtakes
-// a notification.
+// a notification; on a freshly accepted shared link it first waits for the
+// peer's confirmation (awaiting_confirm), so that nothing arrives before the
+// peer can name its source.
 #define RDMALIB_LF_TX_PROLOGUE()                                                                   \
+  if (RDMALIB_UNLIKELY(awaiting_confirm)) {                                                        \
+    if (Status cst = check_confirm(); cst != Status::Ok)                                           \
+      return cst;                                                                                  \
+  }                                                                                                \
   if (RDMALIB_UNLIKELY(pending_count) && !flush_pending())                                         \
     return Status::Again;
 

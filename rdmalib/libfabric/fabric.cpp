@@ -174,9 +174,13 @@ InfoPtr make_hints(const ProviderPolicy &p, EndpointType ep, bool atomics, bool 
   h->ep_attr->type = ep == EndpointType::Connected ? FI_EP_MSG : FI_EP_RDM;
   h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND |
             FI_RECV | (atomics ? FI_ATOMIC : 0);
-  // Links over one shared endpoint tell each other apart by tag.
+  // Links over one shared endpoint tell each other apart by tag, which the
+  // sender chooses: each message's source (FI_SOURCE) must match its link's
+  // peer, and a receive aimed at one peer matches only that peer's messages
+  // (FI_DIRECTED_RECV), or any process that reaches the endpoint could
+  // write into another link.
   if (ep == EndpointType::ReliableDatagram && resolve_quirks(p, fi_version()).links_share_endpoint)
-    h->caps |= FI_TAGGED;
+    h->caps |= FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV;
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
   h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
                             (offer_virt_addr ? FI_MR_VIRT_ADDR : 0);
@@ -290,7 +294,8 @@ void fill_capabilities(detail::FabricImpl &f) {
   // on the endpoint for every link.
   c.sockets_after_setup = f.quirks.opens_sockets_after_setup;
   c.shared_endpoint = f.rdm && f.quirks.links_share_endpoint && (i->caps & FI_TAGGED) &&
-                      !f.rx_cq_data && !f.mr_endpoint && !f.quirks.dead_peer_can_hang_progress &&
+                      (i->caps & FI_SOURCE) && (i->caps & FI_DIRECTED_RECV) && !f.rx_cq_data &&
+                      !f.mr_endpoint && !f.quirks.dead_peer_can_hang_progress &&
                       (i->domain_attr->cq_data_size >= 8 || !c.remote_cq_data);
 
   // Atomics: the provider must advertise FI_ATOMIC and really support the two

@@ -242,6 +242,10 @@ void ConnectionImpl::accept(RequestImpl &request, const void *private_data, size
     m.private_len = static_cast<uint32_t>(private_len);
     if (private_len)
       std::memcpy(m.private_data, private_data, private_len);
+    // Its receive is posted before the answer goes, so that it is there
+    // when the confirmation comes.
+    if (c->sh)
+      c->expect_confirm(h.nonce, std::chrono::steady_clock::now() + timeout);
     if (options.accept_in_background) {
       // One try now; if the provider cannot take it yet, later polls retry.
       uint8_t *buf = c->ctl_send(c->ctl_send_next++ % ConnectionImpl::kCtlSendSlots);

@@ -536,6 +536,80 @@ bool ConnectionImpl::retry_answer() noexcept {
 
 // ---- the shared endpoint --------------------------------------------------
 
+void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::time_point until) {
+  lf::OpSlot *s = take_slot(0, OpKind::Recv, true);
+  if (!s)
+    throw Error(ErrorKind::Backend, "rdmalib: no slot to receive the handshake confirmation");
+  s->buf = ctl_recv(0);
+  s->cap = sizeof(lf::HandshakeMessage);
+  s->confirm = true;
+  confirm_slot = s;
+  confirm_nonce = nonce;
+  confirm_deadline = until;
+  awaiting_confirm = true;
+  // Tagged with this link's id alone, as the client's answer receive, and
+  // directed at the peer: a message from anyone else does not match it.
+  ssize_t r;
+  Deadline dl(std::chrono::milliseconds(1000));
+  do {
+    r = fi_trecv(ep.get(), s->buf, s->cap, ctl_desc(), peer, link_id, 0, s);
+    if (r == -FI_EAGAIN)
+      drive();
+  } while (r == -FI_EAGAIN && !dl.passed());
+  if (r) {
+    confirm_slot = nullptr;
+    awaiting_confirm = false;
+    s->confirm = false;
+    put_slot(s);
+    lf::throw_fi("posting the receive of the handshake confirmation", static_cast<int>(r));
+  }
+}
+
+Status ConnectionImpl::check_confirm() noexcept {
+  {
+    std::lock_guard<std::mutex> g(sh->m);
+    if (!confirm_seen && !peer_spoke) {
+      // Not while another thread sleeps in the queue (block_shared): it
+      // routes what it reads.
+      if (!sh->reading[1])
+        pull_locked(Queue::Recv);
+    }
+    if (!confirm_seen && peer_spoke) {
+      // The receive stays posted; its completion, if any, goes to convert.
+      confirm_abandoned = true;
+      awaiting_confirm = false;
+      confirm_slot = nullptr;
+      return Status::Ok;
+    }
+    if (!confirm_seen) {
+      if (std::chrono::steady_clock::now() < confirm_deadline && !peer_closed)
+        return Status::Again;
+      set_error("the peer %s did not confirm the handshake in time: nothing was sent to it",
+                remote.to_string().c_str());
+      peer_closed = true;
+      ended_here = true;
+      return Status::Closed;
+    }
+  }
+  // Seen: the slot is this link's again (no completion of it is outstanding).
+  awaiting_confirm = false;
+  lf::HandshakeMessage m;
+  std::memcpy(&m, confirm_slot->buf, sizeof m);
+  const int err = confirm_err;
+  confirm_slot->confirm = false;
+  put_slot(confirm_slot);
+  confirm_slot = nullptr;
+  if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm ||
+      m.nonce != confirm_nonce) {
+    set_error("the handshake confirmation of %s %s", remote.to_string().c_str(),
+              err ? fi_strerror(err) : "was malformed");
+    peer_closed = true;
+    ended_here = true;
+    return Status::Closed;
+  }
+  return Status::Ok;
+}
+
 void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept {
   if (q == Queue::Recv && rc.e.op_context &&
       static_cast<const lf::OpSlot *>(rc.e.op_context)->pool) {
@@ -551,7 +625,30 @@ void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept
       return;
     owner = it->second;
   }
+  if (q == Queue::Recv && rc.e.op_context && static_cast<lf::OpSlot *>(rc.e.op_context)->confirm) {
+    // The peer's handshake confirmation: its owner reads it (check_confirm),
+    // or, when it no longer waits for it, gives the slot back as any
+    // internal receive's (convert).
+    owner->confirm_seen = true;
+    owner->confirm_err = rc.err;
+    if (owner->confirm_abandoned) {
+      static_cast<lf::OpSlot *>(rc.e.op_context)->confirm = false;
+      owner->push_recv_locked(rc);
+    }
+    return;
+  }
   if (q == Queue::Recv) {
+    // A large message's receive is directed at the owner's peer; a
+    // completion from anyone else means the provider ignored that. (The
+    // handshake's own receives come before the peer is known; its answer
+    // carries the nonce of the hello.)
+    if (!rc.err && (rc.tag & lf::kLargeTag) && rc.src != owner->peer) {
+      owner->set_error("a receive completed with a message from a process that is not this "
+                       "link's peer");
+      if (rc.e.op_context)
+        owner->put_slot(static_cast<lf::OpSlot *>(rc.e.op_context));
+      return;
+    }
     owner->push_recv_locked(rc);
     return;
   }
@@ -585,14 +682,24 @@ void ConnectionImpl::push_recv_locked(const lf::RawCompletion &rc) noexcept {
   }
 }
 
+ssize_t ConnectionImpl::read_shared(Queue q, fid_cq *cq, fi_cq_tagged_entry *buf, fi_addr_t *from,
+                                    size_t n) noexcept {
+  if (q == Queue::Recv)
+    return fi_cq_readfrom(cq, buf, n, from);
+  for (size_t i = 0; i < n; ++i)
+    from[i] = FI_ADDR_NOTAVAIL;
+  return fi_cq_read(cq, buf, n);
+}
+
 size_t ConnectionImpl::pull_locked(Queue q) noexcept {
   lf::SharedRdm &S = *sh;
   fid_cq *cq = q == Queue::Send ? S.txcq.get() : S.rxcq.get();
   fi_cq_tagged_entry buf[16];
-  ssize_t r = fi_cq_read(cq, buf, 16);
+  fi_addr_t from[16];
+  ssize_t r = read_shared(q, cq, buf, from, 16);
   if (r > 0) {
     for (ssize_t i = 0; i < r; ++i)
-      route_locked(q, lf::RawCompletion::from(buf[i]));
+      route_locked(q, lf::RawCompletion::from(buf[i], from[i]));
     return static_cast<size_t>(r);
   }
   if (r != -FI_EAVAIL)
@@ -644,15 +751,23 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
   // the caller did not ask for goes to its inbox, behind what is there.
   for (int round = 0; n < max && round < 4; ++round) {
     fi_cq_tagged_entry buf[16];
-    ssize_t r = fi_cq_read(cq, buf, 16);
+    fi_addr_t from[16];
+    ssize_t r = read_shared(q, cq, buf, from, 16);
     if (r > 0) {
       for (ssize_t i = 0; i < r; ++i) {
-        lf::RawCompletion rc = lf::RawCompletion::from(buf[i]);
+        lf::RawCompletion rc = lf::RawCompletion::from(buf[i], from[i]);
         const auto *s = static_cast<const lf::OpSlot *>(rc.e.op_context);
-        if (n < max && box.empty() && owner_of(q, rc.e) == link_id && !(s && s->pool))
+        // Straight to the caller, while it wants more and nothing of this
+        // batch waits in its inbox before them: this link's sends, and on the
+        // receive side its write-with-immediate notifications (no context, no
+        // source to check). Its own receives go through route_locked, which
+        // checks a large message's sender; a message of the pool may be this
+        // link's.
+        const bool direct = q == Queue::Send ? !(s && s->pool) : !s;
+        if (n < max && box.empty() && owner_of(q, rc.e) == link_id && direct)
           n += convert(q, &rc.e, 1, out + n);
         else
-          route_locked(q, rc); // a message of the pool may be this link's
+          route_locked(q, rc);
       }
       while (n < max && !box.empty()) {
         lf::RawCompletion rc = box.front();
@@ -713,13 +828,16 @@ size_t ConnectionImpl::block_shared(Queue q, Completion *out, size_t max, int sl
     int ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count());
     fi_cq_tagged_entry buf[16];
-    ssize_t r = fi_cq_sread(cq, buf, 16, nullptr, ms > 0 ? ms : 1);
+    fi_addr_t from[16];
+    ssize_t r = q == Queue::Recv ? fi_cq_sreadfrom(cq, buf, 16, from, nullptr, ms > 0 ? ms : 1)
+                                 : fi_cq_sread(cq, buf, 16, nullptr, ms > 0 ? ms : 1);
     fi_cq_err_entry ee{};
     bool failed = r == -FI_EAVAIL && fi_cq_readerr(cq, &ee, 0) >= 0;
     lk.lock();
     S.reading[qi] = false;
     for (ssize_t i = 0; i < r; ++i)
-      route_locked(q, lf::RawCompletion::from(buf[i]));
+      route_locked(q,
+                   lf::RawCompletion::from(buf[i], q == Queue::Recv ? from[i] : FI_ADDR_NOTAVAIL));
     if (failed)
       route_locked(q, lf::RawCompletion::failed(ee));
     S.cv.notify_all();
@@ -752,10 +870,17 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
   if (rc.err == FI_ECANCELED)
     return;
   auto it = S.links.find(static_cast<uint32_t>(rc.tag));
-  // A message for a link that closed meanwhile is dropped.
-  if (it != S.links.end()) {
+  // A message for a link that closed meanwhile is dropped, and so is one
+  // whose sender is not the link's peer: the tag is the sender's choice.
+  if (it != S.links.end() && !rc.err && rc.src != it->second->peer) {
+    if (S.foreign++ % 1024 == 0)
+      rdmalib::logger().warn("rdmalib: dropped a message tagged for link {} from a process that "
+                             "is not that link's peer ({} so far; from {:x}, peer {:x})",
+                             it->first, S.foreign, rc.src, it->second->peer);
+  } else if (it != S.links.end()) {
     ConnectionImpl *owner = it->second;
     if (!rc.err) {
+      owner->peer_spoke = true;
       owner->deliver_locked(static_cast<const uint8_t *>(p->buf), rc.e.len);
     } else if (owner->posted_head != UINT32_MAX) {
       // A message the pool could not hold (longer than kPoolMessage: the
@@ -820,7 +945,7 @@ void ConnectionImpl::start_large_locked(lf::OpSlot *u, uint32_t seq, uint32_t le
   if (length <= u->cap) {
     const uint64_t tag =
         lf::kLargeTag | (static_cast<uint64_t>(seq & lf::kLargeSeqMask) << 32) | link_id;
-    ssize_t r = fi_trecv(ep.get(), u->buf, u->cap, u->desc, FI_ADDR_UNSPEC, tag, 0, u);
+    ssize_t r = fi_trecv(ep.get(), u->buf, u->cap, u->desc, peer, tag, 0, u);
     if (r == 0)
       return; // completes as this link's own receive
     rc.err = static_cast<int>(-r);

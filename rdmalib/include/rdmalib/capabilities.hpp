@@ -141,11 +141,11 @@ struct Capabilities {
   size_t mr_key_size = 8;
   /// Private data that Connection setup can carry in each direction, in bytes.
   size_t max_private_data = 0;
-  /// Reliable-datagram connections are links over one endpoint and one pair
-  /// of completion queues per fabric (an address-vector entry and a link id
-  /// each), so endpoints, memory and descriptors do not grow per peer. When
-  /// false every connection opens its own endpoint. Informational: the API is
-  /// the same either way.
+  /// Reliable-datagram connections are links over one endpoint and one pair of completion queues
+  /// per fabric (an address-vector entry and a link id each), so endpoints, memory and descriptors
+  /// do not grow per peer. Only where the provider names each message's sender and matches
+  /// receives by sender (FI_SOURCE, FI_DIRECTED_RECV): a link takes its peer's messages alone.
+  /// When false every connection opens its own endpoint. Informational: same API either way.
   bool shared_endpoint = false;
   /// The provider opens new TCP sockets after links are up (a reliable-
   /// datagram layer over TCP connects to each peer at its first message and

@@ -183,6 +183,50 @@ TEST_P(DataPath, SendRecvSizesBothWays) {
       });
 }
 
+// On a shared endpoint a message reaches its link only when the provider
+// names its sender, which it can only once the receiving process has inserted
+// the sender's address: the accepting side's first send, posted right after
+// accept, must not overtake that (tcp;ofi_rxm reported such a message as from
+// nobody and the check dropped it, now and then). Many links, each with the
+// server sending at once, so that the race has its chances.
+TEST_P(DataPath, SendRightAfterAcceptReachesTheClient) {
+  if (!caps().shared_endpoint)
+    GTEST_SKIP() << "links have endpoints of their own here (no shared_endpoint): no sender is "
+                    "checked, so nothing can be lost this way";
+  constexpr size_t kLinks = 24, kLen = 32;
+  Buffer<uint8_t> s_send(*server_fabric_, kLinks * kLen);
+  Buffer<uint8_t> c_recv(*client_fabric_, kLinks * kLen);
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  const Address where = listener.address();
+  std::vector<Connection> server(kLinks), client(kLinks);
+  for (size_t i = 0; i < kLinks; ++i) {
+    const std::string what = "link " + std::to_string(i);
+    run_both(
+        [&] {
+          server[i] = listener.accept(nullptr, 0, kDeadline);
+          attach_if_needed(server[i], s_send.region());
+          Operations ops = server[i].ops();
+          fill_pattern(s_send.data() + i * kLen, kLen, 500 + i);
+          ASSERT_EQ(ops.send(s_send.local_bytes(i * kLen, kLen), i), Status::Ok)
+              << what << ": " << ops.last_error();
+          ASSERT_TRUE(expect_completion(ops, Queue::Send, OpKind::Send, i, what + ", server"));
+        },
+        [&] {
+          client[i] = Connection::connect(*client_fabric_, where, nullptr, 0, kDeadline);
+          attach_if_needed(client[i], c_recv.region());
+          Operations ops = client[i].ops();
+          ASSERT_EQ(ops.post_recv(c_recv.local_bytes(i * kLen, kLen), i), Status::Ok)
+              << what << ": " << ops.last_error();
+          auto c = wait_one(ops, Queue::Recv, what + ", client");
+          ASSERT_TRUE(c) << what << ": the server's first message was lost";
+          ASSERT_EQ(c->status, Status::Ok) << what << ": " << ops.last_error();
+          EXPECT_EQ(c->length, kLen) << what;
+          EXPECT_EQ(pattern_mismatch(c_recv.data() + i * kLen, kLen, 500 + i), -1) << what;
+        });
+    ASSERT_FALSE(HasFailure()) << what;
+  }
+}
+
 TEST_P(DataPath, InlineSendBufferIsReusableAtOnce) {
   size_t max_inline = caps().max_inline;
   if (mask_.disables(CapInline)) {

@@ -1,0 +1,546 @@
+// A hostile peer against a shared endpoint (tcp;ofi_rxm). Links over one
+// endpoint are told apart by the tag of each message, and the sender chooses
+// the tag: without a check of each message's source, any process that
+// reaches the endpoint could put messages on another process's link.
+//
+// The attack is a separate process (this program run with --attack) that
+// uses plain libfabric only, as an attacker would, and learns what it needs
+// the way an attacker could:
+//  * it connects to the server's published listener with rdmalib's own
+//    handshake (the layout is in the source), and the server's answer names
+//    the shared endpoint's address and the attacker's own link id;
+//  * link ids are handed out in order, so every id below its own belongs to
+//    a link opened before it: the victims.
+// It then sends a forged message tagged for each of those links, and last a
+// marker on its own link. One connection keeps its messages in order, so
+// once the marker reached the server, every forged message had been read.
+//
+// The server (this process, rdmalib's API only) holds one victim link whose
+// peer is a legitimate client. Passes when no forged message reached the
+// victim, the drop was logged as foreign, and the client's own message
+// still arrives. Exit 0: passed; 1: failed; 77: skipped (this libfabric
+// offers no shared endpoint), with the reason on stderr.
+#include <rdmalib/log.hpp>
+#include <rdmalib/rdmalib.hpp>
+
+#include "libfabric/backend.hpp" // the handshake's layout and the tags: what an attacker reads
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace lf = rdmalib::lf;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kSpoof[] = "SPOOFED-MESSAGE!";
+constexpr char kMarker[] = "ATTACKER-OWNLINK";
+constexpr char kLegit[] = "LEGITIMATE-HELLO";
+constexpr size_t kLen = 16;
+static_assert(sizeof kSpoof == kLen + 1 && sizeof kMarker == kLen + 1 && sizeof kLegit == kLen + 1);
+
+int fail(const std::string &why) {
+  std::fprintf(stderr, "shared_endpoint_spoof: FAIL: %s\n", why.c_str());
+  return 1;
+}
+
+int skip(const std::string &why) {
+  std::fprintf(stderr, "shared_endpoint_spoof: skipped: %s\n", why.c_str());
+  return 77;
+}
+
+// ---- the attacker: plain libfabric in its own process ------------------------
+
+/// A raw tcp;ofi_rxm endpoint with one completion queue for both directions.
+struct RawEndpoint {
+  fi_info *info = nullptr;
+  fid_fabric *fab = nullptr;
+  fid_domain *dom = nullptr;
+  fid_av *av = nullptr;
+  fid_cq *cq = nullptr;
+  fid_ep *ep = nullptr;
+
+  ~RawEndpoint() {
+    for (fid *f : {ep ? &ep->fid : nullptr, cq ? &cq->fid : nullptr, av ? &av->fid : nullptr,
+                   dom ? &dom->fid : nullptr, fab ? &fab->fid : nullptr})
+      if (f)
+        fi_close(f);
+    if (info)
+      fi_freeinfo(info);
+  }
+
+  /// Empty string on success, else what failed.
+  std::string open() {
+    fi_info *hints = fi_allocinfo();
+    hints->fabric_attr->prov_name = strdup("tcp;ofi_rxm");
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    // Plain memory: the attacker registers nothing.
+    hints->domain_attr->mr_mode = 0;
+    int ret = fi_getinfo(FI_VERSION(1, 9), "127.0.0.1", nullptr, FI_SOURCE, hints, &info);
+    fi_freeinfo(hints);
+    if (ret)
+      return std::string("fi_getinfo: ") + fi_strerror(-ret);
+    fi_av_attr aa{};
+    aa.type = FI_AV_TABLE;
+    fi_cq_attr ca{};
+    ca.format = FI_CQ_FORMAT_TAGGED;
+    if ((ret = fi_fabric(info->fabric_attr, &fab, nullptr)) ||
+        (ret = fi_domain(fab, info, &dom, nullptr)) || (ret = fi_av_open(dom, &aa, &av, nullptr)) ||
+        (ret = fi_cq_open(dom, &ca, &cq, nullptr)) ||
+        (ret = fi_endpoint(dom, info, &ep, nullptr)) || (ret = fi_ep_bind(ep, &av->fid, 0)) ||
+        (ret = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV)) || (ret = fi_enable(ep)))
+      return std::string("opening the endpoint: ") + fi_strerror(-ret);
+    return {};
+  }
+
+  /// Reads one completion (which also drives the provider's progress: RxM
+  /// makes its connections only while the queue is read). 1: `*ctx` names
+  /// the finished operation; 0: none yet; -1: an operation failed.
+  int reap(void **ctx, std::string &err) {
+    fi_cq_tagged_entry e{};
+    ssize_t n = fi_cq_read(cq, &e, 1);
+    if (n == 1) {
+      *ctx = e.op_context;
+      return 1;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry ee{};
+      fi_cq_readerr(cq, &ee, 0);
+      err = fi_strerror(ee.err);
+      return -1;
+    }
+    return 0;
+  }
+
+  /// Posts `post` until the provider takes it (RxM says EAGAIN until its
+  /// connection to the target exists), progressing meanwhile. Completions
+  /// read while waiting are counted in `done`.
+  template <class Post> ssize_t post(Post &&p, Clock::time_point until, size_t &done) {
+    ssize_t r;
+    std::string err;
+    while ((r = p()) == -FI_EAGAIN && Clock::now() < until) {
+      void *ctx = nullptr;
+      if (reap(&ctx, err) < 0)
+        return -FI_EIO;
+      if (ctx)
+        ++done;
+    }
+    return r;
+  }
+};
+
+fi_addr_t insert(RawEndpoint &r, const void *addr) {
+  fi_addr_t a = FI_ADDR_UNSPEC;
+  return fi_av_insert(r.av, addr, 1, &a, 0, nullptr) == 1 ? a : FI_ADDR_UNSPEC;
+}
+
+/// The attacker's process. Reports on stdout, one line per step, and keeps
+/// its endpoint open until stdin closes (so that nothing it sent is lost
+/// with its connection).
+int attack(const char *host, uint16_t port) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  RawEndpoint r;
+  if (std::string e = r.open(); !e.empty())
+    return fail("attacker: " + e);
+  const auto until = Clock::now() + 10s;
+
+  sockaddr_in listener{};
+  listener.sin_family = AF_INET;
+  listener.sin_port = htons(port);
+  if (inet_pton(AF_INET, host, &listener.sin_addr) != 1)
+    return fail(std::string("attacker: not an IPv4 address: ") + host);
+  const fi_addr_t to_listener = insert(r, &listener);
+  if (to_listener == FI_ADDR_UNSPEC)
+    return fail("attacker: fi_av_insert of the listener");
+
+  // 1. A HELLO like rdmalib's, naming a link id of the attacker's choice,
+  //    which the server's answer will carry as its tag.
+  constexpr uint32_t kMyLink = 0x5eed;
+  lf::HandshakeMessage hello{}, answer{};
+  hello.magic = lf::kHandshakeMagic;
+  hello.version = lf::kHandshakeVersion;
+  hello.type = lf::HsHello;
+  hello.nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  hello.link = kMyLink;
+  hello.pid = static_cast<uint32_t>(getpid());
+  struct stat ns {};
+  hello.pid_namespace = stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
+  size_t alen = sizeof hello.address;
+  if (fi_getname(&r.ep->fid, hello.address, &alen))
+    return fail("attacker: fi_getname");
+  hello.address_len = static_cast<uint32_t>(alen);
+
+  fi_context2 rctx{}, sctx{};
+  size_t done = 0;
+  if (fi_trecv(r.ep, &answer, sizeof answer, nullptr, FI_ADDR_UNSPEC, kMyLink, 0, &rctx))
+    return fail("attacker: fi_trecv for the answer");
+  if (r.post([&] { return fi_send(r.ep, &hello, sizeof hello, nullptr, to_listener, &sctx); },
+             until, done))
+    return fail("attacker: could not send the HELLO to the listener");
+  bool answered = false;
+  std::string err;
+  while (!answered && Clock::now() < until) {
+    void *ctx = nullptr;
+    if (r.reap(&ctx, err) < 0)
+      return fail("attacker: handshake: " + err);
+    answered = ctx == &rctx;
+  }
+  if (!answered || answer.magic != lf::kHandshakeMagic || answer.nonce != hello.nonce ||
+      answer.type != lf::HsAccept || answer.address_len > sizeof answer.address)
+    return fail("attacker: no acceptance from the server");
+  const uint32_t own = answer.link;
+  const fi_addr_t server = insert(r, answer.address);
+  if (server == FI_ADDR_UNSPEC)
+    return fail("attacker: fi_av_insert of the server's shared endpoint");
+  std::printf("accepted as link %u\n", own);
+
+  // 2. A forged message to every link opened before this one, then the
+  //    marker on the attacker's own link.
+  std::vector<fi_context2> ctx(own + 1);
+  size_t posted = 0;
+  done = 0;
+  for (uint32_t victim = 1; victim <= own; ++victim) {
+    const char *what = victim == own ? kMarker : kSpoof;
+    const uint64_t tag = lf::kPoolTag | victim;
+    ssize_t ret =
+        r.post([&] { return fi_tsend(r.ep, what, kLen, nullptr, server, tag, &ctx[victim]); },
+               until, done);
+    if (ret)
+      return fail("attacker: fi_tsend tagged for link " + std::to_string(victim) + ": " +
+                  fi_strerror(static_cast<int>(-ret)));
+    ++posted;
+  }
+  while (done < posted && Clock::now() < until) {
+    void *c = nullptr;
+    if (r.reap(&c, err) < 0)
+      return fail("attacker: a send failed: " + err);
+    if (c)
+      ++done;
+  }
+  if (done < posted)
+    return fail("attacker: the sends did not complete in 10 s");
+  std::printf("sent %zu forged messages tagged for links 1..%u, then the marker\n", posted - 1,
+              own - 1);
+
+  // 3. Stay until told to go (stdin closes), progressing meanwhile.
+  pollfd in{STDIN_FILENO, POLLIN, 0};
+  char drain[64];
+  for (;;) {
+    if (poll(&in, 1, 1) > 0 && read(STDIN_FILENO, drain, sizeof drain) <= 0)
+      return 0;
+    void *c = nullptr;
+    r.reap(&c, err);
+  }
+}
+
+// ---- the server: rdmalib only ------------------------------------------------
+
+/// The attacker's process: its stdout read line by line, its stdin held
+/// open until it may go. Killed and reaped on every way out of the test.
+class AttackerProcess {
+public:
+  AttackerProcess() = default;
+  AttackerProcess(const AttackerProcess &) = delete;
+  AttackerProcess &operator=(const AttackerProcess &) = delete;
+  ~AttackerProcess() { stop(); }
+
+  /// Runs this program with --attack HOST PORT. Empty on success.
+  std::string start(const std::string &host, uint16_t port) {
+    int to[2], from[2];
+    if (pipe2(to, O_CLOEXEC) || pipe2(from, O_CLOEXEC))
+      return std::string("pipe2: ") + std::strerror(errno);
+    const std::string port_text = std::to_string(port);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0)
+      return std::string("fork: ") + std::strerror(errno);
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(1);
+      dup2(to[0], STDIN_FILENO);
+      dup2(from[1], STDOUT_FILENO);
+      execl("/proc/self/exe", "rdmalib_shared_endpoint_spoof_test", "--attack", host.c_str(),
+            port_text.c_str(), static_cast<char *>(nullptr));
+      _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    in_ = to[1];
+    out_ = from[0];
+    fcntl(out_, F_SETFL, fcntl(out_, F_GETFL) | O_NONBLOCK);
+    return {};
+  }
+
+  /// Whatever the attacker wrote since the last call, as whole lines.
+  std::vector<std::string> lines() {
+    char buf[256];
+    ssize_t n;
+    while (out_ >= 0 && (n = read(out_, buf, sizeof buf)) > 0)
+      partial_.append(buf, static_cast<size_t>(n));
+    std::vector<std::string> got;
+    for (size_t nl; (nl = partial_.find('\n')) != std::string::npos; partial_.erase(0, nl + 1))
+      got.push_back(partial_.substr(0, nl));
+    return got;
+  }
+
+  /// True once the process has ended (its status is then in exit_text()).
+  bool ended() {
+    if (pid_ <= 0)
+      return true;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) != pid_)
+      return false;
+    pid_ = -1;
+    exit_text_ = WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                               : "signal " + std::to_string(WTERMSIG(st));
+    return true;
+  }
+  const std::string &exit_text() const noexcept { return exit_text_; }
+
+  void stop() noexcept {
+    if (in_ >= 0)
+      close(in_);
+    if (out_ >= 0)
+      close(out_);
+    in_ = out_ = -1;
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+
+private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  std::string partial_, exit_text_;
+};
+
+/// rdmalib's warnings, kept for the test to read (and still shown).
+struct LogCapture {
+  std::mutex m;
+  std::vector<std::string> warnings;
+  LogCapture() {
+    rdmalib::log::set_sink(
+        [this](rdmalib::log::Level l, std::string_view name, std::string_view text) {
+          std::fprintf(stderr, "[%.*s] %.*s\n", static_cast<int>(name.size()), name.data(),
+                       static_cast<int>(text.size()), text.data());
+          if (l >= rdmalib::log::Level::warn) {
+            std::lock_guard<std::mutex> g(m);
+            warnings.emplace_back(text);
+          }
+        });
+  }
+  ~LogCapture() { rdmalib::log::set_sink({}); }
+  bool saw(const char *what) {
+    std::lock_guard<std::mutex> g(m);
+    for (const std::string &w : warnings)
+      if (w.find(what) != std::string::npos)
+        return true;
+    return false;
+  }
+};
+
+/// Posts `n` receives of kSlot bytes each over `buf` on `ops`.
+constexpr size_t kSlot = 64;
+std::string post_receives(rdmalib::Operations &ops, rdmalib::Buffer<char> &buf, size_t n) {
+  for (uint64_t i = 0; i < n; ++i)
+    if (ops.post_recv(buf.local_bytes(i * kSlot, kSlot), i) != rdmalib::Status::Ok)
+      return std::string("post_recv: ") + ops.last_error();
+  return {};
+}
+
+int serve() {
+  LogCapture log;
+  rdmalib::DeviceConfig d;
+  d.name = "spoof";
+  d.provider = "tcp;ofi_rxm";
+  d.ip_address = "127.0.0.1";
+  if (!rdmalib::parse_endpoint_preference("rdm", d.endpoint))
+    return fail("rdmalib does not know the endpoint preference \"rdm\"");
+  rdmalib::Fabric server(d);
+  rdmalib::Fabric client(d);
+  if (!server.capabilities().shared_endpoint)
+    return skip("links over tcp;ofi_rxm do not share an endpoint here (this libfabric lacks "
+                "FI_SOURCE or FI_DIRECTED_RECV for it, or RDMALIB_DISABLE_CAPS has "
+                "shared_endpoint): there is no tag to forge");
+  rdmalib::Listener listener(server, rdmalib::Address{"127.0.0.1", 0});
+  const rdmalib::Address at = listener.address();
+
+  // The victim: a link whose peer is a legitimate rdmalib client.
+  rdmalib::Connection cconn;
+  std::string connect_error;
+  std::thread t([&] {
+    try {
+      cconn = rdmalib::Connection::connect(client, at, nullptr, 0, 10000ms);
+    } catch (const std::exception &e) {
+      connect_error = e.what();
+    }
+  });
+  rdmalib::Connection victim;
+  try {
+    victim = listener.accept(nullptr, 0, 10000ms);
+  } catch (...) {
+    t.join();
+    throw;
+  }
+  t.join();
+  if (!connect_error.empty())
+    return fail("the legitimate client could not connect: " + connect_error);
+  rdmalib::Buffer<char> vin(server, 8 * kSlot), ain(server, 8 * kSlot);
+  rdmalib::Buffer<char> out(client, kSlot);
+  victim.attach(vin.region());
+  cconn.attach(out.region());
+  rdmalib::Operations vops = victim.ops();
+  rdmalib::Operations cops = cconn.ops();
+  if (std::string e = post_receives(vops, vin, 8); !e.empty())
+    return fail("victim link: " + e);
+
+  // The attacker connects like any client; the server takes everyone (a
+  // resource manager does: it checks the protocol afterwards).
+  AttackerProcess attacker;
+  if (std::string e = attacker.start(at.host_text(), at.port); !e.empty())
+    return fail("starting the attacker: " + e);
+  rdmalib::Connection aconn = listener.accept(nullptr, 0, 10000ms);
+  aconn.attach(ain.region());
+  rdmalib::Operations aops = aconn.ops();
+  if (std::string e = post_receives(aops, ain, 8); !e.empty())
+    return fail("attacker's link: " + e);
+
+  // Until the marker arrived on the attacker's own link (the forged
+  // messages were read before it) and the attacker said what it sent.
+  std::string sent_line;
+  bool marker = false;
+  size_t victim_got = 0;
+  auto check_victim = [&](const char *expect) -> std::string {
+    rdmalib::Completion c[8];
+    size_t n = vops.poll(rdmalib::Queue::Recv, c, 8);
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].status != rdmalib::Status::Ok)
+        return std::string("a receive of the victim link failed: ") +
+               rdmalib::to_string(c[i].status);
+      const char *got = vin.data() + c[i].context * kSlot;
+      if (c[i].length == kLen && std::memcmp(got, kSpoof, kLen) == 0)
+        return "a message forged by another process reached the victim link (its sender is not "
+               "the link's peer: the source of messages on the shared endpoint is not checked)";
+      if (expect && c[i].length == kLen && std::memcmp(got, expect, kLen) == 0)
+        ++victim_got;
+      else
+        return "the victim link received " + std::to_string(c[i].length) + " unexpected bytes";
+      if (vops.post_recv(vin.local_bytes(c[i].context * kSlot, kSlot), c[i].context) !=
+          rdmalib::Status::Ok)
+        return std::string("post_recv: ") + vops.last_error();
+    }
+    return {};
+  };
+  const auto until = Clock::now() + 20s;
+  while (!(marker && !sent_line.empty())) {
+    if (Clock::now() > until)
+      return fail(std::string("within 20 s: ") + (marker ? "" : "no marker from the attacker; ") +
+                  (sent_line.empty() ? "no report of its sends" : ""));
+    if (std::string e = check_victim(nullptr); !e.empty())
+      return fail(e);
+    rdmalib::Completion c[8];
+    size_t n = aops.poll(rdmalib::Queue::Recv, c, 8);
+    for (size_t i = 0; i < n; ++i) {
+      const char *got = ain.data() + c[i].context * kSlot;
+      if (c[i].status == rdmalib::Status::Ok && c[i].length == kLen &&
+          std::memcmp(got, kMarker, kLen) == 0)
+        marker = true;
+      else
+        return fail("the attacker's own link received something else than its marker");
+    }
+    for (const std::string &l : attacker.lines()) {
+      std::fprintf(stderr, "shared_endpoint_spoof: attacker: %s\n", l.c_str());
+      if (l.rfind("sent ", 0) == 0)
+        sent_line = l;
+    }
+    if (sent_line.empty() && attacker.ended())
+      return fail("the attacker ended (" + attacker.exit_text() + ") before it sent anything");
+  }
+  // Anything already read for the victim is in its inbox by now.
+  if (std::string e = check_victim(nullptr); !e.empty())
+    return fail(e);
+  if (!log.saw("is not that link's peer"))
+    return fail("no forged message reached the victim, but none was logged as dropped either");
+
+  // The attacker never confirmed the handshake (HsConfirm), but its marker
+  // came from it through the pool: the server may answer it at once (a
+  // server that waited for the confirmation here would stall for its post
+  // deadline on every such peer).
+  {
+    const auto t0 = Clock::now();
+    const rdmalib::Status st = aops.send(ain.local_bytes(0, kLen), 99);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    if (st != rdmalib::Status::Ok)
+      return fail(std::string("the server's answer to a peer that spoke without confirming: ") +
+                  rdmalib::to_string(st) + ": " + aops.last_error());
+    if (waited > 1s)
+      return fail("the server's answer to a peer that spoke waited " +
+                  std::to_string(waited.count()) + " ms for a confirmation");
+  }
+
+  // The victim's own peer still gets through.
+  std::memcpy(out.data(), kLegit, kLen);
+  if (cops.send(out.local_bytes(0, kLen), 1) != rdmalib::Status::Ok)
+    return fail(std::string("the client's send: ") + cops.last_error());
+  const auto legit_until = Clock::now() + 10s;
+  while (victim_got == 0) {
+    if (Clock::now() > legit_until)
+      return fail("the link's own peer's message did not arrive within 10 s");
+    rdmalib::Completion c[8];
+    cops.poll(rdmalib::Queue::Send, c, 8);
+    if (std::string e = check_victim(kLegit); !e.empty())
+      return fail(e);
+  }
+  std::printf("shared_endpoint_spoof: passed: the attacker (%s) reached no other link; the drop "
+              "was logged; the victim's own peer got through\n",
+              sent_line.c_str());
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--attack") == 0)
+    return attack(argv[2], static_cast<uint16_t>(std::atoi(argv[3])));
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: %s (the attacker runs as %s --attack HOST PORT)\n", argv[0],
+                 argv[0]);
+    return 2;
+  }
+  try {
+    return serve();
+  } catch (const std::exception &e) {
+    return fail(e.what());
+  }
+}
