@@ -5,7 +5,9 @@
 #
 # Per device it starts a resource manager (REST and fabric on port 0, waiting
 # for its readiness lines), adds and starts registered executor managers
-# (port 0, waiting until the REST API shows them up), then runs:
+# (port 0, waiting until the REST API shows them up; by default enough of
+# them that every throughput and mixed client finds a free core: each offers
+# this machine's CPUs), then runs:
 #   raw_libfabric_pingpong -m send (the size of a lease grant), the baseline;
 #   rm_lease_benchmark --mode latency (lease: request -> grant; release);
 #   rm_lease_benchmark --mode throughput for each client count;
@@ -38,7 +40,7 @@ rest_threads="1,4"
 mixed_clients=16
 iterations=2000
 budget=2
-managers=2
+managers=auto
 csv=""
 json=""
 smoke=0
@@ -55,7 +57,9 @@ usage() {
   echo "  --rest-threads LIST   REST client threads (default: $rest_threads)"
   echo "  --mixed-clients N     leasing clients beside the REST poller (default: $mixed_clients)"
   echo "  --iterations N        leases timed for the latency (default: $iterations, within --budget s)"
-  echo "  --managers 1|2        registered executor managers (default: $managers)"
+  echo "  --managers N|auto     registered executor managers, each offering every CPU of this"
+  echo "                        machine (default: auto, enough that no throughput or mixed"
+  echo "                        client is refused for lack of a free core; at least 2)"
   echo "  --csv FILE            append every row (baseline, latency, throughput, rest) as CSV"
   echo "  --json FILE           write the summary and the run's metadata as JSON"
   echo "  --pin                 pin the resource manager to the first CPU, the latency and"
@@ -83,7 +87,8 @@ while [[ $# -gt 0 ]]; do
   *) echo "run-rm-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-[[ $managers == 1 || $managers == 2 ]] || { echo "run-rm-benchmarks.sh: --managers is 1 or 2" >&2; exit 2; }
+[[ $managers == auto || $managers =~ ^[1-9][0-9]?$ ]] ||
+  { echo "run-rm-benchmarks.sh: --managers is auto or 1..99" >&2; exit 2; }
 if ((smoke)); then
   ((devices_given)) || devices_list=lo-tcp
   clients=2 seconds=0.3 rest_threads=2 iterations=100 budget=0.3 managers=1 mixed_clients=2
@@ -106,6 +111,16 @@ done
 command -v curl >/dev/null || { echo "run-rm-benchmarks.sh: needs curl" >&2; exit 1; }
 
 read -r -a cpus <<<"$(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')"
+if [[ $managers == auto ]]; then
+  # Leases are taken and released at once and never start an executor, so
+  # a client holds at most one core at a time: with a core for each, no
+  # request is refused and leases/s counts the resource manager's work, not
+  # contention for the cores.
+  most=$mixed_clients
+  for n in ${clients//,/ }; do if ((n > most)); then most=$n; fi; done
+  managers=$(((most + ${#cpus[@]} - 1) / ${#cpus[@]}))
+  ((managers >= 2)) || managers=2
+fi
 first=${cpus[0]}
 last=${cpus[${#cpus[@]} - 1]}
 all_cpus=$(IFS=,; echo "${cpus[*]}")
@@ -377,15 +392,19 @@ for d in devices:
 print()
 print("Leases per second (lease + release loops; refused = no free core at that moment);")
 print("rm_cpu_us: the resource manager's CPU time over the run (utime + stime, all threads)")
-print("per lease granted, its release and any refused requests included")
-print("%-8s %8s %12s %14s %10s %16s %10s" % ("device", "clients", "leases_per_s",
-      "requests_per_s", "refused", "lease_median_us", "rm_cpu_us"))
+print("per lease granted (its release and any refused requests included), and per answered")
+print("request (grants and refusals; a release is not counted as a request)")
+print("%-8s %8s %12s %14s %10s %16s %10s %10s" % ("device", "clients", "leases_per_s",
+      "requests_per_s", "refused", "lease_median_us", "cpu/lease", "cpu/req"))
 for d in devices:
     for t in thr[d]:
         sec = cpu.get(d, {}).get(("throughput", t["clients"]))
         t["rm_cpu_us_per_lease"] = sec * 1e6 / t["leases"] if sec is not None and t["leases"] else nan
-        print("%-8s %8d %12.0f %14.0f %10d %16.1f %10.1f" % (d, t["clients"], t["leases_per_s"],
-              t["requests_per_s"], t["refused"], t["lease_median_us"], t["rm_cpu_us_per_lease"]))
+        req = t["leases"] + t["refused"]
+        t["rm_cpu_us_per_request"] = sec * 1e6 / req if sec is not None and req else nan
+        print("%-8s %8d %12.0f %14.0f %10d %16.1f %10.1f %10.1f" % (d, t["clients"],
+              t["leases_per_s"], t["requests_per_s"], t["refused"], t["lease_median_us"],
+              t["rm_cpu_us_per_lease"], t["rm_cpu_us_per_request"]))
 print()
 print("REST GETs per second (one request at a time per thread; keep-alive: one connection per")
 print("thread; new: a new connection per request)")

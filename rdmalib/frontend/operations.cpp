@@ -364,12 +364,35 @@ size_t Operations::poll(Queue q, Completion *out, size_t max) noexcept {
 }
 
 WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms) noexcept {
+  return wait(q, out, max, timeout_ms, std::chrono::microseconds(0));
+}
+
+WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms,
+                            std::chrono::microseconds spin) noexcept {
   ConnectionImpl *c = impl_;
   if (!c || !out || max == 0)
     return WaitResult{0, Status::InvalidArgument};
   const detail::Deadline deadline = timeout_ms < 0
                                         ? detail::Deadline::never()
                                         : detail::Deadline(std::chrono::milliseconds(timeout_ms));
+  if (spin.count() > 0 && !c->idle_yields) {
+    // The provider's read, the clock and a yield: an ended link is still
+    // reported, by poll() itself (idle_poll) every kPeerCheckInterval empty
+    // reads, and the loop below takes over at once.
+    const auto spin_end = detail::Deadline::clock::now() + spin;
+    do {
+      size_t n = poll(q, out, max);
+      if (n)
+        return WaitResult{n, Status::Ok};
+      if (!c->open || c->peer_closed)
+        break;
+      // A thread that spins on a shared CPU would keep its peer (or the
+      // process that must answer) off it until preempted: a yield costs
+      // a system call when nobody waits for the CPU, and hands it over when
+      // somebody does.
+      sched_yield();
+    } while (detail::Deadline::clock::now() < spin_end && !deadline.passed());
+  }
   const bool fd = c->fab->caps.wait_fd;
   int backoff_us = 1;
   unsigned spins = 0;

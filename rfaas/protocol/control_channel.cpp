@@ -129,7 +129,7 @@ ChannelStatus ControlChannel::post_encoded(size_t size) noexcept {
 ChannelStatus ControlChannel::finish_pending(ControlClock::time_point deadline) noexcept {
   while (send_pending_) {
     rdmalib::Completion c;
-    rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Send, &c, 1, ms_left(deadline));
+    rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Send, &c, 1, ms_left(deadline), opt_.spin);
     if (w.status == rdmalib::Status::Timeout) {
       if (ControlClock::now() < deadline)
         continue;
@@ -237,7 +237,7 @@ ControlMessage ControlChannel::next(ControlClock::time_point deadline) noexcept 
   }
   for (;;) {
     rdmalib::Completion c;
-    rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, &c, 1, ms_left(deadline));
+    rdmalib::WaitResult w = ops_.wait(rdmalib::Queue::Recv, &c, 1, ms_left(deadline), opt_.spin);
     if (w.status == rdmalib::Status::Timeout) {
       if (ControlClock::now() < deadline)
         continue;

@@ -73,6 +73,12 @@ struct ControlOptions {
   uint64_t receive_context = 0;
   /// Context of the channel's own sends; the owner's posts must use others.
   uint64_t send_context = 1ull << 61;
+  /// How long the blocking calls (send(), next(), await()...) poll before
+  /// they sleep (rdmalib's hybrid Operations::wait). 0: they sleep at once,
+  /// right for a peer whose answer may take milliseconds; a client that
+  /// expects its answer within tens of microseconds (a resource manager's
+  /// grant) saves the two scheduler wake-ups of a sleep by spinning first.
+  std::chrono::microseconds spin{0};
 };
 
 /// Outcome of a channel call.

@@ -178,7 +178,7 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
   Node f = root["fabric"];
   f.expect_object({"device_database", "device", "host", "port", "accept_timeout_ms", "heartbeat_ms",
                    "registration_window_ms", "idle_timeout_ms", "max_connections",
-                   "reserved_for_nodes", "client_idle_timeout_ms"});
+                   "reserved_for_nodes", "client_idle_timeout_ms", "busy_poll_us"});
   fc.enabled = true;
   fc.device_database = resolve(
       f.required("device_database", "the device database, e.g. \"devices.json\"").nonempty_string(),
@@ -194,6 +194,7 @@ void read_fabric(const Node &root, FabricConfig &fc, const std::string &base_dir
   f.optional("max_connections", fc.max_connections, 1, 100'000);
   f.optional("reserved_for_nodes", fc.reserved_for_nodes, 0, 100'000);
   f.optional("client_idle_timeout_ms", fc.client_idle_timeout_ms, 100, 86'400'000);
+  f.optional("busy_poll_us", fc.busy_poll_us, 0, 10'000);
   if (fc.reserved_for_nodes >= fc.max_connections)
     f[f.has("reserved_for_nodes") ? "reserved_for_nodes" : "max_connections"].fail(
         "fabric.reserved_for_nodes (" + std::to_string(fc.reserved_for_nodes) +

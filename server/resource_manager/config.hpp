@@ -55,6 +55,10 @@ struct FabricConfig {
   ClientAuthMode auth = ClientAuthMode::None;
   /// munged's socket (top-level "munge_socket"); empty: libmunge's default.
   std::string munge_socket;
+  /// After a pass of the loop that did work, how long it keeps passing over
+  /// the links without sleeping before it sleeps in poll(2) (Loop::
+  /// set_busy_poll); 0: it sleeps as soon as a pass finds nothing.
+  uint32_t busy_poll_us = 50;
 };
 
 /// nodes.slurm: the slurm node provider (docs/slurm.md, pilot jobs).

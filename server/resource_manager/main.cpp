@@ -78,6 +78,7 @@ int main(int argc, char **argv) {
           fabric =
               std::make_unique<rfaas::rm::FabricServer>(db.find(cfg.fabric.device), cfg.fabric);
           loop.attach(fabric.get());
+          loop.set_busy_poll(std::chrono::microseconds(cfg.fabric.busy_poll_us));
         } else {
           logger->warn("no \"fabric\" block in the configuration: REST only, no node can "
                        "register and no client can lease");

@@ -154,6 +154,18 @@ public:
   /// closes, or `timeout_ms` passes (negative = no deadline, use with care).
   WaitResult wait(Queue q, Completion *out, size_t max, int timeout_ms) noexcept;
 
+  /// Hybrid wait: polls without sleeping for up to `spin` (within
+  /// `timeout_ms`), yielding the CPU between polls to any thread that
+  /// waits for it, then waits as wait() does. For an answer known to come
+  /// within microseconds (a peer that answers from a loop), where a sleep
+  /// and its wake-up cost more than the answer: tens of microseconds each on
+  /// a busy host. The caller pays the spin in CPU when the answer is late.
+  /// A zero or negative `spin`, or a fabric whose provider progresses on a
+  /// thread of its own (Capabilities::progress == Thread: spinning would
+  /// take the core that thread needs), make it wait() exactly.
+  WaitResult wait(Queue q, Completion *out, size_t max, int timeout_ms,
+                  std::chrono::microseconds spin) noexcept;
+
   /// Prepares Connection::wait_fd() for a sleep, after the caller polled
   /// both queues: true when sleeping on it is safe (whatever arrives from
   /// now on makes it readable); false when something may already wait

@@ -267,6 +267,26 @@ TEST(ResourceManagerConfig, FabricBlock) {
             "");
 }
 
+// fabric.busy_poll_us: the loop's polling window after work, 0 (off) to
+// 10 ms; anything else is refused with the range.
+TEST(ResourceManagerConfig, BusyPollWindow) {
+  const std::string fabric =
+      std::string("{") + kToken + R"(, "fabric": {"device_database": "d", "device": "x")";
+  EXPECT_EQ(ResourceManagerConfig::parse(fabric + "}}", "t", "/").fabric.busy_poll_us, 50u);
+  EXPECT_EQ(ResourceManagerConfig::parse(fabric + R"(, "busy_poll_us": 0}})", "t", "/")
+                .fabric.busy_poll_us,
+            0u);
+  EXPECT_EQ(ResourceManagerConfig::parse(fabric + R"(, "busy_poll_us": 10000}})", "t", "/")
+                .fabric.busy_poll_us,
+            10000u);
+  EXPECT_EQ(error_of(fabric + R"(, "busy_poll_us": 10001}})"),
+            "test.json: fabric.busy_poll_us: expected an integer 0..10000, got number 10001");
+  EXPECT_EQ(error_of(fabric + R"(, "busy_poll_us": -1}})"),
+            "test.json: fabric.busy_poll_us: expected an integer 0..10000, got number -1");
+  EXPECT_EQ(error_of(fabric + R"(, "busy_poll_us": "50"}})"),
+            "test.json: fabric.busy_poll_us: expected an integer 0..10000, got string \"50\"");
+}
+
 TEST(ResourceManagerConfig, AuthIsNoneOrMunge) {
   auto c = ResourceManagerConfig::parse(std::string("{") + kToken + "}", "test.json", "/etc/rfaas");
   EXPECT_EQ(c.fabric.auth, ClientAuthMode::None);

@@ -282,3 +282,70 @@ TEST(LoopWake, AccountingIsCommittedBeforeTheLoopSleeps) {
   }
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+/// A fabric side as a client that leases back to back makes it: a pass
+/// finds work every few passes, so the busy-poll window never closes.
+struct BusyDriver final : SilentDriver {
+  std::atomic<uint64_t> passes{0};
+  std::atomic<int> work_left{-1}; // passes that still find work; -1: for ever
+  bool poll(Registry &) override {
+    if (++passes % 4 != 0)
+      return false;
+    if (work_left.load() < 0)
+      return true;
+    if (work_left.load() == 0)
+      return false;
+    --work_left;
+    return true;
+  }
+};
+
+} // namespace
+
+// fabric.busy_poll_us: while a client keeps the window open (the widest
+// the configuration allows), the REST API's tasks still run between passes
+// and the periodic check still falls due; neither waits for the window to
+// close, which it never does here.
+TEST(LoopBusyPoll, TasksAndTicksRunWhileTheWindowStaysOpen) {
+  std::atomic<uint64_t> now{1'000'000};
+  Store store{":memory:"};
+  Registry reg{store, [&] { return now.load(); }, RegistryOptions{}};
+  Loop loop{reg, std::chrono::milliseconds(5)};
+  BusyDriver driver;
+  loop.attach(&driver);
+  loop.set_busy_poll(std::chrono::milliseconds(10));
+  // A task that waits past this fails the call with LoopBusy.
+  loop.set_call_timeout(std::chrono::seconds(5));
+  loop.start();
+  NodeSecret s = generate_secret();
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.register_node("n", "h:1", 2, 2048, s); }).ok());
+  ASSERT_TRUE(loop.call([](Registry &r) {
+                    return r.grant({"x", 1, 0, 1000, 1, kAnonymousOwner, ""});
+                  })
+                  .ok());
+  auto slowest = std::chrono::steady_clock::duration::zero();
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(loop.call([i](Registry &) { return i; }), i);
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - t0);
+  }
+  // Milliseconds on a loaded host; the window would hold a task for ever.
+  EXPECT_LT(slowest, std::chrono::milliseconds(500));
+  now += 1000;
+  bool expired = false;
+  for (int i = 0; i < 400 && !expired; ++i) {
+    expired = loop.call([](Registry &r) { return r.counters().expired; }) == 1;
+    if (!expired)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(expired) << "no periodic check ran while the window stayed open";
+  // Once the work stops the window closes and the loop sleeps.
+  driver.work_left = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (driver.sleeps.load() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(driver.sleeps.load(), 0) << "the loop never slept after the work stopped";
+  loop.stop();
+}
