@@ -375,24 +375,12 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
   const detail::Deadline deadline = timeout_ms < 0
                                         ? detail::Deadline::never()
                                         : detail::Deadline(std::chrono::milliseconds(timeout_ms));
-  if (spin.count() > 0 && !c->idle_yields) {
-    // The provider's read, the clock and a yield: an ended link is still
-    // reported, by poll() itself (idle_poll) every kPeerCheckInterval empty
-    // reads, and the loop below takes over at once.
-    const auto spin_end = detail::Deadline::clock::now() + spin;
-    do {
-      size_t n = poll(q, out, max);
-      if (n)
-        return WaitResult{n, Status::Ok};
-      if (!c->open || c->peer_closed)
-        break;
-      // A thread that spins on a shared CPU would keep its peer (or the
-      // process that must answer) off it until preempted: a yield costs
-      // a system call when nobody waits for the CPU, and hands it over when
-      // somebody does.
-      sched_yield();
-    } while (detail::Deadline::clock::now() < spin_end && !deadline.passed());
-  }
+  // Within the caller's spin budget a look that found nothing is followed by
+  // a yield, not a sleep: the same loop, so a dead peer is still checked
+  // before each entry into the provider. Not on providers whose progress
+  // thread a spinning caller would starve (idle_yields).
+  const bool spinning = spin.count() > 0 && !c->idle_yields;
+  const auto spin_end = detail::Deadline::clock::now() + spin;
   const bool fd = c->fab->caps.wait_fd;
   int backoff_us = 1;
   unsigned spins = 0;
@@ -417,6 +405,14 @@ WaitResult Operations::wait(Queue q, Completion *out, size_t max, int timeout_ms
     }
     if (deadline.passed())
       return WaitResult{0, Status::Timeout};
+    if (spinning && detail::Deadline::clock::now() < spin_end) {
+      // A thread that spins on a shared CPU would keep its peer (or the
+      // process that must answer) off it until preempted: a yield costs a
+      // system call when nobody waits for the CPU, and hands it over when
+      // somebody does.
+      sched_yield();
+      continue;
+    }
     if (fd) {
       int slice = deadline.remaining_ms(c->wait_slice_ms());
       n = c->block(q, out, max, slice > 0 ? slice : 1);
