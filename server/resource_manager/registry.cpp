@@ -443,6 +443,13 @@ void Registry::vacate(std::unordered_map<uint64_t, Lease>::iterator it) {
   by_expiry_.erase({lease.expiry_ms, lease.id});
   changed_leases_.emplace_back(lease.id, lease.granted_ms);
   tally(lease, -1);
+  const uint64_t id = lease.id;
+  if (recent_order_.size() >= kRecentlyEnded) {
+    recently_ended_.erase(recent_order_.front());
+    recent_order_.pop_front();
+  }
+  if (recently_ended_.emplace(id, std::move(it->second)).second)
+    recent_order_.push_back(id);
   active_.erase(it);
 }
 
@@ -785,6 +792,8 @@ Status Registry::record_accounting(AccountingRecord r) {
   std::optional<Lease> l;
   if (auto it = active_.find(r.lease_id); it != active_.end())
     l = it->second;
+  else if (auto e = recently_ended_.find(r.lease_id); e != recently_ended_.end())
+    l = e->second;
   else {
     try {
       l = store_.load_lease(r.lease_id);

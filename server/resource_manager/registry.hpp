@@ -333,6 +333,12 @@ private:
   RegistryOptions options_;
   std::map<std::string, NodeEntry> nodes_;
   std::unordered_map<uint64_t, Lease> active_;
+  /// The last kRecentlyEnded leases to end, oldest first in recent_order_:
+  /// each node's final accounting report arrives just after its lease ends,
+  /// and answering it from here spares a database look-up per lease.
+  static constexpr size_t kRecentlyEnded = 4096;
+  std::unordered_map<uint64_t, Lease> recently_ended_;
+  std::deque<uint64_t> recent_order_;
   /// Up, undrained nodes by free capacity: placement's search.
   CapacityIndex capacity_;
   NodeTotals totals_;

@@ -406,6 +406,38 @@ TEST_F(Fixture, RestartKeepsLiveLeasesValid) {
   EXPECT_EQ(reg->node("a")->node.state, NodeState::Up);
 }
 
+// A node's final report arrives just after its lease ends: the registry
+// answers it from the leases it saw end, with no database look-up (only the
+// write), and after a restart, which forgets them, from the database.
+TEST_F(Fixture, TheFinalReportOfAJustEndedLeaseCostsOnlyItsWrite) {
+  two_nodes();
+  auto live = lease(1);
+  auto ended = lease(1);
+  ASSERT_TRUE(live.ok() && ended.ok());
+  const LeasePart &lp = live.value.lease.parts[0], &ep = ended.value.lease.parts[0];
+  uint64_t before = store.statements_run();
+  ASSERT_TRUE(reg->record_accounting(
+                     {live.value.lease.id, lp.node, "", 0, 1, 1, 1, 1, false, kAnonymousOwner, ""})
+                  .ok());
+  const uint64_t write_only = store.statements_run() - before;
+  ASSERT_TRUE(reg->release(ended.value.lease.id, "alice", ended.value.secret).ok());
+  before = store.statements_run();
+  ASSERT_TRUE(reg->record_accounting(
+                     {ended.value.lease.id, ep.node, "", 0, 2, 2, 2, 2, true, kAnonymousOwner, ""})
+                  .ok());
+  EXPECT_EQ(store.statements_run() - before, write_only);
+  reg = make();
+  before = store.statements_run();
+  ASSERT_TRUE(reg->record_accounting(
+                     {ended.value.lease.id, ep.node, "", 0, 3, 3, 3, 3, true, kAnonymousOwner, ""})
+                  .ok());
+  EXPECT_GT(store.statements_run() - before, write_only) << "after a restart it is looked up";
+  auto rows = store.accounting_for_lease(ended.value.lease.id);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].client, "alice");
+  EXPECT_EQ(rows[0].allocation_us, 2u) << "a final report stays the last word";
+}
+
 TEST_F(Fixture, AccountingIsStoredPerLeaseAndClient) {
   two_nodes();
   auto g = lease(1);
