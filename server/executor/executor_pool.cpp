@@ -53,7 +53,7 @@ void ExecutorPool::poll_fds(std::vector<pollfd> &out) const {
       out.push_back({m.fd, POLLIN, 0});
 }
 
-bool ExecutorPool::hear(int fd) {
+bool ExecutorPool::hear(int fd, pid_t &failed) {
   auto it = std::find_if(members_.begin(), members_.end(),
                          [fd](const auto &m) { return m.fd == fd && !m.ready; });
   if (it == members_.end())
@@ -66,6 +66,7 @@ bool ExecutorPool::hear(int fd) {
     // Its end closed without a report: it failed before it could wait.
     PooledExecutor e = *it;
     members_.erase(it);
+    failed = e.pid;
     release(e, Clock::now());
     return false;
   }
@@ -101,9 +102,39 @@ bool ExecutorPool::discard(pid_t pid, Clock::time_point now) {
     return false;
   PooledExecutor e = *it;
   members_.erase(it);
+  if (!e.ready) {
+    // Still starting: blocked in its accounting link's connect (SIGTERM
+    // cancels it, ConnectionOptions::cancel), or stopped, where SIGTERM
+    // waits for a SIGCONT. Either way it then exits without its spec.
+    ::kill(e.pid, SIGTERM);
+    ::kill(e.pid, SIGCONT);
+  }
   release(e, now);
-  refill_due_ = now;
   return true;
+}
+
+unsigned ExecutorPool::failed(Clock::time_point now) {
+  if (failures_ == 0 || now - last_failure_ >= kBurstGap) {
+    failures_ = 0;
+    backoff_ = std::chrono::milliseconds(0);
+  }
+  ++failures_;
+  last_failure_ = now;
+  // The first loss of a burst is refilled at once (one killed now and then
+  // is replaced without delay); then kBackoffStep, doubling, up to
+  // kBackoffMax.
+  if (failures_ >= 2)
+    backoff_ = std::min<std::chrono::milliseconds>(
+        kBackoffMax, backoff_.count() == 0 ? kBackoffStep : backoff_ * 2);
+  refill_due_ = std::max(refill_due_, now + backoff_);
+  return failures_;
+}
+
+unsigned ExecutorPool::succeeded() {
+  unsigned n = failures_;
+  failures_ = 0;
+  backoff_ = std::chrono::milliseconds(0);
+  return n;
 }
 
 void ExecutorPool::stop(Clock::time_point now) {

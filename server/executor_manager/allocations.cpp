@@ -217,6 +217,7 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
                req.cores, memory, req.hot_timeout_ms, c.peer, ref.pid,
                ref.pooled ? " (pooled)" : "");
   reply(c, E::Ok, id, req.cores, "");
+  ref.answered = true;
   // After the answer, before the client can ship its code (and with it a
   // function that could read the pooled executor's memory): the link's
   // secret is spent before anything of the tenant runs there.

@@ -167,6 +167,7 @@ int Manager::run() {
     poll_clients();
     poll_executors();
     poll_pooled_links();
+    restart_zygote();
     tick();
     if (rm_ && cfg_.accounting_interval_ms &&
         Clock::now() - last_periodic_report_ > milliseconds(cfg_.accounting_interval_ms)) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -216,9 +217,11 @@ void ZygoteLink::signal(uint64_t allocation, int sig) {
                       "signal " + std::to_string(allocation) + " " + std::to_string(sig) + "\n");
 }
 
-void ZygoteLink::unpool(pid_t pid) {
+void ZygoteLink::unpool(pid_t pid, const std::string &why) {
+  std::string line = why;
+  std::replace(line.begin(), line.end(), '\n', ' ');
   if (in_ >= 0)
-    server::write_all(in_, "unpool " + std::to_string(pid) + "\n");
+    server::write_all(in_, "unpool " + std::to_string(pid) + " " + line + "\n");
 }
 
 } // namespace rfaas::manager
