@@ -273,7 +273,9 @@ void Manager::bind_pooled_link(Allocation &a, pid_t pid) {
   // connects its own.
   proto::ChannelStatus st = p->channel.poll().status;
   if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown) {
-    spdlog::warn("allocation {:x}: the accounting link of its pooled executor {} ended before it "
+    // Info, not warn: the executor warns when it finds its link dead, and
+    // where the executor itself died the zygote has (once).
+    spdlog::info("allocation {:x}: the accounting link of its pooled executor {} ended before it "
                  "was bound; the executor connects its own",
                  a.id, pid);
     return;
