@@ -127,6 +127,7 @@ void Manager::restart_zygote() {
     return;
   zygote_restart_due_ = false;
   ++events_;
+  spdlog::debug("restarting the executor zygote (failure {} in a row)", zygote_failures_);
   try {
     zygote_.start(milliseconds(cfg_.executor_start_ms));
   } catch (const std::exception &ex) {

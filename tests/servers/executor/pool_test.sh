@@ -306,7 +306,12 @@ done
 ERRORS=$(since | grep -c '\[error\] .*zygote')
 [ "$ERRORS" -eq 1 ] || fail "zygote back-off: $ERRORS errors for one burst of zygote deaths"
 for d in 200 400; do
-  since | grep -q "restarting it in $d ms" || fail "zygote back-off: no restart after $d ms"
+  # From the manager's line that says so to the restart.
+  SAID=$(since | grep -m1 "restarting it in $d ms") || fail "zygote back-off: no restart after $d ms"
+  NEXT=$(since | grep -A100000 -F -- "$SAID" | grep -m1 'restarting the executor zygote') ||
+    fail "zygote back-off: no zygote started after \"${SAID#*] }\""
+  GAP=$(($(ms_of "$NEXT") - $(ms_of "$SAID")))
+  [ "$GAP" -ge $((d - 20)) ] || fail "zygote back-off: restarted $GAP ms after \"${SAID#*] }\""
 done
 rm -f "$WORK/hook-zygote-exit"
 mark
