@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <deque>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <poll.h>
@@ -39,6 +40,8 @@ struct PooledExecutor {
   bool ready = false;
   /// It opened the endpoints of its links ahead (rdmalib::Fabric::prepare).
   bool endpoints_ahead = false;
+  /// When it was forked: it must report in within the start deadline.
+  std::chrono::steady_clock::time_point forked{};
 };
 
 class ExecutorPool {
@@ -64,8 +67,12 @@ public:
   /// A failure this long after the previous one starts a new burst.
   static constexpr std::chrono::milliseconds kBurstGap{60000};
 
-  /// `capacity` executors are kept waiting; 0 disables the pool.
-  explicit ExecutorPool(size_t capacity) : capacity_(capacity) {}
+  /// `capacity` executors are kept waiting; 0 disables the pool. A member
+  /// that has not reported in within `start_deadline` of its fork (0: no
+  /// bound) is let go by discard_late().
+  explicit ExecutorPool(size_t capacity,
+                        std::chrono::milliseconds start_deadline = std::chrono::milliseconds(0))
+      : capacity_(capacity), start_deadline_(start_deadline) {}
   ~ExecutorPool();
   ExecutorPool(const ExecutorPool &) = delete;
   ExecutorPool &operator=(const ExecutorPool &) = delete;
@@ -106,6 +113,13 @@ public:
   /// that it exits within kGrace. The caller counts it with failed(). False
   /// when `pid` is not a member (taken or gone already).
   bool discard(pid_t pid, Clock::time_point now);
+
+  /// Let go (as discard()) every member still starting past the start
+  /// deadline, and return their pids for the caller to count with failed():
+  /// without it, one stuck (stopped, or blocked in its fabric or its link)
+  /// would hold its slot, and the refill of every other, for ever.
+  std::vector<pid_t> discard_late(Clock::time_point now);
+  std::chrono::milliseconds start_deadline() const { return start_deadline_; }
 
   /// A member was lost before any allocation took it (died, failed to
   /// start, discarded): its slot is refilled after the burst's back-off
@@ -148,6 +162,7 @@ public:
 
 private:
   size_t capacity_;
+  std::chrono::milliseconds start_deadline_;
   bool stopped_ = false;
   /// Oldest first: the longest-waiting member is taken first.
   std::deque<PooledExecutor> members_;
@@ -158,6 +173,9 @@ private:
   Clock::time_point last_failure_{};
   /// Let go, unreaped: the time each is killed at (max() once killed).
   std::map<pid_t, Clock::time_point> dropped_;
+  /// Let go while still starting (stuck, or stopped): their kill after
+  /// kGrace is expected, and said at debug only.
+  std::set<pid_t> dropped_starting_;
 };
 
 } // namespace rfaas::executor_process

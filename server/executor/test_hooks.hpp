@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace rfaas::executor_process {
@@ -21,6 +22,8 @@ struct ZygoteTestHooks {
   /// RFAAS_TEST_POOL_STALL_FILE: the next pooled executor forked while the
   /// file exists removes it and stops itself (SIGSTOP) before it opens its
   /// fabric: it never reports in and its accounting link never comes up.
+  /// When the file says "after-link", it stops after its accounting link
+  /// connected instead, before it reports in to the zygote.
   std::string stall_file;
   /// RFAAS_TEST_POOL_FAIL_FILE: while the file exists, every pooled
   /// executor exits with a setup failure right after its fork (a pool whose
@@ -51,8 +54,17 @@ struct ZygoteTestHooks {
     return h;
   }
 
-  /// The one-shot hooks: true once per creation of `file` (removing it).
-  static bool take(const std::string &file) { return !file.empty() && ::unlink(file.c_str()) == 0; }
+  /// The one-shot hooks: true once per creation of `file` (removing it);
+  /// `first_word`, when given, gets the file's first word.
+  static bool take(const std::string &file, std::string *first_word = nullptr) {
+    if (file.empty())
+      return false;
+    if (first_word) {
+      std::ifstream in(file);
+      in >> *first_word;
+    }
+    return ::unlink(file.c_str()) == 0;
+  }
   /// The standing hook: true while `file` exists.
   static bool on(const std::string &file) {
     return !file.empty() && ::access(file.c_str(), F_OK) == 0;

@@ -64,7 +64,8 @@ struct PooledLinkTarget {
 /// a LaunchSpec (read until EOF) and serve it. EOF without a spec: the zygote
 /// dropped the spare.
 int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots, bool seccomp,
-              PooledLinkTarget *link = nullptr, bool in_container = false) {
+              PooledLinkTarget *link = nullptr, bool in_container = false,
+              bool test_stall_after_link = false) {
   // Before the fabric's thread that opens endpoints ahead exists.
   hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
@@ -112,6 +113,8 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
   // Spent or refused: nothing the tenant's function could read later.
   if (link)
     explicit_bzero(link->secret.bytes, sizeof link->secret.bytes);
+  if (test_stall_after_link) // test-only (test_hooks.hpp)
+    ::raise(SIGSTOP);
   // The zygote may have handed over a spec and closed its end before this
   // answer (an allocation that came while the endpoints were being opened):
   // the spec is still there to read, so a failed answer is not the end.
@@ -159,10 +162,12 @@ bool in_containers(server::SandboxKind kind) {
 class Zygote {
 public:
   Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self,
-         const server::SandboxConfig &sandbox, size_t pool, const ManagerAddress &manager)
+         const server::SandboxConfig &sandbox, size_t pool, const ManagerAddress &manager,
+         uint32_t member_start_ms)
       : device_(device), exec_each_(exec_each), self_(std::move(self)), manager_(manager),
         sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)),
-        pool_(exec_each || in_containers(sandbox.kind) ? 0 : pool) {
+        pool_(exec_each || in_containers(sandbox.kind) ? 0 : pool,
+              std::chrono::milliseconds(member_start_ms)) {
     if (in_containers(sandbox.kind))
       // Executors start in containers (container_pool.hpp), not by fork;
       // the container pool keeps its own containers started ahead.
@@ -239,6 +244,11 @@ public:
           children_.erase(it);
         }
       reap();
+      for (pid_t late : pool_.discard_late(Clock::now()))
+        lost_member(late, "did not report ready within " +
+                              std::to_string(pool_.start_deadline().count()) +
+                              " ms (stopped, or stuck opening its fabric or connecting its "
+                              "accounting link)");
       pool_.kill_overdue(Clock::now());
       if (containers_ && open)
         containers_->tick();
@@ -354,7 +364,9 @@ private:
     // Test-only (test_hooks.hpp): decided here, where the hooks' files are
     // visible, not in the child, which may already see only its sandbox.
     const bool hook_fail = ZygoteTestHooks::on(hooks_.fail_file);
-    const bool hook_stall = !hook_fail && ZygoteTestHooks::take(hooks_.stall_file);
+    std::string stall_where;
+    const bool hook_stall = !hook_fail && ZygoteTestHooks::take(hooks_.stall_file, &stall_where);
+    const bool stall_after_link = hook_stall && stall_where == "after-link";
     pid_t pid = ::fork();
     if (pid < 0) {
       explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
@@ -377,11 +389,8 @@ private:
                      hooks_.fail_file);
         _exit(ExitSetupFailed);
       }
-      if (hook_stall) {
-        spdlog::info("zygote: test hook: pooled executor {} stops before it opens its fabric",
-                     ::getpid());
+      if (hook_stall && !stall_after_link)
         ::raise(SIGSTOP);
-      }
       confine(cgroup, spare_identity_);
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       // The manager asks for the filter on every kind but process
@@ -389,9 +398,13 @@ private:
       const auto &sc = sandbox_.config();
       _exit(run_spare(sv[1], device_, spare_input_slots_,
                       sc.kind != server::SandboxKind::Process && sc.seccomp,
-                      link_ahead ? &link : nullptr));
+                      link_ahead ? &link : nullptr, false, stall_after_link));
     }
     ::close(sv[1]);
+    if (hook_stall)
+      spdlog::info("zygote: test hook: pooled executor {} stops {}", pid,
+                   stall_after_link ? "after its accounting link connected, before it reports in"
+                                    : "before it opens its fabric");
     if (link_ahead)
       emit_pooled(pid, link.secret);
     explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
@@ -766,7 +779,7 @@ private:
 
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
                const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool,
-               const ManagerAddress &manager) {
+               const ManagerAddress &manager, uint32_t member_start_ms) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1)
     return 1; // the manager died before we armed the death signal
@@ -785,7 +798,7 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
       spdlog::warn("zygote: warming the fabric failed (executors will open it cold): {}", e.what());
     }
   }
-  return Zygote(warm_device, exec_each, self_exe, sandbox, pool, manager).run();
+  return Zygote(warm_device, exec_each, self_exe, sandbox, pool, manager, member_start_ms).run();
 }
 
 int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device) {

@@ -10,9 +10,10 @@
 # With "edges", then the pool's edge cases, each made to happen with the zygote's test-only
 # hooks (server/executor/test_hooks.hpp), every wait on a log line:
 # * a pooled executor that never comes up (stopped before its fabric and
-#   link): allocations meanwhile get a fresh fork, and within
-#   deadlines_ms.executor_start it is killed and replaced, logged with its
-#   pid and why;
+#   link, or after its link, before it reported in to the zygote):
+#   allocations meanwhile get a fresh fork, and within
+#   deadlines_ms.executor_start it is let go (killed) and replaced, logged
+#   with its pid and why;
 # * a pooled executor killed between the zygote's last look at it and the
 #   hand-over of an allocation: the allocation goes to another executor and
 #   runs, accounted;
@@ -204,6 +205,9 @@ ms_of() {
   echo $(((10#${t:0:2} * 3600 + 10#${t:3:2} * 60 + 10#${t:6:2}) * 1000 + 10#${t:9:3}))
 }
 WAITS=$(grep -c 'pooled executor(s) wait' "$WORK/manager.err")
+# Pooled executors let go while stuck: each must be gone by the end (a
+# stopped one is killed 2 s after it was let go).
+STUCK=
 
 # 1. A pooled executor that never comes up. The next member forked after an
 # allocation takes one stops itself before its fabric and link.
@@ -213,7 +217,7 @@ SEEN+="$CHILD "
 mark
 touch "$WORK/hook-stall"
 allocate stall-trigger
-STALLED=$(wait_line 'test hook: pooled executor [0-9]+ stops' | grep -oE 'executor [0-9]+ stops')
+STALLED=$(wait_line 'test hook: pooled executor [0-9]+ stops before' | grep -oE 'executor [0-9]+ stops')
 STALLED=${STALLED//[!0-9]/}
 [ -n "$STALLED" ] || fail "stall: no pooled executor took the stall hook"
 for _ in $(seq 100); do
@@ -223,17 +227,39 @@ done
 SEEN+="$STALLED "
 allocate stall-meanwhile
 [[ $LINE == *"(pooled)" ]] && fail "stall: an allocation took the pooled executor that never came up"
-GIVEN_UP=$(wait_line "pooled executor $STALLED was given up by the manager: its accounting link did not come up within 3000 ms" 120) ||
+# The zygote's bound and the manager's (on the link) are the same; whichever
+# is first names it.
+GIVEN_UP=$(wait_line "pooled executor $STALLED (was given up by the manager: its accounting link did not come up|did not report ready) within 3000 ms" 120) ||
   fail "stall: the pooled executor $STALLED was not given up within executor_start (3 s)"
 echo "pool: stall: ${GIVEN_UP#*] }"
-for _ in $(seq 100); do
-  [ -e /proc/"$STALLED" ] || break
-  sleep 0.05
-done
-[ -e /proc/"$STALLED" ] && fail "stall: the pooled executor $STALLED was never ended"
+STUCK+=" $STALLED"
 WAITS=$((WAITS + 1))
 read -r CHILD _ < <(wait_pool "$WAITS")
 [ -n "$CHILD" ] || fail "stall: the pool was not refilled"
+DISCARDED+=" $STALLED"
+
+# 1b. One whose accounting link came up but that never reports in to the
+# zygote: the manager sees a live link, so the zygote's own bound (the same
+# executor_start) lets it go.
+mark
+echo after-link >"$WORK/hook-stall"
+allocate stall-link-trigger
+STALLED=$(wait_line 'test hook: pooled executor [0-9]+ stops after its accounting link' |
+  grep -oE 'executor [0-9]+ stops')
+STALLED=${STALLED//[!0-9]/}
+[ -n "$STALLED" ] || fail "stall after link: no pooled executor took the stall hook"
+SEEN+="$STALLED "
+wait_line "pooled executor $STALLED: accounting link connected ahead" >/dev/null ||
+  fail "stall after link: the link of the pooled executor $STALLED never came up"
+allocate stall-link-meanwhile
+[[ $LINE == *"(pooled)" ]] && fail "stall after link: an allocation took the pooled executor that never reported in"
+GIVEN_UP=$(wait_line "pooled executor $STALLED did not report ready within 3000 ms" 120) ||
+  fail "stall after link: the pooled executor $STALLED was not let go within executor_start (3 s)"
+echo "pool: stall after link: ${GIVEN_UP#*] }"
+STUCK+=" $STALLED"
+WAITS=$((WAITS + 1))
+read -r CHILD _ < <(wait_pool "$WAITS")
+[ -n "$CHILD" ] || fail "stall after link: the pool was not refilled"
 DISCARDED+=" $STALLED"
 
 # 2. A pooled executor killed between the zygote's look and the hand-over.
@@ -243,7 +269,7 @@ mark
 touch "$WORK/hook-hold"
 allocate handover &
 ALLOC=$!
-HELD=$(wait_line "test hook: holding the hand-over of allocation [0-9a-f]+ to the pooled executor $CHILD ") ||
+wait_line "test hook: holding the hand-over of allocation [0-9a-f]+ to the pooled executor $CHILD " >/dev/null ||
   { kill "$ALLOC" 2>/dev/null; fail "hand-over: the zygote did not hold the hand-over to $CHILD"; }
 kill -KILL "$SPARE"
 wait "$ALLOC" || fail "hand-over: the allocation whose executor died as it took it failed"
@@ -326,6 +352,13 @@ read -r CHILD _ < <(wait_pool 1)
 allocate zygote-recovered
 [[ $LINE == *"(pooled)" ]] || fail "zygote back-off: the allocation after the recovery was not pooled"
 
+for p in $STUCK; do
+  for _ in $(seq 100); do
+    [ -e /proc/"$p" ] || break
+    sleep 0.05
+  done
+  [ -e /proc/"$p" ] && fail "the pooled executor $p, let go while stuck, was never ended"
+done
 grep -q 'no executor pool' "$WORK/manager.err" && fail "the zygote gave up its pool"
 # Each discarded executor is logged by the zygote, at warn at most once (the
 # first of a burst of losses; the rest at debug).
