@@ -26,8 +26,10 @@
 set -u
 MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 EDGES=${6:-}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
-# shellcheck source=scripts/lib/manager.sh disable=SC2154 # start_manager sets manager_*
+# shellcheck source=scripts/lib/manager.sh
 . "$ROOT/scripts/lib/manager.sh"
+# shellcheck source=tests/servers/executor/standalone_manager.sh
+. "$(dirname "$0")/standalone_manager.sh"
 WORK=$(mktemp -d /tmp/rfaas-pool.XXXXXX)
 MPID=
 ITERATIONS=50
@@ -45,27 +47,15 @@ fail() {
   exit 1
 }
 
-CORES=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
-cat >"$WORK/manager.json" <<JSON
-{
-  "device_database": "$DEVICES",
-  "device": "$DEVICE",
+# The test hooks (server/executor/test_hooks.hpp) act only once their file exists.
+start_standalone_manager pool ',
   "listen": { "host": "127.0.0.1", "port": 0 },
-  "resources": { "cores": "$CORES", "memory_mib": 1024, "max_allocations": 4 },
   "executor": { "zygote": true, "pool": 1 },
   "deadlines_ms": { "shutdown_grace": 1000, "executor_start": 3000 },
-  "log": { "level": "debug" }
-}
-JSON
-start_manager "$WORK/manager.err" 20 env RFAAS_TEST_POOL_STALL_FILE="$WORK/hook-stall" \
-  RFAAS_TEST_POOL_FAIL_FILE="$WORK/hook-fail" RFAAS_TEST_HANDOVER_HOLD_FILE="$WORK/hook-hold" \
-  RFAAS_TEST_ZYGOTE_EXIT_FILE="$WORK/hook-zygote-exit" \
-  "$MANAGER" --config "$WORK/manager.json" --skip-resource-manager
-MPID=$manager_pid
-[ -n "$manager_address" ] || fail "no readiness line within 20 s"
-ADDRESS=$manager_address
+  "log": { "level": "debug" }' \
+  env RFAAS_TEST_POOL_STALL_FILE="$WORK/hook-stall" RFAAS_TEST_POOL_FAIL_FILE="$WORK/hook-fail" \
+  RFAAS_TEST_HANDOVER_HOLD_FILE="$WORK/hook-hold" RFAAS_TEST_ZYGOTE_EXIT_FILE="$WORK/hook-zygote-exit"
 PORT=${ADDRESS##*:}
-echo "pool: $manager_line"
 ZYGOTE=$(pgrep -P "$MPID" | head -1)
 [ -n "$ZYGOTE" ] || fail "no zygote under the manager"
 
@@ -209,58 +199,49 @@ WAITS=$(grep -c 'pooled executor(s) wait' "$WORK/manager.err")
 # stopped one is killed 2 s after it was let go).
 STUCK=
 
-# 1. A pooled executor that never comes up. The next member forked after an
-# allocation takes one stops itself before its fabric and link.
+# 1. A pooled executor that never comes up: the next member forked after an
+# allocation took one stops itself (stall NAME WHERE LOST: WHERE is what the
+# stall hook's file says, LOST the pattern of the line that lets it go).
+# Allocations meanwhile fork their own; within executor_start (3 s) it is
+# let go, logged with its pid and why, and the pool is refilled.
+stall() {
+  local name=$1 where=$2 lost=$3 stalled given_up
+  mark
+  echo "$where" >"$WORK/hook-stall"
+  allocate "$name-trigger"
+  stalled=$(wait_line 'test hook: pooled executor [0-9]+ stops' | grep -oE 'executor [0-9]+ stops')
+  stalled=${stalled//[!0-9]/}
+  [ -n "$stalled" ] || fail "$name: no pooled executor took the stall hook"
+  SEEN+="$stalled "
+  if [ "$where" = after-link ]; then
+    wait_line "pooled executor $stalled: accounting link connected ahead" >/dev/null ||
+      fail "$name: the link of the pooled executor $stalled never came up"
+  else
+    for _ in $(seq 100); do
+      [ "$(awk '{print $3}' /proc/"$stalled"/stat 2>/dev/null)" = T ] && break
+      sleep 0.05
+    done
+  fi
+  allocate "$name-meanwhile"
+  [[ $LINE == *"(pooled)" ]] && fail "$name: an allocation took the pooled executor that never came up"
+  given_up=$(wait_line "pooled executor $stalled $lost within 3000 ms" 120) ||
+    fail "$name: the pooled executor $stalled was not let go within executor_start (3 s)"
+  echo "pool: $name: ${given_up#*] }"
+  STUCK+=" $stalled"
+  DISCARDED+=" $stalled"
+  WAITS=$((WAITS + 1))
+  read -r CHILD _ < <(wait_pool "$WAITS")
+  [ -n "$CHILD" ] || fail "$name: the pool was not refilled"
+}
 read -r CHILD _ < <(wait_pool "$WAITS")
 [ -n "$CHILD" ] || fail "stall: the pool is not full"
 SEEN+="$CHILD "
-mark
-touch "$WORK/hook-stall"
-allocate stall-trigger
-STALLED=$(wait_line 'test hook: pooled executor [0-9]+ stops before' | grep -oE 'executor [0-9]+ stops')
-STALLED=${STALLED//[!0-9]/}
-[ -n "$STALLED" ] || fail "stall: no pooled executor took the stall hook"
-for _ in $(seq 100); do
-  [ "$(awk '{print $3}' /proc/"$STALLED"/stat 2>/dev/null)" = T ] && break
-  sleep 0.05
-done
-SEEN+="$STALLED "
-allocate stall-meanwhile
-[[ $LINE == *"(pooled)" ]] && fail "stall: an allocation took the pooled executor that never came up"
-# The zygote's bound and the manager's (on the link) are the same; whichever
-# is first names it.
-GIVEN_UP=$(wait_line "pooled executor $STALLED (was given up by the manager: its accounting link did not come up|did not report ready) within 3000 ms" 120) ||
-  fail "stall: the pooled executor $STALLED was not given up within executor_start (3 s)"
-echo "pool: stall: ${GIVEN_UP#*] }"
-STUCK+=" $STALLED"
-WAITS=$((WAITS + 1))
-read -r CHILD _ < <(wait_pool "$WAITS")
-[ -n "$CHILD" ] || fail "stall: the pool was not refilled"
-DISCARDED+=" $STALLED"
-
-# 1b. One whose accounting link came up but that never reports in to the
-# zygote: the manager sees a live link, so the zygote's own bound (the same
-# executor_start) lets it go.
-mark
-echo after-link >"$WORK/hook-stall"
-allocate stall-link-trigger
-STALLED=$(wait_line 'test hook: pooled executor [0-9]+ stops after its accounting link' |
-  grep -oE 'executor [0-9]+ stops')
-STALLED=${STALLED//[!0-9]/}
-[ -n "$STALLED" ] || fail "stall after link: no pooled executor took the stall hook"
-SEEN+="$STALLED "
-wait_line "pooled executor $STALLED: accounting link connected ahead" >/dev/null ||
-  fail "stall after link: the link of the pooled executor $STALLED never came up"
-allocate stall-link-meanwhile
-[[ $LINE == *"(pooled)" ]] && fail "stall after link: an allocation took the pooled executor that never reported in"
-GIVEN_UP=$(wait_line "pooled executor $STALLED did not report ready within 3000 ms" 120) ||
-  fail "stall after link: the pooled executor $STALLED was not let go within executor_start (3 s)"
-echo "pool: stall after link: ${GIVEN_UP#*] }"
-STUCK+=" $STALLED"
-WAITS=$((WAITS + 1))
-read -r CHILD _ < <(wait_pool "$WAITS")
-[ -n "$CHILD" ] || fail "stall after link: the pool was not refilled"
-DISCARDED+=" $STALLED"
+# Stopped before its fabric and link: the zygote's bound and the manager's
+# (on the link) are the same, whichever is first names it.
+stall stall before "(was given up by the manager: its accounting link did not come up|did not report ready)"
+# 1b. Stopped once its link came up, before it reported in: the manager sees
+# a live link, so the zygote's own bound lets it go.
+stall stall-after-link after-link "did not report ready"
 
 # 2. A pooled executor killed between the zygote's look and the hand-over.
 read -r CHILD SPARE < <(wait_pool "$WAITS")
