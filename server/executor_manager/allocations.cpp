@@ -203,7 +203,9 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     return reply(c, E::Internal, 0, 0, "cannot reach the executor zygote");
   }
   auto deadline = Clock::now() + milliseconds(cfg_.executor_start_ms);
-  while (ref.pid < 0 && !ref.exited && Clock::now() < deadline)
+  // A zygote that dies meanwhile is restarted later (zygote_failed), without
+  // this allocation's spec: its executor never starts.
+  while (ref.pid < 0 && !ref.exited && zygote_.running() && Clock::now() < deadline)
     zygote_.read(10);
   if (ref.pid <= 0) {
     ref.client_gone = true;
