@@ -22,8 +22,8 @@ struct ZygoteTestHooks {
   /// RFAAS_TEST_POOL_STALL_FILE: the next pooled executor forked while the
   /// file exists removes it and stops itself (SIGSTOP) before it opens its
   /// fabric: it never reports in and its accounting link never comes up.
-  /// When the file says "after-link", it stops after its accounting link
-  /// connected instead, before it reports in to the zygote.
+  /// When the file says "after-link", it hangs (pause()) after its
+  /// accounting link connected instead, before it reports in to the zygote.
   std::string stall_file;
   /// RFAAS_TEST_POOL_FAIL_FILE: while the file exists, every pooled
   /// executor exits with a setup failure right after its fork (a pool whose

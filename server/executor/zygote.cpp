@@ -113,8 +113,11 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
   // Spent or refused: nothing the tenant's function could read later.
   if (link)
     explicit_bzero(link->secret.bytes, sizeof link->secret.bytes);
-  if (test_stall_after_link) // test-only (test_hooks.hpp)
-    ::raise(SIGSTOP);
+  // Test-only (test_hooks.hpp). Hangs rather than stops: in a PID
+  // namespace this process is its init, which a SIGSTOP of its own does not
+  // stop.
+  while (test_stall_after_link)
+    ::pause();
   // The zygote may have handed over a spec and closed its end before this
   // answer (an allocation that came while the endpoints were being opened):
   // the spec is still there to read, so a failed answer is not the end.
@@ -403,8 +406,9 @@ private:
     ::close(sv[1]);
     if (hook_stall)
       spdlog::info("zygote: test hook: pooled executor {} stops {}", pid,
-                   stall_after_link ? "after its accounting link connected, before it reports in"
-                                    : "before it opens its fabric");
+                   stall_after_link
+                       ? "(hangs) after its accounting link connected, before it reports in"
+                       : "before it opens its fabric");
     if (link_ahead)
       emit_pooled(pid, link.secret);
     explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);

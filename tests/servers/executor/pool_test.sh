@@ -200,7 +200,7 @@ WAITS=$(grep -c 'pooled executor(s) wait' "$WORK/manager.err")
 STUCK=
 
 # 1. A pooled executor that never comes up: the next member forked after an
-# allocation took one stops itself (stall NAME WHERE LOST: WHERE is what the
+# allocation took one stops (or hangs) (stall NAME WHERE LOST: WHERE is what the
 # stall hook's file says, LOST the pattern of the line that lets it go).
 # Allocations meanwhile fork their own; within executor_start (3 s) it is
 # let go, logged with its pid and why, and the pool is refilled.
@@ -222,8 +222,11 @@ stall() {
       sleep 0.05
     done
   fi
+  # Meanwhile a fresh fork, or (where the allocation that triggered it took
+  # longer than executor_start) the stuck one's replacement: never the stuck one.
   allocate "$name-meanwhile"
-  [[ $LINE == *"(pooled)" ]] && fail "$name: an allocation took the pooled executor that never came up"
+  [[ $LINE =~ executor\ pid\ $stalled( |$) ]] &&
+    fail "$name: an allocation took the pooled executor $stalled that never came up"
   given_up=$(wait_line "pooled executor $stalled $lost within 3000 ms" 120) ||
     fail "$name: the pooled executor $stalled was not let go within executor_start (3 s)"
   echo "pool: $name: ${given_up#*] }"
@@ -239,7 +242,7 @@ SEEN+="$CHILD "
 # Stopped before its fabric and link: the zygote's bound and the manager's
 # (on the link) are the same, whichever is first names it.
 stall stall before "(was given up by the manager: its accounting link did not come up|did not report ready)"
-# 1b. Stopped once its link came up, before it reported in: the manager sees
+# 1b. Hung once its link came up, before it reported in: the manager sees
 # a live link, so the zygote's own bound lets it go.
 stall stall-after-link after-link "did not report ready"
 
