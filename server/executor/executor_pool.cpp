@@ -37,6 +37,10 @@ int ExecutorPool::timeout_ms(Clock::time_point now, int timeout) const {
   for (const auto &d : dropped_)
     if (d.second != Clock::time_point::max())
       until(d.second);
+  if (start_deadline_.count() > 0)
+    for (const auto &m : members_)
+      if (!m.ready)
+        until(m.forked + start_deadline_);
   return timeout;
 }
 
@@ -44,6 +48,7 @@ void ExecutorPool::add(pid_t pid, int fd) {
   PooledExecutor e;
   e.pid = pid;
   e.fd = fd;
+  e.forked = Clock::now();
   members_.push_back(e);
 }
 
@@ -53,7 +58,7 @@ void ExecutorPool::poll_fds(std::vector<pollfd> &out) const {
       out.push_back({m.fd, POLLIN, 0});
 }
 
-bool ExecutorPool::hear(int fd) {
+bool ExecutorPool::hear(int fd, pid_t &failed) {
   auto it = std::find_if(members_.begin(), members_.end(),
                          [fd](const auto &m) { return m.fd == fd && !m.ready; });
   if (it == members_.end())
@@ -66,6 +71,7 @@ bool ExecutorPool::hear(int fd) {
     // Its end closed without a report: it failed before it could wait.
     PooledExecutor e = *it;
     members_.erase(it);
+    failed = e.pid;
     release(e, Clock::now());
     return false;
   }
@@ -101,9 +107,55 @@ bool ExecutorPool::discard(pid_t pid, Clock::time_point now) {
     return false;
   PooledExecutor e = *it;
   members_.erase(it);
+  if (!e.ready) {
+    dropped_starting_.insert(e.pid);
+    // Still starting: blocked in its accounting link's connect (SIGTERM
+    // cancels it, ConnectionOptions::cancel), or stopped, where SIGTERM
+    // waits for a SIGCONT; either way it then exits without its spec. With
+    // the namespaces sandbox `pid` is the executor's box and the executor
+    // its child, which neither signal reaches: one that is stuck is killed
+    // with the box after kGrace (kill_overdue).
+    ::kill(e.pid, SIGTERM);
+    ::kill(e.pid, SIGCONT);
+  }
   release(e, now);
-  refill_due_ = now;
   return true;
+}
+
+std::vector<pid_t> ExecutorPool::discard_late(Clock::time_point now) {
+  std::vector<pid_t> late;
+  if (start_deadline_.count() == 0)
+    return late;
+  for (const auto &m : members_)
+    if (!m.ready && now - m.forked > start_deadline_)
+      late.push_back(m.pid);
+  for (pid_t pid : late)
+    discard(pid, now);
+  return late;
+}
+
+unsigned ExecutorPool::failed(Clock::time_point now) {
+  if (failures_ == 0 || now - last_failure_ >= kBurstGap) {
+    failures_ = 0;
+    backoff_ = std::chrono::milliseconds(0);
+  }
+  ++failures_;
+  last_failure_ = now;
+  // The first loss of a burst is refilled at once (one killed now and then
+  // is replaced without delay); then kBackoffStep, doubling, up to
+  // kBackoffMax.
+  if (failures_ >= 2)
+    backoff_ = std::min<std::chrono::milliseconds>(
+        kBackoffMax, backoff_.count() == 0 ? kBackoffStep : backoff_ * 2);
+  refill_due_ = std::max(refill_due_, now + backoff_);
+  return failures_;
+}
+
+unsigned ExecutorPool::succeeded() {
+  unsigned n = failures_;
+  failures_ = 0;
+  backoff_ = std::chrono::milliseconds(0);
+  return n;
 }
 
 void ExecutorPool::stop(Clock::time_point now) {
@@ -125,9 +177,14 @@ void ExecutorPool::kill_overdue(Clock::time_point now) {
   for (auto &d : dropped_) {
     if (d.second > now)
       continue;
-    spdlog::warn("zygote: the pooled executor {} that was let go did not exit within {} ms; "
-                 "killing it",
-                 d.first, kGrace.count());
+    if (dropped_starting_.count(d.first))
+      spdlog::debug("zygote: the pooled executor {} that was let go while it started did not exit "
+                    "within {} ms; killing it",
+                    d.first, kGrace.count());
+    else
+      spdlog::warn("zygote: the pooled executor {} that was let go did not exit within {} ms; "
+                   "killing it",
+                   d.first, kGrace.count());
     ::kill(d.first, SIGKILL);
     d.second = Clock::time_point::max();
   }
@@ -140,6 +197,7 @@ void ExecutorPool::close_in_child() const {
 }
 
 ExecutorPool::Reaped ExecutorPool::reaped(pid_t pid) {
+  dropped_starting_.erase(pid);
   if (dropped_.erase(pid))
     return Reaped::Dropped;
   auto it =

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <deque>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <poll.h>
@@ -39,6 +40,8 @@ struct PooledExecutor {
   bool ready = false;
   /// It opened the endpoints of its links ahead (rdmalib::Fabric::prepare).
   bool endpoints_ahead = false;
+  /// When it was forked: it must report in within the start deadline.
+  std::chrono::steady_clock::time_point forked{};
 };
 
 class ExecutorPool {
@@ -53,9 +56,23 @@ public:
   /// How long a pooled executor that is let go has to close its endpoints
   /// and exit before it is killed. A kill leaves its shm regions behind.
   static constexpr std::chrono::milliseconds kGrace{2000};
+  /// Back-off of the refill while members keep failing (failed()): the
+  /// first failure of a burst is refilled at once, each next one after
+  /// twice the previous delay, from kBackoffStep up to kBackoffMax. A node
+  /// whose pooled executors fail at once every time (a broken fabric, a
+  /// sandbox that kills them) then forks one every kBackoffMax instead of
+  /// one after another.
+  static constexpr std::chrono::milliseconds kBackoffStep{100};
+  static constexpr std::chrono::milliseconds kBackoffMax{10000};
+  /// A failure this long after the previous one starts a new burst.
+  static constexpr std::chrono::milliseconds kBurstGap{60000};
 
-  /// `capacity` executors are kept waiting; 0 disables the pool.
-  explicit ExecutorPool(size_t capacity) : capacity_(capacity) {}
+  /// `capacity` executors are kept waiting; 0 disables the pool. A member
+  /// that has not reported in within `start_deadline` of its fork (0: no
+  /// bound) is let go by discard_late().
+  explicit ExecutorPool(size_t capacity,
+                        std::chrono::milliseconds start_deadline = std::chrono::milliseconds(0))
+      : capacity_(capacity), start_deadline_(start_deadline) {}
   ~ExecutorPool();
   ExecutorPool(const ExecutorPool &) = delete;
   ExecutorPool &operator=(const ExecutorPool &) = delete;
@@ -78,8 +95,8 @@ public:
   void poll_fds(std::vector<pollfd> &out) const;
   /// A member's descriptor became readable: read its one-byte report
   /// ('1': endpoints opened ahead, '0': not). False when it said nothing
-  /// (it failed), after which the member is let go.
-  bool hear(int fd);
+  /// (it failed), after which the member is let go and `failed` is its pid.
+  bool hear(int fd, pid_t &failed);
 
   /// Take the longest-waiting ready member out of the pool (its pid is -1
   /// when none is ready). The caller binds it to an allocation and hands it
@@ -90,10 +107,32 @@ public:
   /// Let one executor go that is no longer pooled (taken, then found
   /// unfit): close its socket and give it kGrace to exit.
   void release(PooledExecutor &e, Clock::time_point now);
-  /// Let the member `pid` go (the manager found its accounting link dead):
-  /// as release(), and its slot is refilled at once. False when `pid` is
-  /// not a member (taken or gone already).
+  /// Let the member `pid` go (the manager found its accounting link dead,
+  /// or it never came up): as release(); one still starting is also sent
+  /// SIGTERM and SIGCONT (it may be stuck in its connect, or stopped), so
+  /// that it exits within kGrace. The caller counts it with failed(). False
+  /// when `pid` is not a member (taken or gone already).
   bool discard(pid_t pid, Clock::time_point now);
+
+  /// Let go (as discard()) every member still starting past the start
+  /// deadline, and return their pids for the caller to count with failed():
+  /// without it, one stuck (stopped, or blocked in its fabric or its link)
+  /// would hold its slot, and the refill of every other, for ever.
+  std::vector<pid_t> discard_late(Clock::time_point now);
+  std::chrono::milliseconds start_deadline() const { return start_deadline_; }
+
+  /// A member was lost before any allocation took it (died, failed to
+  /// start, discarded): its slot is refilled after the burst's back-off
+  /// (kBackoffStep..kBackoffMax). Returns how many were lost in a row in
+  /// this burst (1: the first, which the caller logs at warn; later ones
+  /// it logs at debug).
+  unsigned failed(Clock::time_point now);
+  /// A member took an allocation: the burst of failures, if any, is over.
+  /// Returns how many it had (0: none).
+  unsigned succeeded();
+  /// Failures in a row so far, and the delay the last one put on the refill.
+  unsigned failures() const { return failures_; }
+  std::chrono::milliseconds backoff() const { return backoff_; }
   /// Let every member go and fork no more (the zygote ends, or pooling
   /// failed here).
   void stop(Clock::time_point now);
@@ -123,12 +162,20 @@ public:
 
 private:
   size_t capacity_;
+  std::chrono::milliseconds start_deadline_;
   bool stopped_ = false;
   /// Oldest first: the longest-waiting member is taken first.
   std::deque<PooledExecutor> members_;
   Clock::time_point refill_due_{};
+  /// The current burst of failures (failed()), and when its last one was.
+  unsigned failures_ = 0;
+  std::chrono::milliseconds backoff_{0};
+  Clock::time_point last_failure_{};
   /// Let go, unreaped: the time each is killed at (max() once killed).
   std::map<pid_t, Clock::time_point> dropped_;
+  /// Let go while still starting (stuck, or stopped): their kill after
+  /// kGrace is expected, and said at debug only.
+  std::set<pid_t> dropped_starting_;
 };
 
 } // namespace rfaas::executor_process

@@ -50,6 +50,8 @@ int main(int argc, char **argv) {
                                         rfaas::cli::value<uint32_t>())(
       "connect-ms", "zygote: pooled executors' deadline to connect to the manager",
       rfaas::cli::value<uint32_t>()->default_value("5000"))(
+      "start-ms", "zygote: a pooled executor's deadline to report ready (0: none)",
+      rfaas::cli::value<uint32_t>()->default_value("0"))(
       "spare-fd", "in a container: wait for a launch spec on this socket",
       rfaas::cli::value<int>())("lifeline-fd", "exit when the zygote closes this socket",
                                 rfaas::cli::value<int>())(
@@ -132,7 +134,8 @@ int main(int argc, char **argv) {
         manager.connect_ms = args["connect-ms"].as<uint32_t>();
       }
       return rfaas::executor_process::run_zygote(dev, args.count("exec-each") > 0, self, sandbox,
-                                                 args["pool"].as<uint32_t>(), manager);
+                                                 args["pool"].as<uint32_t>(), manager,
+                                                 args["start-ms"].as<uint32_t>());
     }
     throw rfaas::cli::UsageError("started by executor_manager only (--zygote or --spec-fd)");
   });

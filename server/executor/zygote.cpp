@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -29,6 +31,7 @@
 #include "executor/executor_pool.hpp"
 #include "executor/process.hpp"
 #include "executor/sandbox.hpp"
+#include "executor/test_hooks.hpp"
 #include "protocol/protocol.hpp"
 
 namespace rfaas::executor_process {
@@ -41,12 +44,6 @@ namespace {
 /// opened ahead for: librfaas's default (allocation_options::slots). Later
 /// ones take the last request's.
 constexpr uint32_t kFirstSpareInputSlots = 1;
-
-/// Pooled executors lost in a row (died while they waited, or found dead or
-/// unlinked) before the zygote gives up its pool: one lost now and then (an
-/// operator's kill, the OOM killer) is replaced, but a pool whose every
-/// member dies would fork and lose one after another for ever.
-constexpr unsigned kMaxPoolLosses = 3;
 
 using Clock = std::chrono::steady_clock;
 
@@ -67,7 +64,8 @@ struct PooledLinkTarget {
 /// a LaunchSpec (read until EOF) and serve it. EOF without a spec: the zygote
 /// dropped the spare.
 int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots, bool seccomp,
-              PooledLinkTarget *link = nullptr, bool in_container = false) {
+              PooledLinkTarget *link = nullptr, bool in_container = false,
+              bool test_stall_after_link = false) {
   // Before the fabric's thread that opens endpoints ahead exists.
   hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
@@ -115,6 +113,11 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
   // Spent or refused: nothing the tenant's function could read later.
   if (link)
     explicit_bzero(link->secret.bytes, sizeof link->secret.bytes);
+  // Test-only (test_hooks.hpp). Hangs rather than stops: in a PID
+  // namespace this process is its init, which a SIGSTOP of its own does not
+  // stop.
+  while (test_stall_after_link)
+    ::pause();
   // The zygote may have handed over a spec and closed its end before this
   // answer (an allocation that came while the endpoints were being opened):
   // the spec is still there to read, so a failed answer is not the end.
@@ -162,10 +165,12 @@ bool in_containers(server::SandboxKind kind) {
 class Zygote {
 public:
   Zygote(const rdmalib::DeviceConfig &device, bool exec_each, std::string self,
-         const server::SandboxConfig &sandbox, size_t pool, const ManagerAddress &manager)
+         const server::SandboxConfig &sandbox, size_t pool, const ManagerAddress &manager,
+         uint32_t member_start_ms)
       : device_(device), exec_each_(exec_each), self_(std::move(self)), manager_(manager),
         sandbox_(sandbox, rdmalib::Fabric::confinement_needs(device)),
-        pool_(exec_each || in_containers(sandbox.kind) ? 0 : pool) {
+        pool_(exec_each || in_containers(sandbox.kind) ? 0 : pool,
+              std::chrono::milliseconds(member_start_ms)) {
     if (in_containers(sandbox.kind))
       // Executors start in containers (container_pool.hpp), not by fork;
       // the container pool keeps its own containers started ahead.
@@ -196,6 +201,12 @@ public:
                             (pool_.capacity()
                                  ? "; pool of " + std::to_string(pool_.capacity()) + " executor(s)"
                                  : "; no executor pool")));
+    if (ZygoteTestHooks::on(hooks_.zygote_exit_file)) {
+      // Test-only (test_hooks.hpp): a zygote that fails right after its start.
+      spdlog::info("zygote: test hook: exiting right after it became ready ({})",
+                   hooks_.zygote_exit_file);
+      return 1;
+    }
     if (containers_)
       containers_->start();
     std::string in;
@@ -236,6 +247,11 @@ public:
           children_.erase(it);
         }
       reap();
+      for (pid_t late : pool_.discard_late(Clock::now()))
+        lost_member(late, "did not report ready within " +
+                              std::to_string(pool_.start_deadline().count()) +
+                              " ms (stopped, or stuck opening its fabric or connecting its "
+                              "accounting link)");
       pool_.kill_overdue(Clock::now());
       if (containers_ && open)
         containers_->tick();
@@ -348,6 +364,12 @@ private:
       link.port = manager_.port;
       link.connect_ms = manager_.connect_ms;
     }
+    // Test-only (test_hooks.hpp): decided here, where the hooks' files are
+    // visible, not in the child, which may already see only its sandbox.
+    const bool hook_fail = ZygoteTestHooks::on(hooks_.fail_file);
+    std::string stall_where;
+    const bool hook_stall = !hook_fail && ZygoteTestHooks::take(hooks_.stall_file, &stall_where);
+    const bool stall_after_link = hook_stall && stall_where == "after-link";
     pid_t pid = ::fork();
     if (pid < 0) {
       explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
@@ -365,6 +387,13 @@ private:
       prctl(PR_SET_NAME, "executor-spare");
       if (::getppid() != zygote)
         _exit(0); // the zygote died before the death signal was armed
+      if (hook_fail) {
+        spdlog::info("zygote: test hook: pooled executor {} fails at once ({})", ::getpid(),
+                     hooks_.fail_file);
+        _exit(ExitSetupFailed);
+      }
+      if (hook_stall && !stall_after_link)
+        ::raise(SIGSTOP);
       confine(cgroup, spare_identity_);
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
       // The manager asks for the filter on every kind but process
@@ -372,9 +401,14 @@ private:
       const auto &sc = sandbox_.config();
       _exit(run_spare(sv[1], device_, spare_input_slots_,
                       sc.kind != server::SandboxKind::Process && sc.seccomp,
-                      link_ahead ? &link : nullptr));
+                      link_ahead ? &link : nullptr, false, stall_after_link));
     }
     ::close(sv[1]);
+    if (hook_stall)
+      spdlog::info("zygote: test hook: pooled executor {} stops {}", pid,
+                   stall_after_link
+                       ? "(hangs) after its accounting link connected, before it reports in"
+                       : "before it opens its fabric");
     if (link_ahead)
       emit_pooled(pid, link.secret);
     explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
@@ -384,16 +418,18 @@ private:
 
   /// A pooled executor reported in (its fabric is open), or failed to.
   void hear_member(int fd) {
-    if (!pool_.hear(fd)) {
-      spdlog::warn("zygote: a pooled executor failed before it could wait; no executor pool");
-      pool_.stop(Clock::now());
+    pid_t failed = -1;
+    if (!pool_.hear(fd, failed)) {
+      lost_member(failed, "failed before it could wait (it closed its socket)");
       return;
     }
     if (!pool_said_ && pool_.ready() == pool_.capacity()) {
       pool_said_ = true;
-      spdlog::info("zygote: {} pooled executor(s) wait{} for allocations", pool_.capacity(),
-                   sandbox_.config().kind == server::SandboxKind::Process ? ""
-                                                                          : " in their sandbox");
+      spdlog::info(
+          "zygote: {} pooled executor(s) wait{} for allocations{}", pool_.capacity(),
+          sandbox_.config().kind == server::SandboxKind::Process ? "" : " in their sandbox",
+          pool_.failures() >= 2 ? " (after " + std::to_string(pool_.failures()) + " lost in a row)"
+                                : std::string());
     }
   }
 
@@ -438,29 +474,52 @@ private:
       // client would wait for. Looked at, not written to: a write would
       // wake the executor, which would take a core before the "started"
       // line below leaves, and the client waits for that line.
+      const pid_t pid = e.pid;
       if (hung_up(e.fd)) {
-        spdlog::warn("zygote: the pooled executor {} died while it waited; discarding it, "
-                     "allocation {:x} goes elsewhere",
-                     e.pid, spec.allocation_id);
         pool_.release(e, now); // reaped as let go: "unpooled" follows
-        lost_member();
+        lost_member(pid, "died while it waited; allocation " + hex(spec.allocation_id) +
+                             " goes to another pooled executor or a fresh fork");
         continue;
       }
-      losses_ = 0;
-      children_[e.pid] = spec.allocation_id;
+      if (ZygoteTestHooks::take(hooks_.handover_hold_file)) {
+        // Test-only (test_hooks.hpp): the window between the look above and
+        // the hand-over below, held open until a test killed the executor.
+        spdlog::info("zygote: test hook: holding the hand-over of allocation {:x} to the pooled "
+                     "executor {} until it hangs up (at most 10 s)",
+                     spec.allocation_id, pid);
+        pollfd p{e.fd, POLLIN | POLLRDHUP, 0};
+        ::poll(&p, 1, 10000);
+      }
+      children_[pid] = spec.allocation_id;
       // "pooled": the manager logs and counts it, and binds its link.
-      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(e.pid) +
-           " pooled");
+      emit("started " + std::to_string(spec.allocation_id) + " " + std::to_string(pid) + " pooled");
       if (!write_all(e.fd, text)) {
-        // It died in the moment since the look above: its death is reaped
-        // and reported as this allocation's end.
-        spdlog::warn("zygote: the pooled executor {} died as it took allocation {:x}: {}", e.pid,
-                     spec.allocation_id, std::strerror(errno));
-        ::kill(e.pid, SIGKILL);
+        // It died in the moment since the look above, before it had the
+        // spec: the allocation goes to the next pooled executor or a fresh
+        // fork, whose "started" line replaces this one at the manager
+        // (which answered the client already: the client then waits for
+        // the new executor's workers, not for ever for this one's). Its
+        // death is reaped as let go ("unpooled"), not as the allocation's
+        // end.
+        const std::string err = std::strerror(errno);
+        children_.erase(pid);
+        ::kill(pid, SIGKILL);
+        pool_.release(e, now);
+        lost_member(pid, "died as it took allocation " + hex(spec.allocation_id) + " (" + err +
+                             "); the allocation goes to another pooled executor or a fresh fork");
+        continue;
       }
       ::close(e.fd); // EOF: the spec is complete
+      if (const unsigned n = pool_.succeeded(); n >= 2)
+        spdlog::info("zygote: a pooled executor took an allocation after {} were lost in a row", n);
       return true;
     }
+  }
+
+  static std::string hex(uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "%" PRIx64, v);
+    return b;
   }
 
   /// True when the peer of `fd`, a pooled executor's socket, hung up (it
@@ -471,15 +530,21 @@ private:
     return ::poll(&p, 1, 0) > 0 && p.revents != 0;
   }
 
-  /// A pooled executor was lost before it took an allocation: its slot is
-  /// refilled, unless members keep dying (kMaxPoolLosses in a row).
-  void lost_member() {
+  /// The pooled executor `pid` was lost before it took an allocation
+  /// (`what` happened to it): its slot is refilled, at once for the first
+  /// loss of a burst, then with back-off (ExecutorPool::failed), so that a
+  /// pool whose every member fails never forks one after another. Logged
+  /// at warn once per burst, the rest at debug.
+  void lost_member(pid_t pid, const std::string &what) {
     pool_said_ = false; // say so again once the pool is full
-    if (++losses_ >= kMaxPoolLosses && !pool_.stopped()) {
-      spdlog::warn("zygote: {} pooled executors in a row were lost before use; no executor pool",
-                   losses_);
-      pool_.stop(Clock::now());
-    }
+    const unsigned n = pool_.failed(Clock::now());
+    if (n == 1)
+      spdlog::warn("zygote: the pooled executor {} {}; discarding it, its slot is refilled", pid,
+                   what);
+    else
+      spdlog::debug("zygote: the pooled executor {} {}; discarding it, {} lost in a row: its slot "
+                    "is refilled in {} ms",
+                    pid, what, n, pool_.backoff().count());
   }
 
   /// "pooled <pid> <secret in hex>": built and written from the stack, and
@@ -522,19 +587,14 @@ private:
         continue; // a container started ahead, never used
       switch (pool_.reaped(pid)) {
       case ExecutorPool::Reaped::Member:
-        // Died before it could wait: something is wrong with pooling here,
-        // so allocations go back to fresh forks.
-        spdlog::warn("zygote: the pooled executor {} ended before use ({}); no executor pool", pid,
-                     describe_status(status));
-        pool_.stop(Clock::now());
+        // Died before it could wait (its fabric or sandbox failed): replaced
+        // with back-off, as members that fail every time would be.
+        lost_member(pid, "ended before it could wait (" + describe_status(status) + ")");
         emit("unpooled " + std::to_string(pid));
         continue;
       case ExecutorPool::Reaped::Lost:
         // Died while it waited (killed, or crashed): replaced.
-        spdlog::warn("zygote: the pooled executor {} died while it waited ({}); discarding it, "
-                     "its slot is refilled",
-                     pid, describe_status(status));
-        lost_member();
+        lost_member(pid, "died while it waited (" + describe_status(status) + ")");
         emit("unpooled " + std::to_string(pid));
         continue;
       case ExecutorPool::Reaped::Dropped:
@@ -583,17 +643,17 @@ private:
               ::kill(c.first, sig);
           }
       } else if (cmd == "unpool") {
-        // The manager found this member's accounting link dead: it must
-        // take no allocation. Let go, it exits and is reaped ("unpooled").
+        // "unpool <pid> <why>": the manager found this member's accounting
+        // link dead, or never up: it must take no allocation. Let go, it
+        // exits and is reaped ("unpooled").
         long pid = 0;
+        std::string why;
         line >> pid;
+        std::getline(line >> std::ws, why);
         in.erase(0, nl + 1);
-        if (pid > 0 && pool_.discard(static_cast<pid_t>(pid), Clock::now())) {
-          spdlog::warn("zygote: the manager found the accounting link of the pooled executor {} "
-                       "ended or never up; discarding it, its slot is refilled",
-                       pid);
-          lost_member();
-        }
+        if (pid > 0 && pool_.discard(static_cast<pid_t>(pid), Clock::now()))
+          lost_member(static_cast<pid_t>(pid),
+                      "was given up by the manager: " + (why.empty() ? "its link" : why));
       } else {
         in.erase(0, nl + 1);
         spdlog::warn("zygote: unknown command \"{}\"", cmd);
@@ -711,8 +771,7 @@ private:
   uint64_t cgroup_seq_ = 0;
   ExecutorPool pool_;
   bool pool_said_ = false;
-  /// Pooled executors lost since one last took an allocation.
-  unsigned losses_ = 0;
+  ZygoteTestHooks hooks_ = ZygoteTestHooks::from_environment();
   /// Who pooled executors run as (that of an anonymous lease).
   ExecutorIdentity spare_identity_;
   uint32_t spare_input_slots_ = kFirstSpareInputSlots;
@@ -724,7 +783,7 @@ private:
 
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
                const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool,
-               const ManagerAddress &manager) {
+               const ManagerAddress &manager, uint32_t member_start_ms) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1)
     return 1; // the manager died before we armed the death signal
@@ -743,7 +802,7 @@ int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
       spdlog::warn("zygote: warming the fabric failed (executors will open it cold): {}", e.what());
     }
   }
-  return Zygote(warm_device, exec_each, self_exe, sandbox, pool, manager).run();
+  return Zygote(warm_device, exec_each, self_exe, sandbox, pool, manager, member_start_ms).run();
 }
 
 int run_waiting_executor(int fd, const rdmalib::DeviceConfig &device) {

@@ -59,10 +59,12 @@ struct ManagerAddress {
 /// `self_exe` instead (cold start, for comparison; no pool then). Every
 /// executor is confined as `sandbox` says (sandbox.hpp). `pool` executors
 /// are kept pre-started (0: none); each connects its accounting link to
-/// `manager` while it waits (port 0: not). Returns the exit code.
+/// `manager` while it waits (port 0: not), and one that has not reported
+/// ready within `member_start_ms` of its fork (0: no bound) is discarded and
+/// replaced. Returns the exit code.
 int run_zygote(const rdmalib::DeviceConfig &warm_device, bool exec_each,
                const std::string &self_exe, const server::SandboxConfig &sandbox, size_t pool,
-               const ManagerAddress &manager);
+               const ManagerAddress &manager, uint32_t member_start_ms = 0);
 
 /// An executor started in a container (container_pool.hpp): open the
 /// fabric for `device`, say so with one byte on socket `fd`, then read a

@@ -203,7 +203,9 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
     return reply(c, E::Internal, 0, 0, "cannot reach the executor zygote");
   }
   auto deadline = Clock::now() + milliseconds(cfg_.executor_start_ms);
-  while (ref.pid < 0 && !ref.exited && Clock::now() < deadline)
+  // A zygote that dies meanwhile is restarted later (zygote_failed), without
+  // this allocation's spec: its executor never starts.
+  while (ref.pid < 0 && !ref.exited && zygote_.running() && Clock::now() < deadline)
     zygote_.read(10);
   if (ref.pid <= 0) {
     ref.client_gone = true;
@@ -217,6 +219,7 @@ void Manager::handle_allocation_request(Client &c, const uint8_t *msg, size_t le
                req.cores, memory, req.hot_timeout_ms, c.peer, ref.pid,
                ref.pooled ? " (pooled)" : "");
   reply(c, E::Ok, id, req.cores, "");
+  ref.answered = true;
   // After the answer, before the client can ship its code (and with it a
   // function that could read the pooled executor's memory): the link's
   // secret is spent before anything of the tenant runs there.

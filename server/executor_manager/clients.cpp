@@ -184,8 +184,18 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
     auto replaceable = [](const Allocation &a) {
       return a.pooled && a.exec_done && a.exec_channel.closed() && !a.exec_channel.shut_down();
     };
-    if (it == allocations_.end() || (it->second->exec_connected && !replaceable(*it->second)) ||
-        !proto::equal(it->second->secret, hello.secret))
+    auto refused = [&] {
+      return it == allocations_.end() ||
+             (it->second->exec_connected && !replaceable(*it->second)) ||
+             !proto::equal(it->second->secret, hello.secret);
+    };
+    if (it != allocations_.end() && refused()) {
+      // The executor that replaces one that died as it took the allocation
+      // ("started" twice) may connect before its report is read here.
+      zygote_.read(0);
+      it = allocations_.find(hello.allocation_id);
+    }
+    if (refused())
       return refuse(proto::ErrorCode::LeaseInvalid,
                     "an executor presented an unknown allocation or a wrong secret");
     Allocation &a = *it->second;
@@ -263,7 +273,9 @@ void Manager::bind_pooled_link(Allocation &a, pid_t pid) {
   // connects its own.
   proto::ChannelStatus st = p->channel.poll().status;
   if (st == proto::ChannelStatus::Closed || st == proto::ChannelStatus::Shutdown) {
-    spdlog::warn("allocation {:x}: the accounting link of its pooled executor {} ended before it "
+    // Info, not warn: the executor warns when it finds its link dead, and
+    // where the executor itself died the zygote has (once).
+    spdlog::info("allocation {:x}: the accounting link of its pooled executor {} ended before it "
                  "was bound; the executor connects its own",
                  a.id, pid);
     return;
@@ -306,7 +318,7 @@ void Manager::poll_pooled_links() {
     // request, or (the executor died, which also ends its link) reports its
     // death, whichever it sees first.
     spdlog::debug("pooled executor {}: {}; asking the zygote to discard it", p.pid, why);
-    zygote_.unpool(p.pid);
+    zygote_.unpool(p.pid, why);
     it = pooled_links_.erase(it);
   }
 }

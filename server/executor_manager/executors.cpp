@@ -1,6 +1,8 @@
 #include "executor_manager/manager_state.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -11,7 +13,6 @@ using std::chrono::milliseconds;
 void Manager::executor_event(const ZygoteEvent &e) {
   ++events_;
   if (e.kind == ZygoteEvent::Kind::Died) {
-    spdlog::error("the executor zygote {} died; restarting it", e.pid);
     for (auto &kv : allocations_)
       if (!kv.second->exited && kv.second->pid > 0) {
         kv.second->exited = true;
@@ -20,11 +21,7 @@ void Manager::executor_event(const ZygoteEvent &e) {
       }
     // Its pooled executors died with it: their secrets are void.
     pooled_links_.clear();
-    try {
-      zygote_.start(milliseconds(cfg_.executor_start_ms));
-    } catch (const std::exception &ex) {
-      spdlog::error("{}", ex.what());
-    }
+    zygote_failed("the executor zygote " + std::to_string(e.pid) + " died");
     return;
   }
   if (e.kind == ZygoteEvent::Kind::Pooled) {
@@ -50,6 +47,30 @@ void Manager::executor_event(const ZygoteEvent &e) {
   Allocation &a = *it->second;
   switch (e.kind) {
   case ZygoteEvent::Kind::Started:
+    if (a.pid > 0 && a.pid != e.pid && !a.exited) {
+      // Its first executor, pooled, died as the zygote handed it the
+      // allocation (the zygote logged it): `e.pid` takes the allocation
+      // over with the same LaunchSpec, and connects to the client, which
+      // has its answer already. The dead one's link, if bound, goes.
+      spdlog::info("allocation {:x}: executor pid {}{} replaces {}, which died as it took the "
+                   "allocation",
+                   a.id, e.pid, e.pooled ? " (pooled)" : "", a.pid);
+      pooled_links_.erase(a.pid);
+      if (a.exec_connected) {
+        a.exec_conn.close();
+        a.exec_connected = false;
+        a.exec_done = false;
+      }
+      a.pid = e.pid;
+      a.pooled = e.pooled;
+      ++executors_started_;
+      executors_pooled_ += e.pooled ? 1 : 0;
+      if (e.pooled && a.answered)
+        bind_pooled_link(a, e.pid);
+      if (e.pooled && a.client_gone)
+        pooled_links_.erase(e.pid);
+      break;
+    }
     a.pid = e.pid;
     a.pooled = e.pooled;
     ++executors_started_;
@@ -76,6 +97,41 @@ void Manager::executor_event(const ZygoteEvent &e) {
   case ZygoteEvent::Kind::Pooled:
   case ZygoteEvent::Kind::Unpooled:
     break;
+  }
+}
+
+void Manager::zygote_failed(const std::string &what) {
+  const auto now = Clock::now();
+  if (zygote_failures_ == 0 || now - zygote_last_failure_ >= kZygoteBurstGap) {
+    zygote_failures_ = 0;
+    zygote_backoff_ = milliseconds(0);
+  }
+  ++zygote_failures_;
+  zygote_last_failure_ = now;
+  if (zygote_failures_ >= 2)
+    zygote_backoff_ = std::min<milliseconds>(
+        kZygoteBackoffMax, zygote_backoff_.count() == 0 ? kZygoteBackoffStep : zygote_backoff_ * 2);
+  zygote_restart_at_ = now + zygote_backoff_;
+  zygote_restart_due_ = true;
+  if (zygote_failures_ == 1)
+    spdlog::error("{}; restarting it (should it keep failing: with back-off up to {} ms, logged "
+                  "at debug)",
+                  what, kZygoteBackoffMax.count());
+  else
+    spdlog::debug("{}; {} failures in a row, restarting it in {} ms", what, zygote_failures_,
+                  zygote_backoff_.count());
+}
+
+void Manager::restart_zygote() {
+  if (!zygote_restart_due_ || zygote_.running() || Clock::now() < zygote_restart_at_)
+    return;
+  zygote_restart_due_ = false;
+  ++events_;
+  spdlog::debug("restarting the executor zygote (failure {} in a row)", zygote_failures_);
+  try {
+    zygote_.start(milliseconds(cfg_.executor_start_ms));
+  } catch (const std::exception &ex) {
+    zygote_failed(std::string("the executor zygote could not be restarted: ") + ex.what());
   }
 }
 

@@ -167,6 +167,7 @@ int Manager::run() {
     poll_clients();
     poll_executors();
     poll_pooled_links();
+    restart_zygote();
     tick();
     if (rm_ && cfg_.accounting_interval_ms &&
         Clock::now() - last_periodic_report_ > milliseconds(cfg_.accounting_interval_ms)) {
@@ -196,7 +197,8 @@ int Manager::run() {
   for (auto &kv : allocations_)
     signal_executor(*kv.second, SIGTERM);
   auto deadline = Clock::now() + milliseconds(cfg_.shutdown_grace_ms);
-  while (Clock::now() < deadline &&
+  // Without a zygote (it died, its restart pending) no executor is left.
+  while (Clock::now() < deadline && zygote_.running() &&
          std::any_of(allocations_.begin(), allocations_.end(),
                      [](const auto &kv) { return !kv.second->exited; })) {
     zygote_.read(10);

@@ -118,6 +118,18 @@ private:
   /// come up within executor_start_ms, is discarded with its executor
   /// (ZygoteLink::unpool), so that no allocation is bound to it.
   void poll_pooled_links();
+  /// The zygote died, or could not be started again (`what`): it is
+  /// restarted at once the first time, then after a back-off that doubles
+  /// from kZygoteBackoffStep up to kZygoteBackoffMax while it keeps failing
+  /// (a failure kZygoteBurstGap after the previous one starts afresh), so
+  /// that a zygote that fails at once every time is not restarted in a loop.
+  /// Logged at error once per burst, the rest at debug.
+  void zygote_failed(const std::string &what);
+  /// Restart the zygote when its back-off is over (run's loop).
+  void restart_zygote();
+  static constexpr std::chrono::milliseconds kZygoteBackoffStep{200};
+  static constexpr std::chrono::milliseconds kZygoteBackoffMax{10000};
+  static constexpr std::chrono::milliseconds kZygoteBurstGap{60000};
 
   ManagerConfig cfg_;
   rdmalib::DeviceConfig device_;
@@ -146,6 +158,11 @@ private:
   /// Allocations whose accounting link was connected while their executor
   /// was pooled (logged when the manager stops).
   uint64_t links_ahead_ = 0;
+  /// The zygote's restarts (zygote_failed).
+  bool zygote_restart_due_ = false;
+  Clock::time_point zygote_restart_at_{}, zygote_last_failure_{};
+  unsigned zygote_failures_ = 0;
+  std::chrono::milliseconds zygote_backoff_{0};
 
   // With a resource manager (resource_manager.enabled) only.
   std::unique_ptr<RmLink> rm_;

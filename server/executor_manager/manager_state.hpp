@@ -86,6 +86,9 @@ struct Manager::Allocation {
   pid_t pid = -1;
   /// Its executor was pre-started (the zygote's pool), not forked for it.
   bool pooled = false;
+  /// The client has its answer (Ok): a pooled executor that replaces the
+  /// first one is bound at its report, not after the answer.
+  bool answered = false;
   bool exited = false;
   long exit_code = 0;
   Clock::time_point started, exited_at;

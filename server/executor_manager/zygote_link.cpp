@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -47,6 +48,9 @@ void ZygoteLink::start(milliseconds ready_within) {
   std::string pool = std::to_string(fork_from_zygote_ ? pool_ : 0);
   std::string link_host = link_host_, link_port = std::to_string(link_port_),
               link_ms = std::to_string(link_connect_ms_);
+  // A pooled executor has as long to report ready as an allocation's
+  // executor has to start.
+  std::string start_ms = std::to_string(ready_within.count());
   pid_t pid = fork();
   if (pid < 0)
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -57,8 +61,9 @@ void ZygoteLink::start(milliseconds ready_within) {
     dup2(to_child[0], 0);
     dup2(from_child[1], 1);
     const char *mode = fork_from_zygote_ ? nullptr : "--exec-each";
-    std::vector<const char *> argv = {"executor",  "--zygote",      "--device", hex.c_str(),
-                                      "--sandbox", box_hex.c_str(), "--pool",   pool.c_str()};
+    std::vector<const char *> argv = {"executor",   "--zygote",      "--device", hex.c_str(),
+                                      "--sandbox",  box_hex.c_str(), "--pool",   pool.c_str(),
+                                      "--start-ms", start_ms.c_str()};
     if (link_port_ != 0) {
       argv.insert(argv.end(), {"--manager-host", link_host.c_str(), "--manager-port",
                                link_port.c_str(), "--connect-ms", link_ms.c_str()});
@@ -216,9 +221,11 @@ void ZygoteLink::signal(uint64_t allocation, int sig) {
                       "signal " + std::to_string(allocation) + " " + std::to_string(sig) + "\n");
 }
 
-void ZygoteLink::unpool(pid_t pid) {
+void ZygoteLink::unpool(pid_t pid, const std::string &why) {
+  std::string line = why;
+  std::replace(line.begin(), line.end(), '\n', ' ');
   if (in_ >= 0)
-    server::write_all(in_, "unpool " + std::to_string(pid) + "\n");
+    server::write_all(in_, "unpool " + std::to_string(pid) + " " + line + "\n");
 }
 
 } // namespace rfaas::manager

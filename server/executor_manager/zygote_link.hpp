@@ -25,7 +25,9 @@ namespace rfaas::manager {
 /// One report of the zygote about one allocation's executor.
 struct ZygoteEvent {
   enum class Kind {
-    Started,  ///< `pid` runs the allocation's executor
+    Started,  ///< `pid` runs the allocation's executor (a second report for
+              ///< one allocation: its first executor died as it took it,
+              ///< and `pid` replaces it)
     Failed,   ///< it could not be started: `reason`
     Exited,   ///< it ended with `code` (exit code, or -signal number)
     Died,     ///< the zygote itself died, and every executor with it
@@ -84,10 +86,10 @@ public:
   /// unreaped, so a recycled pid is never hit).
   void signal(uint64_t allocation, int sig);
   /// Ask the zygote to let the pooled executor `pid` go (its accounting link
-  /// is dead): it takes no allocation, exits, and its slot is refilled. The
-  /// zygote reads its commands in order, so a spawn sent after this never
-  /// gets that executor.
-  void unpool(pid_t pid);
+  /// is dead, or never came up: `why`, which the zygote logs): it takes no
+  /// allocation, exits, and its slot is refilled. The zygote reads its
+  /// commands in order, so a spawn sent after this never gets that executor.
+  void unpool(pid_t pid, const std::string &why);
 
   /// The pipe the zygote's events arrive on (for poll()), or -1.
   int fd() const { return out_; }

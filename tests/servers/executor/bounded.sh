@@ -1,6 +1,8 @@
 # shellcheck shell=bash
 # Sourced by hostile_test.sh and self_address_test.sh (after
 # scripts/lib/manager.sh, whose start_manager it uses).
+# shellcheck source=tests/servers/executor/standalone_manager.sh
+. "$(dirname "${BASH_SOURCE[0]}")/standalone_manager.sh"
 #
 # bounded SECONDS OUT COMMAND...: run COMMAND with its output in OUT; past the
 # deadline, append every thread's stack (gdb, where installed) to OUT, so that
@@ -28,29 +30,13 @@ bounded() {
   wait "$pid"
 }
 
-# start_probe_manager NAME [ADMISSION]: write $WORK/manager.json for a
-# standalone manager on $DEVICE with the cores this process may use, its
-# admission limits plus ADMISSION (more JSON members, with a leading comma),
-# start it with its log in $WORK/manager.err, and set MPID and ADDRESS.
-# shellcheck disable=SC2034,SC2154 # sets the caller's globals from start_manager's
+# start_probe_manager NAME [ADMISSION]: start a standalone manager
+# (start_standalone_manager) with the hostile tests' deadlines and admission
+# limits, plus ADMISSION (more JSON members of "admission", with a leading
+# comma); sets MPID and ADDRESS.
 start_probe_manager() {
-  local name=$1 admission=${2:-}
-  local cores
-  cores=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
-  cat >"$WORK/manager.json" <<JSON
-{
-  "device_database": "$DEVICES",
-  "device": "$DEVICE",
+  start_standalone_manager "$1" ',
   "listen": { "port": 0 },
-  "resources": { "cores": "$cores", "memory_mib": 1024, "max_allocations": 4 },
   "deadlines_ms": { "shutdown_grace": 1000, "connect": 500 },
-  "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500$admission }
-}
-JSON
-  start_manager "$WORK/manager.err" 20 "$MANAGER" --config "$WORK/manager.json" \
-    --skip-resource-manager
-  MPID=$manager_pid
-  [ -n "$manager_address" ] || fail "no readiness line within 20 s"
-  ADDRESS=$manager_address
-  echo "$name: $manager_line"
+  "admission": { "max_pending": 8, "max_pending_per_peer": 6, "request_ms": 1500'"${2:-}"' }'
 }
