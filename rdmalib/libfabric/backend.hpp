@@ -603,7 +603,20 @@ struct ConnectionImpl final : LinkCore {
   bool confirm_abandoned = false; // under sh->m: the owner stopped waiting for it (peer_spoke)
   int confirm_err = 0;            // under sh->m: its error, if it failed
   lf::OpSlot *confirm_slot = nullptr;
-  uint64_t confirm_nonce = 0;
+  /// Shared endpoint: the handshake's nonce, drawn by the client and known
+  /// only to the two ends. The confirmation echoes it, and every goodbye
+  /// carries it (goodbye()), so that a goodbye is taken from a sender whose
+  /// source the receiver cannot name yet: a link closed right after it was
+  /// made still ends at the peer at once. 0 before the handshake.
+  uint64_t nonce = 0;
+  /// The goodbye of this link (nonce included) as it goes to the peer.
+  ControlMessage goodbye() const noexcept {
+    return control_message(ControlType::Goodbye, static_cast<uint32_t>(nonce),
+                           static_cast<uint32_t>(nonce >> 32));
+  }
+  /// Under sh->m: whether the `len` bytes at `msg`, from a source that is not
+  /// the peer's address (route_pooled_locked), are the peer's goodbye.
+  bool peer_goodbye(const void *msg, size_t len) const noexcept;
   std::chrono::steady_clock::time_point confirm_deadline;
   /// Shared endpoint, accepting side: posts the receive of the peer's
   /// confirmation (before the answer goes, so that it cannot be missed).

@@ -398,7 +398,9 @@ void ConnectionImpl::close_shared() noexcept {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   lf::OpSlot *s = goodbye ? take_slot(0, OpKind::Send, true) : nullptr;
   if (s) {
-    ControlMessage m = control_message(ControlType::Goodbye);
+    // With the handshake's nonce: this may leave before the peer can name
+    // this side as its sender (a close right after accept).
+    const ControlMessage m = this->goodbye();
     uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
     std::memcpy(buf, &m, sizeof m);
     ssize_t r = ctl_send_to(buf, sizeof m, peer, pool_tag(), s);
@@ -988,6 +990,12 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     hello.type = lf::HsHello;
     std::random_device rd;
     hello.nonce = (static_cast<uint64_t>(rd()) << 32) | rd();
+    // Known before the answer: the server's goodbye may follow the answer
+    // at once, and is routed to this link by whichever thread reads it.
+    if (c->sh) {
+      std::lock_guard<std::mutex> g(c->sh->m);
+      c->nonce = hello.nonce;
+    }
     size_t alen = sizeof hello.address;
     ret = fi_getname(&c->ep->fid, hello.address, &alen);
     if (ret)

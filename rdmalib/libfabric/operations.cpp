@@ -544,7 +544,11 @@ void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::t
   s->cap = sizeof(lf::HandshakeMessage);
   s->confirm = true;
   confirm_slot = s;
-  confirm_nonce = nonce;
+  {
+    // Read by whichever thread routes the peer's goodbye (peer_goodbye).
+    std::lock_guard<std::mutex> g(sh->m);
+    this->nonce = nonce;
+  }
   confirm_deadline = until;
   awaiting_confirm = true;
   // Tagged with this link's id alone, as the client's answer receive, and
@@ -599,8 +603,7 @@ Status ConnectionImpl::check_confirm() noexcept {
   confirm_slot->confirm = false;
   put_slot(confirm_slot);
   confirm_slot = nullptr;
-  if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm ||
-      m.nonce != confirm_nonce) {
+  if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm || m.nonce != nonce) {
     set_error("the handshake confirmation of %s %s", remote.to_string().c_str(),
               err ? fi_strerror(err) : "was malformed");
     peer_closed = true;
@@ -872,7 +875,10 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
   auto it = S.links.find(static_cast<uint32_t>(rc.tag));
   // A message for a link that closed meanwhile is dropped, and so is one
   // whose sender is not the link's peer: the tag is the sender's choice.
-  if (it != S.links.end() && !rc.err && rc.src != it->second->peer) {
+  // Only the peer's goodbye passes from a source the link cannot name: it
+  // proves its sender by the handshake's nonce.
+  if (it != S.links.end() && !rc.err && rc.src != it->second->peer &&
+      !it->second->peer_goodbye(p->buf, rc.e.len)) {
     if (S.foreign++ % 1024 == 0)
       rdmalib::logger().warn("rdmalib: dropped a message tagged for link {} from a process that "
                              "is not that link's peer ({} so far; from {:x}, peer {:x})",
@@ -902,6 +908,21 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
       break;
     S.unposted.pop_back();
   }
+}
+
+bool ConnectionImpl::peer_goodbye(const void *msg, size_t len) const noexcept {
+  // tcp;ofi_rxm names the sender of a message that came before its receiver
+  // inserted the sender's address FI_ADDR_NOTAVAIL: the server's goodbye
+  // when it closed a link right after accept, before its client had taken
+  // in the answer. Nothing but the goodbye is taken that way, and only with
+  // the nonce, which nobody but the two ends has seen.
+  ControlMessage m;
+  if (nonce == 0 || len != sizeof m)
+    return false;
+  std::memcpy(&m, msg, sizeof m);
+  const ControlMessage want = goodbye();
+  return m.magic == want.magic && m.type == want.type && m.imm == want.imm &&
+         m.length == want.length;
 }
 
 void ConnectionImpl::deliver_locked(const uint8_t *msg, size_t len) noexcept {
