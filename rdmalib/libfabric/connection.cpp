@@ -244,9 +244,17 @@ void ConnectionImpl::leave_shared() noexcept {
       confirm_slot->confirm = false;
       put_slot(confirm_slot);
       confirm_slot = nullptr;
-      awaiting_confirm = false;
     }
   };
+  {
+    // Transmits held for the confirmation never leave.
+    std::lock_guard<std::mutex> g(S.m);
+    if (awaiting_confirm)
+      settled_locked();
+    hold_tx = false;
+    tx_free.used -= static_cast<uint32_t>(held.size());
+    held.clear();
+  }
   {
     // Receives that wait in rdmalib, not at the provider, go back at once.
     std::lock_guard<std::mutex> g(S.m);
@@ -388,8 +396,10 @@ void ConnectionImpl::confirm_answer(uint64_t nonce, const Deadline &dl) {
 
 void ConnectionImpl::close_shared() noexcept {
   // A link this side ended (the peer overran a receive) still has a live
-  // peer, which must learn that the link is gone.
-  bool goodbye = !peer_closed || ended_here;
+  // peer, which must learn that the link is gone; a peer that never
+  // confirmed the handshake gets none (it may be gone, and a send to a gone
+  // peer waits here for nothing).
+  bool goodbye = (!peer_closed || ended_here) && !confirm_missed;
   Deadline dl(std::chrono::milliseconds(200));
   // A handshake answer still in flight (accept_in_background) completes
   // before the link goes.
