@@ -47,6 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -423,47 +424,60 @@ rdmalib::DeviceConfig rxm_device() {
   return d;
 }
 
-/// A link from a legitimate rdmalib client on `client` to `listener`:
-/// `client_side` and `server_side` are its two ends. Empty on success.
-std::string legit_link(rdmalib::Fabric &client, rdmalib::Listener &listener,
-                       rdmalib::Connection &client_side, rdmalib::Connection &server_side) {
-  std::string connect_error;
-  const rdmalib::Address at = listener.address();
-  std::thread t([&] {
-    try {
-      client_side = rdmalib::Connection::connect(client, at, nullptr, 0, 10000ms);
-    } catch (const std::exception &e) {
-      connect_error = e.what();
-    }
-  });
-  try {
-    server_side = listener.accept(nullptr, 0, 10000ms);
-  } catch (...) {
-    t.join();
-    throw;
-  }
-  t.join();
-  return connect_error.empty() ? "" : "the legitimate client could not connect: " + connect_error;
-}
-
 constexpr char kNoSharedEndpoint[] =
     "links over tcp;ofi_rxm do not share an endpoint here (this libfabric lacks FI_SOURCE or "
     "FI_DIRECTED_RECV for it, or RDMALIB_DISABLE_CAPS has shared_endpoint)";
 
+/// What both scenarios start from: a server and a legitimate client's
+/// fabric, a listener of the server's, and one link from that client.
+struct Scene {
+  rdmalib::Fabric server{rxm_device()}, client{rxm_device()};
+  std::unique_ptr<rdmalib::Listener> listener;
+  rdmalib::Connection client_side, server_side;
+
+  /// Listens and makes the legitimate link: 0 when done, else the exit
+  /// code (77 where links do not share an endpoint, `why_needed` saying
+  /// what the scenario needs one for).
+  int start(const char *why_needed) {
+    if (!server.capabilities().shared_endpoint)
+      return skip(std::string(kNoSharedEndpoint) + ": " + why_needed);
+    std::string e = link();
+    return e.empty() ? 0 : fail(e);
+  }
+
+private:
+  std::string link() {
+    listener = std::make_unique<rdmalib::Listener>(server, rdmalib::Address{"127.0.0.1", 0});
+    const rdmalib::Address at = listener->address();
+    std::string connect_error;
+    std::thread t([&] {
+      try {
+        client_side = rdmalib::Connection::connect(client, at, nullptr, 0, 10000ms);
+      } catch (const std::exception &e) {
+        connect_error = e.what();
+      }
+    });
+    try {
+      server_side = listener->accept(nullptr, 0, 10000ms);
+    } catch (...) {
+      t.join();
+      throw;
+    }
+    t.join();
+    return connect_error.empty() ? "" : "the legitimate client could not connect: " + connect_error;
+  }
+};
+
 int serve() {
   LogCapture log;
-  const rdmalib::DeviceConfig d = rxm_device();
-  rdmalib::Fabric server(d);
-  rdmalib::Fabric client(d);
-  if (!server.capabilities().shared_endpoint)
-    return skip(std::string(kNoSharedEndpoint) + ": there is no tag to forge");
-  rdmalib::Listener listener(server, rdmalib::Address{"127.0.0.1", 0});
-  const rdmalib::Address at = listener.address();
-
+  Scene scene;
   // The victim: a link whose peer is a legitimate rdmalib client.
-  rdmalib::Connection cconn, victim;
-  if (std::string e = legit_link(client, listener, cconn, victim); !e.empty())
-    return fail(e);
+  if (int rc = scene.start("there is no tag to forge"))
+    return rc;
+  rdmalib::Fabric &server = scene.server, &client = scene.client;
+  rdmalib::Listener &listener = *scene.listener;
+  const rdmalib::Address at = listener.address();
+  rdmalib::Connection &cconn = scene.client_side, &victim = scene.server_side;
   rdmalib::Buffer<char> vin(server, 8 * kSlot), ain(server, 8 * kSlot);
   rdmalib::Buffer<char> out(client, kSlot);
   victim.attach(vin.region());
@@ -585,16 +599,13 @@ int serve() {
 /// time waited, the send posted to it fails instead of going out, and
 /// closing it does not wait either.
 int serve_unconfirmed() {
-  const rdmalib::DeviceConfig d = rxm_device();
-  rdmalib::Fabric server(d);
-  rdmalib::Fabric client(d);
-  if (!server.capabilities().shared_endpoint)
-    return skip(std::string(kNoSharedEndpoint) + ": nothing waits for a confirmation");
-  rdmalib::Listener listener(server, rdmalib::Address{"127.0.0.1", 0});
+  Scene scene;
+  if (int rc = scene.start("nothing waits for a confirmation"))
+    return rc;
+  rdmalib::Fabric &server = scene.server, &client = scene.client;
+  rdmalib::Listener &listener = *scene.listener;
   const rdmalib::Address at = listener.address();
-  rdmalib::Connection cconn, legit;
-  if (std::string e = legit_link(client, listener, cconn, legit); !e.empty())
-    return fail(e);
+  rdmalib::Connection &cconn = scene.client_side, &legit = scene.server_side;
   rdmalib::Buffer<char> lin(server, 8 * kSlot), sin(server, kSlot), out(client, kSlot);
   legit.attach(lin.region());
   cconn.attach(out.region());

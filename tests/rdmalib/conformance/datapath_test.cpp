@@ -763,30 +763,25 @@ void close_right_after_setup(Fabric &server_fabric, Fabric &client_fabric, bool 
   for (size_t i = 0; i < links; ++i) {
     const std::string what = "link " + std::to_string(i);
     Connection server, client;
+    // One end closes at once, the other waits for the close.
+    auto end = [&](Connection &c, Buffer<uint8_t> &recv, bool closes, const char *side) {
+      if (closes) {
+        c.close();
+        return;
+      }
+      attach_if_needed(c, recv.region());
+      Operations ops = c.ops();
+      ASSERT_EQ(ops.post_recv(recv.local_bytes(i * 64, 64), i), Status::Ok) << ops.last_error();
+      wait_for_end(ops, what + ", " + side);
+    };
     run_both(
         [&] {
           server = listener.accept(nullptr, 0, kDeadline);
-          if (server_closes) {
-            server.close();
-            return;
-          }
-          attach_if_needed(server, s_recv.region());
-          Operations ops = server.ops();
-          ASSERT_EQ(ops.post_recv(s_recv.local_bytes(i * 64, 64), i), Status::Ok)
-              << ops.last_error();
-          wait_for_end(ops, what + ", server");
+          end(server, s_recv, server_closes, "server");
         },
         [&] {
           client = Connection::connect(client_fabric, where, nullptr, 0, kDeadline);
-          if (!server_closes) {
-            client.close();
-            return;
-          }
-          attach_if_needed(client, c_recv.region());
-          Operations ops = client.ops();
-          ASSERT_EQ(ops.post_recv(c_recv.local_bytes(i * 64, 64), i), Status::Ok)
-              << ops.last_error();
-          wait_for_end(ops, what + ", client");
+          end(client, c_recv, !server_closes, "client");
         });
     ASSERT_FALSE(testing::Test::HasFailure()) << what;
   }
