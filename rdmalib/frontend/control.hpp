@@ -23,7 +23,9 @@ constexpr uint32_t kControlMagic = 0x4e4d4452; // "RDMN" little-endian
 enum class ControlType : uint16_t {
   /// Emulated write-with-immediate: the data of the write before it is in place.
   Notify = 1,
-  /// The sender closed its end of the link.
+  /// The sender closed its end of the link. On a shared libfabric endpoint
+  /// imm and length carry the link's handshake nonce (low, high half): the
+  /// receiver takes the goodbye from a sender it cannot name yet.
   Goodbye = 2,
   /// libfabric, shared endpoint: a message longer than the receive pool's
   /// buffers follows, sent apart (imm: its sequence number, length: its

@@ -131,8 +131,9 @@ constexpr uint32_t kHandshakeMagic = 0x4b534852; // "RHSK"
 // Large); a version-3 peer posts per-link receives and would never match.
 // 5: on a shared endpoint the client confirms the answer (HsConfirm) once it
 // has inserted the server's address, and the server sends nothing on the
-// link before that (ConnectionImpl::awaiting_confirm); a version-4 client
-// never confirms.
+// link before that (ConnectionImpl::awaiting_confirm, hold); a version-4
+// client never confirms. Goodbyes carry the nonce (ConnectionImpl::goodbye),
+// which a version-5 peer without it ignores.
 constexpr uint16_t kHandshakeVersion = 5;
 enum HandshakeType : uint16_t { HsHello = 1, HsAccept = 2, HsReject = 3, HsConfirm = 4 };
 constexpr size_t kMaxRawAddress = 128;
@@ -334,6 +335,11 @@ struct SharedRdm {
   };
   std::unordered_map<std::string, Peer> peers; // by raw address
 
+  /// Accepted links whose peer has not confirmed the handshake yet
+  /// (ConnectionImpl::expect_confirm): ready_links names each once its
+  /// deadline has passed, so that a server polling only the links it names
+  /// still finds such a link ended.
+  std::vector<detail::ConnectionImpl *> awaiting;
   /// The peer's AV entry, inserted on first use; a reference for each call.
   /// Returns false (errno-style code in `err`) when the insert failed.
   bool add_peer(const void *raw, size_t len, fi_addr_t &out, int &err);
@@ -366,6 +372,27 @@ struct PendingNotify {
   /// ControlType::Notify, or Large: the announcement of a large message on
   /// a shared endpoint (imm: its sequence number).
   uint16_t type = 1;
+};
+
+/// A transmit posted on a shared link before its peer confirmed the
+/// handshake (ConnectionImpl::hold): kept in order and posted once the
+/// confirmation comes, or failed with the link when it does not. Only the
+/// handshake's first moments see one, so its inline copy may allocate.
+struct HeldOp {
+  HeldOp(OpKind k, bool inl, bool notify_write, const LocalRef &l, uint64_t remote_addr,
+         uint64_t remote_key, uint64_t atomic_operand, uint64_t atomic_compare, uint64_t context,
+         uint32_t immediate = 0) noexcept
+      : kind(k), inline_(inl), notify(notify_write), local(l), addr(remote_addr), key(remote_key),
+        operand(atomic_operand), compare(atomic_compare), ctx(context), imm(immediate) {}
+  OpKind kind = OpKind::Send;
+  bool inline_ = false;
+  /// A write-with-immediate emulated by a write and a message (post_write_notify).
+  bool notify = false;
+  LocalRef local;
+  uint64_t addr = 0, key = 0, operand = 0, compare = 0, ctx = 0;
+  uint32_t imm = 0;
+  /// An inline transmit's bytes: its caller may reuse the buffer at once.
+  std::vector<uint8_t> copy;
 };
 
 /// Quirks::truncation_hangs_receiver: memory posted behind every receive, so
@@ -597,22 +624,62 @@ struct ConnectionImpl final : LinkCore {
   // good: the peer could only send it once it held this side's address. A
   // server that answers only once its client spoke (the resource manager)
   // then never waits, whatever the client does with the confirmation.
-  bool awaiting_confirm = false;  // the owner's: every transmit waits while set
+  // Meanwhile nothing waits either: a transmit is held (hold()) and posted
+  // once the confirmation came; a peer that has not confirmed by the
+  // accept's deadline (a hostile or broken client) ends the link, with an
+  // error that says so, and what was held fails.
+  bool awaiting_confirm = false; // the owner's: the confirmation is not settled yet
+  /// The owner's: every transmit goes through hold() (awaiting_confirm, or
+  /// held transmits not posted yet).
+  bool hold_tx = false;
+  bool confirm_missed = false;    // the owner's: no confirmation by the deadline (no goodbye)
+  bool confirm_overdue = false;   // under sh->m: ready_links named it at its deadline
   bool confirm_seen = false;      // under sh->m: the confirmation's receive completed
   bool peer_spoke = false;        // under sh->m: a message of the peer reached the link
   bool confirm_abandoned = false; // under sh->m: the owner stopped waiting for it (peer_spoke)
   int confirm_err = 0;            // under sh->m: its error, if it failed
   lf::OpSlot *confirm_slot = nullptr;
-  uint64_t confirm_nonce = 0;
+  /// Shared endpoint: the handshake's nonce, drawn by the client and known
+  /// only to the two ends. The confirmation echoes it, and every goodbye
+  /// carries it (goodbye()), so that a goodbye is taken from a sender whose
+  /// source the receiver cannot name yet: a link closed right after it was
+  /// made still ends at the peer at once. 0 before the handshake.
+  uint64_t nonce = 0;
+  /// The goodbye of this link (nonce included) as it goes to the peer.
+  ControlMessage goodbye() const noexcept {
+    return control_message(ControlType::Goodbye, static_cast<uint32_t>(nonce),
+                           static_cast<uint32_t>(nonce >> 32));
+  }
+  /// Under sh->m: whether the `len` bytes at `msg`, from a source that is not
+  /// the peer's address (route_pooled_locked), are the peer's goodbye.
+  bool peer_goodbye(const void *msg, size_t len) const noexcept;
   std::chrono::steady_clock::time_point confirm_deadline;
+  /// What the accept gave the handshake: the error of a missing
+  /// confirmation says how long it was waited for.
+  std::chrono::milliseconds confirm_wait{0};
+  /// Transmits posted before the confirmation, oldest first.
+  std::deque<lf::HeldOp> held;
   /// Shared endpoint, accepting side: posts the receive of the peer's
   /// confirmation (before the answer goes, so that it cannot be missed).
   void expect_confirm(uint64_t nonce, std::chrono::steady_clock::time_point until);
-  /// The transmit prologue's slow path while awaiting_confirm: Ok once the
-  /// peer confirmed, Again while it may still (the caller drives progress
-  /// and posts again: the frontend's retry), Closed when it failed or did
-  /// not come by the accept's deadline.
-  [[gnu::noinline]] Status check_confirm() noexcept;
+  /// Whether the confirmation is settled: Ok once the peer confirmed (or
+  /// spoke), Again while it may still come, Closed (the link ended, the
+  /// reason in last_error) when it failed or did not come by the deadline.
+  Status check_confirm() noexcept;
+  /// Under sh->m: the confirmation is settled; off SharedRdm::awaiting.
+  void settled_locked() noexcept;
+  /// A transmit while hold_tx: settles what can be settled, then holds `op`
+  /// (st: Ok, Again when the send depth is used up, Closed) and returns
+  /// true, or returns false when it may be posted now.
+  [[gnu::noinline]] bool hold(lf::HeldOp &&op, Status &st) noexcept;
+  /// Every poll while hold_tx: the confirmation settled, the held transmits
+  /// posted (or failed).
+  [[gnu::noinline]] void settle_held() noexcept;
+  /// Posts the held transmits in order; stops at one the provider has no
+  /// room for yet (the next poll goes on).
+  void replay_held() noexcept;
+  /// A held transmit's completion with status `st` (the send queue's stash).
+  void report_held(const lf::HeldOp &op, Status st) noexcept;
   /// Shared endpoint, connecting side: tells the server that its address is
   /// in this process's address vector (HsConfirm); throws when it cannot.
   void confirm_answer(uint64_t nonce, const Deadline &dl);
@@ -748,7 +815,7 @@ struct ConnectionImpl final : LinkCore {
   [[gnu::noinline]] void list_owed() noexcept;
   /// Whether Fabric::ready_links keeps naming it (under sh->m).
   bool wants_poll() const noexcept {
-    return !inbox[1].empty() || answer_pending || answer_failed || pending_count;
+    return !inbox[1].empty() || answer_pending || answer_failed || pending_count || confirm_overdue;
   }
   size_t reap_shared(Queue q, Completion *out, size_t max) noexcept;
   size_t block_shared(Queue q, Completion *out, size_t max, int slice_ms) noexcept;

@@ -244,9 +244,17 @@ void ConnectionImpl::leave_shared() noexcept {
       confirm_slot->confirm = false;
       put_slot(confirm_slot);
       confirm_slot = nullptr;
-      awaiting_confirm = false;
     }
   };
+  {
+    // Transmits held for the confirmation never leave.
+    std::lock_guard<std::mutex> g(S.m);
+    if (awaiting_confirm)
+      settled_locked();
+    hold_tx = false;
+    tx_free.used -= static_cast<uint32_t>(held.size());
+    held.clear();
+  }
   {
     // Receives that wait in rdmalib, not at the provider, go back at once.
     std::lock_guard<std::mutex> g(S.m);
@@ -388,8 +396,10 @@ void ConnectionImpl::confirm_answer(uint64_t nonce, const Deadline &dl) {
 
 void ConnectionImpl::close_shared() noexcept {
   // A link this side ended (the peer overran a receive) still has a live
-  // peer, which must learn that the link is gone.
-  bool goodbye = !peer_closed || ended_here;
+  // peer, which must learn that the link is gone; a peer that never
+  // confirmed the handshake gets none (it may be gone, and a send to a gone
+  // peer waits here for nothing).
+  bool goodbye = (!peer_closed || ended_here) && !confirm_missed;
   Deadline dl(std::chrono::milliseconds(200));
   // A handshake answer still in flight (accept_in_background) completes
   // before the link goes.
@@ -398,7 +408,9 @@ void ConnectionImpl::close_shared() noexcept {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   lf::OpSlot *s = goodbye ? take_slot(0, OpKind::Send, true) : nullptr;
   if (s) {
-    ControlMessage m = control_message(ControlType::Goodbye);
+    // With the handshake's nonce: this may leave before the peer can name
+    // this side as its sender (a close right after accept).
+    const ControlMessage m = this->goodbye();
     uint8_t *buf = ctl_send(ctl_send_next++ % kCtlSendSlots);
     std::memcpy(buf, &m, sizeof m);
     ssize_t r = ctl_send_to(buf, sizeof m, peer, pool_tag(), s);
@@ -988,6 +1000,12 @@ void ConnectionImpl::connect(const Address &remote, const void *private_data, si
     hello.type = lf::HsHello;
     std::random_device rd;
     hello.nonce = (static_cast<uint64_t>(rd()) << 32) | rd();
+    // Known before the answer: the server's goodbye may follow the answer
+    // at once, and is routed to this link by whichever thread reads it.
+    if (c->sh) {
+      std::lock_guard<std::mutex> g(c->sh->m);
+      c->nonce = hello.nonce;
+    }
     size_t alen = sizeof hello.address;
     ret = fi_getname(&c->ep->fid, hello.address, &alen);
     if (ret)

@@ -40,21 +40,25 @@ inline ssize_t ConnectionImpl::post_receive(void *buf, size_t len, void *desc, l
   return fi_recvmsg(ep.get(), &rx_msg, flags);
 }
 
+// On a freshly accepted shared link every transmit is held until the peer
+// confirmed the handshake (hold_tx), so that nothing arrives before the peer
+// can name its source; the arguments make the HeldOp that keeps it.
+#define RDMALIB_LF_HOLD(...)                                                                       \
+  if (RDMALIB_UNLIKELY(hold_tx)) {                                                                 \
+    Status hst;                                                                                    \
+    if (hold(lf::HeldOp(__VA_ARGS__), hst))                                                        \
+      return hst;                                                                                  \
+  }
 // Every transmit first posts what an emulated write-with-immediate still
 // owes (pending_count is 0 but for a full queue), so that nothing overtakes
-// a notification; on a freshly accepted shared link it first waits for the
-// peer's confirmation (awaiting_confirm), so that nothing arrives before the
-// peer can name its source.
-#define RDMALIB_LF_TX_PROLOGUE()                                                                   \
-  if (RDMALIB_UNLIKELY(awaiting_confirm)) {                                                        \
-    if (Status cst = check_confirm(); cst != Status::Ok)                                           \
-      return cst;                                                                                  \
-  }                                                                                                \
+// a notification.
+#define RDMALIB_LF_FLUSH()                                                                         \
   if (RDMALIB_UNLIKELY(pending_count) && !flush_pending())                                         \
     return Status::Again;
 
 inline Status ConnectionImpl::post_send(const LocalRef &src, uint64_t ctx, bool inline_) noexcept {
-  RDMALIB_LF_TX_PROLOGUE();
+  RDMALIB_LF_HOLD(OpKind::Send, inline_, false, src, 0, 0, 0, 0, ctx);
+  RDMALIB_LF_FLUSH();
   if (RDMALIB_UNLIKELY(sh) && src.len > lf::kPoolMessage)
     return post_send_large(src, ctx);
   lf::OpSlot *s = take_slot(ctx, OpKind::Send, false);
@@ -111,12 +115,13 @@ inline Status ConnectionImpl::post_recv(const LocalRef *dst, const uint64_t *ctx
 
 inline Status ConnectionImpl::post_write(const LocalRef &src, uint64_t addr, uint64_t key,
                                          uint64_t ctx, bool inline_) noexcept {
+  RDMALIB_LF_HOLD(OpKind::Write, inline_, false, src, addr, key, 0, 0, ctx);
   return post_rma_write(OpKind::Write, src, addr, key, ctx, inline_);
 }
 
 inline Status ConnectionImpl::post_rma_write(OpKind kind, const LocalRef &src, uint64_t addr,
                                              uint64_t key, uint64_t ctx, bool inline_) noexcept {
-  RDMALIB_LF_TX_PROLOGUE();
+  RDMALIB_LF_FLUSH();
   lf::OpSlot *s = take_slot(ctx, kind, false);
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
@@ -135,7 +140,8 @@ inline Status ConnectionImpl::post_rma_write(OpKind kind, const LocalRef &src, u
 
 inline Status ConnectionImpl::post_write_imm(const LocalRef &src, uint64_t addr, uint64_t key,
                                              uint32_t imm, uint64_t ctx, bool inline_) noexcept {
-  RDMALIB_LF_TX_PROLOGUE();
+  RDMALIB_LF_HOLD(OpKind::WriteImm, inline_, false, src, addr, key, 0, 0, ctx, imm);
+  RDMALIB_LF_FLUSH();
   lf::OpSlot *s = take_slot(ctx, OpKind::WriteImm, false);
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
@@ -160,6 +166,7 @@ inline Status ConnectionImpl::post_write_notify(const LocalRef &src, uint64_t ad
   // the order the endpoint guarantees (send after write), and is rdmalib's
   // own. When the provider cannot take the notification at once, it is
   // owed (PendingNotify) and posted before anything else.
+  RDMALIB_LF_HOLD(OpKind::WriteImm, inline_, true, src, addr, key, 0, 0, ctx, imm);
   if (RDMALIB_UNLIKELY(pending_count == pending.size()))
     return flush_pending() ? post_write_notify(src, addr, key, imm, ctx, inline_) : Status::Again;
   Status st = post_rma_write(OpKind::WriteImm, src, addr, key, ctx, inline_);
@@ -188,7 +195,8 @@ inline Status ConnectionImpl::post_write_notify(const LocalRef &src, uint64_t ad
 
 inline Status ConnectionImpl::post_read(const LocalRef &dst, uint64_t addr, uint64_t key,
                                         uint64_t ctx) noexcept {
-  RDMALIB_LF_TX_PROLOGUE();
+  RDMALIB_LF_HOLD(OpKind::Read, false, false, dst, addr, key, 0, 0, ctx);
+  RDMALIB_LF_FLUSH();
   lf::OpSlot *s = take_slot(ctx, OpKind::Read, false);
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
@@ -198,7 +206,8 @@ inline Status ConnectionImpl::post_read(const LocalRef &dst, uint64_t addr, uint
 inline Status ConnectionImpl::post_atomic(OpKind kind, const LocalRef &result, uint64_t addr,
                                           uint64_t key, uint64_t operand, uint64_t compare,
                                           uint64_t ctx) noexcept {
-  RDMALIB_LF_TX_PROLOGUE();
+  RDMALIB_LF_HOLD(kind, false, false, result, addr, key, operand, compare, ctx);
+  RDMALIB_LF_FLUSH();
   lf::OpSlot *s = take_slot(ctx, kind, false);
   if (RDMALIB_UNLIKELY(!s))
     return Status::Again;
@@ -224,7 +233,8 @@ inline Status ConnectionImpl::post_atomic(OpKind kind, const LocalRef &result, u
   return posted(ret, s, kind == OpKind::FetchAdd ? "fetch_add" : "compare_swap");
 }
 
-#undef RDMALIB_LF_TX_PROLOGUE
+#undef RDMALIB_LF_HOLD
+#undef RDMALIB_LF_FLUSH
 
 inline size_t ConnectionImpl::convert(Queue q, const fi_cq_data_entry *e, size_t n,
                                       Completion *out) noexcept {
@@ -298,6 +308,13 @@ inline size_t ConnectionImpl::convert(Queue q, const fi_cq_data_entry *e, size_t
 }
 
 inline size_t ConnectionImpl::reap(Queue q, Completion *out, size_t max) noexcept {
+  if (RDMALIB_UNLIKELY(hold_tx)) {
+    settle_held();
+    // Held transmits that failed with the link: reported by this poll,
+    // which ready_links may not name again.
+    if (q == Queue::Send && !tx_stash.empty())
+      return tx_stash.pop(out, max);
+  }
   if (RDMALIB_UNLIKELY(pending_count))
     flush_pending();
   if (RDMALIB_UNLIKELY(answer_pending))

@@ -346,8 +346,9 @@ bool ConnectionImpl::arm() noexcept {
   if (!ep || peer_dead)
     return false;
   // Work the provider is owed only moves when polled: a notification
-  // waiting for room, a handshake answer posted again.
-  if (pending_count || answer_pending || answer_failed)
+  // waiting for room, a handshake answer posted again, transmits held for a
+  // confirmation that came (one still awaited wakes the descriptor).
+  if (pending_count || answer_pending || answer_failed || (hold_tx && !awaiting_confirm))
     return false;
   if (sh) {
     std::lock_guard<std::mutex> g(sh->m);
@@ -544,9 +545,9 @@ void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::t
   s->cap = sizeof(lf::HandshakeMessage);
   s->confirm = true;
   confirm_slot = s;
-  confirm_nonce = nonce;
   confirm_deadline = until;
-  awaiting_confirm = true;
+  confirm_wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+      until - std::chrono::steady_clock::now());
   // Tagged with this link's id alone, as the client's answer receive, and
   // directed at the peer: a message from anyone else does not match it.
   ssize_t r;
@@ -558,11 +559,28 @@ void ConnectionImpl::expect_confirm(uint64_t nonce, std::chrono::steady_clock::t
   } while (r == -FI_EAGAIN && !dl.passed());
   if (r) {
     confirm_slot = nullptr;
-    awaiting_confirm = false;
     s->confirm = false;
     put_slot(s);
     lf::throw_fi("posting the receive of the handshake confirmation", static_cast<int>(r));
   }
+  awaiting_confirm = true;
+  hold_tx = true;
+  detour = true;
+  std::lock_guard<std::mutex> g(sh->m);
+  // Read by whichever thread routes the peer's goodbye (peer_goodbye).
+  this->nonce = nonce;
+  try {
+    sh->awaiting.push_back(this);
+  } catch (...) {
+    // Not named at its deadline: found when next polled.
+  }
+}
+
+void ConnectionImpl::settled_locked() noexcept {
+  awaiting_confirm = false;
+  confirm_overdue = false;
+  auto &a = sh->awaiting;
+  a.erase(std::remove(a.begin(), a.end(), this), a.end());
 }
 
 Status ConnectionImpl::check_confirm() noexcept {
@@ -577,37 +595,140 @@ Status ConnectionImpl::check_confirm() noexcept {
     if (!confirm_seen && peer_spoke) {
       // The receive stays posted; its completion, if any, goes to convert.
       confirm_abandoned = true;
-      awaiting_confirm = false;
       confirm_slot = nullptr;
+      settled_locked();
       return Status::Ok;
     }
     if (!confirm_seen) {
       if (std::chrono::steady_clock::now() < confirm_deadline && !peer_closed)
         return Status::Again;
-      set_error("the peer %s did not confirm the handshake in time: nothing was sent to it",
-                remote.to_string().c_str());
+      settled_locked();
+      // A legitimate client confirms within a one-way trip of the answer:
+      // this one does not follow rdmalib's handshake, or is gone.
+      set_error("the peer %s (link %u) did not confirm the handshake within %lld ms of this "
+                "side's answer (a client that does not follow rdmalib's handshake, or one that "
+                "is gone): the link is closed, and nothing was sent to it",
+                remote.to_string().c_str(), link_id, static_cast<long long>(confirm_wait.count()));
+      rdmalib::logger().warn("rdmalib: {}", last_error);
+      confirm_missed = true;
       peer_closed = true;
       ended_here = true;
       return Status::Closed;
     }
+    settled_locked();
   }
   // Seen: the slot is this link's again (no completion of it is outstanding).
-  awaiting_confirm = false;
   lf::HandshakeMessage m;
   std::memcpy(&m, confirm_slot->buf, sizeof m);
   const int err = confirm_err;
   confirm_slot->confirm = false;
   put_slot(confirm_slot);
   confirm_slot = nullptr;
-  if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm ||
-      m.nonce != confirm_nonce) {
+  if (err || m.magic != lf::kHandshakeMagic || m.type != lf::HsConfirm || m.nonce != nonce) {
     set_error("the handshake confirmation of %s %s", remote.to_string().c_str(),
               err ? fi_strerror(err) : "was malformed");
+    confirm_missed = true;
     peer_closed = true;
     ended_here = true;
     return Status::Closed;
   }
   return Status::Ok;
+}
+
+bool ConnectionImpl::hold(lf::HeldOp &&op, Status &st) noexcept {
+  settle_held();
+  if (!usable()) {
+    // Settling ended the link (no confirmation by the deadline).
+    st = Status::Closed;
+    return true;
+  }
+  if (!hold_tx)
+    return false; // confirmed, nothing held before it: posted now
+  // Held transmits count against the send depth, as posted ones do.
+  if (tx_free.used >= tx_free.limit) {
+    st = Status::Again;
+    return true;
+  }
+  try {
+    if (op.inline_) {
+      const auto *p = static_cast<const uint8_t *>(op.local.ptr);
+      op.copy.assign(p, p + op.local.len);
+      op.local.ptr = op.copy.data(); // a vector's move keeps its storage
+    }
+    held.push_back(std::move(op));
+  } catch (...) {
+    set_error("out of memory holding a transmit until the peer confirms the handshake");
+    st = Status::Error;
+    return true;
+  }
+  ++tx_free.used;
+  detour = true;
+  st = Status::Ok;
+  return true;
+}
+
+void ConnectionImpl::settle_held() noexcept {
+  if (awaiting_confirm) {
+    const Status cst = check_confirm();
+    if (cst == Status::Again)
+      return;
+    if (cst != Status::Ok) {
+      // The link has ended: what was held never leaves.
+      hold_tx = false;
+      for (const lf::HeldOp &op : held)
+        report_held(op, Status::Closed);
+      tx_free.used -= static_cast<uint32_t>(held.size());
+      held.clear();
+      return;
+    }
+  }
+  replay_held();
+}
+
+void ConnectionImpl::replay_held() noexcept {
+  // The posts below go to the provider, not back into `held`.
+  hold_tx = false;
+  while (!held.empty()) {
+    lf::HeldOp &op = held.front();
+    // The post takes the place in the depth that holding it took.
+    --tx_free.used;
+    Status st;
+    const LocalRef &l = op.local;
+    switch (op.kind) {
+    case OpKind::Send:
+      st = post_send(l, op.ctx, op.inline_);
+      break;
+    case OpKind::Write:
+      st = post_write(l, op.addr, op.key, op.ctx, op.inline_);
+      break;
+    case OpKind::WriteImm:
+      st = op.notify ? post_write_notify(l, op.addr, op.key, op.imm, op.ctx, op.inline_)
+                     : post_write_imm(l, op.addr, op.key, op.imm, op.ctx, op.inline_);
+      break;
+    case OpKind::Read:
+      st = post_read(l, op.addr, op.key, op.ctx);
+      break;
+    default:
+      st = post_atomic(op.kind, l, op.addr, op.key, op.operand, op.compare, op.ctx);
+      break;
+    }
+    if (st == Status::Again) {
+      // No room at the provider yet: the rest waits, in order, for the
+      // next poll or post.
+      ++tx_free.used;
+      hold_tx = true;
+      return;
+    }
+    if (st != Status::Ok)
+      report_held(op, st);
+    held.pop_front();
+  }
+}
+
+void ConnectionImpl::report_held(const lf::HeldOp &op, Status st) noexcept {
+  detour = true;
+  if (!tx_stash.push(Completion{op.ctx, 0, 0, op.kind, st}))
+    set_error("out of memory keeping the completion of a held transmit");
 }
 
 void ConnectionImpl::route_locked(Queue q, const lf::RawCompletion &rc) noexcept {
@@ -800,6 +921,10 @@ size_t ConnectionImpl::reap_shared(Queue q, Completion *out, size_t max) noexcep
 
 size_t ConnectionImpl::block_shared(Queue q, Completion *out, size_t max, int slice_ms) noexcept {
   lf::SharedRdm &S = *sh;
+  // Held transmits go when a poll finds the confirmation, which arrives on
+  // the receive queue: a sleep on the send queue would not end for it.
+  if (hold_tx)
+    slice_ms = 1;
   const int qi = q == Queue::Recv;
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(slice_ms > 0 ? slice_ms : 1);
@@ -872,7 +997,10 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
   auto it = S.links.find(static_cast<uint32_t>(rc.tag));
   // A message for a link that closed meanwhile is dropped, and so is one
   // whose sender is not the link's peer: the tag is the sender's choice.
-  if (it != S.links.end() && !rc.err && rc.src != it->second->peer) {
+  // Only the peer's goodbye passes from a source the link cannot name: it
+  // proves its sender by the handshake's nonce.
+  if (it != S.links.end() && !rc.err && rc.src != it->second->peer &&
+      !it->second->peer_goodbye(p->buf, rc.e.len)) {
     if (S.foreign++ % 1024 == 0)
       rdmalib::logger().warn("rdmalib: dropped a message tagged for link {} from a process that "
                              "is not that link's peer ({} so far; from {:x}, peer {:x})",
@@ -902,6 +1030,21 @@ void ConnectionImpl::route_pooled_locked(const lf::RawCompletion &rc) noexcept {
       break;
     S.unposted.pop_back();
   }
+}
+
+bool ConnectionImpl::peer_goodbye(const void *msg, size_t len) const noexcept {
+  // tcp;ofi_rxm names the sender of a message that came before its receiver
+  // inserted the sender's address FI_ADDR_NOTAVAIL: the server's goodbye
+  // when it closed a link right after accept, before its client had taken
+  // in the answer. Nothing but the goodbye is taken that way, and only with
+  // the nonce, which nobody but the two ends has seen.
+  ControlMessage m;
+  if (nonce == 0 || len != sizeof m)
+    return false;
+  std::memcpy(&m, msg, sizeof m);
+  const ControlMessage want = goodbye();
+  return m.magic == want.magic && m.type == want.type && m.imm == want.imm &&
+         m.length == want.length;
 }
 
 void ConnectionImpl::deliver_locked(const uint8_t *msg, size_t len) noexcept {
@@ -1043,6 +1186,20 @@ bool FabricImpl::ready_links(std::vector<uint64_t> &tags) {
       for (int batch = 0; batch < 64 && !S->reading[q == Queue::Recv]; ++batch)
         if (reader->pull_locked(q) == 0)
           break;
+  }
+  if (!S->awaiting.empty()) {
+    // A peer that never confirms sends nothing that would name its link:
+    // named once at its deadline, its next poll ends it.
+    const auto now = std::chrono::steady_clock::now();
+    for (ConnectionImpl *c : S->awaiting) {
+      if (c->confirm_overdue || now < c->confirm_deadline)
+        continue;
+      c->confirm_overdue = true;
+      if (!c->listed) {
+        S->ready.push_back(c);
+        c->listed = true;
+      }
+    }
   }
   size_t keep = 0;
   for (ConnectionImpl *c : S->ready) {

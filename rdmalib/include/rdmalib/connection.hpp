@@ -31,12 +31,16 @@ struct ConnectionOptions {
   uint32_t send_depth = 64;
   /// Outstanding receives; 0 = the device's default_receive_buffer_size.
   uint32_t recv_depth = 0;
-  /// How long a post may retry on a full queue before returning Timeout. The
-  /// first post of an accepting side on a link over a shared endpoint
-  /// (Capabilities::shared_endpoint) also waits here for the peer's
-  /// confirmation that it can name this side as the sender of what it gets
-  /// (a step of the handshake, about one one-way trip after the answer), or
-  /// for a first message of the peer's, which says the same.
+  /// How long a post may retry on a full queue before returning Timeout.
+  /// Not spent on the handshake: on a link over a shared endpoint
+  /// (Capabilities::shared_endpoint) an accepting side's transmits before
+  /// the peer confirmed that it can name this side as the sender of what it
+  /// gets (a step of the handshake, about one one-way trip after the answer;
+  /// a first message of the peer's says the same) return Ok at once and are
+  /// held, counted in send_depth, until a poll, wait or post finds the
+  /// confirmation. A peer that has not confirmed by accept()'s deadline
+  /// ends the link: PeerClosed, last_error naming the peer and the time
+  /// waited, and what was held completes with Status::Closed, unsent.
   std::chrono::milliseconds post_deadline{5000};
   /// Connection requests the peer refuses are made again this many times,
   /// after 20, 40, 80, ... ms and within connect()'s timeout. A refusal is not

@@ -728,6 +728,79 @@ TEST_P(DataPath, PeerCloseIsReported) {
       });
 }
 
+// A link closed right after it was made: the peer's goodbye can reach the
+// other end before that end holds the closer's address (a shared endpoint:
+// the server's goodbye before the client inserted the server's address, or
+// before the server has the client's confirmation), where a check of each
+// message's source cannot tell it from a stranger's. It must still end the
+// link there, promptly, not at some timeout. Several links, since the
+// goodbye overtakes the handshake's end only sometimes.
+void wait_for_end(Operations ops, const std::string &what) {
+  const auto until = Clock::now() + kDeadline;
+  for (;;) {
+    Completion c;
+    WaitResult r = ops.wait(Queue::Recv, &c, 1, kDeadlineMs);
+    if (r.count == 0) {
+      EXPECT_EQ(r.status, Status::Closed) << what << ": the peer's close was not seen ("
+                                          << to_string(r.status) << "): " << ops.last_error();
+      return;
+    }
+    if (c.kind == OpKind::PeerClosed)
+      return;
+    // The receive flushed by the end (connected endpoints) may come first.
+    ASSERT_TRUE(c.status == Status::Closed || c.status == Status::Cancelled)
+        << what << ": " << op_name(c.kind) << " completion, status " << to_string(c.status)
+        << " instead of the peer's close";
+    ASSERT_LT(Clock::now(), until) << what << ": no end of the link";
+  }
+}
+
+void close_right_after_setup(Fabric &server_fabric, Fabric &client_fabric, bool server_closes) {
+  constexpr size_t links = 8;
+  Buffer<uint8_t> s_recv(server_fabric, links * 64), c_recv(client_fabric, links * 64);
+  Listener listener(server_fabric, Address{server_ip(), 0});
+  const Address where = listener.address();
+  for (size_t i = 0; i < links; ++i) {
+    const std::string what = "link " + std::to_string(i);
+    Connection server, client;
+    // One end closes at once, the other waits for the close.
+    auto end = [&](Connection &c, Buffer<uint8_t> &recv, bool closes, const char *side) {
+      if (closes) {
+        c.close();
+        return;
+      }
+      attach_if_needed(c, recv.region());
+      Operations ops = c.ops();
+      ASSERT_EQ(ops.post_recv(recv.local_bytes(i * 64, 64), i), Status::Ok) << ops.last_error();
+      wait_for_end(ops, what + ", " + side);
+    };
+    run_both(
+        [&] {
+          server = listener.accept(nullptr, 0, kDeadline);
+          end(server, s_recv, server_closes, "server");
+        },
+        [&] {
+          client = Connection::connect(client_fabric, where, nullptr, 0, kDeadline);
+          end(client, c_recv, !server_closes, "client");
+        });
+    ASSERT_FALSE(testing::Test::HasFailure()) << what;
+  }
+}
+
+TEST_P(DataPath, CloseRightAfterAcceptReachesTheClient) {
+  if (!caps().shared_endpoint)
+    GTEST_SKIP() << "links have endpoints of their own here (no shared_endpoint): no sender "
+                    "is checked, so a goodbye cannot be taken for a stranger's message";
+  close_right_after_setup(*server_fabric_, *client_fabric_, true);
+}
+
+TEST_P(DataPath, CloseRightAfterConnectReachesTheServer) {
+  if (!caps().shared_endpoint)
+    GTEST_SKIP() << "links have endpoints of their own here (no shared_endpoint): no sender "
+                    "is checked, so a goodbye cannot be taken for a stranger's message";
+  close_right_after_setup(*server_fabric_, *client_fabric_, false);
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, DataPath, testing::ValuesIn(params(all_masks())), param_name);
 
 } // namespace
