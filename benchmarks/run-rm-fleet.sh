@@ -37,6 +37,7 @@ retention_days=30
 links_per_host=2500
 register_timeout=600
 rxm_default=0
+rm_bin=""
 json=""
 smoke=0
 
@@ -57,6 +58,8 @@ usage() {
   echo "                        connected providers: at most 2000, each link holds descriptors)"
   echo "  --register-timeout S  seconds the fleet may take to register (default: $register_timeout)"
   echo "  --rxm-default         keep tcp;ofi_rxm's default send queue (2048) on the hosts: shows its limit"
+  echo "  --rm-bin FILE         the resource manager to measure (default: the build tree's);"
+  echo "                        alternate two builds against the same simulator and clients"
   echo "  --json FILE           append every run's JSON line here (default: print only)"
   echo "  --smoke               N = 100 on lo-rxm, 2 s of leasing (unless given otherwise)"
 }
@@ -77,6 +80,7 @@ while [[ $# -gt 0 ]]; do
   --links-per-host) links_per_host=$2; shift 2 ;;
   --register-timeout) register_timeout=$2; shift 2 ;;
   --rxm-default) rxm_default=1; shift ;;
+  --rm-bin) rm_bin=$2; shift 2 ;;
   --json) json=$2; shift 2 ;;
   --smoke) smoke=1; shift ;;
   -h | --help) usage; exit 0 ;;
@@ -97,7 +101,7 @@ elif [[ -z $build ]]; then
   done
 fi
 fleet_bin=$build/benchmarks/rm_fleet
-rm_bin=$build/server/resource_manager/resource_manager
+[[ -n $rm_bin ]] || rm_bin=$build/server/resource_manager/resource_manager
 for f in "$fleet_bin" "$rm_bin"; do
   [[ -x $f ]] || { echo "run-rm-fleet.sh: $f is missing (build it, or --build-dir)" >&2; exit 1; }
 done
