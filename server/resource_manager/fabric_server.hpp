@@ -170,6 +170,9 @@ private:
   /// whether a peer is here), and the list the current pass works through.
   std::vector<Peer *> active_;
   std::vector<Peer *> pass_;
+  /// Orders pass_ clients first and moves the peers beyond the pass's
+  /// budget (kNodePeersPerPass) back to active_; returns how many.
+  size_t defer_beyond_budget();
   /// When sweep() last ran.
   Clock::time_point swept_{};
   std::atomic<uint64_t> next_tag_{1};
