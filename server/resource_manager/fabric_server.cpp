@@ -317,7 +317,8 @@ bool FabricServer::mark_ready_links() {
 
 int FabricServer::prepare_wait(std::vector<int> &fds) {
   int limit = -1;
-  bool now = false;
+  // Peers a pass had no budget left for are read without a sleep.
+  bool now = !deferred_.empty();
   bool fdless = false;
   if (shared_) {
     // Only the active peers can owe work: the others wait for ready_links.
@@ -425,28 +426,35 @@ void FabricServer::ready(const std::vector<int> &fds) {
   }
 }
 
-size_t FabricServer::defer_beyond_budget() {
-  // Clients first (stable: each group keeps its order of arrival), then at
-  // most kNodePeersPerPass others; those beyond stay listed, at the front
-  // of active_, so the next pass takes them before anything newer.
-  const auto others = std::stable_partition(
-      pass_.begin(), pass_.end(), [](const Peer *p) { return p->kind == Peer::Kind::Client; });
-  const size_t clients = static_cast<size_t>(others - pass_.begin());
-  const size_t budget = clients + kNodePeersPerPass;
-  size_t deferred = 0;
-  if (pass_.size() > budget) {
-    active_.assign(pass_.begin() + static_cast<std::ptrdiff_t>(budget), pass_.end());
-    pass_.resize(budget);
-    deferred = active_.size();
+void FabricServer::take_pass() {
+  // Every client, then at most kNodePeersPerPass others: the oldest
+  // deferred first, then those active since the last pass; the rest wait at
+  // the back of deferred_, still listed. Costs O(newly active + budget),
+  // never O(backlog): a backlog walked at every pass grew itself.
+  pass_.clear();
+  others_.clear();
+  for (Peer *p : active_)
+    (p->kind == Peer::Kind::Client ? pass_ : others_).push_back(p);
+  active_.clear();
+  const size_t clients = pass_.size();
+  size_t budget = kNodePeersPerPass;
+  for (; budget > 0 && !deferred_.empty(); --budget) {
+    pass_.push_back(deferred_.front());
+    deferred_.pop_front();
   }
+  size_t i = 0;
+  for (; i < others_.size() && budget > 0; ++i, --budget)
+    pass_.push_back(others_[i]);
+  const size_t newly_deferred = others_.size() - i;
+  for (; i < others_.size(); ++i)
+    deferred_.push_back(others_[i]);
   if (latencies_) {
     FabricWork &w = latencies_->fabric_work;
-    w.deferred.fetch_add(deferred, std::memory_order_relaxed);
+    w.deferred.fetch_add(newly_deferred, std::memory_order_relaxed);
     const uint64_t served = pass_.size() - clients;
     if (served > w.largest_pass.load(std::memory_order_relaxed))
       w.largest_pass.store(served, std::memory_order_relaxed);
   }
-  return deferred;
 }
 
 bool FabricServer::poll(Registry &registry) {
@@ -474,9 +482,7 @@ bool FabricServer::poll(Registry &registry) {
   // This pass works through the peers active now; what becomes active
   // during it (a notice queued, a connection replaced) is on active_ for
   // the next one.
-  pass_.swap(active_);
-  active_.clear();
-  const size_t deferred = defer_beyond_budget();
+  take_pass();
   for (Peer *p : pass_)
     p->listed = false;
   count_visits(pass_.size());
@@ -515,7 +521,7 @@ bool FabricServer::poll(Registry &registry) {
   if (latencies_)
     latencies_->fabric_work.messages.fetch_add(messages, std::memory_order_relaxed);
   // Peers left for the next pass: it must follow at once.
-  worked |= deferred > 0;
+  worked |= !deferred_.empty();
   // Answers leave after the commit: those of this pass's peers, and of any
   // peer a notice was queued for meanwhile.
   auto send = [&](Peer *p) {
@@ -1123,6 +1129,7 @@ void FabricServer::stop(Registry &) {
   nodes_.clear();
   active_.clear();
   pass_.clear();
+  deferred_.clear();
   peers_.clear();
   clients_ = 0;
   open_count_ = 0;
