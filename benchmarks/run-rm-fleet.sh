@@ -33,6 +33,7 @@ rate=0
 seconds=10
 idle_seconds=5
 heartbeat_ms=1000
+rest_every_ms=100
 retention_days=30
 links_per_host=2500
 register_timeout=600
@@ -53,6 +54,7 @@ usage() {
   echo "  --seconds S           seconds of leasing (default: $seconds)"
   echo "  --idle-seconds S      seconds of heartbeats only (default: $idle_seconds)"
   echo "  --heartbeat-ms MS     heartbeat period the resource manager asks (default: $heartbeat_ms)"
+  echo "  --rest-every-ms MS    pause between REST probes while leasing, 0 = none (default: $rest_every_ms)"
   echo "  --retention-days D    the resource manager's retention (default: $retention_days)"
   echo "  --links-per-host K    simulated managers per process (default: $links_per_host;"
   echo "                        connected providers: at most 2000, each link holds descriptors)"
@@ -76,6 +78,7 @@ while [[ $# -gt 0 ]]; do
   --seconds) seconds=$2; shift 2 ;;
   --idle-seconds) idle_seconds=$2; shift 2 ;;
   --heartbeat-ms) heartbeat_ms=$2; shift 2 ;;
+  --rest-every-ms) rest_every_ms=$2; shift 2 ;;
   --retention-days) retention_days=$2; shift 2 ;;
   --links-per-host) links_per_host=$2; shift 2 ;;
   --register-timeout) register_timeout=$2; shift 2 ;;
@@ -192,7 +195,7 @@ for dev in $devices_list; do
     env "${host_env[@]}" "$fleet_bin" --devices "$devices_db" --device "$dev" --resource-manager "$rm_fabric" \
       --rest-port "$rm_rest" --token-file "$work/token" --rm-pid "$rm_pid" --database "$rm_db" \
       --nodes "$n" --hosts "$hosts" --clients "$clients" --rate "$rate" --seconds "$seconds" \
-      --idle-seconds "$idle_seconds" --heartbeat-ms "$heartbeat_ms" \
+      --idle-seconds "$idle_seconds" --heartbeat-ms "$heartbeat_ms" --rest-every-ms "$rest_every_ms" \
       --retention-days "$retention_days" --register-timeout "$register_timeout" --json "$out" || status=$?
     if ((status != 0)); then
       failed=1 keep_logs=1
