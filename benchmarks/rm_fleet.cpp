@@ -251,8 +251,8 @@ struct RestTimes {
   uint64_t errors = 0;
 };
 
-void time_rest(uint16_t port, const std::string &token, const std::atomic<bool> &stop,
-               RestTimes &out) {
+void time_rest(uint16_t port, const std::string &token, uint32_t every_ms,
+               const std::atomic<bool> &stop, RestTimes &out) {
   while (!stop.load()) {
     for (const char *path : {"/nodes", "/metrics"}) {
       auto t0 = Clock::now();
@@ -266,7 +266,7 @@ void time_rest(uint16_t port, const std::string &token, const std::atomic<bool> 
       double ms = seconds_since(t0) * 1e3;
       (path[1] == 'n' ? out.nodes_ms : out.metrics_ms).push_back(ms);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(every_ms));
   }
 }
 
@@ -282,6 +282,8 @@ struct Run {
   double idle_seconds = 3;
   double register_timeout = 600;
   uint32_t heartbeat_ms = 1000;
+  /// Pause between REST probes while leasing; 0: none.
+  uint32_t rest_every_ms = 100;
   uint32_t retention_days = 0;
   uint16_t rest_port = 0;
   std::string token;
@@ -327,7 +329,7 @@ constexpr double kMaxExtraVisitsPerPass = 8;
 /// The fabric loop's work counters (/metrics); all -1 when it does not
 /// answer or is older than them.
 struct LoopWork {
-  double passes = -1, visits = -1, messages = -1, armed = -1;
+  double passes = -1, visits = -1, messages = -1, armed = -1, deferred = -1, largest = -1;
 };
 
 LoopWork loop_work(const Run &r) {
@@ -339,6 +341,8 @@ LoopWork loop_work(const Run &r) {
     w.visits = metric_value(m.body, "rfaas_rm_fabric_peer_visits_total");
     w.messages = metric_value(m.body, "rfaas_rm_fabric_messages_total");
     w.armed = metric_value(m.body, "rfaas_rm_fabric_links_armed_total");
+    w.deferred = metric_value(m.body, "rfaas_rm_fabric_peers_deferred_total");
+    w.largest = metric_value(m.body, "rfaas_rm_fabric_pass_peers_max");
   } catch (const std::exception &) {
   }
   return w;
@@ -441,11 +445,25 @@ int run(const Run &r) {
   std::fprintf(stderr, "rm_fleet: %.0f of %u nodes up after %.1f s\n", up, r.nodes, register_s);
 
   // 3. Heartbeats only.
+  // The hosts' CPU is taken from the cores the resource manager and the
+  // clients are measured on.
+  auto hosts_cpu = [&hosts] {
+    double s = 0;
+    for (const Child &c : hosts) {
+      try {
+        s += sample(c.pid).cpu_s;
+      } catch (const std::exception &) {
+      }
+    }
+    return s;
+  };
   const LoopWork work0 = loop_work(r);
+  const double hosts_idle0 = hosts_cpu();
   const ProcSample idle0 = sample(r.rm_pid);
   auto t_idle = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(r.idle_seconds));
   const ProcSample idle1 = sample(r.rm_pid);
+  const double hosts_idle1 = hosts_cpu();
   const LoopWork work1 = loop_work(r);
   // With heartbeats only, a pass should look at the nodes that sent one
   // (and once more after), not at the fleet: peers visited per heartbeat
@@ -458,6 +476,7 @@ int run(const Run &r) {
   const double idle_cores = (idle1.cpu_s - idle0.cpu_s) / idle_s;
   const double heartbeats = up * idle_s * 1000.0 / r.heartbeat_ms;
   put("rm_cpu_idle_cores", fmt(idle_cores, 4));
+  put("hosts_cpu_idle_cores", fmt((hosts_idle1 - hosts_idle0) / idle_s, 3));
   put("rm_cpu_per_heartbeat_us",
       fmt(heartbeats > 0 ? (idle1.cpu_s - idle0.cpu_s) * 1e6 / heartbeats : 0, 2));
   put("rm_rss_mib_empty", fmt(empty.rss_kib / 1024.0));
@@ -491,8 +510,12 @@ int run(const Run &r) {
   RestTimes rest;
   const LoopWork work2 = loop_work(r);
   const ProcSample lease0 = sample(r.rm_pid);
+  const double hosts_lease0 = hosts_cpu();
   auto t_lease = Clock::now();
-  std::thread rest_thread([&] { time_rest(r.rest_port, r.token, rest_stop, rest); });
+  std::thread rest_thread;
+  if (r.rest_every_ms > 0)
+    rest_thread =
+        std::thread([&] { time_rest(r.rest_port, r.token, r.rest_every_ms, rest_stop, rest); });
   std::this_thread::sleep_for(std::chrono::duration<double>(r.seconds));
   for (Child &c : clients) {
     close_end(c.stop);
@@ -520,9 +543,11 @@ int run(const Run &r) {
     waitpid(c.pid, nullptr, 0);
   }
   const ProcSample lease1 = sample(r.rm_pid);
+  const double hosts_lease1 = hosts_cpu();
   const double lease_s = seconds_since(t_lease);
   rest_stop = true;
-  rest_thread.join();
+  if (rest_thread.joinable())
+    rest_thread.join();
   const LoopWork work3 = loop_work(r);
   put("leases", std::to_string(granted));
   put("refused", std::to_string(refused));
@@ -531,6 +556,7 @@ int run(const Run &r) {
   put("lease_p50_us", fmt(pct(lease_us, 0.5)));
   put("lease_p99_us", fmt(pct(lease_us, 0.99)));
   put("rm_cpu_lease_cores", fmt((lease1.cpu_s - lease0.cpu_s) / lease_s, 4));
+  put("hosts_cpu_lease_cores", fmt((hosts_lease1 - hosts_lease0) / lease_s, 3));
   put("rm_cpu_per_lease_us",
       fmt(granted > 0 ? (lease1.cpu_s - lease0.cpu_s) * 1e6 / granted : 0, 1));
   put("rm_rss_mib_leasing", fmt(lease1.rss_kib / 1024.0));
@@ -538,6 +564,13 @@ int run(const Run &r) {
   const VisitRates lease_visits = visits_between(work2, work3);
   put("rm_peer_visits_per_message_leasing", fmt(lease_visits.per_message, 2));
   put("rm_peer_visits_per_pass_leasing", fmt(lease_visits.per_pass, 2));
+  // Peers a pass left to the next (its budget of nodes spent), and the most
+  // nodes one pass served since the start; -1: a resource manager without
+  // the bound.
+  put("rm_peers_deferred_leasing",
+      fmt(work2.deferred < 0 || work3.deferred < 0 ? -1 : work3.deferred - work2.deferred, 0));
+  put("rm_pass_peers_max", fmt(work3.largest, 0));
+  put("rest_every_ms", std::to_string(r.rest_every_ms));
   put("rest_nodes_p50_ms", fmt(pct(rest.nodes_ms, 0.5), 2));
   put("rest_nodes_p99_ms", fmt(pct(rest.nodes_ms, 0.99), 2));
   put("rest_metrics_p50_ms", fmt(pct(rest.metrics_ms, 0.5), 2));
@@ -668,6 +701,7 @@ int main(int argc, char **argv) {
     ("seconds", "seconds of leasing", rfaas::cli::value<double>()->default_value("5"))
     ("idle-seconds", "seconds of heartbeats only", rfaas::cli::value<double>()->default_value("3"))
     ("register-timeout", "seconds the nodes may take to register", rfaas::cli::value<double>()->default_value("600"))
+    ("rest-every-ms", "pause between REST probes (GET /nodes, /metrics) while leasing; 0: none", rfaas::cli::value<uint32_t>()->default_value("100"))
     ("heartbeat-ms", "the heartbeat period the resource manager asks (for the per-heartbeat figure)", rfaas::cli::value<uint32_t>()->default_value("1000"))
     ("retention-days", "the resource manager's retention_days (for the extrapolation)", rfaas::cli::value<uint32_t>()->default_value("0"))
     ("cores", "cores per simulated node", rfaas::cli::value<uint32_t>()->default_value("8"))
@@ -693,6 +727,7 @@ int main(int argc, char **argv) {
     r.idle_seconds = args["idle-seconds"].as<double>();
     r.register_timeout = args["register-timeout"].as<double>();
     r.heartbeat_ms = args["heartbeat-ms"].as<uint32_t>();
+    r.rest_every_ms = args["rest-every-ms"].as<uint32_t>();
     r.retention_days = args["retention-days"].as<uint32_t>();
     r.rest_port = static_cast<uint16_t>(args["rest-port"].as<int>());
     r.rm_pid = args["rm-pid"].as<int>();

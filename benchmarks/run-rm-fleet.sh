@@ -33,10 +33,12 @@ rate=0
 seconds=10
 idle_seconds=5
 heartbeat_ms=1000
+rest_every_ms=100
 retention_days=30
 links_per_host=2500
 register_timeout=600
 rxm_default=0
+rm_bin=""
 json=""
 smoke=0
 
@@ -52,11 +54,14 @@ usage() {
   echo "  --seconds S           seconds of leasing (default: $seconds)"
   echo "  --idle-seconds S      seconds of heartbeats only (default: $idle_seconds)"
   echo "  --heartbeat-ms MS     heartbeat period the resource manager asks (default: $heartbeat_ms)"
+  echo "  --rest-every-ms MS    pause between REST probes while leasing, 0 = none (default: $rest_every_ms)"
   echo "  --retention-days D    the resource manager's retention (default: $retention_days)"
   echo "  --links-per-host K    simulated managers per process (default: $links_per_host;"
   echo "                        connected providers: at most 2000, each link holds descriptors)"
   echo "  --register-timeout S  seconds the fleet may take to register (default: $register_timeout)"
   echo "  --rxm-default         keep tcp;ofi_rxm's default send queue (2048) on the hosts: shows its limit"
+  echo "  --rm-bin FILE         the resource manager to measure (default: the build tree's);"
+  echo "                        alternate two builds against the same simulator and clients"
   echo "  --json FILE           append every run's JSON line here (default: print only)"
   echo "  --smoke               N = 100 on lo-rxm, 2 s of leasing (unless given otherwise)"
 }
@@ -73,10 +78,12 @@ while [[ $# -gt 0 ]]; do
   --seconds) seconds=$2; shift 2 ;;
   --idle-seconds) idle_seconds=$2; shift 2 ;;
   --heartbeat-ms) heartbeat_ms=$2; shift 2 ;;
+  --rest-every-ms) rest_every_ms=$2; shift 2 ;;
   --retention-days) retention_days=$2; shift 2 ;;
   --links-per-host) links_per_host=$2; shift 2 ;;
   --register-timeout) register_timeout=$2; shift 2 ;;
   --rxm-default) rxm_default=1; shift ;;
+  --rm-bin) rm_bin=$2; shift 2 ;;
   --json) json=$2; shift 2 ;;
   --smoke) smoke=1; shift ;;
   -h | --help) usage; exit 0 ;;
@@ -97,7 +104,7 @@ elif [[ -z $build ]]; then
   done
 fi
 fleet_bin=$build/benchmarks/rm_fleet
-rm_bin=$build/server/resource_manager/resource_manager
+[[ -n $rm_bin ]] || rm_bin=$build/server/resource_manager/resource_manager
 for f in "$fleet_bin" "$rm_bin"; do
   [[ -x $f ]] || { echo "run-rm-fleet.sh: $f is missing (build it, or --build-dir)" >&2; exit 1; }
 done
@@ -188,7 +195,7 @@ for dev in $devices_list; do
     env "${host_env[@]}" "$fleet_bin" --devices "$devices_db" --device "$dev" --resource-manager "$rm_fabric" \
       --rest-port "$rm_rest" --token-file "$work/token" --rm-pid "$rm_pid" --database "$rm_db" \
       --nodes "$n" --hosts "$hosts" --clients "$clients" --rate "$rate" --seconds "$seconds" \
-      --idle-seconds "$idle_seconds" --heartbeat-ms "$heartbeat_ms" \
+      --idle-seconds "$idle_seconds" --heartbeat-ms "$heartbeat_ms" --rest-every-ms "$rest_every_ms" \
       --retention-days "$retention_days" --register-timeout "$register_timeout" --json "$out" || status=$?
     if ((status != 0)); then
       failed=1 keep_logs=1

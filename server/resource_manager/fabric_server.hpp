@@ -170,6 +170,13 @@ private:
   /// whether a peer is here), and the list the current pass works through.
   std::vector<Peer *> active_;
   std::vector<Peer *> pass_;
+  /// Active peers a pass had no budget left for (kNodePeersPerPass), oldest
+  /// first; still listed, so activate() leaves them here.
+  std::deque<Peer *> deferred_;
+  std::vector<Peer *> others_;
+  /// Fills pass_ from active_ and deferred_: every client, then the
+  /// budget's worth of other peers, the oldest first.
+  void take_pass();
   /// When sweep() last ran.
   Clock::time_point swept_{};
   std::atomic<uint64_t> next_tag_{1};

@@ -102,6 +102,12 @@ std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &la
          w.sweep_visits.load());
   metric(out, "rfaas_rm_fabric_connections", "gauge", "Open fabric connections.",
          w.connections.load());
+  metric(out, "rfaas_rm_fabric_peers_deferred_total", "counter",
+         "Peers left for the next pass because a pass had served its budget of nodes.",
+         w.deferred.load());
+  metric(out, "rfaas_rm_fabric_pass_peers_max", "gauge",
+         "The most peers other than clients one pass has served since start.",
+         w.largest_pass.load());
   const char *h = "rfaas_rm_request_duration_seconds";
   out += std::string("# HELP ") + h +
          " Time to answer a request, by interface (http, fabric) and kind.\n# TYPE " + h +

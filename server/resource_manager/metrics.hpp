@@ -62,6 +62,12 @@ struct FabricWork {
   std::atomic<uint64_t> links_armed{0};
   /// Open connections now.
   std::atomic<uint64_t> connections{0};
+  /// Peers left for the next pass because the pass had served its budget
+  /// of nodes (a lease request waits for at most one such pass).
+  std::atomic<uint64_t> deferred{0};
+  /// The most peers other than clients that one pass has served: bounded
+  /// by the budget whatever the number of nodes.
+  std::atomic<uint64_t> largest_pass{0};
 };
 
 struct RequestLatencies {

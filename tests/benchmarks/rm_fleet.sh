@@ -29,7 +29,8 @@ lease_p50_us lease_p99_us rm_cpu_lease_cores rm_cpu_per_lease_us rm_rss_mib_leas
 rest_nodes_p50_ms rest_nodes_p99_ms rest_metrics_p50_ms rest_metrics_p99_ms rest_samples
 rest_errors links_registered notices reports host_kib_per_link host_fds_per_link db_bytes
 db_bytes_per_lease db_bytes_hour_extrapolated retention_days
-db_bytes_retention_extrapolated accounting_records settle_seconds failed""".split()
+db_bytes_retention_extrapolated accounting_records settle_seconds rm_pass_peers_max
+rm_peers_deferred_leasing rest_every_ms failed""".split()
 missing = [f for f in fields if f not in r]
 assert not missing, f"fields missing: {missing}"
 problems = []
@@ -57,6 +58,10 @@ check(r["rm_cpu_idle_cores"] >= 0, f"negative CPU time for the heartbeats: {r['r
 check(r["rest_samples"] > 0 and r["rest_errors"] == 0,
       f"REST probes: {r['rest_samples']} answered, {r['rest_errors']} errors")
 check(r["db_bytes"] > 0, "no database size")
+# A fabric pass serves at most 64 peers besides clients, however many nodes
+# have something to say (fabric_server.cpp, kNodePeersPerPass).
+check(0 <= r["rm_pass_peers_max"] <= 64,
+      f"a fabric pass served {r['rm_pass_peers_max']} nodes (at most 64)")
 if problems:
     sys.exit("rm_fleet smoke: " + "; ".join(problems) + "\n" + json.dumps(r))
 print(f"rm_fleet smoke: {r['nodes']} nodes up in {r['register_seconds']} s, {r['leases']} leases "
