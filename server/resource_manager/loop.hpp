@@ -10,12 +10,12 @@
 // wakes it at once; the only timeouts are the next periodic check (expiry,
 // heartbeats), the deadline of writes waiting for their commit
 // (Store::commit_due: at most Store::kDeferAtMostMs after the first), or
-// what the driver asks for where the fabric offers no descriptor. Within the busy-poll window after
-// a fabric pass that did work (set_busy_poll), it passes again instead of sleeping: a client that
-// leases back to back sends its next request some 10-30 us after its
-// answer, and a sleep costs the loop a wake-up of about that much. Those
-// passes run the queued tasks and the periodic check as any pass does, so
-// the window delays neither.
+// what the driver asks for where the fabric offers no descriptor. Within
+// the busy-poll window after a fabric pass that did work (set_busy_poll),
+// it passes again instead of sleeping: a client that leases back to back
+// sends its next request some 10-30 us after its answer, and a sleep costs
+// the loop a wake-up of about that much. Those passes run the queued tasks
+// and the periodic check as any pass does, so the window delays neither.
 //
 // readerwriterqueue is single-producer: producers take a small mutex around
 // the enqueue alone (a few nanoseconds), never around the loop or its state;
