@@ -10,10 +10,15 @@
 #include <thread>
 
 #include <cstdlib>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <sstream>
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -746,4 +751,39 @@ TEST(Store, RecordsTheDatabaseHoldsAreNotAppliedTwice) {
   EXPECT_EQ(s.grants_replayed(), 0u);
   EXPECT_EQ(s.load_lease(1)->state, LeaseState::Expired) << "an old record was applied again";
   EXPECT_TRUE(s.load_lease(6).has_value());
+}
+
+// A journal that cannot be written (made immutable here: its writes fail
+// with EPERM, as they would with ENOSPC or EIO) makes the batch commit
+// instead, with a warning naming the file: the lease is durable either way.
+TEST(Store, AJournalThatCannotBeWrittenFallsBackToACommit) {
+  TempDb db;
+  CapturedLog log;
+  Store s(db.path);
+  const int fd = open(s.grants_path().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int flags = 0;
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0 ||
+      (flags |= FS_IMMUTABLE_FL, ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0)) {
+    const int err = errno;
+    close(fd);
+    GTEST_SKIP() << "cannot make the journal immutable (" << std::strerror(err)
+                 << "): needs root (CAP_LINUX_IMMUTABLE) and a file system with chattr +i";
+  }
+  s.begin_batch();
+  s.put_lease(lease(1));
+  const bool none_failed = s.commit_batch().empty();
+  const bool committed = committed_lease(db.path, 1);
+  flags &= ~FS_IMMUTABLE_FL;
+  EXPECT_EQ(ioctl(fd, FS_IOC_SETFLAGS, &flags), 0) << std::strerror(errno);
+  close(fd);
+  EXPECT_TRUE(none_failed);
+  EXPECT_TRUE(committed) << "the journal could not be written and nothing was committed";
+  EXPECT_NE(log.text.str().find(s.grants_path()), std::string::npos) << log.text.str();
+  // Writable again: the next lease waits for its commit as before.
+  s.begin_batch();
+  s.put_lease(lease(2));
+  s.commit_batch();
+  EXPECT_FALSE(committed_lease(db.path, 2));
+  EXPECT_GT(std::filesystem::file_size(s.grants_path()), 0u);
 }
