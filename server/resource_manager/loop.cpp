@@ -115,11 +115,11 @@ bool Loop::run_task(std::function<void()> &task) {
   return true;
 }
 
-void Loop::sleep_until_work(std::chrono::steady_clock::time_point next_tick) {
+void Loop::sleep_until_work(std::chrono::steady_clock::time_point until) {
   wait_fds_.clear();
   int limit_ms = driver_ ? driver_->prepare_wait(wait_fds_) : -1;
   const auto left =
-      std::chrono::ceil<std::chrono::milliseconds>(next_tick - std::chrono::steady_clock::now());
+      std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
   int timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
   if (limit_ms >= 0)
     timeout = std::min(timeout, limit_ms);
@@ -206,6 +206,7 @@ void Loop::run() {
         // Tasks enqueued before the stop marker have run; none can follow it.
         if (driver_)
           driver_->stop(registry_);
+        registry_.store().commit_deferred();
         return;
       }
     }
@@ -222,12 +223,17 @@ void Loop::run() {
       }
     }
     if (!worked) {
-      // Accounting left waiting for a commit (Store::commit_batch) is
-      // committed before the loop sleeps.
-      registry_.store().commit_deferred();
+      // Writes left waiting for their commit (Store::commit_batch) are not
+      // committed before every sleep (with one client the loop sleeps
+      // between leases: a commit per lease again), but the sleep ends when
+      // they are due.
+      Store &store = registry_.store();
+      store.commit_if_due();
       if (unpublished_)
         publish();
-      sleep_until_work(next_tick);
+      const auto due = store.commit_due();
+      sleep_until_work(due ? std::min(next_tick, *due) : next_tick);
+      store.commit_if_due();
     }
   }
 }

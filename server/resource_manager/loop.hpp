@@ -7,14 +7,15 @@
 // When a pass finds nothing to do, the loop sleeps in poll(2) on the
 // descriptors the driver names (the fabric's wait objects) and on an
 // eventfd that every submitted task writes, so a request from either side
-// wakes it at once; the only timeout is the next periodic check (expiry,
-// heartbeats), or what the driver asks for where the fabric offers no
-// descriptor. Within the busy-poll window after a fabric pass that did
-// work (set_busy_poll), it passes again instead of sleeping: a client that
-// leases back to back sends its next request some 10-30 us after its
-// answer, and a sleep costs the loop a wake-up of about that much. Those
-// passes run the queued tasks and the periodic check as any pass does, so
-// the window delays neither.
+// wakes it at once; the only timeouts are the next periodic check (expiry,
+// heartbeats), the deadline of writes waiting for their commit
+// (Store::commit_due: at most Store::kDeferAtMostMs after the first), or
+// what the driver asks for where the fabric offers no descriptor. Within
+// the busy-poll window after a fabric pass that did work (set_busy_poll),
+// it passes again instead of sleeping: a client that leases back to back
+// sends its next request some 10-30 us after its answer, and a sleep costs
+// the loop a wake-up of about that much. Those passes run the queued tasks
+// and the periodic check as any pass does, so the window delays neither.
 //
 // readerwriterqueue is single-producer: producers take a small mutex around
 // the enqueue alone (a few nanoseconds), never around the loop or its state;
@@ -181,8 +182,9 @@ private:
   NodeProvider *provider_ = nullptr;
   std::chrono::milliseconds tick_every_;
   std::chrono::microseconds busy_poll_{0};
-  /// Sleeps between passes on the driver's descriptors and on wake_fd_.
-  void sleep_until_work(std::chrono::steady_clock::time_point next_tick);
+  /// Sleeps between passes on the driver's descriptors and on wake_fd_,
+  /// until `until` at the latest (the next tick, or a deferred commit).
+  void sleep_until_work(std::chrono::steady_clock::time_point until);
 
   moodycamel::ReaderWriterQueue<std::function<void()>> queue_{256};
   /// An eventfd: written after every enqueue (and by wake()), read by the

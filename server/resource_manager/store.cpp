@@ -272,6 +272,12 @@ const char *const kMigrations[] = {
     "CREATE INDEX leases_active ON leases(id) WHERE state = 'active';"
     "DROP INDEX leases_ended;"
     "CREATE INDEX leases_ended ON leases(ended_ms) WHERE state != 'active';",
+    // 5 -> 6: the grant journal's last sequence number this file holds
+    // (grant_journal.hpp), stored with every commit: a record at or below
+    // it is already here.
+    "CREATE TABLE grant_journal (id INTEGER PRIMARY KEY CHECK (id = 0),"
+    "  applied INTEGER NOT NULL);"
+    "INSERT INTO grant_journal (id, applied) VALUES (0, 0);",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
@@ -344,6 +350,14 @@ Store::Store(const std::string &path, const CheckpointPolicy &checkpoints)
     exec("PRAGMA synchronous=NORMAL", "setting synchronous mode");
     exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
     migrate();
+    if (path != ":memory:" && path.rfind("file:", 0) != 0) {
+      try {
+        grants_ = std::make_unique<GrantJournal>(path + "-grants");
+      } catch (const std::runtime_error &e) {
+        throw StoreError(e.what());
+      }
+      replay_grants();
+    }
     if (path != ":memory:") {
       // Look-ups from memory: a lease history larger than SQLite's default
       // cache (2 MiB) would read a page with pread at a grant whose random
@@ -358,6 +372,8 @@ Store::Store(const std::string &path, const CheckpointPolicy &checkpoints)
     }
   } catch (const StoreError &e) {
     checkpointer_.reset();
+    grants_.reset();
+    cache_.reset();
     sqlite3_close(db_);
     db_ = nullptr;
     throw StoreError(path + ": " + e.what());
@@ -426,10 +442,25 @@ std::vector<uint64_t> Store::commit_batch() {
   batch_wanted_ = false;
   if (!batch_open_)
     return {};
-  // Only accounting, young and few: it waits for the next commit (see
-  // store.hpp).
-  if (!must_commit_ && journal_.size() < kDeferAtMost && steady_ms() - opened_ms_ < kDeferAtMostMs)
-    return {};
+  // Only writes that may wait, young and few: the transaction stays open
+  // (see store.hpp). Lease writes are durable once the journal holds them.
+  if (!must_commit_ && journal_.size() < kDeferAtMost &&
+      steady_ms() - opened_ms_ < kDeferAtMostMs) {
+    if (!grants_ || grants_->buffered() == 0)
+      return {};
+    std::string why;
+    if (grants_->flush(why))
+      return {};
+    if (auto log = spdlog::get("resource_manager"))
+      log->warn("database: {}; committing instead", why);
+  }
+  if (grants_held_) {
+    // The journal keeps every lease write in order while it is held.
+    std::string why;
+    if (!grants_->flush(why))
+      if (auto log = spdlog::get("resource_manager"))
+        log->error("database: {}", why);
+  }
   return commit_open();
 }
 
@@ -443,21 +474,79 @@ void Store::commit_deferred() {
     commit_open();
 }
 
+std::optional<std::chrono::steady_clock::time_point> Store::commit_due() const {
+  if (!batch_open_ || batch_wanted_)
+    return std::nullopt;
+  return std::chrono::steady_clock::time_point(
+      std::chrono::milliseconds(opened_ms_ + kDeferAtMostMs));
+}
+
+void Store::commit_if_due() {
+  if (batch_open_ && !batch_wanted_ && steady_ms() - opened_ms_ >= kDeferAtMostMs)
+    commit_open();
+}
+
+void Store::journal_grant(GrantJournal::Kind kind, const Lease &l) {
+  if (!grants_ || !(batch_open_ || grants_held_))
+    return;
+  grants_->add(++grant_seq_, kind, l);
+  if (!batch_open_) {
+    // Held, and a write outside a batch (committed already): the journal
+    // still gets it, so that a replay ends with this state, not an older one.
+    std::string why;
+    if (!grants_->flush(why))
+      if (auto log = spdlog::get("resource_manager"))
+        log->error("database: {}", why);
+  }
+}
+
+void Store::grants_committed() {
+  if (!grants_)
+    return;
+  grants_->discard();
+  if (grants_held_)
+    return;
+  std::string why;
+  // A journal left full is harmless (its records are at or below the
+  // stored sequence number, skipped at the next start).
+  if (!grants_->truncate(why))
+    if (auto log = spdlog::get("resource_manager"))
+      log->warn("database: {}", why);
+}
+
 std::vector<uint64_t> Store::commit_open() {
   batch_open_ = false;
   must_commit_ = false;
   std::string why;
   try {
+    if (grants_ && !grants_held_ && grant_seq_ > committed_seq_) {
+      // In the same transaction: the database holds these records exactly
+      // when it holds this number.
+      Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
+      q.bind(1, grant_seq_);
+      q.run();
+    }
     run_cached(db_, *cache_, "COMMIT");
+    if (!grants_held_)
+      committed_seq_ = grant_seq_;
     journal_.clear();
+    grants_committed();
     return {};
   } catch (const StoreError &e) {
     why = e.what();
   }
   sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  if (auto log = spdlog::get("resource_manager"))
+  auto log = spdlog::get("resource_manager");
+  if (log)
     log->error("database: committing {} write(s) together failed ({}); writing them one by one",
                journal_.size(), why);
+  if (grants_) {
+    // Records not written yet go to the journal first: until the database
+    // holds every write it names, it is the only complete history.
+    std::string failed_write;
+    if (!grants_->flush(failed_write) && log)
+      log->error("database: {}", failed_write);
+  }
   // Each write again in a transaction of its own: the registry's memory
   // already holds them, so what can be saved is saved. Outside a batch
   // now, each commits at once.
@@ -474,8 +563,90 @@ std::vector<uint64_t> Store::commit_open() {
         failed.push_back(lease);
     }
   }
+  if (grants_ && !grants_held_) {
+    bool durable = failed.empty();
+    if (durable) {
+      try {
+        Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
+        q.bind(1, grant_seq_);
+        q.run();
+        committed_seq_ = grant_seq_;
+        grants_committed();
+      } catch (const StoreError &) {
+        durable = false;
+      }
+    }
+    if (!durable) {
+      grants_held_ = true;
+      if (log)
+        log->error("database: the grant journal {} holds lease writes the database lacks; it is "
+                   "kept (the next start applies it), and every lease write is committed at once "
+                   "from now on",
+                   grants_->path());
+    }
+  }
   batch_wanted_ = wanted;
   return failed;
+}
+
+void Store::replay_grants() {
+  {
+    Stmt q(db_, "SELECT applied FROM grant_journal WHERE id = 0");
+    if (q.step())
+      committed_seq_ = q.u64(0);
+  }
+  GrantJournal::Contents c;
+  try {
+    c = grants_->read();
+  } catch (const std::runtime_error &e) {
+    throw StoreError(e.what());
+  }
+  auto log = spdlog::get("resource_manager");
+  if (!log)
+    log = spdlog::default_logger();
+  if (c.torn_bytes > 0)
+    log->warn("the grant journal {} ends with {} byte(s) that are not a whole record (a write "
+              "cut short); they are dropped",
+              grants_->path(), c.torn_bytes);
+  grant_seq_ = committed_seq_;
+  if (!c.records.empty())
+    grant_seq_ = std::max(grant_seq_, c.records.back().seq);
+  size_t applied = 0;
+  if (grant_seq_ > committed_seq_) {
+    Transaction t(db_, *cache_, false);
+    for (const GrantJournal::Record &r : c.records) {
+      if (r.seq <= committed_seq_)
+        continue;
+      if (r.kind == GrantJournal::Kind::Put) {
+        write_lease(r.lease);
+      } else {
+        Stmt q(db_, *cache_,
+               "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4 WHERE id = ?1");
+        q.bind(1, r.lease.id);
+        q.bind(2, std::string(to_string(r.lease.state)));
+        q.bind(3, r.lease.expiry_ms);
+        q.bind(4, r.lease.ended_ms);
+        q.run();
+        if (sqlite3_changes(db_) != 1)
+          log->warn("the grant journal {}: record {} changes lease {}, which the database does "
+                    "not hold (was the database restored without its journal?); skipped",
+                    grants_->path(), r.seq, r.lease.id);
+      }
+      ++applied;
+    }
+    Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
+    q.bind(1, grant_seq_);
+    q.run();
+    t.commit();
+    committed_seq_ = grant_seq_;
+    log->info("the grant journal {}: {} lease write(s) the database lacked were applied",
+              grants_->path(), applied);
+  }
+  replayed_ = applied;
+  std::string why;
+  // Appending after a torn tail would make it damage in the middle.
+  if (!grants_->truncate(why))
+    throw StoreError(why);
 }
 
 void Store::exec(const char *sql, const char *what) {
@@ -574,7 +745,15 @@ std::vector<Node> Store::load_nodes() const {
 }
 
 void Store::put_lease(const Lease &l) {
-  Transaction t(db_, *cache_, open_batch());
+  Transaction t(db_, *cache_, open_batch(grants_ && !grants_held_));
+  write_lease(l);
+  t.commit();
+  journal_grant(GrantJournal::Kind::Put, l);
+  if (batch_open_)
+    journal_.emplace_back(l.id, [this, l] { put_lease(l); });
+}
+
+void Store::write_lease(const Lease &l) {
   {
     Stmt q(db_, *cache_,
            "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
@@ -606,13 +785,10 @@ void Store::put_lease(const Lease &l) {
     q.bind(5, l.parts[i].memory_mib);
     q.run();
   }
-  t.commit();
-  if (batch_open_)
-    journal_.emplace_back(l.id, [this, l] { put_lease(l); });
 }
 
 void Store::update_lease(const Lease &l) {
-  open_batch();
+  open_batch(grants_ && !grants_held_);
   Stmt q(db_, *cache_, "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4 WHERE id = ?1");
   q.bind(1, l.id);
   q.bind(2, std::string(to_string(l.state)));
@@ -624,6 +800,7 @@ void Store::update_lease(const Lease &l) {
     put_lease(l);
     return;
   }
+  journal_grant(GrantJournal::Kind::Update, l);
   if (batch_open_)
     journal_.emplace_back(l.id, [this, l] { put_lease(l); });
 }

@@ -6,10 +6,13 @@
 // memory, so a failed write (disk full, read-only file) leaves both as they
 // were. The loop groups the writes of one pass over the fabric in a batch:
 // one commit for all its grants, each write a savepoint inside it, and the
-// answers leave only once the batch is committed. Only the loop thread uses
-// a Store.
+// answers leave only once the batch is committed, or, for a batch of lease
+// writes, once the grant journal holds them (grant_journal.hpp): the
+// transaction then stays open up to kDeferAtMostMs and takes the next
+// passes' writes too. Only the loop thread uses a Store.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "resource_manager/checkpointer.hpp"
+#include "resource_manager/grant_journal.hpp"
 #include "resource_manager/lease.hpp"
 #include "resource_manager/node.hpp"
 #include "resource_manager/quota.hpp"
@@ -59,12 +63,15 @@ class Store {
 public:
   /// The schema version this code writes (PRAGMA user_version). Opening a
   /// file with an older version migrates it; a newer one is refused.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   /// Opens (creating if needed) the database at `path`; ":memory:" works for
   /// tests. A file's log is checkpointed by a thread of its own (see
-  /// checkpointer.hpp), as `checkpoints` says. Throws StoreError naming the
-  /// file on failure.
+  /// checkpointer.hpp), as `checkpoints` says. A file has a grant journal
+  /// beside it (grants_path()): the records it holds that the database
+  /// lacks are applied first, in one transaction, and the journal emptied;
+  /// a torn last record is dropped with a warning. Throws StoreError naming
+  /// the file on failure, and when the journal is damaged before its end.
   explicit Store(const std::string &path, const CheckpointPolicy &checkpoints = {});
   ~Store();
   Store(const Store &) = delete;
@@ -78,6 +85,11 @@ public:
   /// "wal" once opened on a file (":memory:" reports "memory").
   std::string journal_mode() const;
   const std::string &path() const { return path_; }
+  /// The grant journal's file (`<path>-grants`); empty for ":memory:" and
+  /// "file:" URIs, which have none (their lease writes commit as others).
+  std::string grants_path() const { return grants_ ? grants_->path() : std::string(); }
+  /// Records the grant journal replayed when this Store opened.
+  size_t grants_replayed() const { return replayed_; }
   /// Checkpoints the thread ran so far (0 for ":memory:").
   uint64_t checkpoints() const { return checkpointer_ ? checkpointer_->checkpoints() : 0; }
 
@@ -85,10 +97,13 @@ public:
   void remove_node(const std::string &name);
   std::vector<Node> load_nodes() const;
 
-  /// Inserts or replaces a lease and its parts.
+  /// Inserts or replaces a lease and its parts. Inside a batch, with a
+  /// grant journal, it may wait for its commit: commit_batch() writes its
+  /// record to the journal instead.
   void put_lease(const Lease &lease);
   /// Stores a change of an already stored lease's state, expiry and end
   /// (renewal, end): one row, its parts untouched (they never change).
+  /// Waits for its commit as put_lease does.
   void update_lease(const Lease &lease);
   /// Whether lease `id` was ever stored (one primary-key look-up).
   bool lease_exists(uint64_t id) const;
@@ -120,24 +135,34 @@ public:
   /// savepoint inside it, so a write that fails is undone alone and
   /// reported as before. Throws StoreError when the transaction cannot start.
   void begin_batch();
-  /// Commits the batch. When the commit fails, the batch is rolled back and
-  /// each of its writes made again in a transaction of its own; returns the
-  /// ids of the leases whose write failed again (empty: all is durable).
-  /// Never throws.
+  /// Ends the batch: its writes are durable when it returns. When the
+  /// commit fails, the batch is rolled back and each of its writes made
+  /// again in a transaction of its own; returns the ids of the leases whose
+  /// write failed again (empty: all is durable). Never throws.
   ///
-  /// A batch holding only accounting records (put_accounting: they answer
-  /// nothing, so nobody waits for their commit) stays open instead, and the
-  /// next batch adds to it: it is committed with the first batch that holds
-  /// any other write, by commit_deferred() (the loop calls it before it
-  /// sleeps), by any write outside a batch, when the Store closes, or once
-  /// it is kDeferAtMostMs old or holds kDeferAtMost records. A crash of the
-  /// process loses those records alone, never a lease, node or quota.
+  /// The transaction stays open instead (the next batch adds to it) while
+  /// it holds only writes that may wait: accounting records (they answer
+  /// nothing; a crash of the process loses them) and, with a grant
+  /// journal, lease writes, whose records are then written to the journal
+  /// with one write(2) before this returns (a crash keeps them: the next
+  /// start replays them). It is committed with the first batch that holds
+  /// any other write (a node, a quota, a pilot), by commit_deferred() or
+  /// commit_if_due(), by any write outside a batch, when the Store closes,
+  /// or once it is kDeferAtMostMs old or holds kDeferAtMost writes; also
+  /// when the journal cannot be written (logged). Until then, other
+  /// connections (the checkpointer, a `sqlite3 .backup`) see the database
+  /// as it was at the last commit; this one sees every write.
   std::vector<uint64_t> commit_batch();
-  /// Commits accounting that waits for its commit (between batches; a
-  /// failed commit writes each record again on its own). Never throws.
+  /// Commits what waits for its commit (between batches; a failed commit
+  /// writes each write again on its own). Never throws.
   void commit_deferred();
-  /// Longest an accounting record waits for its commit while the loop is
-  /// busy, and most records that wait.
+  /// When what waits must be committed (kDeferAtMostMs after its first
+  /// write); nullopt when nothing waits. The loop sleeps no longer.
+  std::optional<std::chrono::steady_clock::time_point> commit_due() const;
+  /// commit_deferred() once commit_due() has passed. Never throws.
+  void commit_if_due();
+  /// Longest a write waits for its commit while the loop runs, and most
+  /// writes that wait.
   static constexpr uint64_t kDeferAtMostMs = 50;
   static constexpr size_t kDeferAtMost = 256;
   bool in_batch() const { return batch_wanted_; }
@@ -165,6 +190,15 @@ private:
                                                  int64_t id) const;
 
   void ensure_pilots();
+  /// The rows of put_lease (inside the caller's transaction).
+  void write_lease(const Lease &lease);
+  /// Adds a lease write's record to the grant journal's buffer (inside a
+  /// batch, or on every write once the journal is held).
+  void journal_grant(GrantJournal::Kind kind, const Lease &lease);
+  /// Applies the journal's records the database lacks (at open).
+  void replay_grants();
+  /// Empties the journal after a commit that made everything in it durable.
+  void grants_committed();
 
   /// SQLite's WAL hook: after each commit, with the log's size in pages.
   static int committed(void *store, sqlite3 *db, const char *schema, int pages);
@@ -198,6 +232,20 @@ private:
   uint64_t opened_ms_ = 0;
   /// The batch's writes (lease id or 0, and the write), for a failed commit.
   std::vector<std::pair<uint64_t, std::function<void()>>> journal_;
+
+  /// The grant journal (null for ":memory:").
+  std::unique_ptr<GrantJournal> grants_;
+  /// The last sequence number given to a record, and the last one the
+  /// database holds (stored with each commit).
+  uint64_t grant_seq_ = 0;
+  uint64_t committed_seq_ = 0;
+  /// A commit failed and a write made again failed too: the journal holds
+  /// records the database lacks. From then on it is kept (never emptied)
+  /// and every lease write goes to it, so that replaying it at the next
+  /// start redoes every lease write since, in order; nothing waits for its
+  /// commit any more.
+  bool grants_held_ = false;
+  size_t replayed_ = 0;
 };
 
 } // namespace rfaas::rm

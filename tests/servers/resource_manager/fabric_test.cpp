@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -94,6 +95,15 @@ public:
     cfg["fabric"].update(fabric_overrides);
     cfg.update(top);
     std::ofstream(dir_ + "/rm.json") << cfg.dump(2);
+    launch();
+  }
+  /// Kills it (SIGKILL: a crash, nothing flushed or committed) and starts
+  /// it again on the same database and configuration.
+  void crash_and_restart() {
+    proc_.kill_now();
+    launch();
+  }
+  void launch() {
     // The readiness lines go to stderr: merge it into the pipe the test reads.
     proc_ = rfaas::e2e::Process(
         {"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", g.binary, dir_ + "/rm.json"}, "");
@@ -115,6 +125,7 @@ public:
       std::system(("rm -rf '" + dir_ + "'").c_str());
   }
   const rdmalib::Address &address() const { return address_; }
+  std::string database() const { return dir_ + "/rm.sqlite"; }
   uint16_t rest() const { return rest_port_; }
   /// Its "resource_manager: fabric on ..." line.
   const std::string &fabric_line() const { return fabric_line_; }
@@ -849,6 +860,71 @@ TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
       EXPECT_TRUE(l["owner_uid"].is_null()) << l.dump();
       EXPECT_EQ(l["job_id"], "") << l.dump();
     }
+}
+
+// A lease answered is known after a crash: the resource manager is killed
+// (SIGKILL) right after its answers, within the time its lease writes wait
+// for their commit (their records are in the grant journal only), and
+// started again on the same database: every lease is there, in the state
+// its last answer gave it.
+TEST(RmFabric, LeasesAnsweredBeforeACrashAreKnownAfterARestart) {
+  ResourceManager own;
+  own.start();
+  struct Stop {
+    ResourceManager &m;
+    ~Stop() { m.stop(); }
+  } stop{own};
+  json body = {{"name", "kilo"},
+               {"address", "127.0.0.1:20004"},
+               {"cores", 64},
+               {"memory_mib", 4096},
+               {"secret", secret_hex('c')}};
+  auto added = request(own.rest(), "POST", "/nodes", body.dump(), kToken);
+  ASSERT_EQ(added.status, 201) << added.body;
+  std::vector<uint64_t> ids;
+  uint64_t renewed_expiry = 0;
+  {
+    Peer node(&own);
+    ASSERT_EQ(node.register_node("kilo", 'c', 64).status, proto::ErrorCode::Ok);
+    Peer client(&own);
+    std::vector<proto::LeaseGrantPart> parts;
+    proto::Token first_secret{};
+    for (int i = 0; i < 12; ++i) { // 256 MiB each of the node's 4096
+      proto::LeaseGrant grant = client.request(1, 60000, parts);
+      ASSERT_EQ(grant.status, proto::ErrorCode::Ok) << proto::get_text(grant.message);
+      ids.push_back(grant.lease_id);
+      if (i == 0)
+        first_secret = grant.secret;
+    }
+    // A renewal and a release: the journal's other kind of record.
+    proto::LeaseRenew renew;
+    renew.lease_id = ids[0];
+    renew.duration_ms = 90000;
+    renew.secret = first_secret;
+    proto::set_text(renew.client, "alice");
+    proto::LeaseGrant renewed = client.ask(renew, parts);
+    ASSERT_EQ(renewed.status, proto::ErrorCode::Ok) << proto::get_text(renewed.message);
+    renewed_expiry = renewed.expiry_ms;
+    proto::LeaseRelease release;
+    release.lease_id = ids[0];
+    release.secret = first_secret;
+    proto::set_text(release.client, "alice");
+    ASSERT_EQ(client.ask(release, parts).status, proto::ErrorCode::Ok);
+    own.process().kill_now();
+  }
+  own.crash_and_restart();
+  auto r = request(own.rest(), "GET", "/leases?state=all", "", kToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::map<uint64_t, json> known;
+  for (const json &l : json::parse(r.body))
+    known[l["id"].get<uint64_t>()] = l;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = known.find(ids[i]);
+    ASSERT_NE(it, known.end()) << "lease " << ids[i] << " (" << i + 1 << " of " << ids.size()
+                               << ") was answered but is unknown after the restart: " << r.body;
+    EXPECT_EQ(it->second["state"], i == 0 ? "released" : "active") << it->second.dump();
+  }
+  EXPECT_EQ(known[ids[0]]["expiry_ms"].get<uint64_t>(), renewed_expiry) << known[ids[0]].dump();
 }
 
 /// CPU time (user + system) of process `pid` so far, in clock ticks.

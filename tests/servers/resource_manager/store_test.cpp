@@ -7,9 +7,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include <cstdlib>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "resource_manager/store.hpp"
 
@@ -308,15 +321,34 @@ AccountingRecord report(uint64_t lease) {
   return AccountingRecord{lease, "n1", "alice", 10, 1, 2, 3, 64, true, 7, ""};
 }
 
+/// Whether another connection sees lease `id` in `state`.
+bool committed_lease(const std::string &path, uint64_t id, const char *state = "active") {
+  sqlite3 *raw = nullptr;
+  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
+    return false;
+  sqlite3_stmt *st = nullptr;
+  bool found = false;
+  if (sqlite3_prepare_v2(raw, "SELECT state FROM leases WHERE id = ?1", -1, &st, nullptr) ==
+      SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, static_cast<int64_t>(id));
+    found = sqlite3_step(st) == SQLITE_ROW &&
+            std::string(reinterpret_cast<const char *>(sqlite3_column_text(st, 0))) == state;
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return found;
+}
+
 } // namespace
 
-// A batch holding only accounting waits for the next commit (nobody waits
-// for its answer); a batch with a lease commits it along, and so do
-// commit_deferred() (before the loop sleeps) and a write outside a batch. The lease's own write is
-// committed when its batch ends, always.
-TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
+// A batch holding only accounting and lease writes waits for the next
+// commit (the leases' records are in the grant journal); a batch with any
+// other write commits it along, and so do commit_deferred() and a write
+// outside a batch.
+TEST(Store, AccountingAndLeasesWaitForTheNextCommitNodesNever) {
   TempDb db;
   Store s(db.path);
+  ASSERT_EQ(s.grants_path(), db.path + "-grants");
   s.put_lease(lease(1));
   s.put_lease(lease(2));
   s.begin_batch();
@@ -330,7 +362,16 @@ TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
   Lease l = lease(3);
   s.put_lease(l);
   EXPECT_TRUE(s.commit_batch().empty());
-  EXPECT_TRUE(committed_accounting(db.path, 1)) << "a lease's batch left accounting behind";
+  EXPECT_FALSE(committed_lease(db.path, 3)) << "a lease's batch was committed";
+  EXPECT_GT(std::filesystem::file_size(s.grants_path()), 0u) << "the journal has no record";
+  EXPECT_TRUE(s.load_lease(3).has_value());
+
+  s.begin_batch();
+  s.put_node(node("n1"));
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_TRUE(committed_accounting(db.path, 1)) << "a node's batch left accounting behind";
+  EXPECT_TRUE(committed_lease(db.path, 3)) << "a node's batch left a lease behind";
+  EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u) << "a commit left the journal full";
 
   s.begin_batch();
   s.put_accounting(report(2));
@@ -339,8 +380,10 @@ TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
   s.begin_batch(); // a pass that writes nothing: still waiting
   s.commit_batch();
   EXPECT_FALSE(committed_accounting(db.path, 2));
-  s.commit_deferred(); // the loop is about to sleep
+  ASSERT_TRUE(s.commit_due().has_value());
+  s.commit_deferred(); // the loop stops
   EXPECT_TRUE(committed_accounting(db.path, 2)) << "commit_deferred() did not commit";
+  EXPECT_FALSE(s.commit_due().has_value());
 
   s.begin_batch();
   s.put_accounting(report(3));
@@ -349,15 +392,19 @@ TEST(Store, AccountingWaitsForTheNextCommitLeasesNever) {
   l.ended_ms = 150;
   s.update_lease(l); // outside a batch: commits at once, the waiting record too
   EXPECT_TRUE(committed_accounting(db.path, 3));
-  sqlite3 *raw = nullptr;
-  ASSERT_EQ(sqlite3_open(db.path.c_str(), &raw), SQLITE_OK);
-  sqlite3_stmt *st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT state FROM leases WHERE id = 3", -1, &st, nullptr),
-            SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char *>(sqlite3_column_text(st, 0)), "released");
-  sqlite3_finalize(st);
-  sqlite3_close(raw);
+  EXPECT_TRUE(committed_lease(db.path, 3, "released"));
+
+  // commit_if_due() commits once the oldest waiting write is
+  // kDeferAtMostMs old, not before.
+  s.begin_batch();
+  l.state = LeaseState::Revoked;
+  s.update_lease(l);
+  s.commit_batch();
+  s.commit_if_due();
+  EXPECT_FALSE(committed_lease(db.path, 3, "revoked")) << "committed before its deadline";
+  std::this_thread::sleep_until(*s.commit_due());
+  s.commit_if_due();
+  EXPECT_TRUE(committed_lease(db.path, 3, "revoked")) << "not committed at its deadline";
 
   // Closing keeps what waits (a clean stop loses nothing).
   s.begin_batch();
@@ -506,4 +553,237 @@ TEST(Store, TheLogStaysBoundedUnderChurnAndGoesAtClose) {
   EXPECT_FALSE(std::filesystem::exists(db.path + "-wal")) << "closing left the log behind";
   Store again(db.path);
   EXPECT_EQ(again.load_leases(LeaseState::Released).size(), 3000u);
+}
+
+// ---- the grant journal -------------------------------------------------------------
+
+namespace {
+
+/// A journal file holding `records` (written as the store writes them).
+void write_journal(const std::string &path, const std::string &bytes) {
+  FILE *f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  std::fclose(f);
+}
+
+std::string read_file(const std::string &path) {
+  std::string out;
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+/// What the "resource_manager" logger says while it lives.
+struct CapturedLog {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::logger> logger;
+  CapturedLog() {
+    spdlog::drop("resource_manager");
+    logger = std::make_shared<spdlog::logger>(
+        "resource_manager", std::make_shared<spdlog::sinks::ostream_sink_mt>(text));
+    spdlog::register_logger(logger);
+  }
+  ~CapturedLog() { spdlog::drop("resource_manager"); }
+};
+
+} // namespace
+
+// Lease writes that wait for their commit survive the death of the process
+// that made them (killed, its Store never destroyed): the journal holds
+// them, and the next Store applies them once.
+TEST(Store, JournaledGrantsSurviveAProcessKilledBeforeItsCommit) {
+  TempDb db;
+  { Store create(db.path); }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    Store s(db.path);
+    s.begin_batch();
+    for (uint64_t id = 1; id <= 5; ++id)
+      s.put_lease(lease(id));
+    if (!s.commit_batch().empty())
+      _exit(3);
+    Lease ended = lease(2);
+    ended.state = LeaseState::Released;
+    ended.ended_ms = 150;
+    s.begin_batch();
+    s.update_lease(ended);
+    if (!s.commit_batch().empty())
+      _exit(3);
+    const char one = 1;
+    if (write(ready[1], &one, 1) != 1)
+      _exit(4);
+    for (;;)
+      pause(); // killed here, within the deadline of its commit
+  }
+  close(ready[1]);
+  char got = 0;
+  ASSERT_EQ(read(ready[0], &got, 1), 1) << "the child failed before writing";
+  close(ready[0]);
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  // Not committed: only the journal has them.
+  EXPECT_FALSE(committed_lease(db.path, 1)) << "the child committed: the case tests nothing";
+  EXPECT_GT(std::filesystem::file_size(db.path + "-grants"), 0u);
+  {
+    Store s(db.path);
+    EXPECT_EQ(s.grants_replayed(), 6u);
+    EXPECT_EQ(s.load_leases(LeaseState::Active).size(), 4u);
+    auto two = s.load_lease(2);
+    ASSERT_TRUE(two.has_value());
+    EXPECT_EQ(two->state, LeaseState::Released);
+    EXPECT_EQ(two->ended_ms, 150u);
+    auto one = s.load_lease(1);
+    ASSERT_TRUE(one.has_value());
+    EXPECT_EQ(one->parts.size(), 2u);
+    EXPECT_EQ(one->parts[0].cores, (std::vector<uint32_t>{0, 1, 2}));
+    EXPECT_EQ(one->client, "alice");
+    EXPECT_EQ(std::filesystem::file_size(db.path + "-grants"), 0u) << "replayed, not emptied";
+  }
+  EXPECT_TRUE(committed_lease(db.path, 1));
+  Store again(db.path);
+  EXPECT_EQ(again.grants_replayed(), 0u);
+}
+
+// A record cut short at the end of the journal (a write a machine crash
+// interrupted) is dropped with a warning that names the file and the
+// bytes; the whole records before it are applied.
+TEST(Store, ATornLastRecordIsDroppedWithAWarning) {
+  TempDb db;
+  { Store create(db.path); }
+  Lease l3 = lease(3);
+  const std::string third = GrantJournal::encode(3, GrantJournal::Kind::Put, l3);
+  write_journal(db.path + "-grants",
+                GrantJournal::encode(1, GrantJournal::Kind::Put, lease(1)) +
+                    GrantJournal::encode(2, GrantJournal::Kind::Put, lease(2)) +
+                    third.substr(0, third.size() - 5));
+  CapturedLog log;
+  Store s(db.path);
+  EXPECT_EQ(s.grants_replayed(), 2u);
+  EXPECT_TRUE(s.load_lease(1).has_value());
+  EXPECT_TRUE(s.load_lease(2).has_value());
+  EXPECT_FALSE(s.load_lease(3).has_value());
+  const std::string said = log.text.str();
+  EXPECT_NE(said.find(db.path + "-grants"), std::string::npos) << said;
+  EXPECT_NE(said.find(std::to_string(third.size() - 5) + " byte(s)"), std::string::npos) << said;
+  EXPECT_EQ(std::filesystem::file_size(db.path + "-grants"), 0u);
+}
+
+// A record that fails its checksum with a good one after it is damage no
+// crash explains: the store refuses to open, saying so, and leaves the
+// journal and the database as they are.
+TEST(Store, ADamagedRecordInTheMiddleRefusesToOpen) {
+  TempDb db;
+  { Store create(db.path); }
+  std::string second = GrantJournal::encode(2, GrantJournal::Kind::Put, lease(2));
+  second[20] ^= 0x40;
+  const std::string bytes = GrantJournal::encode(1, GrantJournal::Kind::Put, lease(1)) + second +
+                            GrantJournal::encode(3, GrantJournal::Kind::Put, lease(3));
+  write_journal(db.path + "-grants", bytes);
+  try {
+    Store s(db.path);
+    ADD_FAILURE() << "a damaged journal was accepted";
+  } catch (const StoreError &e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(db.path + "-grants"), std::string::npos) << what;
+    EXPECT_NE(what.find("damaged"), std::string::npos) << what;
+  }
+  EXPECT_EQ(read_file(db.path + "-grants"), bytes) << "the journal was changed";
+  EXPECT_FALSE(committed_lease(db.path, 1)) << "a damaged journal was applied in part";
+}
+
+// The database stores the journal's last sequence number with each commit:
+// after a crash between a commit and the journal's truncation, the
+// records at or below it are not applied again (here one would undo a
+// later revocation), and those above it are, once.
+TEST(Store, RecordsTheDatabaseHoldsAreNotAppliedTwice) {
+  TempDb db;
+  std::string left;
+  {
+    Store s(db.path);
+    s.begin_batch();
+    s.put_lease(lease(1));
+    s.commit_batch();
+    left = read_file(s.grants_path()); // what a crash before the truncation leaves
+    ASSERT_FALSE(left.empty());
+    s.commit_deferred();
+    EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u);
+    Lease revoked = lease(1);
+    revoked.state = LeaseState::Revoked;
+    revoked.ended_ms = 120;
+    s.update_lease(revoked); // outside a batch: committed at once
+  }
+  Lease expired = lease(1);
+  expired.state = LeaseState::Expired;
+  expired.ended_ms = 200;
+  write_journal(db.path + "-grants",
+                left + GrantJournal::encode(2, GrantJournal::Kind::Put, lease(5)) +
+                    GrantJournal::encode(3, GrantJournal::Kind::Update, expired));
+  {
+    Store s(db.path);
+    EXPECT_EQ(s.grants_replayed(), 2u);
+    EXPECT_EQ(s.load_lease(1)->state, LeaseState::Expired);
+    EXPECT_TRUE(s.load_lease(5).has_value());
+    // New records continue above the stored number.
+    s.begin_batch();
+    s.put_lease(lease(6));
+    s.commit_batch();
+    GrantJournal j(s.grants_path());
+    auto c = j.read();
+    ASSERT_EQ(c.records.size(), 1u);
+    EXPECT_EQ(c.records[0].seq, 4u);
+  }
+  write_journal(db.path + "-grants", left);
+  Store s(db.path);
+  EXPECT_EQ(s.grants_replayed(), 0u);
+  EXPECT_EQ(s.load_lease(1)->state, LeaseState::Expired) << "an old record was applied again";
+  EXPECT_TRUE(s.load_lease(6).has_value());
+}
+
+// A journal that cannot be written (made immutable here: its writes fail
+// with EPERM, as they would with ENOSPC or EIO) makes the batch commit
+// instead, with a warning naming the file: the lease is durable either way.
+TEST(Store, AJournalThatCannotBeWrittenFallsBackToACommit) {
+  TempDb db;
+  CapturedLog log;
+  Store s(db.path);
+  const int fd = open(s.grants_path().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int flags = 0;
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0 ||
+      (flags |= FS_IMMUTABLE_FL, ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0)) {
+    const int err = errno;
+    close(fd);
+    GTEST_SKIP() << "cannot make the journal immutable (" << std::strerror(err)
+                 << "): needs root (CAP_LINUX_IMMUTABLE) and a file system with chattr +i";
+  }
+  s.begin_batch();
+  s.put_lease(lease(1));
+  const bool none_failed = s.commit_batch().empty();
+  const bool committed = committed_lease(db.path, 1);
+  flags &= ~FS_IMMUTABLE_FL;
+  EXPECT_EQ(ioctl(fd, FS_IOC_SETFLAGS, &flags), 0) << std::strerror(errno);
+  close(fd);
+  EXPECT_TRUE(none_failed);
+  EXPECT_TRUE(committed) << "the journal could not be written and nothing was committed";
+  EXPECT_NE(log.text.str().find(s.grants_path()), std::string::npos) << log.text.str();
+  // Writable again: the next lease waits for its commit as before.
+  s.begin_batch();
+  s.put_lease(lease(2));
+  s.commit_batch();
+  EXPECT_FALSE(committed_lease(db.path, 2));
+  EXPECT_GT(std::filesystem::file_size(s.grants_path()), 0u);
 }
