@@ -4,6 +4,7 @@
 #include "executor_impl.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -309,8 +310,20 @@ void executor::impl::accept_workers(Clock::time_point deadline) {
     try {
       if (left == 0)
         throw rdmalib::Error(rdmalib::ErrorKind::Timeout, "deadline");
-      request = listener.next_request(milliseconds(left));
+      // Wait in short slices: between them the manager may have said that
+      // the allocation ended (its executor died), so that this call fails at
+      // once instead of at the deadline.
+      check_allocation_ended(connected);
+      request = listener.next_request(milliseconds(std::min(left, kEndedPollMs)));
     } catch (const rdmalib::Error &e) {
+      if (e.kind() == rdmalib::ErrorKind::Timeout) {
+        if (ms_left(deadline) > 0)
+          continue;
+        fail(phase::workers, status::timeout,
+             std::to_string(connected) + " of " + std::to_string(nworkers) +
+                 " workers connected in time (deadline " +
+                 std::to_string(deadlines.workers.count()) + " ms)");
+      }
       fail(phase::workers, from_rdmalib(e),
            std::to_string(connected) + " of " + std::to_string(nworkers) +
                " workers connected in time (" + e.what() + ")");
@@ -373,6 +386,22 @@ void executor::impl::accept_workers(Clock::time_point deadline) {
     w.input = adv.descriptor;
     w.advertised = true;
   }
+}
+
+void executor::impl::check_allocation_ended(uint32_t connected) {
+  proto::ControlMessage m = manager_channel.poll();
+  if (m.status != proto::ChannelStatus::Ok)
+    return; // nothing (or a broken link: the workers' deadline still bounds the wait)
+  proto::AllocationResponse notice;
+  if (!proto::decode(m.data, m.size, notice) || notice.allocation_id != allocation_id ||
+      notice.status == proto::ErrorCode::Ok)
+    return;
+  char id_text[17];
+  std::snprintf(id_text, sizeof id_text, "%llx", static_cast<unsigned long long>(allocation_id));
+  fail(phase::workers, from_wire(notice.status),
+       std::string("allocation ") + id_text + " ended before its workers connected (" +
+           std::to_string(connected) + " of " + std::to_string(nworkers) +
+           "): " + std::string(proto::get_text(notice.message)));
 }
 
 void executor::impl::collect_ready(Clock::time_point deadline) {

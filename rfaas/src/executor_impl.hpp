@@ -50,6 +50,10 @@ constexpr size_t kCtl = proto::kControlMessageMax;
 constexpr uint32_t kExtraRecvs = 8;
 /// Manager connection: AllocationResponse, Shutdown, goodbye.
 constexpr uint32_t kManagerRecvs = 4;
+/// While the workers connect, how often the manager's notice that the
+/// allocation ended is looked for (ms): well under a second, and a few polls
+/// of an idle link per second cost nothing measurable.
+constexpr int kEndedPollMs = 20;
 
 // Send-queue contexts: a slot write carries its slot index in the low bits.
 constexpr uint64_t kWriteCtx = 1ull << 62;
@@ -205,6 +209,10 @@ struct executor::impl {
                                         const std::string &what);
 
   void accept_workers(Clock::time_point deadline);
+  /// Fails (phase workers, with the manager's cause) when the manager sent
+  /// its notice that this allocation ended: a second AllocationResponse, not
+  /// Ok, for allocation_id (its executor died before the workers connected).
+  void check_allocation_ended(uint32_t connected);
 
   void collect_ready(Clock::time_point deadline);
 

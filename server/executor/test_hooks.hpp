@@ -24,6 +24,10 @@ struct ZygoteTestHooks {
   /// fabric: it never reports in and its accounting link never comes up.
   /// When the file says "after-link", it hangs (pause()) after its
   /// accounting link connected instead, before it reports in to the zygote.
+  /// When it says "after-spec", it reports in and takes an allocation as
+  /// usual, then hangs after it got the LaunchSpec, before its workers
+  /// connect to the client (the allocation's own executor, stuck or killed
+  /// while its client waits for the workers).
   std::string stall_file;
   /// RFAAS_TEST_POOL_FAIL_FILE: while the file exists, every pooled
   /// executor exits with a setup failure right after its fork (a pool whose

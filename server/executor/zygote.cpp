@@ -65,7 +65,7 @@ struct PooledLinkTarget {
 /// dropped the spare.
 int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots, bool seccomp,
               PooledLinkTarget *link = nullptr, bool in_container = false,
-              bool test_stall_after_link = false) {
+              bool test_stall_after_link = false, bool test_stall_after_spec = false) {
   // Before the fabric's thread that opens endpoints ahead exists.
   hold_termination_signals();
   std::unique_ptr<rdmalib::Fabric> fabric;
@@ -154,6 +154,13 @@ int run_spare(int fd, const rdmalib::DeviceConfig &device, uint32_t input_slots,
                  spec.allocation_id);
     pooled_link.reset();
   }
+  // Test-only (test_hooks.hpp): the allocation's own executor, stuck after
+  // its LaunchSpec while the client waits for its workers.
+  if (test_stall_after_spec)
+    spdlog::info("executor {:x}: test hook: holding before the workers connect",
+                 spec.allocation_id);
+  while (test_stall_after_spec)
+    ::pause();
   return run_executor(spec, fabric.get(), &filter, pooled_link.get());
 }
 
@@ -370,6 +377,7 @@ private:
     std::string stall_where;
     const bool hook_stall = !hook_fail && ZygoteTestHooks::take(hooks_.stall_file, &stall_where);
     const bool stall_after_link = hook_stall && stall_where == "after-link";
+    const bool stall_after_spec = hook_stall && stall_where == "after-spec";
     pid_t pid = ::fork();
     if (pid < 0) {
       explicit_bzero(link.secret.bytes, sizeof link.secret.bytes);
@@ -392,7 +400,7 @@ private:
                      hooks_.fail_file);
         _exit(ExitSetupFailed);
       }
-      if (hook_stall && !stall_after_link)
+      if (hook_stall && !stall_after_link && !stall_after_spec)
         ::raise(SIGSTOP);
       confine(cgroup, spare_identity_);
       spdlog::set_pattern("[%H:%M:%S.%e] [executor %P] [%l] %v");
@@ -401,12 +409,14 @@ private:
       const auto &sc = sandbox_.config();
       _exit(run_spare(sv[1], device_, spare_input_slots_,
                       sc.kind != server::SandboxKind::Process && sc.seccomp,
-                      link_ahead ? &link : nullptr, false, stall_after_link));
+                      link_ahead ? &link : nullptr, false, stall_after_link, stall_after_spec));
     }
     ::close(sv[1]);
     if (hook_stall)
       spdlog::info("zygote: test hook: pooled executor {} stops {}", pid,
-                   stall_after_link
+                   stall_after_spec ? "(hangs) after it got its LaunchSpec, before its workers "
+                                      "connect"
+                   : stall_after_link
                        ? "(hangs) after its accounting link connected, before it reports in"
                        : "before it opens its fabric");
     if (link_ahead)

@@ -1,6 +1,7 @@
 #include "executor_manager/manager_state.hpp"
 
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -242,6 +243,10 @@ void Manager::tick() {
         a.kill_sent = true;
       }
     }
+    if (a.exited && a.answered && !a.client_gone && !a.client_told) {
+      a.client_told = true;
+      tell_client_ended(a);
+    }
     // An executor that ended on its own (crash, setup failure): its client
     // learns it from the worker connections; the allocation ends here.
     bool drained = !a.exec_connected || a.exec_done || now - a.exited_at > milliseconds(500);
@@ -264,6 +269,31 @@ void Manager::tick() {
     } else {
       ++it;
     }
+  }
+}
+
+void Manager::tell_client_ended(const Allocation &a) {
+  // Its client's link was dropped for it (below): nobody to tell.
+  if (a.exit_code == server::ExitClientLost)
+    return;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  for (auto &cp : clients_) {
+    Client &c = *cp;
+    if (c.closed || c.allocation != a.id)
+      continue;
+    proto::AllocationResponse notice;
+    notice.allocation_id = a.id;
+    notice.status = proto::ErrorCode::ShuttingDown;
+    proto::set_text_truncated(notice.message, std::string("the executor on node ") + host + ": " +
+                                                  describe_exit(a.exit_code));
+    // Posted, not sent: the loop must not wait on a client that is slow or
+    // gone; a busy send area means the client is mid-exchange (its workers
+    // report to it anyway).
+    proto::ChannelStatus st =
+        c.channel.send_idle() ? c.channel.post(notice) : proto::ChannelStatus::Timeout;
+    spdlog::debug("allocation {:x}: told client {} that its executor {}: {}", a.id, c.peer,
+                  describe_exit(a.exit_code), proto::to_string(st));
   }
 }
 

@@ -83,6 +83,11 @@ private:
   void admission_tick(Clock::time_point now);
   void tick();
   void finish(Allocation &a);
+  /// Sends the client of `a`, whose executor ended without the client asking,
+  /// a second AllocationResponse (ShuttingDown, with the cause): a client
+  /// still waiting for its workers fails at once instead of at its own
+  /// deadline. One that is past that wait never reads it.
+  void tell_client_ended(const Allocation &a);
   void check_lease(Client &c, const uint8_t *msg, size_t len);
   void lease_ended(const protocol::LeaseEnded &e);
   /// A LeaseEnded notice with why Renewed: the lease's allocations may run

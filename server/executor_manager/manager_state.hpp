@@ -91,6 +91,8 @@ struct Manager::Allocation {
   bool answered = false;
   bool exited = false;
   long exit_code = 0;
+  /// Its client was sent the notice of its end (tell_client_ended).
+  bool client_told = false;
   Clock::time_point started, exited_at;
   /// When the client said goodbye or vanished; the executor gets a grace
   /// period after a goodbye, none after a disconnect.

@@ -183,7 +183,12 @@ public:
   /// not finish, the manager and its status (resources_unavailable,
   /// lease_invalid, version_mismatch, library_invalid, timeout, ...); nothing
   /// stays allocated after a throw. Throws Error(phase::usage) when already
-  /// allocated.
+  /// allocated. An executor that dies before its workers connected (killed,
+  /// crashed, out of memory) fails the call as soon as the manager reports it,
+  /// not at the `workers` deadline: phase::workers, status shutting_down, the
+  /// message naming the allocation, the node and the cause ("... ended before
+  /// its workers connected (0 of 4): the executor on node n1: killed by signal
+  /// 9 (Killed)"). The executor may allocate again.
   void allocate(const server &manager, const allocation_options &options);
   /// Shorthand with the other options at their defaults.
   void allocate(const server &manager, uint32_t cores, uint32_t memory_mib,
