@@ -1,7 +1,9 @@
 #include "resource_manager/lease_token.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -31,14 +33,27 @@ NodeSecret generate_secret() {
 
 uint64_t generate_lease_id() {
   ensure_sodium();
-  uint64_t id = 0;
-  while (id == 0)
-    randombytes_buf(&id, sizeof id);
-  // Lease ids are names, not secrets (the token is the secret). Keep them in
-  // 1..2^53-1: JSON numbers are exact only that far in JavaScript and jq, and
-  // SQLite integers are signed.
-  id &= (1ull << 53) - 1;
-  return id == 0 ? 1 : id;
+  // 2024-01-01T00:00:00Z: 41 bits of milliseconds from it last until 2093,
+  // which with 12 bits below stays within the 53 bits JSON keeps exact.
+  constexpr int64_t kEpochMs = 1'704'067'200'000;
+  constexpr int kLowBits = 12;
+  constexpr uint64_t kMax = (1ull << 53) - 1;
+  static std::atomic<uint64_t> last{0};
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  uint16_t low = 0;
+  randombytes_buf(&low, sizeof low);
+  const uint64_t since = static_cast<uint64_t>(std::max<int64_t>(now_ms - kEpochMs, 0));
+  uint64_t id = ((since << kLowBits) | (low & ((1u << kLowBits) - 1))) & kMax;
+  uint64_t prev = last.load(std::memory_order_relaxed);
+  uint64_t next;
+  do {
+    next = std::max(id, prev + 1);
+    if (next > kMax || next == 0)
+      next = 1;
+  } while (!last.compare_exchange_weak(prev, next, std::memory_order_relaxed));
+  return next;
 }
 
 LeaseSecret generate_lease_secret() {

@@ -52,8 +52,15 @@ void ensure_sodium();
 
 /// A fresh random node secret (libsodium randombytes).
 NodeSecret generate_secret();
-/// A fresh random lease id in 1..2^53-1 (0 means "no lease" on the wire; the
-/// bound keeps ids exact in JSON clients).
+/// A fresh lease id in 1..2^53-1 (0 means "no lease" on the wire; the bound
+/// keeps ids exact in JSON clients). Ids rise with the wall clock (the
+/// milliseconds since 2024 above 12 random bits, and above the last id this
+/// process gave), so the database's lease, part and accounting rows of
+/// consecutive leases share B-tree pages: with random ids every grant
+/// dirtied pages of its own and each commit wrote back several per lease.
+/// Ids are names, not secrets (the lease secret and the tokens are), and
+/// the caller still checks a new id against the ones it knows (a clock set
+/// back may repeat one).
 uint64_t generate_lease_id();
 
 /// Bytes of a lease secret (LeaseGrant::secret on the wire) and of the hash
