@@ -522,9 +522,7 @@ std::vector<uint64_t> Store::commit_open() {
     if (grants_ && !grants_held_ && grant_seq_ > committed_seq_) {
       // In the same transaction: the database holds these records exactly
       // when it holds this number.
-      Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
-      q.bind(1, grant_seq_);
-      q.run();
+      write_applied_seq(grant_seq_);
     }
     run_cached(db_, *cache_, "COMMIT");
     if (!grants_held_)
@@ -567,9 +565,7 @@ std::vector<uint64_t> Store::commit_open() {
     bool durable = failed.empty();
     if (durable) {
       try {
-        Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
-        q.bind(1, grant_seq_);
-        q.run();
+        write_applied_seq(grant_seq_);
         committed_seq_ = grant_seq_;
         grants_committed();
       } catch (const StoreError &) {
@@ -619,24 +615,14 @@ void Store::replay_grants() {
         continue;
       if (r.kind == GrantJournal::Kind::Put) {
         write_lease(r.lease);
-      } else {
-        Stmt q(db_, *cache_,
-               "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4 WHERE id = ?1");
-        q.bind(1, r.lease.id);
-        q.bind(2, std::string(to_string(r.lease.state)));
-        q.bind(3, r.lease.expiry_ms);
-        q.bind(4, r.lease.ended_ms);
-        q.run();
-        if (sqlite3_changes(db_) != 1)
-          log->warn("the grant journal {}: record {} changes lease {}, which the database does "
-                    "not hold (was the database restored without its journal?); skipped",
-                    grants_->path(), r.seq, r.lease.id);
+      } else if (!write_lease_change(r.lease)) {
+        log->warn("the grant journal {}: record {} changes lease {}, which the database does "
+                  "not hold (was the database restored without its journal?); skipped",
+                  grants_->path(), r.seq, r.lease.id);
       }
       ++applied;
     }
-    Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
-    q.bind(1, grant_seq_);
-    q.run();
+    write_applied_seq(grant_seq_);
     t.commit();
     committed_seq_ = grant_seq_;
     log->info("the grant journal {}: {} lease write(s) the database lacked were applied",
@@ -789,13 +775,7 @@ void Store::write_lease(const Lease &l) {
 
 void Store::update_lease(const Lease &l) {
   open_batch(grants_ && !grants_held_);
-  Stmt q(db_, *cache_, "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4 WHERE id = ?1");
-  q.bind(1, l.id);
-  q.bind(2, std::string(to_string(l.state)));
-  q.bind(3, l.expiry_ms);
-  q.bind(4, l.ended_ms);
-  q.run();
-  if (sqlite3_changes(db_) != 1) {
+  if (!write_lease_change(l)) {
     // Not stored yet (a failed grant write made again): the whole lease.
     put_lease(l);
     return;
@@ -803,6 +783,22 @@ void Store::update_lease(const Lease &l) {
   journal_grant(GrantJournal::Kind::Update, l);
   if (batch_open_)
     journal_.emplace_back(l.id, [this, l] { put_lease(l); });
+}
+
+bool Store::write_lease_change(const Lease &l) {
+  Stmt q(db_, *cache_, "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4 WHERE id = ?1");
+  q.bind(1, l.id);
+  q.bind(2, std::string(to_string(l.state)));
+  q.bind(3, l.expiry_ms);
+  q.bind(4, l.ended_ms);
+  q.run();
+  return sqlite3_changes(db_) == 1;
+}
+
+void Store::write_applied_seq(uint64_t seq) {
+  Stmt q(db_, *cache_, "UPDATE grant_journal SET applied = ?1 WHERE id = 0");
+  q.bind(1, seq);
+  q.run();
 }
 
 bool Store::lease_exists(uint64_t id) const {

@@ -192,6 +192,12 @@ private:
   void ensure_pilots();
   /// The rows of put_lease (inside the caller's transaction).
   void write_lease(const Lease &lease);
+  /// The row change of update_lease (state, expiry, end; inside the
+  /// caller's transaction). False when the lease is not stored.
+  bool write_lease_change(const Lease &lease);
+  /// Stores the grant journal's last sequence number the database holds
+  /// (inside the transaction that makes it true).
+  void write_applied_seq(uint64_t seq);
   /// Adds a lease write's record to the grant journal's buffer (inside a
   /// batch, or on every write once the journal is held).
   void journal_grant(GrantJournal::Kind kind, const Lease &lease);
