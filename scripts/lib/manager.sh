@@ -2,7 +2,7 @@
 # Sourced by the scripts that start an executor_manager or a resource_manager
 # and talk to it (scripts/main-job.sh, benchmarks/run-rfaas-benchmarks.sh,
 # benchmarks/run-rm-benchmarks.sh, benchmarks/run-rm-fleet.sh,
-# tests/e2e/netns-test.sh).
+# tests/e2e/netns-test.sh, and the executor manager's and e2e test scripts).
 #
 # start_manager LOG TIMEOUT COMMAND...
 #   Runs COMMAND (an executor_manager command line, possibly behind a prefix
@@ -42,6 +42,19 @@ stop_manager() {
     wait "$manager_pid" 2>/dev/null || true
     manager_pid=
   fi
+}
+
+# wait_gone PID SECONDS
+#   Waits up to SECONDS (a whole number) for process PID to end, looking every
+#   10 ms. Returns 0 once it is gone, 1 if it still runs. It neither signals
+#   nor reaps PID: the caller's `wait` collects its status.
+wait_gone() {
+  local pid=$1 i
+  for ((i = 0; i < $2 * 100; ++i)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.01
+  done
+  ! kill -0 "$pid" 2>/dev/null
 }
 
 # start_resource_manager LOG TIMEOUT COMMAND...

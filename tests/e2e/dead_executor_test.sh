@@ -93,11 +93,7 @@ done
 echo go >&"$TO_CLIENT"
 exec {TO_CLIENT}>&-
 
-for _ in $(seq 600); do
-  kill -0 "$CPID" 2>/dev/null || break
-  sleep 0.05
-done
-kill -0 "$CPID" 2>/dev/null && fail "the client did not end within 30 s"
+wait_gone "$CPID" 30 || fail "the client did not end within 30 s"
 wait "$CPID"
 rc=$?
 CPID=

@@ -10,6 +10,8 @@
 # for "busy-disconnect" the manager's log must also show that it terminated
 # the executor.
 set -u
+# shellcheck source=../../../scripts/lib/manager.sh
+source "$(dirname "$0")/../../../scripts/lib/manager.sh"
 MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 ZYGOTE=$6 SCENARIO=$7
 shift 7
 WORK=$(mktemp -d /tmp/rfaas-e2e.XXXXXX)
@@ -91,11 +93,7 @@ CHILDREN=$(pgrep -P "$MPID" | tr '\n' ' ')
 GRANDCHILDREN=$(for c in $CHILDREN; do pgrep -P "$c"; done | tr '\n' ' ')
 T0=$(date +%s%N)
 kill -TERM "$MPID"
-for _ in $(seq 500); do
-  kill -0 "$MPID" 2>/dev/null || break
-  sleep 0.01
-done
-kill -0 "$MPID" 2>/dev/null && fail "executor_manager did not stop within 5 s of SIGTERM"
+wait_gone "$MPID" 5 || fail "executor_manager did not stop within 5 s of SIGTERM"
 STOP_MS=$((($(date +%s%N) - T0) / 1000000))
 echo "e2e: executor_manager stopped $STOP_MS ms after SIGTERM"
 if [ "$SCENARIO" = oversized ] && [ "$STOP_MS" -gt 1000 ]; then

@@ -242,11 +242,7 @@ done
 CHILDREN=$(pgrep -P "$MPID" | tr '\n' ' ')
 T0=$(date +%s%N)
 kill -TERM "$MPID"
-for _ in $(seq 500); do
-  kill -0 "$MPID" 2>/dev/null || break
-  sleep 0.01
-done
-kill -0 "$MPID" 2>/dev/null && fail "executor_manager did not stop within 5 s of SIGTERM"
+wait_gone "$MPID" 5 || fail "executor_manager did not stop within 5 s of SIGTERM"
 echo "hostile: executor_manager stopped $((($(date +%s%N) - T0) / 1000000)) ms after SIGTERM" \
   "under a flood"
 wait "$MPID"

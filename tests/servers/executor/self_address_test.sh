@@ -68,11 +68,7 @@ probe 60 "$WORK/legit.out" --scenario latency --iterations 200 ||
 echo "self-address: the same executor_manager (pid $MPID) served a legitimate client afterwards"
 
 kill -TERM "$MPID"
-for _ in $(seq 100); do
-  kill -0 "$MPID" 2>/dev/null || break
-  sleep 0.1
-done
-kill -0 "$MPID" 2>/dev/null && fail "the manager did not stop within 10 s of SIGTERM"
+wait_gone "$MPID" 10 || fail "the manager did not stop within 10 s of SIGTERM"
 wait "$MPID"
 MPID=''
 echo "self-address: PASS"
