@@ -612,6 +612,11 @@ int FabricServer::serve(Peer &p, Registry &registry) {
       ++read;
       p.heard = Clock::now();
       handle(p, m, registry);
+      // A client waits for this answer before it asks again: looking for
+      // its next request now would only cost the answer a provider poll
+      // (two on tcp). The pass after this one reads it again.
+      if (p.kind == Peer::Kind::Client && !p.outbox.empty())
+        return read;
       break;
     case proto::ChannelStatus::Shutdown:
       p.closing = true;
