@@ -31,7 +31,7 @@ NodeSecret generate_secret() {
   return s;
 }
 
-uint64_t generate_lease_id() {
+uint64_t generate_lease_id(uint64_t above) {
   ensure_sodium();
   // 2024-01-01T00:00:00Z: 41 bits of milliseconds from it last until 2093,
   // which with 12 bits below stays within the 53 bits JSON keeps exact.
@@ -49,7 +49,7 @@ uint64_t generate_lease_id() {
   uint64_t prev = last.load(std::memory_order_relaxed);
   uint64_t next;
   do {
-    next = std::max(id, prev + 1);
+    next = std::max({id, prev + 1, above + 1});
     if (next > kMax || next == 0)
       next = 1;
   } while (!last.compare_exchange_weak(prev, next, std::memory_order_relaxed));

@@ -58,10 +58,11 @@ NodeSecret generate_secret();
 /// process gave), so the database's lease, part and accounting rows of
 /// consecutive leases share B-tree pages: with random ids every grant
 /// dirtied pages of its own and each commit wrote back several per lease.
-/// Ids are names, not secrets (the lease secret and the tokens are), and
-/// the caller still checks a new id against the ones it knows (a clock set
-/// back may repeat one).
-uint64_t generate_lease_id();
+/// Ids are names, not secrets (the lease secret and the tokens are).
+/// The id is also above `above`: the highest id a database holds, so that
+/// a clock set back since it was written cannot repeat one. Only after
+/// 2^53-1 do ids start again from 1, and the caller must then check them.
+uint64_t generate_lease_id(uint64_t above = 0);
 
 /// Bytes of a lease secret (LeaseGrant::secret on the wire) and of the hash
 /// the resource manager keeps of it.

@@ -100,6 +100,7 @@ Registry::Registry(Store &store, Clock clock, RegistryOptions options)
     e.node = std::move(n);
     nodes_.emplace(e.node.name, std::move(e));
   }
+  id_floor_ = store_.max_lease_id();
   // Leases first, so that each node is indexed once with what they hold.
   for (Lease &l : store_.load_leases(LeaseState::Active)) {
     for (const LeasePart &p : l.parts) {
@@ -535,14 +536,17 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
             " MiB free (" + std::to_string(capacity_.size()) + " node(s) up and not drained)");
   const uint64_t now = clock_();
   Lease l;
-  // Ids are random: make sure this one was never used (ended leases stay in
-  // the store for accounting).
-  try {
-    do
-      l.id = generate_lease_id();
-    while (active_.count(l.id) || store_.lease_exists(l.id));
-  } catch (const StoreError &e) {
-    return refuse(Outcome::StoreFailed, e.what());
+  // Above every id the database held at start and every id given since:
+  // new, with no look-up. Past 2^53-1 ids start again from 1 and must be
+  // checked (ended leases stay in the store for accounting).
+  l.id = generate_lease_id(id_floor_);
+  if (l.id <= id_floor_) {
+    try {
+      while (active_.count(l.id) || store_.lease_exists(l.id))
+        l.id = generate_lease_id();
+    } catch (const StoreError &e) {
+      return refuse(Outcome::StoreFailed, e.what());
+    }
   }
   l.client = r.client;
   l.owner_uid = r.owner_uid;
@@ -565,7 +569,7 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
     l.parts.push_back(std::move(p));
   }
   try {
-    store_.put_lease(l);
+    store_.put_lease(l, true);
   } catch (const StoreError &e) {
     return refuse(Outcome::StoreFailed, e.what());
   }

@@ -329,6 +329,8 @@ private:
   static Status fail(Outcome o, std::string message) { return Status{o, std::move(message)}; }
 
   Store &store_;
+  /// The highest lease id the database held when this registry opened.
+  uint64_t id_floor_ = 0;
   Clock clock_;
   RegistryOptions options_;
   std::map<std::string, NodeEntry> nodes_;

@@ -614,7 +614,7 @@ void Store::replay_grants() {
       if (r.seq <= committed_seq_)
         continue;
       if (r.kind == GrantJournal::Kind::Put) {
-        write_lease(r.lease);
+        write_lease(r.lease, false);
       } else if (!write_lease_change(r.lease)) {
         log->warn("the grant journal {}: record {} changes lease {}, which the database does "
                   "not hold (was the database restored without its journal?); skipped",
@@ -730,16 +730,16 @@ std::vector<Node> Store::load_nodes() const {
   return out;
 }
 
-void Store::put_lease(const Lease &l) {
+void Store::put_lease(const Lease &l, bool fresh) {
   Transaction t(db_, *cache_, open_batch(grants_ && !grants_held_));
-  write_lease(l);
+  write_lease(l, fresh);
   t.commit();
   journal_grant(GrantJournal::Kind::Put, l);
   if (batch_open_)
     journal_.emplace_back(l.id, [this, l] { put_lease(l); });
 }
 
-void Store::write_lease(const Lease &l) {
+void Store::write_lease(const Lease &l, bool fresh) {
   {
     Stmt q(db_, *cache_,
            "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
@@ -755,7 +755,7 @@ void Store::write_lease(const Lease &l) {
     q.bind(9, l.job_id);
     q.run();
   }
-  {
+  if (!fresh) {
     Stmt q(db_, *cache_, "DELETE FROM lease_parts WHERE lease_id = ?1");
     q.bind(1, l.id);
     q.run();
@@ -806,6 +806,12 @@ bool Store::lease_exists(uint64_t id) const {
   Stmt q(db_, *cache_, "SELECT 1 FROM leases WHERE id = ?1");
   q.bind(1, id);
   return q.step();
+}
+
+uint64_t Store::max_lease_id() const {
+  join_batch();
+  Stmt q(db_, *cache_, "SELECT MAX(id) FROM leases");
+  return q.step() ? q.u64(0) : 0;
 }
 
 std::vector<Lease> Store::query_leases(const char *where, const std::string *text,

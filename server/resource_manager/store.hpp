@@ -99,14 +99,18 @@ public:
 
   /// Inserts or replaces a lease and its parts. Inside a batch, with a
   /// grant journal, it may wait for its commit: commit_batch() writes its
-  /// record to the journal instead.
-  void put_lease(const Lease &lease);
+  /// record to the journal instead. `fresh`: the id was never stored (a
+  /// grant), so there are no old parts to delete first.
+  void put_lease(const Lease &lease, bool fresh = false);
   /// Stores a change of an already stored lease's state, expiry and end
   /// (renewal, end): one row, its parts untouched (they never change).
   /// Waits for its commit as put_lease does.
   void update_lease(const Lease &lease);
   /// Whether lease `id` was ever stored (one primary-key look-up).
   bool lease_exists(uint64_t id) const;
+  /// The highest lease id stored (0 when none): ids given above it cannot
+  /// name a stored lease, so a grant needs no look-up.
+  uint64_t max_lease_id() const;
   /// Leases in `state` (all if nullopt), newest first, at most `limit`.
   /// Each of these lease queries is one SQL statement, parts included.
   std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
@@ -191,7 +195,7 @@ private:
 
   void ensure_pilots();
   /// The rows of put_lease (inside the caller's transaction).
-  void write_lease(const Lease &lease);
+  void write_lease(const Lease &lease, bool fresh);
   /// The row change of update_lease (state, expiry, end; inside the
   /// caller's transaction). False when the lease is not stored.
   bool write_lease_change(const Lease &lease);

@@ -899,3 +899,25 @@ TEST_F(Fixture, PublishedTablesStayBoundedWithoutReaders) {
     expected += (expected.size() > 1 ? "," : "") + node_json(v).dump();
   EXPECT_EQ(*nodes.page().body, expected + "]\n");
 }
+
+// A grant looks nothing up to find a new id: ids are above the highest the
+// database held at start, even when the clock now reads earlier than the
+// one that named it (here an id from far in the future).
+TEST_F(Fixture, NewLeaseIdsAreAboveEveryStoredOne) {
+  two_nodes();
+  Lease old;
+  old.id = (uint64_t{1} << 52) + 7;
+  old.client = "alice";
+  old.state = LeaseState::Released;
+  old.granted_ms = now;
+  old.expiry_ms = now + 1;
+  old.ended_ms = now + 1;
+  store.put_lease(old);
+  reg = make();
+  auto g = lease(1);
+  ASSERT_TRUE(g.ok()) << g.message;
+  EXPECT_GT(g.value.lease.id, old.id);
+  auto g2 = lease(1);
+  ASSERT_TRUE(g2.ok()) << g2.message;
+  EXPECT_GT(g2.value.lease.id, g.value.lease.id);
+}
