@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -577,6 +578,7 @@ std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
   batch_wanted_ = false;
   redoing_ = true;
   std::vector<uint64_t> failed;
+  std::vector<uint64_t> withdrawn;
   std::string refused;
   std::vector<Redo> journal;
   journal.swap(journal_);
@@ -588,10 +590,18 @@ std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
         failed.push_back(r.lease);
       // Its client is refused (the answer has not left): a record of it
       // would bring back, at the next start, a lease nobody holds.
-      if (r.grant && r.seq >= unanswered_from && grants_ && grants_->withdraw(r.seq))
+      if (r.grant && r.seq >= unanswered_from && grants_ && grants_->withdraw(r.seq)) {
+        withdrawn.push_back(r.lease);
         refused += (refused.empty() ? "" : ", ") + std::to_string(r.lease);
+      }
     }
   }
+  // What this pass did to such a lease after its grant (an end) names a
+  // lease that never was: its records go too.
+  for (const Redo &r : journal)
+    if (r.seq >= unanswered_from && r.seq != 0 &&
+        std::find(withdrawn.begin(), withdrawn.end(), r.lease) != withdrawn.end())
+      grants_->withdraw(r.seq);
   redoing_ = false;
   if (!refused.empty() && log)
     log->error("database: the grant of lease(s) {} could not be written and is refused to its "
