@@ -470,11 +470,12 @@ bool FabricServer::poll(Registry &registry) {
   struct EndBatch {
     FabricServer &self;
     Store &store;
+    Registry &registry;
     ~EndBatch() {
       std::vector<uint64_t> failed = store.commit_batch();
       self.holding_ = false;
       if (!failed.empty())
-        self.fail_held(failed);
+        self.fail_held(failed, registry);
       self.held_.clear();
     }
   };
@@ -488,7 +489,7 @@ bool FabricServer::poll(Registry &registry) {
   count_visits(pass_.size());
   uint64_t messages = 0;
   {
-    EndBatch end{*this, store};
+    EndBatch end{*this, store, registry};
     for (Peer *p : pass_) {
       if (p->closing)
         continue;
@@ -878,20 +879,27 @@ void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant
   queue_bytes(p, std::move(bytes));
   // A success that the batch's commit must confirm.
   if (holding_ && status.ok() && g.lease_id != 0 && p.outbox.size() > before)
-    held_.push_back(Held{&p, p.outbox.size() - 1, g.lease_id});
+    held_.push_back(Held{&p, p.outbox.size() - 1, g.lease_id, grant != nullptr && lease_id == 0});
 }
 
-void FabricServer::fail_held(const std::vector<uint64_t> &leases) {
+void FabricServer::fail_held(const std::vector<uint64_t> &leases, Registry &registry) {
   for (const Held &h : held_) {
-    if (std::find(leases.begin(), leases.end(), h.lease) == leases.end() || h.peer->closing ||
-        h.index >= h.peer->outbox.size())
+    if (std::find(leases.begin(), leases.end(), h.lease) == leases.end())
+      continue;
+    // Refused: the store kept no record of it either (Store::commit_batch).
+    if (h.grant)
+      registry.withdraw_grant(h.lease);
+    if (h.peer->closing || h.index >= h.peer->outbox.size())
       continue;
     proto::LeaseGrant g;
     g.status = proto::ErrorCode::Internal;
     g.lease_id = h.lease;
-    proto::set_text_truncated(g.message, "the resource manager could not record this change in "
-                                         "its database; its memory and the database disagree "
-                                         "on this lease until it restarts");
+    proto::set_text_truncated(
+        g.message, h.grant ? "the resource manager could not record this lease in its database "
+                             "(see its log); it was not granted, ask again"
+                           : "the resource manager could not record this change in its database; "
+                             "its memory and the database disagree on this lease until it "
+                             "restarts");
     std::vector<uint8_t> bytes(proto::lease_grant_size(0));
     if (proto::encode(g, {}, bytes.data(), bytes.size()))
       h.peer->outbox[h.index] = std::move(bytes);

@@ -109,8 +109,9 @@ private:
   std::unique_ptr<Peer> accept_one(rdmalib::ConnectionRequest &req);
   /// Moves what the acceptor finished into peers_ (loop thread).
   bool take_accepted();
-  /// After the batch's commit failed for `leases`: their answers say so.
-  void fail_held(const std::vector<uint64_t> &leases);
+  /// After the batch's commit failed for `leases`: their answers say so,
+  /// and the registry forgets those of them that were grants.
+  void fail_held(const std::vector<uint64_t> &leases, Registry &registry);
   void stop_acceptor();
   /// Reads and handles what `p` sent: the messages read, or -1 when the
   /// connection ended.
@@ -210,6 +211,8 @@ private:
     Peer *peer;
     size_t index;
     uint64_t lease;
+    /// A new lease's grant (not a renewal or a release).
+    bool grant;
   };
   std::vector<Held> held_;
   /// When a link without a wait descriptor last had work: until kPollWindow

@@ -238,8 +238,22 @@ std::string GrantJournal::encode(uint64_t seq, Kind kind, const Lease &l) {
 }
 
 void GrantJournal::add(uint64_t seq, Kind kind, const Lease &lease) {
+  const size_t before = buffer_.size();
   buffer_ += encode(seq, kind, lease);
-  ++buffered_;
+  buffered_.emplace_back(seq, buffer_.size() - before);
+}
+
+bool GrantJournal::withdraw(uint64_t seq) {
+  size_t at = 0;
+  for (auto it = buffered_.begin(); it != buffered_.end(); ++it) {
+    if (it->first == seq) {
+      buffer_.erase(at, it->second);
+      buffered_.erase(it);
+      return true;
+    }
+    at += it->second;
+  }
+  return false;
 }
 
 bool GrantJournal::flush(std::string &error) {
@@ -249,7 +263,7 @@ bool GrantJournal::flush(std::string &error) {
   if (n == static_cast<ssize_t>(buffer_.size())) {
     size_ += buffer_.size();
     buffer_.clear();
-    buffered_ = 0;
+    buffered_.clear();
     return true;
   }
   const int err = n < 0 ? errno : ENOSPC; // a short write: the disk filled up
@@ -264,7 +278,7 @@ bool GrantJournal::flush(std::string &error) {
 
 void GrantJournal::discard() {
   buffer_.clear();
-  buffered_ = 0;
+  buffered_.clear();
 }
 
 bool GrantJournal::truncate(std::string &error) {

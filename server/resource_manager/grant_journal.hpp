@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "resource_manager/lease.hpp"
@@ -73,7 +74,11 @@ public:
   /// Adds a record to the buffer (nothing is written yet).
   void add(uint64_t seq, Kind kind, const Lease &lease);
   /// Records in the buffer.
-  size_t buffered() const { return buffered_; }
+  size_t buffered() const { return buffered_.size(); }
+  /// Takes the buffered record numbered `seq` out of the buffer, as if it
+  /// had never been added: its write was undone and its client told so
+  /// before anything was written. False when no buffered record has it.
+  bool withdraw(uint64_t seq);
   /// Writes the buffer with one write(2) and empties it. On failure
   /// returns false with the reason in `error`, cuts the file back to its
   /// size before (so a partial record never sits before later ones) and
@@ -95,7 +100,8 @@ private:
   int fd_ = -1;
   uint64_t size_ = 0;
   std::string buffer_;
-  size_t buffered_ = 0;
+  /// Each buffered record's sequence number and size, in buffer order.
+  std::vector<std::pair<uint64_t, size_t>> buffered_;
 };
 
 /// CRC-32 (IEEE 802.3, the polynomial zlib uses) of `n` bytes at `p`.

@@ -585,6 +585,20 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
   return success(std::move(g));
 }
 
+void Registry::withdraw_grant(uint64_t lease_id) {
+  auto it = active_.find(lease_id);
+  if (it == active_.end())
+    return;
+  // Per lease: debug (the store logs the refused grants once per pass;
+  // on a full disk this runs at the rate of grants).
+  log()->debug("lease {} of {} withdrawn: its grant could not be stored, and its client was told "
+               "so",
+               lease_id, it->second.client);
+  vacate(it);
+  // It never was a lease: nothing may report on it.
+  recently_ended_.erase(lease_id);
+}
+
 Status Registry::check_owner(const Lease &l, const std::string &client,
                              const LeaseSecret &secret) const {
   const std::string lease = "lease " + std::to_string(l.id);

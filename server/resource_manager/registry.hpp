@@ -207,6 +207,12 @@ public:
 
   // ---- leases -------------------------------------------------------------------
   Result<Grant> grant(const LeaseRequest &request);
+  /// Forgets lease `lease_id`, granted in this pass, whose write the store
+  /// could not make durable (Store::commit_batch reported it): its client
+  /// is refused, so its cores and quota are free at once instead of held
+  /// by nobody until its expiry. Nothing is written and no node is told
+  /// (no node has seen its token). No effect on a lease not active.
+  void withdraw_grant(uint64_t lease_id);
   /// Extends an active lease to now + duration (0: default); new tokens.
   /// `client` and `secret` must be those of the grant (Forbidden otherwise).
   /// Its nodes are told the new expiry (a LeaseEnded event with why Active).

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -408,6 +409,7 @@ int Store::committed(void *store, sqlite3 *db, const char *, int pages) {
 
 void Store::begin_batch() {
   batch_wanted_ = true;
+  pass_first_seq_ = grant_seq_ + 1;
   // A transaction still open holds accounting waiting for its commit: this
   // batch adds to it.
   if (!batch_open_)
@@ -454,14 +456,7 @@ std::vector<uint64_t> Store::commit_batch() {
     if (auto log = spdlog::get("resource_manager"))
       log->warn("database: {}; committing instead", why);
   }
-  if (grants_held_) {
-    // The journal keeps every lease write in order while it is held.
-    std::string why;
-    if (!grants_->flush(why))
-      if (auto log = spdlog::get("resource_manager"))
-        log->error("database: {}", why);
-  }
-  return commit_open();
+  return commit_open(pass_first_seq_);
 }
 
 void Store::join_batch() const {
@@ -486,17 +481,49 @@ void Store::commit_if_due() {
     commit_open();
 }
 
-void Store::journal_grant(GrantJournal::Kind kind, const Lease &l) {
-  if (!grants_ || !(batch_open_ || grants_held_))
-    return;
+uint64_t Store::journal_grant(GrantJournal::Kind kind, const Lease &l) {
+  if (!grants_ || redoing_ || !(batch_open_ || grants_held_))
+    return 0;
   grants_->add(++grant_seq_, kind, l);
-  if (!batch_open_) {
-    // Held, and a write outside a batch (committed already): the journal
-    // still gets it, so that a replay ends with this state, not an older one.
-    std::string why;
-    if (!grants_->flush(why))
-      if (auto log = spdlog::get("resource_manager"))
-        log->error("database: {}", why);
+  // Held, and a write outside a batch (committed already): the journal
+  // still gets it, so that a replay ends with this state, not an older one.
+  if (!batch_open_)
+    append_held();
+  return grant_seq_;
+}
+
+void Store::append_held() {
+  std::string why;
+  if (!grants_->flush(why))
+    if (auto log = spdlog::get("resource_manager"))
+      log->error("database: {}", why);
+}
+
+void Store::leave_held() {
+  const uint64_t now = steady_ms();
+  // Every record up to grant_seq_ must be in the file (a failed append
+  // keeps them buffered), so that the stored number is true.
+  if (!grants_held_ || grants_->buffered() > 0 || now < leave_retry_at_ms_)
+    return;
+  auto log = spdlog::get("resource_manager");
+  try {
+    Transaction t(db_, *cache_, false);
+    const size_t applied = apply_grants(grants_->read().records);
+    write_applied_seq(grant_seq_);
+    t.commit();
+    committed_seq_ = grant_seq_;
+    grants_held_ = false;
+    grants_committed();
+    if (log)
+      log->warn("database: {} lease write(s) of the grant journal {} were applied; the database "
+                "holds every lease write again, the journal is emptied, and lease writes wait for "
+                "their commit again",
+                applied, grants_->path());
+  } catch (const std::runtime_error &e) {
+    leave_retry_at_ms_ = now + kLeaveRetryMs;
+    if (log)
+      log->error("database: applying the grant journal {} failed ({}); it stays kept",
+                 grants_->path(), e.what());
   }
 }
 
@@ -514,9 +541,10 @@ void Store::grants_committed() {
       log->warn("database: {}", why);
 }
 
-std::vector<uint64_t> Store::commit_open() {
+std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
   batch_open_ = false;
   must_commit_ = false;
+  auto log = spdlog::get("resource_manager");
   std::string why;
   try {
     if (grants_ && !grants_held_ && grant_seq_ > committed_seq_) {
@@ -525,42 +553,60 @@ std::vector<uint64_t> Store::commit_open() {
       write_applied_seq(grant_seq_);
     }
     run_cached(db_, *cache_, "COMMIT");
-    if (!grants_held_)
-      committed_seq_ = grant_seq_;
     journal_.clear();
-    grants_committed();
+    if (grants_held_) {
+      // A commit succeeded: the disk takes writes again.
+      append_held();
+      leave_held();
+    } else {
+      committed_seq_ = grant_seq_;
+      grants_committed();
+    }
     return {};
   } catch (const StoreError &e) {
     why = e.what();
   }
   sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  auto log = spdlog::get("resource_manager");
   if (log)
     log->error("database: committing {} write(s) together failed ({}); writing them one by one",
                journal_.size(), why);
-  if (grants_) {
-    // Records not written yet go to the journal first: until the database
-    // holds every write it names, it is the only complete history.
-    std::string failed_write;
-    if (!grants_->flush(failed_write) && log)
-      log->error("database: {}", failed_write);
-  }
   // Each write again in a transaction of its own: the registry's memory
   // already holds them, so what can be saved is saved. Outside a batch
-  // now, each commits at once.
+  // now, each commits at once; their records are in the journal or its
+  // buffer already.
   const bool wanted = batch_wanted_;
   batch_wanted_ = false;
+  redoing_ = true;
   std::vector<uint64_t> failed;
-  std::vector<std::pair<uint64_t, std::function<void()>>> journal;
+  std::vector<uint64_t> withdrawn;
+  std::string refused;
+  std::vector<Redo> journal;
   journal.swap(journal_);
-  for (auto &[lease, write] : journal) {
+  for (Redo &r : journal) {
     try {
-      write();
-    } catch (const StoreError &e) {
-      if (lease)
-        failed.push_back(lease);
+      r.write();
+    } catch (const StoreError &) {
+      if (r.lease)
+        failed.push_back(r.lease);
+      // Its client is refused (the answer has not left): a record of it
+      // would bring back, at the next start, a lease nobody holds.
+      if (r.grant && r.seq >= unanswered_from && grants_ && grants_->withdraw(r.seq)) {
+        withdrawn.push_back(r.lease);
+        refused += (refused.empty() ? "" : ", ") + std::to_string(r.lease);
+      }
     }
   }
+  // What this pass did to such a lease after its grant (an end) names a
+  // lease that never was: its records go too.
+  for (const Redo &r : journal)
+    if (r.seq >= unanswered_from && r.seq != 0 &&
+        std::find(withdrawn.begin(), withdrawn.end(), r.lease) != withdrawn.end())
+      grants_->withdraw(r.seq);
+  redoing_ = false;
+  if (!refused.empty() && log)
+    log->error("database: the grant of lease(s) {} could not be written and is refused to its "
+               "client",
+               refused);
   if (grants_ && !grants_held_) {
     bool durable = failed.empty();
     if (durable) {
@@ -576,13 +622,36 @@ std::vector<uint64_t> Store::commit_open() {
       grants_held_ = true;
       if (log)
         log->error("database: the grant journal {} holds lease writes the database lacks; it is "
-                   "kept (the next start applies it), and every lease write is committed at once "
-                   "from now on",
+                   "kept, and every lease write is committed at once, until the journal is "
+                   "applied after a commit that succeeds (else the next start applies it)",
                    grants_->path());
     }
   }
+  // Records not written yet go to the journal: until the database holds
+  // every write it names, it is the only complete history.
+  if (grants_held_)
+    append_held();
   batch_wanted_ = wanted;
   return failed;
+}
+
+size_t Store::apply_grants(const std::vector<GrantJournal::Record> &records) {
+  size_t applied = 0;
+  for (const GrantJournal::Record &r : records) {
+    if (r.seq <= committed_seq_)
+      continue;
+    if (r.kind == GrantJournal::Kind::Put) {
+      write_lease(r.lease, false);
+    } else if (!write_lease_change(r.lease)) {
+      auto log = spdlog::get("resource_manager");
+      (log ? log : spdlog::default_logger())
+          ->warn("the grant journal {}: record {} changes lease {}, which the database does not "
+                 "hold (was the database restored without its journal?); skipped",
+                 grants_->path(), r.seq, r.lease.id);
+    }
+    ++applied;
+  }
+  return applied;
 }
 
 void Store::replay_grants() {
@@ -610,18 +679,7 @@ void Store::replay_grants() {
   size_t applied = 0;
   if (grant_seq_ > committed_seq_) {
     Transaction t(db_, *cache_, false);
-    for (const GrantJournal::Record &r : c.records) {
-      if (r.seq <= committed_seq_)
-        continue;
-      if (r.kind == GrantJournal::Kind::Put) {
-        write_lease(r.lease, false);
-      } else if (!write_lease_change(r.lease)) {
-        log->warn("the grant journal {}: record {} changes lease {}, which the database does "
-                  "not hold (was the database restored without its journal?); skipped",
-                  grants_->path(), r.seq, r.lease.id);
-      }
-      ++applied;
-    }
+    applied = apply_grants(c.records);
     write_applied_seq(grant_seq_);
     t.commit();
     committed_seq_ = grant_seq_;
@@ -691,7 +749,7 @@ void Store::put_node(const Node &n) {
   q.bind(10, n.registration_signed_ms);
   q.run();
   if (batch_open_)
-    journal_.emplace_back(0, [this, n] { put_node(n); });
+    journal_.push_back(Redo{0, [this, n] { put_node(n); }});
 }
 
 void Store::remove_node(const std::string &name) {
@@ -700,7 +758,7 @@ void Store::remove_node(const std::string &name) {
   q.bind(1, name);
   q.run();
   if (batch_open_)
-    journal_.emplace_back(0, [this, name] { remove_node(name); });
+    journal_.push_back(Redo{0, [this, name] { remove_node(name); }});
 }
 
 std::vector<Node> Store::load_nodes() const {
@@ -734,9 +792,9 @@ void Store::put_lease(const Lease &l, bool fresh) {
   Transaction t(db_, *cache_, open_batch(grants_ && !grants_held_));
   write_lease(l, fresh);
   t.commit();
-  journal_grant(GrantJournal::Kind::Put, l);
+  const uint64_t seq = journal_grant(GrantJournal::Kind::Put, l);
   if (batch_open_)
-    journal_.emplace_back(l.id, [this, l] { put_lease(l); });
+    journal_.push_back(Redo{l.id, [this, l] { put_lease(l); }, seq, l.state == LeaseState::Active});
 }
 
 void Store::write_lease(const Lease &l, bool fresh) {
@@ -780,9 +838,9 @@ void Store::update_lease(const Lease &l) {
     put_lease(l);
     return;
   }
-  journal_grant(GrantJournal::Kind::Update, l);
+  const uint64_t seq = journal_grant(GrantJournal::Kind::Update, l);
   if (batch_open_)
-    journal_.emplace_back(l.id, [this, l] { put_lease(l); });
+    journal_.push_back(Redo{l.id, [this, l] { put_lease(l); }, seq, false});
 }
 
 bool Store::write_lease_change(const Lease &l) {
@@ -911,7 +969,7 @@ void Store::put_accounting(const AccountingRecord &r) {
   q.bind(11, r.job_id);
   q.run();
   if (batch_open_)
-    journal_.emplace_back(0, [this, r] { put_accounting(r); });
+    journal_.push_back(Redo{0, [this, r] { put_accounting(r); }});
 }
 
 std::vector<AccountingRecord> Store::query_accounting(const char *where, const std::string *text,

@@ -142,7 +142,13 @@ public:
   /// Ends the batch: its writes are durable when it returns. When the
   /// commit fails, the batch is rolled back and each of its writes made
   /// again in a transaction of its own; returns the ids of the leases whose
-  /// write failed again (empty: all is durable). Never throws.
+  /// write failed again (empty: all is durable), whose answers of this
+  /// batch the caller must turn into refusals. A grant of this batch among
+  /// them leaves no record in the grant journal (a restart does not bring
+  /// back a lease its client was refused); every other lease write keeps
+  /// its record, and the journal is then held (kept, and every lease write
+  /// committed at once) until a later commit succeeds and the journal is
+  /// applied to the database. Never throws.
   ///
   /// The transaction stays open instead (the next batch adds to it) while
   /// it holds only writes that may wait: accounting records (they answer
@@ -203,12 +209,27 @@ private:
   /// (inside the transaction that makes it true).
   void write_applied_seq(uint64_t seq);
   /// Adds a lease write's record to the grant journal's buffer (inside a
-  /// batch, or on every write once the journal is held).
-  void journal_grant(GrantJournal::Kind kind, const Lease &lease);
+  /// batch, or on every write once the journal is held) and returns its
+  /// sequence number; 0 when it adds none.
+  uint64_t journal_grant(GrantJournal::Kind kind, const Lease &lease);
+  /// Applies, in order, the records above committed_seq_ (inside the
+  /// caller's transaction); returns how many.
+  size_t apply_grants(const std::vector<GrantJournal::Record> &records);
   /// Applies the journal's records the database lacks (at open).
   void replay_grants();
+  /// While held, after a commit that succeeded (the disk takes writes
+  /// again): applies the journal's records above committed_seq_ in a
+  /// transaction of its own with the last sequence number, empties the
+  /// journal and ends the held state. Never throws; after a failure, not
+  /// tried again for kLeaveRetryMs (a large journal is not applied again
+  /// at every pass).
+  void leave_held();
   /// Empties the journal after a commit that made everything in it durable.
   void grants_committed();
+  /// While held: writes the buffered records (their writes are in the
+  /// database, or kept for the next start). Logs a failure; the records
+  /// stay buffered for the next try.
+  void append_held();
 
   /// SQLite's WAL hook: after each commit, with the log's size in pages.
   static int committed(void *store, sqlite3 *db, const char *schema, int pages);
@@ -233,15 +254,35 @@ private:
   void join_batch() const;
   /// Commits the open transaction; on failure rolls back and makes each
   /// journaled write again on its own. Returns the leases that failed again.
-  std::vector<uint64_t> commit_open();
+  /// Records numbered `unanswered_from` and above belong to writes whose
+  /// answers have not left (commit_batch's pass): a grant among them that
+  /// fails again is refused by the caller, so its record is withdrawn.
+  std::vector<uint64_t> commit_open(uint64_t unanswered_from = UINT64_MAX);
   bool batch_wanted_ = false;
   bool batch_open_ = false;
   /// The open transaction holds a write that some answer waits for.
   bool must_commit_ = false;
   /// When the open transaction's first write was made (steady clock, ms).
   uint64_t opened_ms_ = 0;
-  /// The batch's writes (lease id or 0, and the write), for a failed commit.
-  std::vector<std::pair<uint64_t, std::function<void()>>> journal_;
+  /// A write of the open transaction, made again on its own when the
+  /// commit fails.
+  struct Redo {
+    /// Its lease, or 0.
+    uint64_t lease = 0;
+    std::function<void()> write;
+    /// Its grant journal record's sequence number, or 0.
+    uint64_t seq = 0;
+    /// It stores an active lease whole (a grant): if it fails again before
+    /// its answer left, its client is refused and the lease must not come
+    /// back from the journal.
+    bool grant = false;
+  };
+  std::vector<Redo> journal_;
+  /// The first record of the current batch (commit_batch's pass).
+  uint64_t pass_first_seq_ = UINT64_MAX;
+  /// Inside commit_open's writes made again: they add no record (theirs
+  /// are buffered already).
+  bool redoing_ = false;
 
   /// The grant journal (null for ":memory:").
   std::unique_ptr<GrantJournal> grants_;
@@ -253,8 +294,11 @@ private:
   /// records the database lacks. From then on it is kept (never emptied)
   /// and every lease write goes to it, so that replaying it at the next
   /// start redoes every lease write since, in order; nothing waits for its
-  /// commit any more.
+  /// commit any more. Ends once a commit succeeds (leave_held()).
   bool grants_held_ = false;
+  /// steady_ms() before which leave_held() is not tried again.
+  uint64_t leave_retry_at_ms_ = 0;
+  static constexpr uint64_t kLeaveRetryMs = 1000;
   size_t replayed_ = 0;
 };
 

@@ -137,6 +137,31 @@ TEST_F(Fixture, ReleaseFreesCoresAtOnce) {
   EXPECT_EQ(events[0].why, LeaseState::Released);
 }
 
+// A grant whose write the store could not make durable is refused to its
+// client (FabricServer::fail_held) and withdrawn: its cores and its
+// owner's quota are free at once, no node is told (none saw its token),
+// and it is no lease at all afterwards.
+TEST_F(Fixture, AWithdrawnGrantFreesItsCoresAtOnce) {
+  opts.quotas.defaults.leases = 2;
+  reg = make();
+  two_nodes();
+  auto g = lease(4, 0, 2);
+  auto h = lease(4, 0, 2);
+  ASSERT_TRUE(g.ok() && h.ok());
+  EXPECT_FALSE(lease(1).ok());
+  reg->take_events();
+  reg->withdraw_grant(g.value.lease.id);
+  EXPECT_TRUE(reg->take_events().empty()) << "a node was told of a lease it never saw";
+  EXPECT_FALSE(reg->active_lease(g.value.lease.id).has_value());
+  EXPECT_EQ(reg->active_leases().size(), 1u);
+  // Cores and the quota of leases (2) are free again.
+  auto k = lease(4, 0, 2);
+  EXPECT_TRUE(k.ok()) << k.message;
+  EXPECT_EQ(reg->release(g.value.lease.id, "alice", g.value.secret).outcome, Outcome::NotFound);
+  reg->withdraw_grant(g.value.lease.id); // not active: nothing happens
+  EXPECT_EQ(reg->active_leases().size(), 2u);
+}
+
 // A lease id and its client's name (both shown by GET /leases) are not
 // enough: renewing and releasing need the secret only the grant carried.
 TEST_F(Fixture, OnlyTheHolderOfTheLeaseSecretRenewsOrReleases) {

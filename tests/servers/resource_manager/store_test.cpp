@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include <cstdlib>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -786,4 +788,199 @@ TEST(Store, AJournalThatCannotBeWrittenFallsBackToACommit) {
   s.commit_batch();
   EXPECT_FALSE(committed_lease(db.path, 2));
   EXPECT_GT(std::filesystem::file_size(s.grants_path()), 0u);
+}
+
+namespace {
+
+/// Makes every write that would grow a file of this process past the
+/// file's size now fail (RLIMIT_FSIZE, SIGXFSZ ignored: write(2) returns
+/// EFBIG, as it returns ENOSPC on a full disk), until dropped. SQLite
+/// writes a transaction's pages to the log at its COMMIT, so a COMMIT then
+/// fails for real; the grant journal, far smaller than the log, can still
+/// grow while the limit stays above its size. The limit is the process's
+/// (ctest runs each case in a process of its own); it goes on scope exit.
+class FileSizeLimit {
+public:
+  explicit FileSizeLimit(uint64_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &before_);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ignore, &handler_);
+    struct rlimit lim = before_;
+    lim.rlim_cur = static_cast<rlim_t>(bytes);
+    ok_ = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() { drop(); }
+  bool ok() const { return ok_; }
+  void drop() {
+    if (dropped_)
+      return;
+    dropped_ = true;
+    setrlimit(RLIMIT_FSIZE, &before_);
+    sigaction(SIGXFSZ, &handler_, nullptr);
+  }
+
+private:
+  struct rlimit before_ {};
+  struct sigaction handler_ {};
+  bool ok_ = false;
+  bool dropped_ = false;
+};
+
+/// What a crash of the process would leave (the database, its log and the
+/// grant journal as the kernel holds them), copied to `dir`; the Store
+/// keeps running. Returns the copy's database path.
+std::string crash_copy(const std::string &path, const std::string &dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const std::string to = dir + "/" + fs::path(path).filename().string();
+  for (const char *suffix : {"", "-wal", "-grants"})
+    if (fs::exists(path + suffix))
+      fs::copy_file(path + suffix, to + suffix, fs::copy_options::overwrite_existing);
+  return to;
+}
+
+std::vector<uint64_t> journal_leases(const std::string &path) {
+  GrantJournal j(path);
+  std::vector<uint64_t> out;
+  for (const GrantJournal::Record &r : j.read().records)
+    out.push_back(r.lease.id);
+  return out;
+}
+
+/// Store s holds lease 1, answered from the journal (its transaction still
+/// open), and node n1, committed; then the disk "fills": a batch with
+/// lease 2 and a node (so it must commit) fails its COMMIT, and every
+/// write made again on its own fails too. Returns what commit_batch()
+/// said failed.
+std::vector<uint64_t> fail_a_batch(Store &s, const std::string &path,
+                                   std::unique_ptr<FileSizeLimit> &limit) {
+  s.put_node(node("n1")); // committed at once: the log has frames now
+  s.begin_batch();
+  s.put_lease(lease(1));
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_FALSE(committed_lease(path, 1)) << "lease 1 was committed: the case tests nothing";
+  limit = std::make_unique<FileSizeLimit>(std::filesystem::file_size(path + "-wal"));
+  if (!limit->ok())
+    return {};
+  s.begin_batch();
+  s.put_lease(lease(2));
+  s.put_node(node("n2"));
+  return s.commit_batch();
+}
+
+} // namespace
+
+// A batch whose COMMIT fails and whose writes fail again one by one (a full
+// disk): the grant whose write failed was refused to its client (the
+// caller reports the lease as failed), so the journal must not bring it
+// back at the next start; the lease answered before from the journal must.
+// The process that held the journal is killed (its Store never closes), as
+// a crash would end it.
+TEST(Store, AGrantRefusedAfterAFailedCommitIsNotReplayed) {
+  TempDb db;
+  { Store create(db.path); }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    CapturedLog log;
+    Store s(db.path);
+    std::unique_ptr<FileSizeLimit> limit;
+    const std::vector<uint64_t> failed = fail_a_batch(s, db.path, limit);
+    // 'r': the refused grant was reported, and the journal was said to be
+    // kept; 's': setrlimit failed; 'n': not reported.
+    char said = 'n';
+    if (!limit->ok())
+      said = 's';
+    else if (std::find(failed.begin(), failed.end(), 2u) != failed.end() &&
+             log.text.str().find("kept") != std::string::npos)
+      said = 'r';
+    if (write(ready[1], &said, 1) != 1)
+      _exit(4);
+    for (;;)
+      pause(); // killed here, held
+  }
+  close(ready[1]);
+  char said = 0;
+  const bool got = read(ready[0], &said, 1) == 1;
+  close(ready[0]);
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(got) << "the child failed before answering";
+  if (said == 's')
+    GTEST_SKIP() << "setrlimit(RLIMIT_FSIZE) failed in the child";
+  EXPECT_EQ(said, 'r') << "the failed grant was not reported, or the journal not kept";
+  EXPECT_EQ(journal_leases(db.path + "-grants"), (std::vector<uint64_t>{1}))
+      << "the journal must hold the answered lease 1 and not the refused lease 2";
+  EXPECT_FALSE(committed_lease(db.path, 1)) << "lease 1 was committed: the case tests nothing";
+
+  Store restarted(db.path);
+  EXPECT_EQ(restarted.grants_replayed(), 1u);
+  EXPECT_TRUE(restarted.load_lease(1).has_value()) << "a lease answered to its client was lost";
+  EXPECT_FALSE(restarted.load_lease(2).has_value())
+      << "a grant refused to its client came back as a live lease";
+  EXPECT_EQ(std::filesystem::file_size(db.path + "-grants"), 0u) << "replayed, not emptied";
+}
+
+// Once held, the journal is left at the first commit that succeeds (the
+// disk has room again): that commit applies what the journal holds and the
+// database lacks (lease 1, whose writes all failed), stores the last
+// sequence number, and empties the journal; lease writes wait for their
+// commit again. A crash after that replays only the records written since
+// (lease 4), once, and drops nothing.
+TEST(Store, TheHeldJournalIsLeftAtTheNextCommitThatSucceeds) {
+  TempDb db;
+  CapturedLog log;
+  Store s(db.path);
+  std::unique_ptr<FileSizeLimit> limit;
+  fail_a_batch(s, db.path, limit);
+  if (!limit->ok())
+    GTEST_SKIP() << "setrlimit(RLIMIT_FSIZE) failed: " << std::strerror(errno);
+  // Still full: a lease written while held is committed at once, and
+  // refused when that fails; so is the end of it made in the same pass
+  // (its record would name a lease no database holds).
+  s.begin_batch();
+  Lease three = lease(3);
+  s.put_lease(three);
+  three.state = LeaseState::NodeDown;
+  three.ended_ms = 150;
+  s.update_lease(three);
+  const std::vector<uint64_t> failed = s.commit_batch();
+  EXPECT_EQ(failed, (std::vector<uint64_t>{3, 3}));
+  limit->drop();
+  EXPECT_FALSE(committed_lease(db.path, 1));
+
+  s.begin_batch();
+  Lease renewed = lease(1);
+  renewed.expiry_ms = 900;
+  s.update_lease(renewed);
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_TRUE(committed_lease(db.path, 1)) << "the journal's lease 1 did not reach the database";
+  EXPECT_FALSE(committed_lease(db.path, 2)) << "a refused grant reached the database";
+  EXPECT_FALSE(committed_lease(db.path, 3)) << "a refused grant reached the database";
+  EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u) << "the journal is still held";
+  EXPECT_NE(log.text.str().find("holds every lease write again"), std::string::npos)
+      << log.text.str();
+
+  s.begin_batch();
+  s.put_lease(lease(4));
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_FALSE(committed_lease(db.path, 4)) << "lease writes still commit at once";
+  EXPECT_EQ(journal_leases(s.grants_path()), (std::vector<uint64_t>{4}));
+
+  TempDb after;
+  const std::string copy = crash_copy(db.path, std::filesystem::path(after.path).parent_path());
+  Store restarted(copy);
+  EXPECT_EQ(restarted.grants_replayed(), 1u);
+  ASSERT_TRUE(restarted.load_lease(1).has_value());
+  EXPECT_EQ(restarted.load_lease(1)->expiry_ms, 900u);
+  EXPECT_TRUE(restarted.load_lease(4).has_value());
+  EXPECT_FALSE(restarted.load_lease(2).has_value());
+  EXPECT_FALSE(restarted.load_lease(3).has_value());
+  EXPECT_EQ(restarted.load_leases(LeaseState::Active).size(), 2u);
+  EXPECT_EQ(log.text.str().find("does not hold"), std::string::npos) << log.text.str();
 }
