@@ -897,9 +897,9 @@ void FabricServer::fail_held(const std::vector<uint64_t> &leases, Registry &regi
     proto::set_text_truncated(
         g.message, h.grant ? "the resource manager could not record this lease in its database "
                              "(see its log); it was not granted, ask again"
-                           : "the resource manager could not record this change in its database; "
-                             "its memory and the database disagree on this lease until it "
-                             "restarts");
+                           : "the resource manager could not record this change in its database "
+                             "or its grant journal (see its log); it is in effect until the "
+                             "resource manager restarts");
     std::vector<uint8_t> bytes(proto::lease_grant_size(0));
     if (proto::encode(g, {}, bytes.data(), bytes.size()))
       h.peer->outbox[h.index] = std::move(bytes);

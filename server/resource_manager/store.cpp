@@ -631,6 +631,15 @@ std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
   // every write it names, it is the only complete history.
   if (grants_held_)
     append_held();
+  // Once its record is in the journal's file a write is kept (the database
+  // gets it when the journal is applied): only the withdrawn grants failed.
+  if (grants_held_ && grants_->buffered() == 0)
+    failed.erase(std::remove_if(failed.begin(), failed.end(),
+                                [&](uint64_t id) {
+                                  return std::find(withdrawn.begin(), withdrawn.end(), id) ==
+                                         withdrawn.end();
+                                }),
+                 failed.end());
   batch_wanted_ = wanted;
   return failed;
 }
@@ -794,7 +803,7 @@ void Store::put_lease(const Lease &l, bool fresh) {
   t.commit();
   const uint64_t seq = journal_grant(GrantJournal::Kind::Put, l);
   if (batch_open_)
-    journal_.push_back(Redo{l.id, [this, l] { put_lease(l); }, seq, l.state == LeaseState::Active});
+    journal_.push_back(Redo{l.id, [this, l] { put_lease(l); }, seq, fresh});
 }
 
 void Store::write_lease(const Lease &l, bool fresh) {

@@ -99,8 +99,11 @@ public:
 
   /// Inserts or replaces a lease and its parts. Inside a batch, with a
   /// grant journal, it may wait for its commit: commit_batch() writes its
-  /// record to the journal instead. `fresh`: the id was never stored (a
-  /// grant), so there are no old parts to delete first.
+  /// record to the journal instead. `fresh`: a grant, whose id was never
+  /// stored (no old parts to delete first) and whose client has not been
+  /// answered yet (commit_batch() refuses it when its write fails again).
+  /// Not fresh: a lease written again (a renewal of a lease the database
+  /// lacks while the journal is held, a write made again).
   void put_lease(const Lease &lease, bool fresh = false);
   /// Stores a change of an already stored lease's state, expiry and end
   /// (renewal, end): one row, its parts untouched (they never change).
@@ -142,13 +145,15 @@ public:
   /// Ends the batch: its writes are durable when it returns. When the
   /// commit fails, the batch is rolled back and each of its writes made
   /// again in a transaction of its own; returns the ids of the leases whose
-  /// write failed again (empty: all is durable), whose answers of this
-  /// batch the caller must turn into refusals. A grant of this batch among
-  /// them leaves no record in the grant journal (a restart does not bring
-  /// back a lease its client was refused); every other lease write keeps
-  /// its record, and the journal is then held (kept, and every lease write
-  /// committed at once) until a later commit succeeds and the journal is
-  /// applied to the database. Never throws.
+  /// write failed again and is kept nowhere (empty: all is durable), whose
+  /// answers of this batch the caller must turn into refusals. A grant of
+  /// this batch whose write fails again is among them and leaves no record
+  /// in the grant journal (a restart does not bring back a lease its client
+  /// was refused); every other lease write keeps its record, and is not
+  /// among them once that record is in the journal's file. The journal is
+  /// then held (kept, and every lease write committed at once) until a
+  /// later commit succeeds and the journal is applied to the database.
+  /// Never throws.
   ///
   /// The transaction stays open instead (the next batch adds to it) while
   /// it holds only writes that may wait: accounting records (they answer
@@ -272,9 +277,10 @@ private:
     std::function<void()> write;
     /// Its grant journal record's sequence number, or 0.
     uint64_t seq = 0;
-    /// It stores an active lease whole (a grant): if it fails again before
-    /// its answer left, its client is refused and the lease must not come
-    /// back from the journal.
+    /// A grant (put_lease's `fresh`): if it fails again before its answer
+    /// left, its client is refused and the lease must not come back from
+    /// the journal. A renewal written whole (its lease not in the database
+    /// while the journal is held) is not one.
     bool grant = false;
   };
   std::vector<Redo> journal_;

@@ -857,14 +857,14 @@ std::vector<uint64_t> fail_a_batch(Store &s, const std::string &path,
                                    std::unique_ptr<FileSizeLimit> &limit) {
   s.put_node(node("n1")); // committed at once: the log has frames now
   s.begin_batch();
-  s.put_lease(lease(1));
+  s.put_lease(lease(1), true);
   EXPECT_TRUE(s.commit_batch().empty());
   EXPECT_FALSE(committed_lease(path, 1)) << "lease 1 was committed: the case tests nothing";
   limit = std::make_unique<FileSizeLimit>(std::filesystem::file_size(path + "-wal"));
   if (!limit->ok())
     return {};
   s.begin_batch();
-  s.put_lease(lease(2));
+  s.put_lease(lease(2), true);
   s.put_node(node("n2"));
   return s.commit_batch();
 }
@@ -937,15 +937,25 @@ TEST(Store, TheHeldJournalIsLeftAtTheNextCommitThatSucceeds) {
   CapturedLog log;
   Store s(db.path);
   std::unique_ptr<FileSizeLimit> limit;
-  fail_a_batch(s, db.path, limit);
+  const std::vector<uint64_t> first = fail_a_batch(s, db.path, limit);
   if (!limit->ok())
     GTEST_SKIP() << "setrlimit(RLIMIT_FSIZE) failed: " << std::strerror(errno);
+  // Lease 1's write failed again too, but its record is in the journal's
+  // file: it is kept, so only the refused grant is reported.
+  EXPECT_EQ(first, (std::vector<uint64_t>{2}));
+  // The same for a renewal made while the disk is still full: in effect
+  // and kept, its client is answered.
+  s.begin_batch();
+  Lease renewed_full = lease(1);
+  renewed_full.expiry_ms = 800;
+  s.update_lease(renewed_full);
+  EXPECT_TRUE(s.commit_batch().empty()) << "a renewal the journal kept was reported failed";
   // Still full: a lease written while held is committed at once, and
   // refused when that fails; so is the end of it made in the same pass
   // (its record would name a lease no database holds).
   s.begin_batch();
   Lease three = lease(3);
-  s.put_lease(three);
+  s.put_lease(three, true);
   three.state = LeaseState::NodeDown;
   three.ended_ms = 150;
   s.update_lease(three);
@@ -967,7 +977,7 @@ TEST(Store, TheHeldJournalIsLeftAtTheNextCommitThatSucceeds) {
       << log.text.str();
 
   s.begin_batch();
-  s.put_lease(lease(4));
+  s.put_lease(lease(4), true);
   EXPECT_TRUE(s.commit_batch().empty());
   EXPECT_FALSE(committed_lease(db.path, 4)) << "lease writes still commit at once";
   EXPECT_EQ(journal_leases(s.grants_path()), (std::vector<uint64_t>{4}));
