@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -595,6 +596,35 @@ struct CapturedLog {
   ~CapturedLog() { spdlog::drop("resource_manager"); }
 };
 
+/// Runs `body` in a child process, which then sends the byte `body`
+/// returned and waits to be killed with SIGKILL, as a crash would end it
+/// (a Store that must not close is left allocated by `body`). Returns that
+/// byte, or -1 when the child sent none (it died first).
+int byte_from_killed_child(const std::function<char()> &body) {
+  int ready[2];
+  if (pipe(ready) != 0)
+    return -1;
+  const pid_t child = fork();
+  if (child < 0)
+    return -1;
+  if (child == 0) {
+    close(ready[0]);
+    const char said = body();
+    if (write(ready[1], &said, 1) != 1)
+      _exit(4);
+    for (;;)
+      pause();
+  }
+  close(ready[1]);
+  char said = 0;
+  const bool got = read(ready[0], &said, 1) == 1;
+  close(ready[0]);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return got ? said : -1;
+}
+
 } // namespace
 
 // Lease writes that wait for their commit survive the death of the process
@@ -603,39 +633,22 @@ struct CapturedLog {
 TEST(Store, JournaledGrantsSurviveAProcessKilledBeforeItsCommit) {
   TempDb db;
   { Store create(db.path); }
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(ready[0]);
-    Store s(db.path);
+  // Killed within the deadline of its commit.
+  const int said = byte_from_killed_child([&] {
+    Store &s = *new Store(db.path); // never closed: the child is killed
     s.begin_batch();
     for (uint64_t id = 1; id <= 5; ++id)
       s.put_lease(lease(id));
     if (!s.commit_batch().empty())
-      _exit(3);
+      return '3';
     Lease ended = lease(2);
     ended.state = LeaseState::Released;
     ended.ended_ms = 150;
     s.begin_batch();
     s.update_lease(ended);
-    if (!s.commit_batch().empty())
-      _exit(3);
-    const char one = 1;
-    if (write(ready[1], &one, 1) != 1)
-      _exit(4);
-    for (;;)
-      pause(); // killed here, within the deadline of its commit
-  }
-  close(ready[1]);
-  char got = 0;
-  ASSERT_EQ(read(ready[0], &got, 1), 1) << "the child failed before writing";
-  close(ready[0]);
-  kill(child, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status));
+    return s.commit_batch().empty() ? '1' : '3';
+  });
+  ASSERT_EQ(said, '1') << "the child failed before its writes were made";
 
   // Not committed: only the journal has them.
   EXPECT_FALSE(committed_lease(db.path, 1)) << "the child committed: the case tests nothing";
@@ -880,37 +893,22 @@ std::vector<uint64_t> fail_a_batch(Store &s, const std::string &path,
 TEST(Store, AGrantRefusedAfterAFailedCommitIsNotReplayed) {
   TempDb db;
   { Store create(db.path); }
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(ready[0]);
+  // Killed while the journal is held.
+  const int said = byte_from_killed_child([&] {
     CapturedLog log;
-    Store s(db.path);
+    Store &s = *new Store(db.path); // never closed: the child is killed
     std::unique_ptr<FileSizeLimit> limit;
     const std::vector<uint64_t> failed = fail_a_batch(s, db.path, limit);
     // 'r': the refused grant was reported, and the journal was said to be
     // kept; 's': setrlimit failed; 'n': not reported.
-    char said = 'n';
     if (!limit->ok())
-      said = 's';
-    else if (std::find(failed.begin(), failed.end(), 2u) != failed.end() &&
-             log.text.str().find("kept") != std::string::npos)
-      said = 'r';
-    if (write(ready[1], &said, 1) != 1)
-      _exit(4);
-    for (;;)
-      pause(); // killed here, held
-  }
-  close(ready[1]);
-  char said = 0;
-  const bool got = read(ready[0], &said, 1) == 1;
-  close(ready[0]);
-  kill(child, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(got) << "the child failed before answering";
+      return 's';
+    if (std::find(failed.begin(), failed.end(), 2u) != failed.end() &&
+        log.text.str().find("kept") != std::string::npos)
+      return 'r';
+    return 'n';
+  });
+  ASSERT_NE(said, -1) << "the child failed before answering";
   if (said == 's')
     GTEST_SKIP() << "setrlimit(RLIMIT_FSIZE) failed in the child";
   EXPECT_EQ(said, 'r') << "the failed grant was not reported, or the journal not kept";
