@@ -22,6 +22,7 @@
 # * a zygote that exits at once every time it is restarted: restarted with
 #   back-off, one error for the burst, and allocations work once it stays up.
 #
+#
 # With "midconnect", only this (a reliable-datagram device such as lo-rxm;
 # needs strace): a pooled executor stuck in the middle of connecting its
 # accounting link (the manager has its hello; the executor, held by strace
