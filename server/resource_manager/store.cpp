@@ -579,7 +579,6 @@ std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
   redoing_ = true;
   std::vector<uint64_t> failed;
   std::vector<uint64_t> withdrawn;
-  std::string refused;
   std::vector<Redo> journal;
   journal.swap(journal_);
   for (Redo &r : journal) {
@@ -590,10 +589,8 @@ std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
         failed.push_back(r.lease);
       // Its client is refused (the answer has not left): a record of it
       // would bring back, at the next start, a lease nobody holds.
-      if (r.grant && r.seq >= unanswered_from && grants_ && grants_->withdraw(r.seq)) {
+      if (r.grant && r.seq >= unanswered_from && grants_ && grants_->withdraw(r.seq))
         withdrawn.push_back(r.lease);
-        refused += (refused.empty() ? "" : ", ") + std::to_string(r.lease);
-      }
     }
   }
   // What this pass did to such a lease after its grant (an end) names a
@@ -603,10 +600,14 @@ std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
         std::find(withdrawn.begin(), withdrawn.end(), r.lease) != withdrawn.end())
       grants_->withdraw(r.seq);
   redoing_ = false;
-  if (!refused.empty() && log)
+  if (!withdrawn.empty() && log) {
+    std::string refused;
+    for (uint64_t id : withdrawn)
+      refused += (refused.empty() ? "" : ", ") + std::to_string(id);
     log->error("database: the grant of lease(s) {} could not be written and is refused to its "
                "client",
                refused);
+  }
   if (grants_ && !grants_held_) {
     bool durable = failed.empty();
     if (durable) {
