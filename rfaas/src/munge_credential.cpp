@@ -13,8 +13,10 @@ namespace rfaas::detail {
 
 namespace proto = rfaas::protocol;
 
-std::string attach_munge_credential(proto::LeaseRequest &request) {
+std::string attach_munge_credential(proto::LeaseRequest &request, bool *unreachable) {
   std::memset(request.credential, 0, sizeof request.credential);
+  if (unreachable)
+    *unreachable = false;
   std::vector<uint8_t> payload = proto::lease_request_binding(request);
   const char *job = std::getenv("SLURM_JOB_ID");
   if (job && *job)
@@ -33,6 +35,8 @@ std::string attach_munge_credential(proto::LeaseRequest &request) {
       munge_encode(&credential, ctx.get(), payload.data(), static_cast<int>(payload.size()));
   std::unique_ptr<char, decltype(&std::free)> owned(credential, &std::free);
   if (e != EMUNGE_SUCCESS) {
+    if (unreachable)
+      *unreachable = e == EMUNGE_SOCKET;
     const char *why = munge_ctx_strerror(ctx.get());
     return why ? why : munge_strerror(e);
   }

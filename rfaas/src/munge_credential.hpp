@@ -13,6 +13,8 @@ namespace rfaas::detail {
 /// lease_request_binding(request) followed by SLURM_JOB_ID (if set). Returns
 /// an empty string on success; otherwise why not (munged unreachable, ...),
 /// with the credential left empty: the resource manager then decides.
-std::string attach_munge_credential(protocol::LeaseRequest &request);
+/// `*unreachable` (when given) is set when munged could not be reached at
+/// all, as opposed to refusing: a caller may then skip asking for a while.
+std::string attach_munge_credential(protocol::LeaseRequest &request, bool *unreachable = nullptr);
 
 } // namespace rfaas::detail

@@ -218,6 +218,10 @@ struct resource_manager::impl {
   std::string client;
   /// rfaas::resource_manager::credential_problem().
   std::string credential_problem = "no lease requested yet";
+  /// Until when lease() does not ask munged again after it found none: a
+  /// client without munged would otherwise pay a failed connect (about a
+  /// microsecond and a half, a sizeable part of a lease on shm) per request.
+  Clock::time_point munge_retry_at{};
   timeouts deadlines;
   rdmalib::Fabric fabric;
   // The channel before the connection: its buffers outlive the close.
@@ -244,8 +248,17 @@ rfaas::lease resource_manager::lease(uint32_t cores, uint64_t memory_mib,
   if (!req.validate())
     throw Error(phase::lease, impl_->address, status::invalid_argument,
                 proto::describe(req.validate()));
-  // Last: the credential covers every other field.
-  std::string problem = detail::attach_munge_credential(req);
+  // Last: the credential covers every other field. A munged found absent
+  // is looked for again a second later, so one started meanwhile is used
+  // from then on.
+  std::string problem = impl_->credential_problem;
+  std::memset(req.credential, 0, sizeof req.credential);
+  const auto now = Clock::now();
+  if (now >= impl_->munge_retry_at) {
+    bool unreachable = false;
+    problem = detail::attach_munge_credential(req, &unreachable);
+    impl_->munge_retry_at = unreachable ? now + std::chrono::seconds(1) : Clock::time_point{};
+  }
   if (problem != impl_->credential_problem) {
     if (problem.empty())
       rfaas::logger().info("lease requests carry a MUNGE credential");

@@ -50,7 +50,8 @@ struct LeaseClaim {
 /// Initialises libsodium once; throws std::runtime_error if it cannot.
 void ensure_sodium();
 
-/// A fresh random node secret (libsodium randombytes).
+/// A fresh random node secret (a ChaCha20 stream keyed from libsodium's
+/// randombytes, erasing its keys as it goes).
 NodeSecret generate_secret();
 /// A fresh lease id in 1..2^53-1 (0 means "no lease" on the wire; the bound
 /// keeps ids exact in JSON clients). Ids rise with the wall clock (the

@@ -109,7 +109,8 @@ public:
   /// The request carries a MUNGE credential when munged answers on this host
   /// (its socket: RFAAS_MUNGE_SOCKET, else libmunge's default), with the
   /// SLURM job id (SLURM_JOB_ID) inside; without munged it carries none and
-  /// the resource manager decides. Throws Error(phase::lease) with
+  /// the resource manager decides (a munged found unreachable is asked
+  /// again at most once a second). Throws Error(phase::lease) with
   /// resources_unavailable when not enough is free, lease_invalid when the
   /// resource manager refused the credential (the message says why:
   /// missing, expired, replayed, another realm), bad_request for an
