@@ -4,9 +4,10 @@
 //
 // Why: a commit costs the resource manager about half of its CPU time per
 // lease (the log's pages written with pwrite, the file locks taken and
-// dropped with fcntl). A lease's grant, renewal or end still runs its SQL
-// in the store's open transaction, and a compact record of the same write
-// goes to this journal; the store commits the transaction later (at most
+// dropped with fcntl). A compact record of a lease's grant, renewal or end
+// goes to this journal, and its SQL runs after the answer left, in the
+// store's open transaction (Store::apply_pending); the store commits the
+// transaction later (at most
 // Store::kDeferAtMostMs later), storing in it the journal's last sequence
 // number, and empties the journal. The answer to the client leaves once
 // the record is written: a crash of the process keeps it (the kernel holds

@@ -18,6 +18,16 @@ std::shared_ptr<spdlog::logger> log() {
   auto l = spdlog::get("resource_manager");
   return l ? l : spdlog::default_logger();
 }
+
+using std::chrono::microseconds;
+/// A waiting lease write runs between requests once it is this old: a
+/// client that leases and releases back to back releases well within it,
+/// and the release then folds into the grant's write (one row write).
+constexpr microseconds kApplyAfter{100};
+/// After a pass that served requests, at most this many.
+constexpr size_t kApplyPerPass = 4;
+/// Beyond this many waiting, between requests they run whatever their age.
+constexpr size_t kApplyAtOnceAbove = 64;
 } // namespace
 
 Loop::Loop(Registry &registry, std::chrono::milliseconds tick_every)
@@ -189,6 +199,12 @@ void Loop::run() {
         log()->error("fabric pass failed: {}", e.what());
       }
       deliver_events();
+      // Lease writes whose answers left wait for their SQL
+      // (Store::apply_pending); a pass that served requests runs a few of
+      // the older ones after its answers, so that a loop never idle keeps
+      // their number low. Younger ones may yet be folded with a release.
+      if (worked)
+        registry_.store().apply_pending(kApplyPerPass, kApplyAfter);
       // Back-to-back passes publish at most once a millisecond: a snapshot
       // counts every node.
       if (worked) {
@@ -216,6 +232,12 @@ void Loop::run() {
       // sleep, so the window starves neither.
       now = std::chrono::steady_clock::now();
       if (now - fabric_worked_at < busy_poll_ && now < next_tick) {
+        // Between requests: one waiting lease write, so that a request
+        // that comes meanwhile waits for one at most.
+        Store &store = registry_.store();
+        if (store.apply_pending(1, store.pending_writes() > kApplyAtOnceAbove ? microseconds(0)
+                                                                              : kApplyAfter))
+          continue;
         // The clients that will send the next request may be waiting for
         // this CPU: let them have it between passes.
         sched_yield();
@@ -228,6 +250,7 @@ void Loop::run() {
       // between leases: a commit per lease again), but the sleep ends when
       // they are due.
       Store &store = registry_.store();
+      store.apply_pending();
       store.commit_if_due();
       if (unpublished_)
         publish();

@@ -389,9 +389,10 @@ Store::Store(const std::string &path, const CheckpointPolicy &checkpoints)
 }
 
 Store::~Store() {
-  // Only accounting waiting for its commit can be open here (every batch
-  // ends with commit_batch()): complete writes, kept.
-  if (batch_open_)
+  // Only writes waiting for their commit (accounting, lease writes) can be
+  // open or queued here (every batch ends with commit_batch()): complete
+  // writes, kept.
+  if (batch_open_ || !pending_.empty())
     commit_open();
   // Its connection closes first, so that closing the last one below copies
   // the whole log back and removes it (SQLite does that at the last close).
@@ -424,6 +425,8 @@ void Store::begin_batch() {
 }
 
 bool Store::open_batch(bool deferrable) {
+  // Lease writes that wait go first, so that writes stay in their order.
+  settle();
   if (!batch_wanted_) {
     // A write outside a batch is committed before it returns: so is what
     // a batch left open, first.
@@ -449,12 +452,12 @@ bool Store::open_batch(bool deferrable) {
 
 std::vector<uint64_t> Store::commit_batch() {
   batch_wanted_ = false;
-  if (!batch_open_)
+  if (!batch_open_ && pending_.empty())
     return {};
   // Only writes that may wait, young and few: the transaction stays open
   // (see store.hpp). Lease writes are durable once the journal holds them.
-  if (!must_commit_ && journal_.size() < kDeferAtMost &&
-      steady_ms() - opened_ms_ < kDeferAtMostMs) {
+  if (!must_commit_ && journal_.size() + pending_.size() < kDeferAtMost &&
+      (!batch_open_ || steady_ms() - opened_ms_ < kDeferAtMostMs)) {
     if (!grants_ || grants_->buffered() == 0)
       return {};
     std::string why;
@@ -467,24 +470,104 @@ std::vector<uint64_t> Store::commit_batch() {
 }
 
 void Store::join_batch() const {
+  Store *self = const_cast<Store *>(this);
+  self->settle();
   if (batch_wanted_)
-    const_cast<Store *>(this)->open_batch(true);
+    self->open_batch(true);
+}
+
+void Store::defer_lease_write(const Lease &l, bool fresh, bool put) {
+  const uint64_t seq = ++grant_seq_;
+  grants_->add(seq, put ? GrantJournal::Kind::Put : GrantJournal::Kind::Update, l);
+  auto it = pending_at_.find(l.id);
+  // Folded into the lease's waiting write only when that one's answer left
+  // with an earlier pass: a grant of this pass keeps a write of its own, so
+  // that commit_open() can still withdraw it alone.
+  if (it != pending_at_.end() && pending_[it->second - pending_base_].seq < pass_first_seq_) {
+    Pending &w = pending_[it->second - pending_base_];
+    w.lease = l;
+    if (put) {
+      // A whole lease again replaces rows the waiting write may not have
+      // made: no longer fresh unless that one was.
+      w.fresh = w.fresh && w.put;
+      w.put = true;
+    }
+    return;
+  }
+  pending_.push_back(Pending{l, seq, fresh, put, std::chrono::steady_clock::now()});
+  pending_at_[l.id] = pending_base_ + pending_.size() - 1;
+}
+
+void Store::apply_front() {
+  Pending w = std::move(pending_.front());
+  pending_.pop_front();
+  if (auto it = pending_at_.find(w.lease.id);
+      it != pending_at_.end() && it->second == pending_base_)
+    pending_at_.erase(it);
+  ++pending_base_;
+  try {
+    Transaction t(db_, *cache_, open_batch(true));
+    if (w.put)
+      write_lease(w.lease, w.fresh);
+    else if (!write_lease_change(w.lease))
+      write_lease(w.lease, false); // not stored yet: the whole lease
+    t.commit();
+    journal_.push_back(Redo{w.lease.id, [this, l = w.lease] { put_lease(l); }, w.seq, w.fresh});
+  } catch (const StoreError &e) {
+    // Answered already, its record in the journal (or its buffer, written
+    // before this pass's answers): the journal keeps it, held.
+    if (!grants_held_) {
+      grants_held_ = true;
+      if (auto log = spdlog::get("resource_manager"))
+        log->error("database: writing lease {} failed ({}); the grant journal {} keeps it and "
+                   "every lease write until a commit succeeds",
+                   w.lease.id, e.what(), grants_->path());
+    }
+    append_held();
+  }
+}
+
+size_t Store::apply_pending(size_t at_most, std::chrono::microseconds older_than) {
+  if (pending_.empty() || applying_)
+    return 0;
+  const auto now = older_than.count() > 0 ? std::chrono::steady_clock::now()
+                                          : std::chrono::steady_clock::time_point::max();
+  const bool wanted = batch_wanted_;
+  // In the batch's transaction (opened, deferred, if none is).
+  batch_wanted_ = true;
+  applying_ = true;
+  size_t n = 0;
+  while (n < at_most && !pending_.empty() &&
+         (older_than.count() == 0 || now - pending_.front().at >= older_than)) {
+    apply_front();
+    ++n;
+  }
+  applying_ = false;
+  batch_wanted_ = wanted;
+  return n;
 }
 
 void Store::commit_deferred() {
-  if (batch_open_ && !batch_wanted_)
+  if ((batch_open_ || !pending_.empty()) && !batch_wanted_)
     commit_open();
 }
 
 std::optional<std::chrono::steady_clock::time_point> Store::commit_due() const {
-  if (!batch_open_ || batch_wanted_)
+  using std::chrono::milliseconds;
+  using std::chrono::steady_clock;
+  if (batch_wanted_ || (!batch_open_ && pending_.empty()))
     return std::nullopt;
-  return std::chrono::steady_clock::time_point(
-      std::chrono::milliseconds(opened_ms_ + kDeferAtMostMs));
+  auto due = steady_clock::time_point::max();
+  if (batch_open_)
+    due = steady_clock::time_point(milliseconds(opened_ms_ + kDeferAtMostMs));
+  // A lease write still waiting for its SQL counts from when it was made.
+  if (!pending_.empty())
+    due = std::min(due, pending_.front().at + milliseconds(kDeferAtMostMs));
+  return due;
 }
 
 void Store::commit_if_due() {
-  if (batch_open_ && !batch_wanted_ && steady_ms() - opened_ms_ >= kDeferAtMostMs)
+  if (auto due = commit_due(); due && std::chrono::steady_clock::now() >= *due)
     commit_open();
 }
 
@@ -549,6 +632,8 @@ void Store::grants_committed() {
 }
 
 std::vector<uint64_t> Store::commit_open(uint64_t unanswered_from) {
+  // The database holds every journal record up to the number stored below.
+  apply_pending();
   batch_open_ = false;
   must_commit_ = false;
   auto log = spdlog::get("resource_manager");
@@ -806,6 +891,10 @@ std::vector<Node> Store::load_nodes() const {
 }
 
 void Store::put_lease(const Lease &l, bool fresh) {
+  if (defers_lease_writes()) {
+    defer_lease_write(l, fresh, true);
+    return;
+  }
   Transaction t(db_, *cache_, open_batch(grants_ && !grants_held_));
   write_lease(l, fresh);
   t.commit();
@@ -849,6 +938,10 @@ void Store::write_lease(const Lease &l, bool fresh) {
 }
 
 void Store::update_lease(const Lease &l) {
+  if (defers_lease_writes()) {
+    defer_lease_write(l, false, false);
+    return;
+  }
   open_batch(grants_ && !grants_held_);
   if (!write_lease_change(l)) {
     // Not stored yet (a failed grant write made again): the whole lease.

@@ -7,18 +7,21 @@
 // were. The loop groups the writes of one pass over the fabric in a batch:
 // one commit for all its grants, each write a savepoint inside it, and the
 // answers leave only once the batch is committed, or, for a batch of lease
-// writes, once the grant journal holds them (grant_journal.hpp): the
-// transaction then stays open up to kDeferAtMostMs and takes the next
-// passes' writes too. Only the loop thread uses a Store.
+// writes, once the grant journal holds them (grant_journal.hpp): their SQL
+// then runs after the answers (apply_pending), and the transaction stays
+// open up to kDeferAtMostMs and takes the next passes' writes too. Only the
+// loop thread uses a Store.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -98,8 +101,10 @@ public:
   std::vector<Node> load_nodes() const;
 
   /// Inserts or replaces a lease and its parts. Inside a batch, with a
-  /// grant journal, it may wait for its commit: commit_batch() writes its
-  /// record to the journal instead. `fresh`: a grant, whose id was never
+  /// grant journal, it waits: its record goes to the journal's buffer, which
+  /// commit_batch() writes with one write(2) before the pass's answers
+  /// leave, and its SQL runs later (apply_pending()): no statement is on
+  /// the lease's path. `fresh`: a grant, whose id was never
   /// stored (no old parts to delete first) and whose client has not been
   /// answered yet (commit_batch() refuses it when its write fails again).
   /// Not fresh: a lease written again (a renewal of a lease the database
@@ -107,8 +112,23 @@ public:
   void put_lease(const Lease &lease, bool fresh = false);
   /// Stores a change of an already stored lease's state, expiry and end
   /// (renewal, end): one row, its parts untouched (they never change).
-  /// Waits for its commit as put_lease does.
+  /// Waits as put_lease does; a change of a lease whose write still waits
+  /// from an earlier pass replaces that write (a lease granted and released
+  /// between two applications costs one row write).
   void update_lease(const Lease &lease);
+  /// Runs, oldest first, at most `at_most` of the lease writes waiting for
+  /// their SQL, only those that have waited `older_than` or more; returns
+  /// how many ran. Each runs in the open (deferred) transaction, which is
+  /// committed as commit_batch() says. The loop calls it between requests
+  /// and before it sleeps; every other call of the Store (a read, another
+  /// write, a commit) runs them all first, so nothing sees the database
+  /// without them. A write that fails here was answered already and its
+  /// record is in the journal: the journal is then held (see
+  /// commit_batch()). Never throws.
+  size_t apply_pending(size_t at_most = SIZE_MAX,
+                       std::chrono::microseconds older_than = std::chrono::microseconds(0));
+  /// Lease writes waiting for their SQL.
+  size_t pending_writes() const { return pending_.size(); }
   /// Whether lease `id` was ever stored (one primary-key look-up).
   bool lease_exists(uint64_t id) const;
   /// The highest lease id stored (0 when none): ids given above it cannot
@@ -236,6 +256,22 @@ private:
   /// stay buffered for the next try.
   void append_held();
 
+  /// Whether a lease write now waits (apply_pending()) instead of running:
+  /// inside a batch, with a journal that is not held.
+  bool defers_lease_writes() const {
+    return grants_ && !grants_held_ && batch_wanted_ && !redoing_;
+  }
+  /// Journals a lease write and queues it (or folds it into the waiting
+  /// write of the same lease).
+  void defer_lease_write(const Lease &lease, bool fresh, bool put);
+  /// Runs the oldest waiting lease write (inside a batch).
+  void apply_front();
+  /// Runs every waiting lease write, unless one is running.
+  void settle() {
+    if (!pending_.empty() && !applying_)
+      apply_pending();
+  }
+
   /// SQLite's WAL hook: after each commit, with the log's size in pages.
   static int committed(void *store, sqlite3 *db, const char *schema, int pages);
 
@@ -306,6 +342,26 @@ private:
   uint64_t leave_retry_at_ms_ = 0;
   static constexpr uint64_t kLeaveRetryMs = 1000;
   size_t replayed_ = 0;
+
+  /// A lease write waiting for its SQL: its record is in the journal (or
+  /// its buffer, until the pass ends).
+  struct Pending {
+    Lease lease;
+    /// Its record's sequence number (of the first write folded into it).
+    uint64_t seq = 0;
+    /// put_lease's `fresh`.
+    bool fresh = false;
+    /// The whole lease (put_lease), else its change (update_lease).
+    bool put = false;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::deque<Pending> pending_;
+  /// The position of pending_.front() counted since the Store opened, and
+  /// each lease's waiting write by that count.
+  uint64_t pending_base_ = 0;
+  std::unordered_map<uint64_t, uint64_t> pending_at_;
+  /// Inside apply_pending().
+  bool applying_ = false;
 };
 
 } // namespace rfaas::rm

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -626,6 +627,80 @@ int byte_from_killed_child(const std::function<char()> &body) {
 }
 
 } // namespace
+
+// A lease write whose answer left runs its SQL later (apply_pending): a
+// release in a later pass folds into the grant's waiting write, so the
+// database gets one row write with the final state; a change within the
+// grant's own pass does not fold (the grant may still be withdrawn alone).
+// Every read and every other write runs the waiting ones first.
+TEST(Store, ALeaseReleasedBeforeItsWriteRanIsWrittenOnce) {
+  TempDb db;
+  Store s(db.path);
+  s.begin_batch();
+  Lease a = lease(7);
+  s.put_lease(a, true);
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_EQ(s.pending_writes(), 1u) << "the grant's SQL ran on its path";
+  EXPECT_EQ(s.apply_pending(10, std::chrono::hours(1)), 0u) << "a young write ran";
+
+  const uint64_t before = s.statements_run();
+  s.begin_batch();
+  a.state = LeaseState::Released;
+  a.ended_ms = 150;
+  s.update_lease(a);
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_EQ(s.pending_writes(), 1u) << "the release did not fold into the grant's write";
+  EXPECT_EQ(s.statements_run(), before) << "the release ran SQL on its path";
+
+  s.begin_batch();
+  Lease b = lease(8);
+  s.put_lease(b, true);
+  b.state = LeaseState::Revoked;
+  b.ended_ms = 160;
+  s.update_lease(b);
+  EXPECT_TRUE(s.commit_batch().empty());
+  EXPECT_EQ(s.pending_writes(), 3u) << "a change folded into a grant of its own pass";
+
+  EXPECT_EQ(s.apply_pending(1), 1u);
+  EXPECT_EQ(s.pending_writes(), 2u);
+  // A read runs the rest first.
+  auto seven = s.load_lease(7);
+  EXPECT_EQ(s.pending_writes(), 0u);
+  ASSERT_TRUE(seven.has_value());
+  EXPECT_EQ(seven->state, LeaseState::Released);
+  EXPECT_EQ(seven->ended_ms, 150u);
+  EXPECT_EQ(seven->parts.size(), 2u);
+  auto eight = s.load_lease(8);
+  ASSERT_TRUE(eight.has_value());
+  EXPECT_EQ(eight->state, LeaseState::Revoked);
+  EXPECT_EQ(eight->parts.size(), 2u);
+
+  // Committed when due, the journal emptied; a reopened file has both.
+  s.commit_deferred();
+  EXPECT_TRUE(committed_lease(db.path, 7, "released"));
+  EXPECT_TRUE(committed_lease(db.path, 8, "revoked"));
+  EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u);
+}
+
+// A write waiting for its SQL counts toward the commit's deadline, and a
+// write outside a batch runs it first, so the order of writes holds.
+TEST(Store, AWaitingLeaseWriteIsDueAndKeepsItsOrder) {
+  TempDb db;
+  Store s(db.path);
+  s.begin_batch();
+  Lease l = lease(9);
+  s.put_lease(l, true);
+  s.commit_batch();
+  ASSERT_TRUE(s.commit_due().has_value()) << "a waiting write has no deadline";
+  EXPECT_LE(*s.commit_due(),
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(Store::kDeferAtMostMs));
+  l.state = LeaseState::Released;
+  l.ended_ms = 170;
+  s.update_lease(l); // outside a batch: at once, after the grant's write
+  EXPECT_EQ(s.pending_writes(), 0u);
+  EXPECT_TRUE(committed_lease(db.path, 9, "released"));
+  EXPECT_FALSE(s.commit_due().has_value());
+}
 
 // Lease writes that wait for their commit survive the death of the process
 // that made them (killed, its Store never destroyed): the journal holds
