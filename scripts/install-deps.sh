@@ -26,8 +26,9 @@ packages=(
   # executors' sandbox: seccomp filters; the oci kind and its tests (podman
   # with runc: crun refuses hybrid cgroup hierarchies)
   libseccomp-dev podman runc
-  # tests and benchmarks; gdb: a test that times out prints the stacks of what hung
-  libgtest-dev libbenchmark-dev gdb
+  # tests and benchmarks; gdb: a test that times out prints the stacks of what hung;
+  # strace: server.pool.*.midconnect holds an executor in the middle of its connect
+  libgtest-dev libbenchmark-dev gdb strace
   # the Python module (rfaas/python/) for Debian's python3, and its tests
   python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
   # benchmarks/plot.py (its figures and their smoke test)

@@ -139,6 +139,10 @@ void Connection::close() noexcept {
 
 bool Connection::is_open() const noexcept { return impl_ && impl_->usable(); }
 
+bool Connection::answer_pending() const noexcept {
+  return impl_ && impl_->open && impl_->answer_owed();
+}
+
 void Connection::set_post_deadline(std::chrono::milliseconds deadline) noexcept {
   ops().set_post_deadline(deadline);
 }

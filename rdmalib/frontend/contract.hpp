@@ -117,6 +117,9 @@
 //   bool arm() noexcept;
 //       Operations::arm(): after the caller's polls, true when sleeping on
 //       wait_fd() is safe; false when something may already be pending.
+//   bool answer_owed() const noexcept;
+//       Connection::answer_pending(): an accepted link's handshake answer
+//       that the provider has not taken yet (only its polls post it again).
 //   int wait_slice_ms() const;
 //       The longest single sleep in Operations::wait, so that check_peer()
 //       runs often enough (events that do not wake the sleep).

@@ -748,6 +748,7 @@ struct ConnectionImpl final : LinkCore {
   lf::WaitEpoll wait;
   int wait_fd() noexcept;
   bool arm() noexcept;
+  bool answer_owed() const noexcept { return answer_pending; }
   /// The event queue (a peer's shutdown on connected endpoints) is only
   /// looked at between sleeps; completions wake a sleep at once.
   int wait_slice_ms() const noexcept { return eq ? 20 : 200; }

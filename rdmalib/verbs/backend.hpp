@@ -282,6 +282,8 @@ struct ConnectionImpl final : LinkCore {
   int wait_epoll = -2;
   int wait_fd() noexcept;
   bool arm() noexcept;
+  /// The connection manager completes accept(): no answer is ever left owed.
+  bool answer_owed() const noexcept { return false; }
   /// Takes the channel's pending events (non-blocking) and acknowledges
   /// them; the queue must be armed again afterwards.
   void drain_channel(Queue q) noexcept;

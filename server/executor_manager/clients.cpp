@@ -167,6 +167,17 @@ void Manager::accept_one(rdmalib::ConnectionRequest &req) {
         return refuse(proto::ErrorCode::LeaseInvalid,
                       "an executor presented an unknown or spent pooled secret");
       rdmalib::ConnectionOptions opts = executor_link_options(cfg_.connect_ms);
+      // Reliable-datagram fabrics: the answer leaves in the background,
+      // posted again by poll_pooled_links() until workers_connected, and
+      // the loop polls every millisecond meanwhile (pooled_answer_pending)
+      // so that the executor gets it as soon as the provider takes it. An
+      // executor stopped or stuck in the middle of its connect (tcp;ofi_rxm
+      // first connects back to it) held the whole loop for that long
+      // otherwise: clients timed out and the refills' links failed. Nothing
+      // is sent on the link before it is bound, and it is bound only once
+      // the executor reported in, which it does after the answer reached it;
+      // an answer that never leaves ends the link (discarded as any other).
+      opts.accept_in_background = true;
       p->conn = req.accept(reply_bytes, sizeof reply_bytes, milliseconds(cfg_.workers_connected_ms),
                            opts);
       proto::ControlOptions copts;
@@ -321,6 +332,13 @@ void Manager::poll_pooled_links() {
     zygote_.unpool(p.pid, why);
     it = pooled_links_.erase(it);
   }
+}
+
+bool Manager::pooled_answer_pending() const {
+  for (const auto &kv : pooled_links_)
+    if (kv.second->connected && kv.second->conn.answer_pending())
+      return true;
+  return false;
 }
 
 void Manager::reply(Client &c, proto::ErrorCode status, uint64_t id, uint32_t workers,

@@ -145,6 +145,8 @@ int Manager::run() {
         busy ? (quiet ? kSettledPollMs : kBusyPollMs) : (listener_.fd() < 0 ? 10 : kAcceptLookMs);
     if (rm_) // heartbeats and lease-ended notices
       timeout = std::min(timeout, 20);
+    if (pooled_answer_pending())
+      timeout = std::min(timeout, 1);
     ::poll(p, 3, timeout);
     if (p[2].revents & POLLIN) {
       signalfd_siginfo si;

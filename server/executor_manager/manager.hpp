@@ -123,6 +123,10 @@ private:
   /// come up within executor_start_ms, is discarded with its executor
   /// (ZygoteLink::unpool), so that no allocation is bound to it.
   void poll_pooled_links();
+  /// Some pooled executor's accounting link still owes it the answer to its
+  /// hello (left in the background: only polls post it again), so the loop
+  /// must poll again within a millisecond rather than sleep.
+  bool pooled_answer_pending() const;
   /// The zygote died, or could not be started again (`what`): it is
   /// restarted at once the first time, then after a back-off that doubles
   /// from kZygoteBackoffStep up to kZygoteBackoffMax while it keeps failing

@@ -125,6 +125,15 @@ public:
   /// True from a successful connect() or accept() until close() or a move.
   bool is_open() const noexcept;
 
+  /// Server side of ConnectionOptions::accept_in_background: true while the
+  /// handshake answer has not left yet (the provider could not take it; the
+  /// next poll or wait on this link posts it again, until accept's timeout).
+  /// The peer waits for that answer, so a loop that sleeps between its polls
+  /// should poll this link again soon while it holds. False on every other
+  /// link (connected fabrics, or the answer already taken). Cheap; not
+  /// thread-safe, like the data path.
+  bool answer_pending() const noexcept;
+
   /// Changes ConnectionOptions::post_deadline from now on (negative = 0).
   /// For a caller about to post under a shorter deadline of its own: a post
   /// to a peer that vanished can find no room for the whole post deadline

@@ -3,6 +3,7 @@
 // device databases.
 #include "common.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -491,6 +492,54 @@ TEST_P(Setup, ListenerFdSignalsPendingRequest) {
       [&] {
         Connection c = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
         EXPECT_TRUE(c.is_open());
+      });
+}
+
+/// ConnectionOptions::accept_in_background: Connection::answer_pending()
+/// holds exactly while the answer has not left (the client cannot have
+/// connected meanwhile: only this thread's polls post it), and clears once
+/// polls got it out; never set on connected fabrics, whose accept completes
+/// in the connection manager. A single-threaded server (the executor
+/// manager) sleeps only while it is clear.
+TEST_P(Setup, BackgroundAnswerIsPendingUntilItLeaves) {
+  Listener listener(*server_fabric_, Address{server_ip(), 0});
+  const Address where = listener.address();
+  auto pd = pattern_vector(32, 8);
+  std::atomic<bool> connected{false};
+  run_both(
+      [&] {
+        ConnectionOptions opts;
+        opts.accept_in_background = true;
+        ConnectionRequest req = listener.next_request(kDeadline);
+        Connection c = req.accept(pd.data(), pd.size(), kDeadline, opts);
+        ASSERT_TRUE(c.is_open());
+        if (caps().endpoint == EndpointType::Connected) {
+          EXPECT_FALSE(c.answer_pending()) << "a connected fabric's accept left an answer owed";
+        }
+        Completion out[4];
+        size_t pending_polls = 0;
+        const auto t0 = Clock::now();
+        while (Clock::now() - t0 < kDeadline && (c.answer_pending() || !connected.load())) {
+          if (c.answer_pending()) {
+            ++pending_polls;
+            ASSERT_FALSE(connected.load())
+                << "the client connected while its answer was said not to have left";
+          }
+          c.ops().poll(Queue::Recv, out, 4);
+          c.ops().poll(Queue::Send, out, 4);
+          std::this_thread::yield();
+        }
+        EXPECT_FALSE(c.answer_pending()) << "the answer never left: " << c.ops().last_error();
+        EXPECT_TRUE(connected.load()) << "the client never connected";
+        RecordProperty("polls_while_pending", static_cast<int>(pending_polls));
+        c.close();
+        EXPECT_FALSE(c.answer_pending());
+      },
+      [&] {
+        Connection c = Connection::connect(*client_fabric_, where, pd.data(), pd.size(), kDeadline);
+        EXPECT_TRUE(c.is_open());
+        EXPECT_EQ(c.peer_private_data(), pd);
+        connected = true;
       });
 }
 

@@ -22,7 +22,16 @@
 # * a zygote that exits at once every time it is restarted: restarted with
 #   back-off, one error for the burst, and allocations work once it stays up.
 #
-#   pool_test.sh MANAGER PROBE DEVICES LIBRARY DEVICE [edges]
+#
+# With "midconnect", only this (a reliable-datagram device such as lo-rxm;
+# needs strace): a pooled executor stuck in the middle of connecting its
+# accounting link (the manager has its hello; the executor, held by strace
+# in the accept of the manager's connection back to it, never takes the
+# answer). Allocations meanwhile must be served: the manager's answer to it
+# used to be waited for in its loop, and every client timed out for
+# workers_connected (10 s).
+#
+#   pool_test.sh MANAGER PROBE DEVICES LIBRARY DEVICE [edges|midconnect]
 set -u
 MANAGER=$1 PROBE=$2 DEVICES=$3 LIBRARY=$4 DEVICE=$5 EDGES=${6:-}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -32,8 +41,10 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 . "$(dirname "$0")/standalone_manager.sh"
 WORK=$(mktemp -d /tmp/rfaas-pool.XXXXXX)
 MPID=
+STRACE=
 ITERATIONS=50
 cleanup() {
+  [ -n "$STRACE" ] && kill "$STRACE" 2>/dev/null
   if [ -n "$MPID" ] && kill -0 "$MPID" 2>/dev/null; then
     kill -KILL "$MPID" 2>/dev/null
   fi
@@ -110,6 +121,61 @@ allocate() {
     fail "$name: allocation $id was not accounted ($ended)"
   echo "pool: $name: ${LINE#*\] } -> $calls invocation(s) accounted"
 }
+
+if [ "$EDGES" = midconnect ]; then
+  read -r CHILD _ < <(wait_pool 1)
+  [ -n "$CHILD" ] || fail "midconnect: the pool never filled"
+  SEEN+="$CHILD "
+  # The refill after this allocation stops itself before its fabric opens.
+  echo before >"$WORK/hook-stall"
+  allocate midconnect-trigger
+  for _ in $(seq 200); do
+    STALLED=$(grep -oE 'test hook: pooled executor [0-9]+ stops' "$WORK/manager.err" | grep -oE '[0-9]+')
+    [ -n "$STALLED" ] && [ "$(awk '{print $3}' /proc/"$STALLED"/stat 2>/dev/null)" = T ] && break
+    sleep 0.05
+  done
+  [ -n "$STALLED" ] || fail "midconnect: no pooled executor took the stall hook"
+  # Once continued, it connects; its accept of the manager's connection back
+  # to it (tcp;ofi_rxm) takes 20 s: the manager has its hello and cannot
+  # deliver the answer.
+  strace -f -qq -o "$WORK/strace.out" -e trace=accept,accept4 \
+    -e inject=accept,accept4:delay_enter=20000000 -p "$STALLED" 2>"$WORK/strace.err" &
+  STRACE=$!
+  for _ in $(seq 100); do
+    [ "$(awk '/^TracerPid:/ {print $2}' /proc/"$STALLED"/status 2>/dev/null)" = "$STRACE" ] && break
+    sleep 0.05
+  done
+  if [ "$(awk '/^TracerPid:/ {print $2}' /proc/"$STALLED"/status 2>/dev/null)" != "$STRACE" ]; then
+    echo "pool: midconnect: SKIPPED: strace cannot trace the pooled executor here:" \
+      "$(cat "$WORK/strace.err")"
+    exit 77
+  fi
+  kill -CONT "$STALLED"
+  for _ in $(seq 200); do
+    grep -q 'accept' "$WORK/strace.out" && break
+    sleep 0.05
+  done
+  grep -q 'accept' "$WORK/strace.out" ||
+    fail "midconnect: the pooled executor $STALLED never accepted the manager's connection"
+  START=$(date +%s%N)
+  allocate midconnect-meanwhile
+  MS=$((($(date +%s%N) - START) / 1000000))
+  [[ $LINE =~ executor\ pid\ $STALLED( |$) ]] &&
+    fail "midconnect: an allocation took the pooled executor $STALLED stuck in its connect"
+  echo "pool: midconnect: an allocation served in $MS ms while the pooled executor $STALLED is stuck in its connect"
+  # Let go, it takes the answer (still posted until workers_connected) and
+  # joins the pool, or the zygote lets it go after executor_start; either
+  # way the manager serves on.
+  kill "$STRACE" 2>/dev/null
+  wait "$STRACE" 2>/dev/null
+  STRACE=
+  allocate midconnect-after
+  kill -TERM "$MPID"
+  wait "$MPID"
+  MPID=
+  echo "pool: PASS"
+  exit 0
+fi
 
 # The pooled executor is killed; the allocation right after races the
 # zygote's reaping of it.
