@@ -460,8 +460,6 @@ void FabricServer::take_pass() {
 bool FabricServer::poll(Registry &registry) {
   bool worked = take_accepted();
   const auto now = Clock::now();
-  if (now - swept_ >= kSweepEvery)
-    sweep(now);
   // The pass's writes are one transaction, and its answers wait for its
   // commit (queue_bytes holds them), whatever ends the pass.
   Store &store = registry.store();
@@ -521,6 +519,12 @@ bool FabricServer::poll(Registry &registry) {
   }
   if (latencies_)
     latencies_->fabric_work.messages.fetch_add(messages, std::memory_order_relaxed);
+  // After the reads, not before: a loop that stood still longer than a
+  // timeout (stopped, starved of CPU) first reads what its peers sent
+  // meanwhile, so a peer whose first request waits is served, not closed as
+  // silent. A peer closed here has no answer queued (sweep() spares those).
+  if (now - swept_ >= kSweepEvery)
+    sweep(now);
   // Peers left for the next pass: it must follow at once.
   worked |= !deferred_.empty();
   // Answers leave after the commit: those of this pass's peers, and of any

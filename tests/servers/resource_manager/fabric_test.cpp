@@ -673,6 +673,37 @@ TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
   EXPECT_TRUE(served) << "idle clients kept their connections";
 }
 
+// A resource manager that stood still for longer than idle_timeout_ms
+// (stopped, starved of CPU) reads what came meanwhile before it closes
+// silent peers: a client whose first request waits is answered.
+TEST(RmFabric, AStalledResourceManagerAnswersTheRequestThatWaitedBeforeClosingIdlePeers) {
+  ResourceManager small;
+  small.start(json{{"idle_timeout_ms", 300}, {"client_idle_timeout_ms", 60000}});
+  struct Stop {
+    ResourceManager &m;
+    ~Stop() { m.stop(); }
+  } stop{small};
+  Peer client(&small);
+  const pid_t pid = small.process().pid();
+  {
+    struct Continue {
+      pid_t pid;
+      ~Continue() { ::kill(pid, SIGCONT); }
+    } resume{pid};
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    proto::LeaseRequest req;
+    req.cores = 1000; // more than anyone has: answered with the reason
+    proto::set_text(req.client, "ida");
+    ASSERT_EQ(client.channel.send(req, in(5s)), proto::ChannelStatus::Ok);
+    // The stall itself: twice the silence a new peer is allowed.
+    std::this_thread::sleep_for(600ms);
+  }
+  // Closed as silent, the client sees its link end here instead.
+  std::vector<proto::LeaseGrantPart> parts;
+  proto::LeaseGrant g = client.await_grant(parts);
+  EXPECT_EQ(g.status, proto::ErrorCode::ResourcesUnavailable) << proto::get_text(g.message);
+}
+
 // A node that registers again (after a restart of its own, or of the
 // resource manager) is told again of every ended lease whose token has not
 // expired, so that a token of a released lease does not come back to life.
