@@ -24,9 +24,10 @@ using std::chrono::microseconds;
 /// client that leases and releases back to back releases well within it,
 /// and the release then folds into the grant's write (one row write).
 constexpr microseconds kApplyAfter{100};
-/// After a pass that served requests, at most this many.
+/// After a pass that served requests, at most this many, and only beyond
+/// kApplyAtOnceAbove waiting.
 constexpr size_t kApplyPerPass = 4;
-/// Beyond this many waiting, between requests they run whatever their age.
+/// Beyond this many waiting, they run whatever their age.
 constexpr size_t kApplyAtOnceAbove = 64;
 } // namespace
 
@@ -200,11 +201,12 @@ void Loop::run() {
       }
       deliver_events();
       // Lease writes whose answers left wait for their SQL
-      // (Store::apply_pending); a pass that served requests runs a few of
-      // the older ones after its answers, so that a loop never idle keeps
-      // their number low. Younger ones may yet be folded with a release.
-      if (worked)
-        registry_.store().apply_pending(kApplyPerPass, kApplyAfter);
+      // (Store::apply_pending), run between requests (below). A pass that
+      // served requests runs some only when many wait (a loop never idle):
+      // the same clients' next requests are due at once, and one that
+      // comes while a write runs waits for it.
+      if (worked && registry_.store().pending_writes() > kApplyAtOnceAbove)
+        registry_.store().apply_pending(kApplyPerPass);
       // Back-to-back passes publish at most once a millisecond: a snapshot
       // counts every node.
       if (worked) {
