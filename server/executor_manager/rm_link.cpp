@@ -414,17 +414,25 @@ bool RmLink::exchange(std::vector<proto::LeaseEnded> &ended, uint32_t allocation
       }
       ++got;
       ++reads;
+      // A burst: this message came soon after the one before.
+      const auto at = Clock::now();
+      burst_ = at - last_read_ < kQuietGap;
+      last_read_ = at;
       if (!handle(m, ended))
         return false;
     }
     const auto now = Clock::now();
-    if (got)
-      last_read_ = now;
     const Step step = send_step(idle, allocations);
     if (step == Step::Dropped)
       return false;
-    if (reads >= kReadsPerPoll || now - started >= kPollTime) {
+    if (reads >= kReadsPerPoll) {
       more_waiting_ = true;
+      return true;
+    }
+    if (now - started >= kPollTime) {
+      // A burst under way is read on at once; otherwise within the
+      // descriptor-less cadence (prepare_wait).
+      more_waiting_ = burst_;
       return true;
     }
     if (got == kReadsPerRound || step == Step::Moved) {
@@ -434,10 +442,12 @@ bool RmLink::exchange(std::vector<proto::LeaseEnded> &ended, uint32_t allocation
       return true;
     }
     // Read empty and nothing more to send. Without a descriptor to wake
-    // on, a notice that follows within microseconds (a burst: the resource
-    // manager posts the next one as the last is taken) is waited for here
-    // rather than a millisecond later.
-    if (wait_fd_ >= 0 || reads == 0 || now - last_read_ >= kQuietGap)
+    // on, during a burst (messages less than kQuietGap apart: the resource
+    // manager posts the next notice as the last is taken) the next one is
+    // waited for here rather than a millisecond later. Messages further
+    // apart (many nodes sharing a client's releases) are not spun for: a
+    // spin per message would keep every such node's core busy.
+    if (wait_fd_ >= 0 || reads == 0 || !burst_ || now - last_read_ >= kQuietGap)
       return true;
   }
 }

@@ -40,11 +40,11 @@
 // the link's descriptor where it has one of its own (prepare_wait): a
 // notice wakes it at once. Where links share one endpoint, or the provider
 // has no descriptor (shm), poll() keeps looking for a short while after each
-// message (on shm the resource manager's next notice was seen to wait until
-// this side took the last one: a burst comes a message per look), and the
-// loop comes back within a millisecond while notices flow. Reading fewer than
-// arrive would leave them waiting at the resource manager, which keeps a
-// bounded number per node and drops the oldest beyond it.
+// message of a burst (on shm the resource manager's next notice was seen to
+// wait until this side took the last one: a burst comes a message per look),
+// and the loop comes back within a millisecond while notices flow. Reading
+// fewer than arrive would leave them waiting at the resource manager, which
+// keeps a bounded number per node and drops the oldest beyond it.
 //
 // Driven by the manager's loop thread through poll(); not thread-safe (the
 // connection thread touches only its own attempt).
@@ -203,6 +203,8 @@ private:
   /// When a message was last read (the descriptor-less wait polls more
   /// often for a while after).
   std::chrono::steady_clock::time_point last_read_{};
+  /// The last message came soon after the one before (see exchange()).
+  bool burst_ = false;
   /// The connection's descriptor, -1 when it has none or it is not used
   /// (links sharing an endpoint: every client's message would wake the
   /// loop), -2 until asked.
