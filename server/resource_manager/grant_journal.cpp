@@ -1,6 +1,7 @@
 #include "resource_manager/grant_journal.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,21 @@ constexpr size_t kHeader = 8;
 constexpr uint32_t kMaxBody = 1u << 20;
 /// Sequence number and kind: the smallest body.
 constexpr uint32_t kMinBody = 9;
+/// The file's first allocation (about 2,000 records; the journal is
+/// emptied at every commit, at most 256 lease writes apart), and the step
+/// its allocation grows by, doubling, while the journal is held.
+constexpr uint64_t kFirstCapacity = 256 * 1024;
+/// Beyond this, an emptied journal gives its space back.
+constexpr uint64_t kKeepCapacity = 8 * kFirstCapacity;
+
+/// The offset after the last byte that is not zero: the file's allocation
+/// beyond the records is zeros.
+size_t data_end(const std::string &data) {
+  size_t end = data.size();
+  while (end > 0 && data[end - 1] == 0)
+    --end;
+  return end;
+}
 
 std::array<uint32_t, 256> make_crc_table() {
   std::array<uint32_t, 256> t{};
@@ -179,9 +195,7 @@ uint32_t crc32(const void *data, size_t n) {
 }
 
 GrantJournal::GrantJournal(std::string path) : path_(std::move(path)) {
-  // O_APPEND: every write lands at the end whatever the offset, and a
-  // write of one buffer is never interleaved with anything.
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd_ < 0)
     throw std::runtime_error(error_text("cannot open", path_, errno));
   struct stat st {};
@@ -196,12 +210,58 @@ GrantJournal::GrantJournal(std::string path) : path_(std::move(path)) {
     ::close(fd_);
     throw std::runtime_error(error_text("cannot make 0600", path_, err));
   }
+  // Nothing is mapped or allocated yet: a journal found damaged must be
+  // left as it is. Records go after the last one there, or after whatever
+  // else is there (a torn tail: the Store empties the journal after its
+  // replay, before it adds any).
   size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    std::string data;
+    try {
+      data = read_file();
+    } catch (const std::runtime_error &) {
+      ::close(fd_);
+      throw;
+    }
+    // The whole records first (the last may end in zero bytes), then
+    // anything else that is not the allocation's zeros.
+    size_t at = 0;
+    Record r;
+    for (size_t size = 0; record_at(data, at, r, size);)
+      at += size;
+    size_ = std::max<uint64_t>(at, data_end(data));
+  }
 }
 
 GrantJournal::~GrantJournal() {
+  if (map_)
+    ::munmap(map_, static_cast<size_t>(capacity_));
   if (fd_ >= 0)
     ::close(fd_);
+}
+
+bool GrantJournal::reserve(uint64_t bytes, std::string &error) {
+  if (map_ && bytes <= capacity_)
+    return true;
+  uint64_t cap = std::max<uint64_t>(kFirstCapacity, capacity_);
+  while (cap < bytes)
+    cap *= 2;
+  // Allocated, not only sized: a store into a page of a mapped file that
+  // the disk cannot hold is a SIGBUS, where a full disk must be an error.
+  if (const int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(cap)); err != 0) {
+    error = error_text("cannot allocate", path_, err);
+    return false;
+  }
+  void *m = ::mmap(nullptr, static_cast<size_t>(cap), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (m == MAP_FAILED) {
+    error = error_text("cannot map", path_, errno);
+    return false;
+  }
+  if (map_)
+    ::munmap(map_, static_cast<size_t>(capacity_));
+  map_ = static_cast<unsigned char *>(m);
+  capacity_ = cap;
+  return true;
 }
 
 std::string GrantJournal::encode(uint64_t seq, Kind kind, const Lease &l) {
@@ -259,21 +319,16 @@ bool GrantJournal::withdraw(uint64_t seq) {
 bool GrantJournal::flush(std::string &error) {
   if (buffer_.empty())
     return true;
-  const ssize_t n = ::write(fd_, buffer_.data(), buffer_.size());
-  if (n == static_cast<ssize_t>(buffer_.size())) {
-    size_ += buffer_.size();
-    buffer_.clear();
-    buffered_.clear();
-    return true;
-  }
-  const int err = n < 0 ? errno : ENOSPC; // a short write: the disk filled up
-  error = error_text("cannot write", path_, err);
-  // A partial record left before the next write's records would read as
-  // damage in the middle: cut it off.
-  if (n > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0)
-    error +=
-        std::string(" (and cutting back its partial record failed: ") + std::strerror(errno) + ")";
-  return false;
+  // A copy into the mapped file, not a write(2): the kernel's page cache
+  // holds it as it would hold a write, so a crash of the process keeps it,
+  // and the answers that wait for it leave a microsecond sooner.
+  if (!reserve(size_ + buffer_.size(), error))
+    return false;
+  std::memcpy(map_ + size_, buffer_.data(), buffer_.size());
+  size_ += buffer_.size();
+  buffer_.clear();
+  buffered_.clear();
+  return true;
 }
 
 void GrantJournal::discard() {
@@ -284,37 +339,62 @@ void GrantJournal::discard() {
 bool GrantJournal::truncate(std::string &error) {
   if (size_ == 0)
     return true;
-  if (::ftruncate(fd_, 0) != 0) {
-    error = error_text("cannot empty", path_, errno);
-    return false;
+  if (!map_ || capacity_ > kKeepCapacity) {
+    // Not mapped (nothing was added since the file was opened), or grown
+    // large while the journal was held: give the space back.
+    if (map_) {
+      ::munmap(map_, static_cast<size_t>(capacity_));
+      map_ = nullptr;
+      capacity_ = 0;
+    }
+    if (::ftruncate(fd_, 0) != 0) {
+      error = error_text("cannot empty", path_, errno);
+      return false;
+    }
+    size_ = 0;
+    return true;
+  }
+  // Zeroed from its end back to its start: a crash half-way leaves whole
+  // records (all already in the database, skipped by sequence number)
+  // followed by zeros, never zeros followed by records.
+  constexpr uint64_t kStep = 4096;
+  for (uint64_t end = size_; end > 0;) {
+    const uint64_t from = end > kStep ? end - kStep : 0;
+    std::memset(map_ + from, 0, static_cast<size_t>(end - from));
+    end = from;
   }
   size_ = 0;
   return true;
 }
 
-GrantJournal::Contents GrantJournal::read() const {
+std::string GrantJournal::read_file() const {
   std::string data;
-  {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0)
-      throw std::runtime_error(error_text("cannot stat", path_, errno));
-    data.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < data.size()) {
-      const ssize_t n = ::pread(fd_, data.data() + got, data.size() - got, static_cast<off_t>(got));
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        throw std::runtime_error(error_text("cannot read", path_, errno));
-      if (n == 0)
-        break;
-      got += static_cast<size_t>(n);
-    }
-    data.resize(got);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0)
+    throw std::runtime_error(error_text("cannot stat", path_, errno));
+  data.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < data.size()) {
+    const ssize_t n = ::pread(fd_, data.data() + got, data.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      throw std::runtime_error(error_text("cannot read", path_, errno));
+    if (n == 0)
+      break;
+    got += static_cast<size_t>(n);
   }
+  data.resize(got);
+  return data;
+}
+
+GrantJournal::Contents GrantJournal::read() const {
+  const std::string data = read_file();
+  // The allocation beyond the records is zeros: no record, nothing torn.
+  const size_t end = data_end(data);
   Contents out;
   size_t at = 0;
-  while (at < data.size()) {
+  while (at < end) {
     Record r;
     size_t size = 0;
     if (record_at(data, at, r, size) && (out.records.empty() || r.seq > out.records.back().seq)) {
@@ -337,7 +417,7 @@ GrantJournal::Contents GrantJournal::read() const {
             ". Leases it holds may be missing from the database. Keep a copy of it and of the "
             "database; to start with what the database holds, move the journal away");
     }
-    out.torn_bytes = data.size() - at;
+    out.torn_bytes = end - at;
     break;
   }
   return out;

@@ -1,5 +1,5 @@
 // The grant journal: an append-only file beside the database
-// (`<database>-grants`) that makes a lease's write durable with one write(2)
+// (`<database>-grants`) that makes a lease's write durable with one copy into a mapped file
 // instead of a SQLite commit.
 //
 // Why: a commit costs the resource manager about half of its CPU time per
@@ -12,7 +12,11 @@
 // number, and empties the journal. The answer to the client leaves once
 // the record is written: a crash of the process keeps it (the kernel holds
 // the write, as it holds SQLite's log at synchronous=NORMAL), and the next
-// start replays the records the database lacks.
+// start replays the records the database lacks. The file is allocated
+// ahead (posix_fallocate) and mapped: a flush is a copy into the mapping,
+// as durable against a crash of the process as a write(2) and without its
+// system call; the allocation beyond the records is zeros, and emptying the
+// journal zeroes what it held.
 //
 // Record layout (little-endian): u32 body length, u32 CRC-32 of the body,
 // then the body: u64 sequence number, u8 kind, and the lease's fields (see
@@ -80,26 +84,35 @@ public:
   /// had never been added: its write was undone and its client told so
   /// before anything was written. False when no buffered record has it.
   bool withdraw(uint64_t seq);
-  /// Writes the buffer with one write(2) and empties it. On failure
-  /// returns false with the reason in `error`, cuts the file back to its
-  /// size before (so a partial record never sits before later ones) and
-  /// keeps the buffer.
+  /// Copies the buffer into the mapped file after its records and empties
+  /// it. On failure (the file cannot be allocated further: a full disk, or
+  /// mapped) returns false with the reason in `error` and keeps the buffer;
+  /// nothing is written then.
   bool flush(std::string &error);
   /// Empties the buffer without writing it (its writes were committed).
   void discard();
-  /// Bytes in the file (as this process wrote them).
+  /// Bytes of records in the file (as this process wrote them).
   uint64_t file_bytes() const { return size_; }
-  /// Empties the file (everything it held is committed). False with the
-  /// reason in `error` on failure.
+  /// Empties the journal (everything it held is committed): zeroes its
+  /// records, or cuts the file to nothing when it is not mapped or has
+  /// grown large. False with the reason in `error` on failure.
   bool truncate(std::string &error);
 
   /// Encodes one record (header included): for tests that write a journal.
   static std::string encode(uint64_t seq, Kind kind, const Lease &lease);
 
 private:
+  /// Maps the file with room for `bytes`, allocating it further (doubling)
+  /// as needed. False with the reason in `error` on failure.
+  bool reserve(uint64_t bytes, std::string &error);
+  /// The whole file, as it is on disk.
+  std::string read_file() const;
+
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  unsigned char *map_ = nullptr;
+  uint64_t capacity_ = 0;
   std::string buffer_;
   /// Each buffered record's sequence number and size, in buffer order.
   std::vector<std::pair<uint64_t, size_t>> buffered_;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -56,6 +58,17 @@ Node node(const std::string &name) {
   n.registered_ms = 5;
   n.last_heartbeat_ms = 6;
   return n;
+}
+
+/// Bytes of the grant journal at `path` up to its last one that is not
+/// zero: its records (the file's allocation beyond them is zeros).
+uintmax_t journal_bytes(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t end = data.size();
+  while (end > 0 && data[end - 1] == 0)
+    --end;
+  return end;
 }
 
 Lease lease(uint64_t id) {
@@ -367,7 +380,7 @@ TEST(Store, AccountingAndLeasesWaitForTheNextCommitNodesNever) {
   s.put_lease(l);
   EXPECT_TRUE(s.commit_batch().empty());
   EXPECT_FALSE(committed_lease(db.path, 3)) << "a lease's batch was committed";
-  EXPECT_GT(std::filesystem::file_size(s.grants_path()), 0u) << "the journal has no record";
+  EXPECT_GT(journal_bytes(s.grants_path()), 0u) << "the journal has no record";
   EXPECT_TRUE(s.load_lease(3).has_value());
 
   s.begin_batch();
@@ -375,7 +388,7 @@ TEST(Store, AccountingAndLeasesWaitForTheNextCommitNodesNever) {
   EXPECT_TRUE(s.commit_batch().empty());
   EXPECT_TRUE(committed_accounting(db.path, 1)) << "a node's batch left accounting behind";
   EXPECT_TRUE(committed_lease(db.path, 3)) << "a node's batch left a lease behind";
-  EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u) << "a commit left the journal full";
+  EXPECT_EQ(journal_bytes(s.grants_path()), 0u) << "a commit left the journal full";
 
   s.begin_batch();
   s.put_accounting(report(2));
@@ -679,7 +692,7 @@ TEST(Store, ALeaseReleasedBeforeItsWriteRanIsWrittenOnce) {
   s.commit_deferred();
   EXPECT_TRUE(committed_lease(db.path, 7, "released"));
   EXPECT_TRUE(committed_lease(db.path, 8, "revoked"));
-  EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u);
+  EXPECT_EQ(journal_bytes(s.grants_path()), 0u);
 }
 
 // A write waiting for its SQL counts toward the commit's deadline, and a
@@ -700,6 +713,41 @@ TEST(Store, AWaitingLeaseWriteIsDueAndKeepsItsOrder) {
   EXPECT_EQ(s.pending_writes(), 0u);
   EXPECT_TRUE(committed_lease(db.path, 9, "released"));
   EXPECT_FALSE(s.commit_due().has_value());
+}
+
+// The journal's file is allocated ahead and its records copied into a
+// mapping: the zeros after them are no record and nothing torn, a record
+// that ends in zero bytes is not cut there, and a journal opened again adds
+// right after its last record.
+TEST(GrantJournal, RecordsFollowEachOtherAcrossReopensOfTheAllocatedFile) {
+  TempDb db;
+  const std::string path = db.path + "-grants";
+  Lease zero_tail = lease(1);
+  zero_tail.parts = {{"n1", {0}, 0}}; // its record ends in zero bytes
+  {
+    GrantJournal j(path);
+    j.add(1, GrantJournal::Kind::Put, zero_tail);
+    std::string why;
+    ASSERT_TRUE(j.flush(why)) << why;
+    EXPECT_GT(std::filesystem::file_size(path), j.file_bytes()) << "no allocation ahead";
+  }
+  {
+    GrantJournal j(path);
+    EXPECT_EQ(j.file_bytes(), GrantJournal::encode(1, GrantJournal::Kind::Put, zero_tail).size());
+    j.add(2, GrantJournal::Kind::Put, lease(2));
+    std::string why;
+    ASSERT_TRUE(j.flush(why)) << why;
+  }
+  GrantJournal j(path);
+  GrantJournal::Contents c = j.read();
+  EXPECT_EQ(c.torn_bytes, 0u);
+  ASSERT_EQ(c.records.size(), 2u);
+  EXPECT_EQ(c.records[0].lease.parts.at(0).cores, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(c.records[1].lease.id, 2u);
+  std::string why;
+  ASSERT_TRUE(j.truncate(why)) << why;
+  EXPECT_EQ(journal_bytes(path), 0u);
+  EXPECT_TRUE(GrantJournal(path).read().records.empty());
 }
 
 // Lease writes that wait for their commit survive the death of the process
@@ -727,7 +775,7 @@ TEST(Store, JournaledGrantsSurviveAProcessKilledBeforeItsCommit) {
 
   // Not committed: only the journal has them.
   EXPECT_FALSE(committed_lease(db.path, 1)) << "the child committed: the case tests nothing";
-  EXPECT_GT(std::filesystem::file_size(db.path + "-grants"), 0u);
+  EXPECT_GT(journal_bytes(db.path + "-grants"), 0u);
   {
     Store s(db.path);
     EXPECT_EQ(s.grants_replayed(), 6u);
@@ -741,7 +789,7 @@ TEST(Store, JournaledGrantsSurviveAProcessKilledBeforeItsCommit) {
     EXPECT_EQ(one->parts.size(), 2u);
     EXPECT_EQ(one->parts[0].cores, (std::vector<uint32_t>{0, 1, 2}));
     EXPECT_EQ(one->client, "alice");
-    EXPECT_EQ(std::filesystem::file_size(db.path + "-grants"), 0u) << "replayed, not emptied";
+    EXPECT_EQ(journal_bytes(db.path + "-grants"), 0u) << "replayed, not emptied";
   }
   EXPECT_TRUE(committed_lease(db.path, 1));
   Store again(db.path);
@@ -769,7 +817,7 @@ TEST(Store, ATornLastRecordIsDroppedWithAWarning) {
   const std::string said = log.text.str();
   EXPECT_NE(said.find(db.path + "-grants"), std::string::npos) << said;
   EXPECT_NE(said.find(std::to_string(third.size() - 5) + " byte(s)"), std::string::npos) << said;
-  EXPECT_EQ(std::filesystem::file_size(db.path + "-grants"), 0u);
+  EXPECT_EQ(journal_bytes(db.path + "-grants"), 0u);
 }
 
 // A record that fails its checksum with a good one after it is damage no
@@ -807,10 +855,12 @@ TEST(Store, RecordsTheDatabaseHoldsAreNotAppliedTwice) {
     s.begin_batch();
     s.put_lease(lease(1));
     s.commit_batch();
-    left = read_file(s.grants_path()); // what a crash before the truncation leaves
-    ASSERT_FALSE(left.empty());
+    // What a crash before the truncation leaves: its record, then the
+    // file's allocation (zeros), which later records overwrite.
+    left = GrantJournal::encode(1, GrantJournal::Kind::Put, lease(1));
+    ASSERT_EQ(read_file(s.grants_path()).substr(0, left.size()), left);
     s.commit_deferred();
-    EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u);
+    EXPECT_EQ(journal_bytes(s.grants_path()), 0u);
     Lease revoked = lease(1);
     revoked.state = LeaseState::Revoked;
     revoked.ended_ms = 120;
@@ -875,7 +925,7 @@ TEST(Store, AJournalThatCannotBeWrittenFallsBackToACommit) {
   s.put_lease(lease(2));
   s.commit_batch();
   EXPECT_FALSE(committed_lease(db.path, 2));
-  EXPECT_GT(std::filesystem::file_size(s.grants_path()), 0u);
+  EXPECT_GT(journal_bytes(s.grants_path()), 0u);
 }
 
 namespace {
@@ -996,7 +1046,7 @@ TEST(Store, AGrantRefusedAfterAFailedCommitIsNotReplayed) {
   EXPECT_TRUE(restarted.load_lease(1).has_value()) << "a lease answered to its client was lost";
   EXPECT_FALSE(restarted.load_lease(2).has_value())
       << "a grant refused to its client came back as a live lease";
-  EXPECT_EQ(std::filesystem::file_size(db.path + "-grants"), 0u) << "replayed, not emptied";
+  EXPECT_EQ(journal_bytes(db.path + "-grants"), 0u) << "replayed, not emptied";
 }
 
 // Once held, the journal is left at the first commit that succeeds (the
@@ -1045,7 +1095,7 @@ TEST(Store, TheHeldJournalIsLeftAtTheNextCommitThatSucceeds) {
   EXPECT_TRUE(committed_lease(db.path, 1)) << "the journal's lease 1 did not reach the database";
   EXPECT_FALSE(committed_lease(db.path, 2)) << "a refused grant reached the database";
   EXPECT_FALSE(committed_lease(db.path, 3)) << "a refused grant reached the database";
-  EXPECT_EQ(std::filesystem::file_size(s.grants_path()), 0u) << "the journal is still held";
+  EXPECT_EQ(journal_bytes(s.grants_path()), 0u) << "the journal is still held";
   EXPECT_NE(log.text.str().find("holds every lease write again"), std::string::npos)
       << log.text.str();
 
