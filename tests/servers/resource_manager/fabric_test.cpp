@@ -684,6 +684,13 @@ TEST(RmFabric, AStalledResourceManagerAnswersTheRequestThatWaitedBeforeClosingId
     ~Stop() { m.stop(); }
   } stop{small};
   Peer client(&small);
+  // Taken by the loop first (its receives posted: on verbs a send to a
+  // link nobody posted receives on waits for one).
+  const auto taken_by = std::chrono::steady_clock::now() + 10s;
+  while (request(small.rest(), "GET", "/metrics").body.find("\nrfaas_rm_fabric_connections 1\n") ==
+             std::string::npos &&
+         std::chrono::steady_clock::now() < taken_by)
+    std::this_thread::sleep_for(5ms);
   const pid_t pid = small.process().pid();
   {
     struct Continue {
