@@ -461,17 +461,12 @@ int RmLink::prepare_wait(int &fd) {
     return kIdleMs;
   if (more_waiting_)
     return 0;
-  // While notices flow (a client releasing leases back to back), look
-  // every millisecond, each look taking what came meanwhile, also where the
-  // link has a descriptor: waking on it for every notice cost a wake-up per
-  // lease, taken from the resource manager's and its clients' cores on a
-  // shared host (lo-tcp lease median 16 -> 35 us). Only a quiet link is
-  // slept on.
-  constexpr auto kFlowing = milliseconds(50);
-  if (Clock::now() - last_read_ < kFlowing)
-    return 1;
-  if (wait_fd_ < 0)
-    return kIdleMs;
+  if (wait_fd_ < 0) {
+    // No descriptor: while notices flow (a client releasing leases back to
+    // back), look every millisecond; each look takes what came meanwhile.
+    constexpr auto kFlowing = milliseconds(50);
+    return Clock::now() - last_read_ < kFlowing ? 1 : kIdleMs;
+  }
   if (conn_.ops().arm()) {
     arm_failures_ = 0;
     fd = wait_fd_;
