@@ -45,7 +45,6 @@ csv=""
 json=""
 smoke=0
 pin=0
-keep_logs=0
 
 usage() {
   sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -66,7 +65,6 @@ usage() {
   echo "  --pin                 pin the resource manager to the first CPU, the latency and"
   echo "                        REST clients to the last (default: only the baseline is pinned)"
   echo "  --smoke               tiny run (one device unless given, short measurements)"
-  echo "  --keep-logs           keep the daemons' logs (the directory is printed at the end)"
 }
 
 devices_given=0
@@ -85,7 +83,6 @@ while [[ $# -gt 0 ]]; do
   --json) json=$2; shift 2 ;;
   --smoke) smoke=1; shift ;;
   --pin) pin=1; shift ;;
-  --keep-logs) keep_logs=1; shift ;;
   -h | --help) usage; exit 0 ;;
   *) echo "run-rm-benchmarks.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -158,6 +155,7 @@ stop_all() {
     rm_pid=
   fi
 }
+keep_logs=0
 finish() {
   stop_all
   if ((keep_logs)); then echo "logs kept in $work" >&2; else rm -rf "$work"; fi

@@ -45,7 +45,6 @@ void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
       // A renewed lease's newer token carries its later expiry.
       uint64_t &expiry = lease_expiry_[proof.lease_id];
       expiry = std::max(expiry, proof.expiry_ms);
-      earliest_expiry_ms_ = std::min(earliest_expiry_ms_, expiry);
       c.lease_ok = true;
       c.lease_cores = proof.cores;
       c.lease_memory_mib = proof.memory_mib;
@@ -74,19 +73,13 @@ void Manager::lease_renewed(const proto::LeaseEnded &e) {
   spdlog::info("lease {} renewed until {} (the resource manager's notice)", e.lease_id,
                e.expiry_ms);
   it->second = e.expiry_ms;
-  earliest_expiry_ms_ = std::min(earliest_expiry_ms_, e.expiry_ms);
 }
 
 void Manager::expire_leases() {
   const uint64_t now_ms = wall_now_ms();
-  if (now_ms < earliest_expiry_ms_)
-    return;
   std::vector<proto::LeaseEnded> due;
-  earliest_expiry_ms_ = UINT64_MAX;
   for (const auto &[id, expiry] : lease_expiry_)
-    if (expiry > now_ms) {
-      earliest_expiry_ms_ = std::min(earliest_expiry_ms_, expiry);
-    } else {
+    if (expiry <= now_ms) {
       proto::LeaseEnded e;
       e.lease_id = id;
       e.expiry_ms = expiry;
@@ -277,15 +270,8 @@ void Manager::load_ended_leases() {
 void Manager::remember_ended(uint64_t lease_id, uint64_t expiry_ms) {
   if (!ended_out_.is_open() || expiry_ms <= wall_now_ms())
     return;
-  // Written out at the end of the loop's pass (flush_ended), before the
-  // loop takes anything else: the point is to survive a crash of this
-  // process, and one write per pass does that as well as one per notice.
+  // Flushed at once: the point is to survive a crash of this process.
   ended_out_ << lease_id << ' ' << expiry_ms << '\n';
-}
-
-void Manager::flush_ended() {
-  if (!ended_out_.is_open())
-    return;
   if (!ended_out_.flush()) {
     spdlog::warn("cannot append to the ended-lease file {}: {}; leases that end from now on are "
                  "not kept across a restart",

@@ -139,18 +139,15 @@ int Manager::run() {
   bool stopping = false;
   while (!stopping) {
     bool busy = !allocations_.empty() || !clients_.empty();
-    pollfd p[4] = {{listener_.fd(), POLLIN, 0},
-                   {zygote_.fd(), POLLIN, 0},
-                   {signal_fd_, POLLIN, 0},
-                   {-1, POLLIN, 0}};
+    pollfd p[3] = {{listener_.fd(), POLLIN, 0}, {zygote_.fd(), POLLIN, 0}, {signal_fd_, POLLIN, 0}};
     const bool quiet = Clock::now() - last_activity_ >= kSettleAfter;
     int timeout =
         busy ? (quiet ? kSettledPollMs : kBusyPollMs) : (listener_.fd() < 0 ? 10 : kAcceptLookMs);
-    if (rm_) // heartbeats; lease-ended notices wake the loop (p[3]) or are polled for
-      timeout = std::min(timeout, rm_->prepare_wait(p[3].fd));
+    if (rm_) // heartbeats and lease-ended notices
+      timeout = std::min(timeout, 20);
     if (pooled_answer_pending())
       timeout = std::min(timeout, 1);
-    ::poll(p, 4, timeout);
+    ::poll(p, 3, timeout);
     if (p[2].revents & POLLIN) {
       signalfd_siginfo si;
       while (::read(signal_fd_, &si, sizeof si) == sizeof si) {
@@ -189,7 +186,6 @@ int Manager::run() {
           lease_ended(e);
       }
       expire_leases();
-      flush_ended();
     }
     if (events_ != events_seen_ || !settled())
       last_activity_ = Clock::now();

@@ -102,9 +102,6 @@ private:
   /// ended before, and appended to as leases end.
   void load_ended_leases();
   void remember_ended(uint64_t lease_id, uint64_t expiry_ms);
-  /// Writes what remember_ended() appended: once per pass of the loop, not
-  /// per notice (a burst brings thousands a second).
-  void flush_ended();
   void report_lease(uint64_t lease_id, bool final);
   /// Posts Shutdown (LeaseInvalid) on the executor's accounting link, or
   /// leaves it for a later pass while the link is not up or its send area
@@ -189,9 +186,6 @@ private:
   /// Per lease with a verified client here: the latest expiry (wall-clock
   /// ms) its tokens or the resource manager's renewal notices named.
   std::map<uint64_t, uint64_t> lease_expiry_;
-  /// No lease of lease_expiry_ expires before this (wall-clock ms): the
-  /// loop looks through them only when one may have.
-  uint64_t earliest_expiry_ms_ = UINT64_MAX;
   /// The ended-lease file, open for appending (closed when it cannot be written).
   std::ofstream ended_out_;
   /// When live allocations' accounting was last reported.

@@ -19,14 +19,6 @@ constexpr milliseconds kRegisterAnswer{5000};
 /// reports where completions come at once, bounded so that a long queue
 /// does not hold the loop either.
 constexpr int kRoundsPerPoll = 64;
-/// Messages read per round before a send may go.
-constexpr int kReadsPerRound = 16;
-/// The longest one poll() reads and sends: the loop's other work waits
-/// meanwhile.
-constexpr auto kPollTime = std::chrono::microseconds(500);
-/// Links without a descriptor: how long poll() goes on looking after the
-/// last message it read.
-constexpr auto kQuietGap = std::chrono::microseconds(200);
 
 uint64_t wall_ms() {
   return static_cast<uint64_t>(
@@ -71,13 +63,12 @@ void RmLink::join_attempt() {
 void RmLink::close() {
   const bool first = !closed_;
   closed_ = true;
-  if (first && (counters_.reports_sent || counters_.stalls || counters_.reports_dropped ||
-                !outbox_.empty() || counters_.notices || counters_.renewals))
-    spdlog::info("resource manager link: {} lease-ended notice(s) and {} renewal(s) received; {} "
-                 "accounting report(s) sent, {} dropped (queue full), {} unsent; {} time(s) the "
-                 "resource manager stopped taking messages",
-                 counters_.notices, counters_.renewals, counters_.reports_sent,
-                 counters_.reports_dropped, outbox_.size(), counters_.stalls);
+  if (first &&
+      (counters_.reports_sent || counters_.stalls || counters_.reports_dropped || !outbox_.empty()))
+    spdlog::info("resource manager link: {} accounting report(s) sent, {} dropped (queue full), {} "
+                 "unsent; {} time(s) the resource manager stopped taking messages",
+                 counters_.reports_sent, counters_.reports_dropped, outbox_.size(),
+                 counters_.stalls);
   if (attempt_) {
     attempt_->cancel = 1;
     join_attempt();
@@ -93,7 +84,6 @@ void RmLink::close() {
   channel_.send(bye, Clock::now() + milliseconds(200));
   conn_.close();
   state_ = State::Disconnected;
-  wait_fd_ = -2;
 }
 
 void RmLink::disconnect(const std::string &why) {
@@ -109,8 +99,6 @@ void RmLink::disconnect(const std::string &why) {
   state_ = State::Disconnected;
   in_flight_ = InFlight::None;
   stalled_ = false;
-  more_waiting_ = false;
-  wait_fd_ = -2;
   next_attempt_ = Clock::now() + opt_.retry;
 }
 
@@ -171,9 +159,6 @@ void RmLink::finish_attempt() {
     return;
   }
   conn_ = std::move(a->conn);
-  wait_fd_ = -2;
-  arm_failures_ = 0;
-  more_waiting_ = false;
   try {
     proto::ControlOptions o;
     o.receives = 8;
@@ -236,41 +221,18 @@ bool RmLink::post(size_t size, InFlight what, const char *name) {
   return false;
 }
 
-void RmLink::push_report(const proto::AccountingReport &r) {
-  if (!r.final)
-    ++periodic_queued_[r.lease_id];
-  outbox_.push_back(r);
-}
-
-void RmLink::pop_report() {
-  const proto::AccountingReport &r = outbox_.front();
-  if (!r.final) {
-    auto it = periodic_queued_.find(r.lease_id);
-    if (it != periodic_queued_.end() && --it->second == 0)
-      periodic_queued_.erase(it);
-  }
-  outbox_.pop_front();
-}
-
 void RmLink::report(const proto::AccountingReport &r) {
   // The report in flight stays as it is: its completion pops it.
   const size_t first = in_flight_ == InFlight::Report ? 1 : 0;
-  auto queued = periodic_queued_.find(r.lease_id);
-  if (queued != periodic_queued_.end())
-    for (size_t i = first; i < outbox_.size(); ++i)
-      if (outbox_[i].lease_id == r.lease_id && !outbox_[i].final) {
-        outbox_[i] = r; // cumulative: the newer one says all the older one did
-        if (r.final && --queued->second == 0)
-          periodic_queued_.erase(queued);
-        return;
-      }
+  for (size_t i = first; i < outbox_.size(); ++i)
+    if (outbox_[i].lease_id == r.lease_id && !outbox_[i].final) {
+      outbox_[i] = r; // cumulative: the newer one says all the older one did
+      return;
+    }
   if (outbox_.size() >= kMaxQueuedReports) {
     auto periodic = std::find_if(outbox_.begin() + static_cast<std::ptrdiff_t>(first),
                                  outbox_.end(), [](const auto &q) { return !q.final; });
     if (periodic != outbox_.end()) {
-      auto it = periodic_queued_.find(periodic->lease_id);
-      if (it != periodic_queued_.end() && --it->second == 0)
-        periodic_queued_.erase(it);
       outbox_.erase(periodic);
       ++counters_.reports_dropped;
     } else if (!r.final) {
@@ -284,7 +246,7 @@ void RmLink::report(const proto::AccountingReport &r) {
                    opt_.resource_manager.to_string(), outbox_.size());
     drop_warned_ = true;
   }
-  push_report(r);
+  outbox_.push_back(r);
 }
 
 bool RmLink::handle(const proto::ControlMessage &m, std::vector<proto::LeaseEnded> &ended) {
@@ -314,10 +276,9 @@ bool RmLink::handle(const proto::ControlMessage &m, std::vector<proto::LeaseEnde
                  opt_.resource_manager.to_string(), opt_.node, skew, outbox_.size());
   } else if (m.header.type == proto::MessageType::LeaseEnded) {
     proto::LeaseEnded e;
-    if (proto::decode(m.data, m.size, e)) {
-      ++(e.why == proto::LeaseEndReason::Renewed ? counters_.renewals : counters_.notices);
+    if (proto::decode(m.data, m.size, e))
       ended.push_back(e);
-    } else
+    else
       spdlog::warn("dropping a malformed LeaseEnded from the resource manager");
   } else {
     spdlog::warn("the resource manager sent an unexpected {}", proto::to_string(m.header.type));
@@ -325,86 +286,12 @@ bool RmLink::handle(const proto::ControlMessage &m, std::vector<proto::LeaseEnde
   return true;
 }
 
-RmLink::Step RmLink::send_step(bool was_idle, uint32_t allocations) {
-  const milliseconds stall = std::max(opt_.stall_timeout, heartbeat_ * 3);
-  const auto now = Clock::now();
-  if (!was_idle) {
-    if (ms_since(waiting_since_, now) > stall.count()) {
-      ++counters_.stalls;
-      disconnect("a message waited " + std::to_string(ms_since(waiting_since_, now)) +
-                 " ms for the resource manager to take it");
-      return Step::Dropped;
-    }
-    return Step::Still;
-  }
-  // What was in flight completed without an error.
-  if (in_flight_ == InFlight::Report) {
-    pop_report();
-    ++counters_.reports_sent;
-  }
-  in_flight_ = InFlight::None;
-  if (stalled_ && ms_since(waiting_since_, now) > stall.count()) {
-    ++counters_.stalls;
-    disconnect("no room for a message for " + std::to_string(ms_since(waiting_since_, now)) +
-               " ms");
-    return Step::Dropped;
-  }
-  if (state_ == State::Registering) {
-    // NodeRegister went out (or is encoded again below after no room);
-    // its answer is awaited in poll().
-    if (!stalled_)
-      return Step::Still;
-    register_node();
-    return state_ == State::Disconnected ? Step::Dropped : Step::Still;
-  }
-  const size_t cap = channel_.options().send_size;
-  if (now >= next_heartbeat_) {
-    proto::Heartbeat hb;
-    hb.sequence = sequence_ + 1;
-    hb.allocations = allocations;
-    proto::WireResult w = proto::encode(hb, channel_.send_area(), cap);
-    if (!w) {
-      disconnect("cannot encode a heartbeat: " + proto::describe(w));
-      return Step::Dropped;
-    }
-    if (!post(w.size, InFlight::Heartbeat, "a heartbeat"))
-      return Step::Dropped;
-    if (in_flight_ == InFlight::None)
-      return Step::Still; // no room: again on the next poll
-    ++sequence_;
-    next_heartbeat_ = now + heartbeat_;
-    return Step::Moved;
-  }
-  if (outbox_.empty())
-    return Step::Still;
-  proto::WireResult w = proto::encode(outbox_.front(), channel_.send_area(), cap);
-  if (!w) {
-    spdlog::warn("dropping an accounting report that does not encode: {}", proto::describe(w));
-    pop_report();
-    return Step::Moved;
-  }
-  if (!post(w.size, InFlight::Report, "an accounting report"))
-    return Step::Dropped;
-  return in_flight_ == InFlight::None ? Step::Still : Step::Moved;
-}
-
 bool RmLink::exchange(std::vector<proto::LeaseEnded> &ended, uint32_t allocations) {
-  more_waiting_ = false;
-  // Where links share one endpoint, its descriptor wakes for every
-  // client's and executor's message as well: the loop's own cadence serves
-  // those, and waking per message would take the cores that busy-polling
-  // workers and clients need.
-  if (wait_fd_ == -2)
-    wait_fd_ = fabric_.capabilities().shared_endpoint ? -1 : conn_.wait_fd();
-  const auto started = Clock::now();
-  int reads = 0;
-  for (int round = 0;; ++round) {
+  const milliseconds stall = std::max(opt_.stall_timeout, heartbeat_ * 3);
+  for (int round = 0; round < kRoundsPerPoll; ++round) {
     // Before reading: a send that failed shows as SendFailed from poll().
     const bool idle = channel_.send_idle();
-    // A round reads a few messages, then lets a send go: the final report
-    // that answers each notice leaves while notices keep coming.
-    int got = 0;
-    while (got < kReadsPerRound && reads < kReadsPerPoll) {
+    for (int i = 0; i < 16; ++i) {
       proto::ControlMessage m = channel_.poll();
       if (m.status == proto::ChannelStatus::Timeout)
         break;
@@ -412,69 +299,71 @@ bool RmLink::exchange(std::vector<proto::LeaseEnded> &ended, uint32_t allocation
         disconnect(std::string("link ended (") + proto::to_string(m.status) + ")");
         return false;
       }
-      ++got;
-      ++reads;
-      // A burst: this message came soon after the one before.
-      const auto at = Clock::now();
-      burst_ = at - last_read_ < kQuietGap;
-      last_read_ = at;
       if (!handle(m, ended))
         return false;
     }
     const auto now = Clock::now();
-    const Step step = send_step(idle, allocations);
-    if (step == Step::Dropped)
+    if (!idle) {
+      if (ms_since(waiting_since_, now) > stall.count()) {
+        ++counters_.stalls;
+        disconnect("a message waited " + std::to_string(ms_since(waiting_since_, now)) +
+                   " ms for the resource manager to take it");
+        return false;
+      }
+      return true;
+    }
+    // What was in flight completed without an error.
+    if (in_flight_ == InFlight::Report) {
+      outbox_.pop_front();
+      ++counters_.reports_sent;
+    }
+    in_flight_ = InFlight::None;
+    if (stalled_ && ms_since(waiting_since_, now) > stall.count()) {
+      ++counters_.stalls;
+      disconnect("no room for a message for " + std::to_string(ms_since(waiting_since_, now)) +
+                 " ms");
       return false;
-    if (reads >= kReadsPerPoll) {
-      more_waiting_ = true;
-      return true;
     }
-    if (now - started >= kPollTime) {
-      // A burst under way is read on at once; otherwise within the
-      // descriptor-less cadence (prepare_wait).
-      more_waiting_ = burst_;
-      return true;
+    if (state_ == State::Registering) {
+      // NodeRegister went out (or is encoded again below after no room);
+      // its answer is awaited in poll().
+      if (!stalled_)
+        return true;
+      register_node();
+      return state_ != State::Disconnected;
     }
-    if (got == kReadsPerRound || step == Step::Moved) {
-      if (round + 1 < kRoundsPerPoll)
-        continue;
-      more_waiting_ = true;
-      return true;
+    const size_t cap = channel_.options().send_size;
+    if (now >= next_heartbeat_) {
+      proto::Heartbeat hb;
+      hb.sequence = sequence_ + 1;
+      hb.allocations = allocations;
+      proto::WireResult w = proto::encode(hb, channel_.send_area(), cap);
+      if (!w) {
+        disconnect("cannot encode a heartbeat: " + proto::describe(w));
+        return false;
+      }
+      if (!post(w.size, InFlight::Heartbeat, "a heartbeat"))
+        return false;
+      if (in_flight_ == InFlight::None)
+        return true; // no room: again on the next poll
+      ++sequence_;
+      next_heartbeat_ = now + heartbeat_;
+      continue;
     }
-    // Read empty and nothing more to send. Without a descriptor to wake
-    // on, during a burst (messages less than kQuietGap apart: the resource
-    // manager posts the next notice as the last is taken) the next one is
-    // waited for here rather than a millisecond later. Messages further
-    // apart (many nodes sharing a client's releases) are not spun for: a
-    // spin per message would keep every such node's core busy.
-    if (wait_fd_ >= 0 || reads == 0 || !burst_ || now - last_read_ >= kQuietGap)
+    if (outbox_.empty())
+      return true;
+    proto::WireResult w = proto::encode(outbox_.front(), channel_.send_area(), cap);
+    if (!w) {
+      spdlog::warn("dropping an accounting report that does not encode: {}", proto::describe(w));
+      outbox_.pop_front();
+      continue;
+    }
+    if (!post(w.size, InFlight::Report, "an accounting report"))
+      return false;
+    if (in_flight_ == InFlight::None)
       return true;
   }
-}
-
-int RmLink::prepare_wait(int &fd) {
-  fd = -1;
-  // Heartbeats, connection attempts and their retries, and a post that
-  // found no room, are looked at on this cadence.
-  constexpr int kIdleMs = 20;
-  if (state_ != State::Registering && state_ != State::Registered)
-    return kIdleMs;
-  if (more_waiting_)
-    return 0;
-  if (wait_fd_ < 0) {
-    // No descriptor: while notices flow (a client releasing leases back to
-    // back), look every millisecond; each look takes what came meanwhile.
-    constexpr auto kFlowing = milliseconds(50);
-    return Clock::now() - last_read_ < kFlowing ? 1 : kIdleMs;
-  }
-  if (conn_.ops().arm()) {
-    arm_failures_ = 0;
-    fd = wait_fd_;
-    return kIdleMs;
-  }
-  // Something may be waiting already: poll again at once, twice; a link
-  // that stays so is looked at every millisecond rather than spun on.
-  return ++arm_failures_ <= 2 ? 0 : 1;
+  return true;
 }
 
 void RmLink::poll(std::vector<proto::LeaseEnded> &ended, uint32_t allocations) {

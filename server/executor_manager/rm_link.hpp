@@ -34,18 +34,6 @@
 // when due and the link is free. Lease-ended notices come in and are handed
 // to the manager as they arrive.
 //
-// Notices come as fast as clients release leases (tens of thousands a
-// second from one client on shm), so the link is read until it is empty,
-// up to kReadsPerPoll messages per poll(), and the manager's loop sleeps on
-// the link's descriptor where it has one of its own (prepare_wait): a
-// notice wakes it at once. Where links share one endpoint, or the provider
-// has no descriptor (shm), poll() keeps looking for a short while after each
-// message of a burst (on shm the resource manager's next notice was seen to
-// wait until this side took the last one: a burst comes a message per look),
-// and the loop comes back within a millisecond while notices flow. Reading
-// fewer than arrive would leave them waiting at the resource manager, which
-// keeps a bounded number per node and drops the oldest beyond it.
-//
 // Driven by the manager's loop thread through poll(); not thread-safe (the
 // connection thread touches only its own attempt).
 #pragma once
@@ -58,7 +46,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include <rdmalib/rdmalib.hpp>
@@ -99,20 +86,12 @@ struct RmLinkCounters {
   uint64_t reports_dropped = 0;
   /// Links dropped because the resource manager stopped taking messages.
   uint64_t stalls = 0;
-  /// Lease-ended notices received (renewals not included).
-  uint64_t notices = 0;
-  /// Renewal notices received.
-  uint64_t renewals = 0;
 };
 
 class RmLink {
 public:
   /// Maximum accounting reports queued (see the file comment for the policy).
   static constexpr size_t kMaxQueuedReports = 4096;
-  /// Messages read in one poll() at most: a burst of notices is taken in
-  /// polls of about half a millisecond each, the manager's other work
-  /// between them.
-  static constexpr int kReadsPerPoll = 256;
 
   RmLink(rdmalib::Fabric &fabric, RmLinkOptions options);
   /// close(), then waits for a connection attempt under way (it is
@@ -124,12 +103,6 @@ public:
   /// heartbeat when due and queued reports while the link takes them.
   /// Lease-ended notices (and renewals) are appended to `ended`.
   void poll(std::vector<protocol::LeaseEnded> &ended, uint32_t allocations);
-  /// Before the manager's loop sleeps, after poll(): the longest the sleep
-  /// may last for this link (0: poll() again at once, more is waiting), and
-  /// in `fd` a descriptor to wake on when something arrives (-1: none; the
-  /// link is then looked at within the returned time). Arms the
-  /// descriptor; the caller must not read or close it.
-  int prepare_wait(int &fd);
   /// Queue an accounting report (sent once registered; kept across a
   /// reconnect; the policy when full is in the file comment).
   void report(const protocol::AccountingReport &r);
@@ -159,15 +132,6 @@ private:
   /// dropped.
   bool exchange(std::vector<protocol::LeaseEnded> &ended, uint32_t allocations);
   bool handle(const protocol::ControlMessage &m, std::vector<protocol::LeaseEnded> &ended);
-  /// After a round's reads: takes the send that completed, posts the next
-  /// message due. Dropped when the link was dropped, Moved when a message
-  /// was posted or skipped (another round may post the next), Still
-  /// otherwise.
-  enum class Step { Dropped, Moved, Still };
-  Step send_step(bool was_idle, uint32_t allocations);
-  /// Bookkeeping of outbox_'s periodic reports per lease.
-  void push_report(const protocol::AccountingReport &r);
-  void pop_report();
   void join_attempt();
 
   rdmalib::Fabric &fabric_;
@@ -194,22 +158,6 @@ private:
   uint64_t sequence_ = 0;
   uint64_t last_timestamp_ = 0;
   std::deque<protocol::AccountingReport> outbox_;
-  /// Periodic reports in outbox_ per lease: a final report for a lease with
-  /// none queued (every lease that ended without an allocation here) is
-  /// appended without looking through the queue.
-  std::unordered_map<uint64_t, uint32_t> periodic_queued_;
-  /// The last poll() stopped at kReadsPerPoll: more may be waiting.
-  bool more_waiting_ = false;
-  /// When a message was last read (the descriptor-less wait polls more
-  /// often for a while after).
-  std::chrono::steady_clock::time_point last_read_{};
-  /// The last message came soon after the one before (see exchange()).
-  bool burst_ = false;
-  /// The connection's descriptor, -1 when it has none or it is not used
-  /// (links sharing an endpoint: every client's message would wake the
-  /// loop), -2 until asked.
-  int wait_fd_ = -2;
-  int arm_failures_ = 0;
   InFlight in_flight_ = InFlight::None;
   /// When the message in flight was posted, or when a post first found no
   /// room (stalled_ then true).

@@ -32,8 +32,6 @@ constexpr size_t kNoticeWindow = 64;
 /// Notices kept per node (backlog or disconnected) before the oldest are
 /// dropped: 32 bytes each.
 constexpr size_t kMaxBacklog = 65536;
-/// At most one line per node this often says how many notices were dropped.
-constexpr auto kDropLogEvery = std::chrono::seconds(1);
 /// Messages handled per connection per pass, so one chatty peer cannot
 /// starve the others or the REST tasks.
 constexpr int kMessagesPerPass = 16;
@@ -278,8 +276,6 @@ void FabricServer::count_visits(size_t peers) {
 
 void FabricServer::sweep(Clock::time_point now) {
   swept_ = now;
-  if (!drops_.empty())
-    log_drops(now, false);
   for (auto &entry : peers_) {
     Peer &p = *entry.second;
     if (p.closing)
@@ -835,44 +831,13 @@ bool FabricServer::send_pending(Peer &p) {
 
 void FabricServer::hold(const std::string &node, const proto::LeaseEnded &notice) {
   std::deque<proto::LeaseEnded> &backlog = pending_[node];
-  if (latencies_)
-    latencies_->fabric_work.notices.fetch_add(1, std::memory_order_relaxed);
-  const bool full = backlog.size() >= kMaxBacklog;
-  // Bounded memory for a node that stopped reading. Counted and logged
-  // once a second: a line per notice cost a fifth of this process's time
-  // while one client released leases back to back.
-  if (full)
+  if (backlog.size() >= kMaxBacklog) {
+    log()->error("fabric: node {} has {} lease-ended notices waiting; the oldest (lease {}) is "
+                 "dropped",
+                 node, backlog.size(), backlog.front().lease_id);
     backlog.pop_front();
-  backlog.push_back(notice);
-  if (!full)
-    return;
-  Drops &d = drops_[node];
-  ++d.unlogged;
-  if (latencies_)
-    latencies_->fabric_work.notices_dropped.fetch_add(1, std::memory_order_relaxed);
-  const auto now = Clock::now();
-  if (now - d.logged >= kDropLogEvery)
-    log_drops(now, false);
-}
-
-void FabricServer::log_drops(Clock::time_point now, bool all) {
-  for (auto it = drops_.begin(); it != drops_.end();) {
-    Drops &d = it->second;
-    if (d.unlogged && (all || now - d.logged >= kDropLogEvery)) {
-      auto waiting = pending_.find(it->first);
-      log()->error("fabric: node {} does not take its lease-ended notices as fast as leases end: "
-                   "{} wait, {} more dropped (the oldest) since the last such line; the node "
-                   "accepts a dropped lease's token until it expires",
-                   it->first, waiting == pending_.end() ? 0 : waiting->second.size(), d.unlogged);
-      d.unlogged = 0;
-      d.logged = now;
-    }
-    // Forgotten a while after its last drop: the next one logs at once.
-    if (!d.unlogged && now - d.logged >= 10 * kDropLogEvery)
-      it = drops_.erase(it);
-    else
-      ++it;
   }
+  backlog.push_back(notice);
 }
 
 void FabricServer::grant_reply(Peer &p, const Status &status, const Grant *grant,
@@ -1085,8 +1050,6 @@ void FabricServer::deliver(const std::vector<LeaseEnded> &events, Registry &regi
     // Behind a backlog, or beyond the window, a notice waits its turn.
     if (view && view->node.state == NodeState::Up && !pending_.count(e.node) &&
         it->second->outbox.size() < kNoticeWindow) {
-      if (latencies_)
-        latencies_->fabric_work.notices.fetch_add(1, std::memory_order_relaxed);
       queue(*it->second, notice);
       continue;
     }
@@ -1174,7 +1137,6 @@ void FabricServer::drop(Peer &p, Registry &registry, const std::string &why) {
 }
 
 void FabricServer::stop(Registry &) {
-  log_drops(Clock::now(), true);
   stop_acceptor();
   take_accepted();
   // The nodes stay up in the registry: a restarted resource manager gives

@@ -39,9 +39,7 @@
 // most a window of notices in its send queue; the rest of a burst waits in
 // its backlog and follows as the queue drains, and a post that finds no room
 // at the provider (a node that does not read just now) is tried again at a
-// later pass rather than holding the loop or failing the node. A backlog is
-// bounded (kMaxBacklog): beyond it the oldest notice is dropped, counted in
-// /metrics and logged once a second per node with the number dropped.
+// later pass rather than holding the loop or failing the node.
 #pragma once
 
 #include <atomic>
@@ -137,10 +135,6 @@ private:
   void resend_ended(Peer &p, Registry &registry);
   /// Keeps a notice for `node` until its connection takes it.
   void hold(const std::string &node, const protocol::LeaseEnded &notice);
-  /// Logs the notices dropped for nodes since their last such line, for
-  /// each node whose last line is at least kDropLogEvery old (`all`: every
-  /// node with drops not logged yet, at stop).
-  void log_drops(Clock::time_point now, bool all);
   void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
   template <class M> void queue(Peer &p, const M &m);
   void queue_bytes(Peer &p, std::vector<uint8_t> bytes);
@@ -197,14 +191,6 @@ private:
   /// they register or beat again), and the part of a burst beyond the
   /// notice window of a connected node's send queue (sent as it drains).
   std::map<std::string, std::deque<protocol::LeaseEnded>> pending_;
-  /// Notices dropped per node (its backlog full) and not logged yet: one
-  /// line a second per node says how many, not one per notice (a node that
-  /// stopped reading while clients release thousands of leases a second).
-  struct Drops {
-    uint64_t unlogged = 0;
-    Clock::time_point logged{};
-  };
-  std::map<std::string, Drops> drops_;
   RequestLatencies *latencies_ = nullptr;
   NodeProvider *provider_ = nullptr;
 
