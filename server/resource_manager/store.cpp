@@ -480,11 +480,12 @@ void Store::defer_lease_write(const Lease &l, bool fresh, bool put) {
   const uint64_t seq = ++grant_seq_;
   grants_->add(seq, put ? GrantJournal::Kind::Put : GrantJournal::Kind::Update, l);
   auto it = pending_at_.find(l.id);
+  Pending *waiting = it != pending_at_.end() ? &pending_[it->second - pending_base_] : nullptr;
   // Folded into the lease's waiting write only when that one's answer left
   // with an earlier pass: a grant of this pass keeps a write of its own, so
   // that commit_open() can still withdraw it alone.
-  if (it != pending_at_.end() && pending_[it->second - pending_base_].seq < pass_first_seq_) {
-    Pending &w = pending_[it->second - pending_base_];
+  if (waiting && waiting->seq < pass_first_seq_) {
+    Pending &w = *waiting;
     w.lease = l;
     if (put) {
       // A whole lease again replaces rows the waiting write may not have
