@@ -84,6 +84,8 @@ const char *to_string(MessageType t) noexcept {
     return "accounting_report";
   case MessageType::LeaseProof:
     return "lease_proof";
+  case MessageType::LeasesEnded:
+    return "leases_ended";
   }
   return "unknown_message_type";
 }

@@ -1,4 +1,4 @@
-// The rFaaS wire protocol, version 6: every message exchanged by clients,
+// The rFaaS wire protocol, version 7: every message exchanged by clients,
 // executor managers and executors, defined once.
 //
 // Rules (docs/protocol.md explains the flow and the reasons):
@@ -36,7 +36,7 @@ namespace rfaas::protocol {
 constexpr uint32_t kMagic = 0x53414652u;
 /// The version this code speaks. A peer speaking another version is answered
 /// with ErrorCode::VersionMismatch and closed; the Header layout never changes.
-constexpr uint16_t kVersion = 6;
+constexpr uint16_t kVersion = 7;
 
 /// Most worker threads (leased cores) per allocation.
 constexpr uint32_t kMaxWorkers = 256;
@@ -82,8 +82,9 @@ enum class MessageType : uint16_t {
   LeaseEnded = 21,       ///< resource manager -> node
   AccountingReport = 22, ///< node -> resource manager
   LeaseProof = 23,       ///< client -> executor manager, before AllocationRequest
+  LeasesEnded = 24,      ///< resource manager -> node: several LeaseEnded at once
 };
-constexpr uint16_t kMaxMessageType = 23;
+constexpr uint16_t kMaxMessageType = 24;
 
 /// Status carried by replies and results. Values 0..15 only: a result's status
 /// also travels in 4 bits of the immediate.
@@ -1056,7 +1057,7 @@ template <class M, class = void> struct in_slot : std::false_type {};
 template <class M>
 struct in_slot<M, std::void_t<decltype(M::kInSlot)>> : std::integral_constant<bool, M::kInSlot> {};
 
-static_assert(kVersion == 6, "check_header's texts name the version");
+static_assert(kVersion == 7, "check_header's texts name the version");
 
 /// Header checks shared by decode() and peek(); fills `h` even on failure.
 /// Inline: it runs for every invocation.
@@ -1068,9 +1069,9 @@ inline WireResult check_header(const void *in, size_t len, Header &h) noexcept {
   if (h.magic != kMagic)
     return {WireError::BadMagic, 0, "Header.magic is not \"RFAS\""};
   if (h.version != kVersion)
-    return {WireError::VersionMismatch, 0, "Header.version is not 6"};
+    return {WireError::VersionMismatch, 0, "Header.version is not 7"};
   if (!is_known(h.type))
-    return {WireError::UnknownType, 0, "Header.type is not a version 6 message type"};
+    return {WireError::UnknownType, 0, "Header.type is not a version 7 message type"};
   return {WireError::Ok, sizeof(Header), ""};
 }
 

@@ -131,12 +131,38 @@ uint64_t LeaseGrant::trailing_bytes() const noexcept {
   return static_cast<uint64_t>(parts) * sizeof(LeaseGrantPart);
 }
 
-WireResult LeaseEnded::validate() const noexcept {
-  if (lease_id == 0)
-    return {WireError::InvalidField, 0, "LeaseEnded.lease_id is 0"};
-  if (static_cast<uint16_t>(why) > kMaxLeaseEndReason)
-    return {WireError::InvalidField, 0, "LeaseEnded.why is not a LeaseEndReason"};
+namespace {
+// A LeaseEnded alone or as an entry of a LeasesEnded: the same checks.
+template <class M>
+WireResult validate_lease_end(const M &m, const char *lease_zero, const char *bad_why) noexcept {
+  if (m.lease_id == 0)
+    return {WireError::InvalidField, 0, lease_zero};
+  if (static_cast<uint16_t>(m.why) > kMaxLeaseEndReason)
+    return {WireError::InvalidField, 0, bad_why};
   return {};
+}
+} // namespace
+
+WireResult LeaseEnded::validate() const noexcept {
+  return validate_lease_end(*this, "LeaseEnded.lease_id is 0",
+                            "LeaseEnded.why is not a LeaseEndReason");
+}
+
+WireResult LeaseEndedEntry::validate() const noexcept {
+  return validate_lease_end(*this, "LeaseEndedEntry.lease_id is 0",
+                            "LeaseEndedEntry.why is not a LeaseEndReason");
+}
+
+WireResult LeasesEnded::validate() const noexcept {
+  if (count == 0)
+    return {WireError::InvalidField, 0, "LeasesEnded.count is 0"};
+  if (count > kMaxLeasesEndedEntries)
+    return {WireError::TooLarge, 0, "LeasesEnded.count must be at most 128"};
+  return {};
+}
+
+uint64_t LeasesEnded::trailing_bytes() const noexcept {
+  return static_cast<uint64_t>(count) * sizeof(LeaseEndedEntry);
 }
 
 WireResult AccountingReport::validate() const noexcept {
@@ -195,6 +221,59 @@ WireResult decode(const void *in, size_t len, LeaseGrant &out, std::vector<Lease
       parts.clear();
       return v;
     }
+  }
+  return head;
+}
+
+WireResult encode(const LeaseEnded *notices, size_t count, LeasesEnded &header, void *out,
+                  size_t capacity) noexcept {
+  if (notices == nullptr || count > kMaxLeasesEndedEntries)
+    return {WireError::TooLarge, 0, "LeasesEnded.count must be at most 128"};
+  header.count = static_cast<uint32_t>(count);
+  WireResult v = header.validate();
+  if (!v)
+    return v;
+  for (size_t i = 0; i < count; ++i) {
+    v = notices[i].validate();
+    if (!v)
+      return v;
+  }
+  const size_t total = leases_ended_size(header.count);
+  if (out == nullptr || capacity < total)
+    return {WireError::BufferTooSmall, 0, "LeasesEnded with its entries"};
+  WireResult head = detail::encode_fixed(header, out, capacity);
+  if (!head)
+    return head;
+  detail::Writer w{static_cast<uint8_t *>(out) + sizeof(LeasesEnded)};
+  for (size_t i = 0; i < count; ++i) {
+    LeaseEndedEntry e;
+    e.lease_id = notices[i].lease_id;
+    e.expiry_ms = notices[i].expiry_ms;
+    e.why = notices[i].why;
+    w(e);
+  }
+  return {WireError::Ok, total, ""};
+}
+
+WireResult decode(const void *in, size_t len, LeasesEnded &out, std::vector<LeaseEnded> &notices) {
+  WireResult head = detail::decode_fixed(in, len, out);
+  if (!head)
+    return head;
+  const size_t first = notices.size();
+  detail::Reader r{static_cast<const uint8_t *>(in) + sizeof(LeasesEnded)};
+  for (uint32_t i = 0; i < out.count; ++i) {
+    LeaseEndedEntry e;
+    r(e);
+    WireResult v = e.validate();
+    if (!v) {
+      notices.resize(first);
+      return v;
+    }
+    LeaseEnded n;
+    n.lease_id = e.lease_id;
+    n.expiry_ms = e.expiry_ms;
+    n.why = e.why;
+    notices.push_back(n);
   }
   return head;
 }

@@ -1,4 +1,4 @@
-// The resource-manager messages of the rFaaS wire protocol (version 6): what
+// The resource-manager messages of the rFaaS wire protocol (version 7): what
 // executor managers (nodes) and clients say to the resource manager, and what
 // a client shows an executor manager to prove its lease.
 //
@@ -292,6 +292,52 @@ struct LeaseEnded {
   WireResult validate() const noexcept;
 };
 
+/// One lease's end in a LeasesEnded: LeaseEnded without its header.
+struct LeaseEndedEntry {
+  uint64_t lease_id = 0;
+  uint64_t expiry_ms = 0;
+  LeaseEndReason why = LeaseEndReason::Released;
+  Reserved<uint16_t> reserved0;
+  Reserved<uint32_t> reserved1;
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.lease_id);
+    f(s.expiry_ms);
+    f(s.why);
+    f(s.reserved0);
+    f(s.reserved1);
+  }
+  WireResult validate() const noexcept;
+};
+
+/// Most entries one LeasesEnded carries. Sized so that the message fits the
+/// resource manager's send area (kMaxLeaseGrantSize): a node's receive
+/// slots hold kMaxLeasesEndedSize bytes.
+constexpr uint32_t kMaxLeasesEndedEntries = 128;
+
+/// Resource manager -> node: `count` LeaseEnded notices at once, each a
+/// LeaseEndedEntry following this header, in the order the leases ended.
+/// A node takes it as `count` LeaseEnded messages. The resource manager
+/// keeps one message in flight per node and sends what ended meanwhile in
+/// the next, so a node keeps up with leases ending thousands of times a
+/// second while reading a few messages per pass of its loop.
+/// Encode and decode it with the overloads that take the notices.
+struct LeasesEnded {
+  static constexpr MessageType kType = MessageType::LeasesEnded;
+  static constexpr const char *kName = "LeasesEnded";
+  Header header{kMagic, kVersion, kType};
+  uint32_t count = 0;
+  Reserved<uint32_t> reserved0;
+
+  template <class S, class F> static void fields(S &s, F &f) {
+    f(s.header);
+    f(s.count);
+    f(s.reserved0);
+  }
+  WireResult validate() const noexcept;
+  uint64_t trailing_bytes() const noexcept;
+};
+
 /// Node -> resource manager: what its part of lease `lease_id` used so far
 /// (totals, a later report supersedes an earlier one); `final` at the end.
 struct AccountingReport {
@@ -418,6 +464,13 @@ RFAAS_WIRE_OFFSET(LeaseEnded, lease_id, 8);
 RFAAS_WIRE_OFFSET(LeaseEnded, expiry_ms, 16);
 RFAAS_WIRE_OFFSET(LeaseEnded, why, 24);
 
+RFAAS_WIRE_LAYOUT(LeaseEndedEntry, 24);
+RFAAS_WIRE_OFFSET(LeaseEndedEntry, expiry_ms, 8);
+RFAAS_WIRE_OFFSET(LeaseEndedEntry, why, 16);
+
+RFAAS_WIRE_LAYOUT(LeasesEnded, 16);
+RFAAS_WIRE_OFFSET(LeasesEnded, count, 8);
+
 RFAAS_WIRE_LAYOUT(AccountingReport, 56);
 RFAAS_WIRE_OFFSET(AccountingReport, lease_id, 8);
 RFAAS_WIRE_OFFSET(AccountingReport, allocation_us, 16);
@@ -457,6 +510,24 @@ constexpr size_t lease_grant_size(uint32_t parts) noexcept {
 /// The largest LeaseGrant: a client's receive slots for the resource manager
 /// need this many bytes.
 constexpr size_t kMaxLeaseGrantSize = lease_grant_size(kMaxLeaseNodes);
+
+/// Bytes a LeasesEnded with `count` entries occupies.
+constexpr size_t leases_ended_size(uint32_t count) noexcept {
+  return sizeof(LeasesEnded) + static_cast<size_t>(count) * sizeof(LeaseEndedEntry);
+}
+/// The largest LeasesEnded: a node's receive slots for the resource manager
+/// need this many bytes.
+constexpr size_t kMaxLeasesEndedSize = leases_ended_size(kMaxLeasesEndedEntries);
+static_assert(kMaxLeasesEndedSize <= kMaxLeaseGrantSize,
+              "a LeasesEnded fits the resource manager's send area");
+
+/// Encode a LeasesEnded carrying notices[0, count) (1 <= count <=
+/// kMaxLeasesEndedEntries; each must validate as a LeaseEnded).
+WireResult encode(const LeaseEnded *notices, size_t count, LeasesEnded &header, void *out,
+                  size_t capacity) noexcept;
+/// Decode a LeasesEnded into its notices (appended to `notices` as
+/// LeaseEnded messages; nothing is appended on failure).
+WireResult decode(const void *in, size_t len, LeasesEnded &out, std::vector<LeaseEnded> &notices);
 
 /// Encode a LeaseGrant followed by its parts (parts.size() == m.parts).
 WireResult encode(const LeaseGrant &m, const std::vector<LeaseGrantPart> &parts, void *out,

@@ -102,6 +102,11 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
     remember_ended(e.lease_id, e.expiry_ms);
   verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms);
   lease_expiry_.erase(e.lease_id);
+  // Usage is reported only for a lease that had an allocation here: most
+  // leases a busy client takes and releases never reach this node, and a
+  // report of nothing would cost the resource manager a message and a row
+  // for each.
+  const bool used = lease_use_.count(e.lease_id) > 0;
   lease_use_[e.lease_id].ended = true;
   auto now = Clock::now();
   bool live = false;
@@ -147,8 +152,12 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       c->lease_ended = "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
                        proto::to_string(e.why) + ")";
     }
-  if (!live)
+  if (live)
+    return;
+  if (used)
     report_lease(e.lease_id, true);
+  else
+    lease_use_.erase(e.lease_id);
 }
 
 bool Manager::tell_lease_ended(Allocation &a) {

@@ -144,7 +144,7 @@ int Manager::run() {
     int timeout =
         busy ? (quiet ? kSettledPollMs : kBusyPollMs) : (listener_.fd() < 0 ? 10 : kAcceptLookMs);
     if (rm_) // heartbeats and lease-ended notices
-      timeout = std::min(timeout, 20);
+      timeout = std::min(timeout, rm_->notices_flowing() ? 1 : 20);
     if (pooled_answer_pending())
       timeout = std::min(timeout, 1);
     ::poll(p, 3, timeout);

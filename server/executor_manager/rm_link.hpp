@@ -109,6 +109,12 @@ public:
   bool registered() const { return state_ == State::Registered; }
   /// Reports waiting to be sent (the one in flight included).
   size_t queued() const { return outbox_.size(); }
+  /// Whether notices came within the last 50 ms: leases end back to back
+  /// (a client leasing and releasing at full rate), and the owner should
+  /// poll again within a millisecond rather than its idle tens.
+  bool notices_flowing() const {
+    return std::chrono::steady_clock::now() - last_notice_ < std::chrono::milliseconds(50);
+  }
   const RmLinkCounters &counters() const { return counters_; }
   /// Says goodbye when registered (the resource manager marks the node down
   /// at once), waiting at most 200 ms for it to leave: for the manager's
@@ -163,6 +169,8 @@ private:
   /// room (stalled_ then true).
   std::chrono::steady_clock::time_point waiting_since_{};
   bool stalled_ = false;
+  /// When the last lease-ended notice was read.
+  std::chrono::steady_clock::time_point last_notice_{};
   bool warned_ = false;
   bool drop_warned_ = false;
   int failures_ = 0;

@@ -127,13 +127,14 @@ private:
   void on_renew(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_release(Peer &p, const protocol::ControlMessage &m, Registry &registry);
   void on_accounting(Peer &p, const protocol::ControlMessage &m, Registry &registry);
-  /// Queues the lease-ended notices that wait for node `p`, as many as its
-  /// send queue's notice window takes; true if any moved.
+  /// When nothing else waits to be sent to node `p`, queues the lease-ended
+  /// notices that wait for it, up to 128 in one message; true if any moved.
   bool send_pending(Peer &p);
   /// Queues again the notices of every ended lease of node `p` whose token
   /// has not expired (the node or this process may have restarted).
   void resend_ended(Peer &p, Registry &registry);
-  /// Keeps a notice for `node` until its connection takes it.
+  /// Keeps a notice for `node` until its connection takes it (counted; the
+  /// oldest is dropped beyond kMaxBacklog).
   void hold(const std::string &node, const protocol::LeaseEnded &notice);
   void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
   template <class M> void queue(Peer &p, const M &m);
@@ -188,9 +189,12 @@ private:
   /// Node name -> its registered connection.
   std::map<std::string, Peer *> nodes_;
   /// Notices waiting per node: for nodes that were not connected (sent when
-  /// they register or beat again), and the part of a burst beyond the
-  /// notice window of a connected node's send queue (sent as it drains).
+  /// they register or beat again), and for a connected node, those that
+  /// ended while its last message was on its way (sent together next).
   std::map<std::string, std::deque<protocol::LeaseEnded>> pending_;
+  /// Notices dropped since the last line that said so, and when that was.
+  uint64_t drops_unsaid_ = 0;
+  Clock::time_point drop_said_{};
   RequestLatencies *latencies_ = nullptr;
   NodeProvider *provider_ = nullptr;
 

@@ -108,6 +108,12 @@ std::string render_metrics(const RegistrySnapshot &s, const RequestLatencies &la
   metric(out, "rfaas_rm_fabric_pass_peers_max", "gauge",
          "The most peers other than clients one pass has served since start.",
          w.largest_pass.load());
+  metric(out, "rfaas_rm_fabric_notices_total", "counter",
+         "Lease-ended and renewal notices queued for nodes.", w.notices.load());
+  metric(out, "rfaas_rm_fabric_notices_dropped_total", "counter",
+         "Notices dropped because a node's backlog was full (the node did not read them as fast "
+         "as leases ended).",
+         w.notices_dropped.load());
   const char *h = "rfaas_rm_request_duration_seconds";
   out += std::string("# HELP ") + h +
          " Time to answer a request, by interface (http, fabric) and kind.\n# TYPE " + h +

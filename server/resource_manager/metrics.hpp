@@ -68,6 +68,11 @@ struct FabricWork {
   /// The most peers other than clients that one pass has served: bounded
   /// by the budget whatever the number of nodes.
   std::atomic<uint64_t> largest_pass{0};
+  /// Lease-ended and renewal notices queued for nodes (sent at once or
+  /// kept until the node takes them).
+  std::atomic<uint64_t> notices{0};
+  /// Of those, dropped because the node's backlog was full.
+  std::atomic<uint64_t> notices_dropped{0};
 };
 
 struct RequestLatencies {

@@ -136,6 +136,34 @@ void lease_grant(const uint8_t *data, size_t size, const proto::Header &peeked, 
   FUZZ_CHECK(first == second);
 }
 
+void leases_ended(const uint8_t *data, size_t size, const proto::Header &peeked, bool peek_ok) {
+  proto::LeasesEnded m;
+  std::vector<proto::LeaseEnded> notices;
+  proto::WireResult r = proto::decode(data, size, m, notices);
+  if (!r) {
+    FUZZ_CHECK(notices.empty());
+    (void)proto::describe(r);
+    return;
+  }
+  FUZZ_CHECK(peek_ok && peeked.type == proto::MessageType::LeasesEnded);
+  FUZZ_CHECK(r.size == proto::leases_ended_size(m.count) && r.size <= size);
+  FUZZ_CHECK(notices.size() == m.count && m.count <= proto::kMaxLeasesEndedEntries);
+  std::vector<uint8_t> first(r.size);
+  proto::LeasesEnded head;
+  proto::WireResult w =
+      proto::encode(notices.data(), notices.size(), head, first.data(), first.size());
+  FUZZ_CHECK(w.ok() && w.size == r.size);
+  FUZZ_CHECK(!proto::encode(notices.data(), notices.size(), head, first.data(), first.size() - 1));
+  proto::LeasesEnded again;
+  std::vector<proto::LeaseEnded> notices_again;
+  FUZZ_CHECK(proto::decode(first.data(), first.size(), again, notices_again).ok());
+  std::vector<uint8_t> second(r.size);
+  FUZZ_CHECK(
+      proto::encode(notices_again.data(), notices_again.size(), again, second.data(), second.size())
+          .ok());
+  FUZZ_CHECK(first == second);
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -164,6 +192,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   one<proto::LeaseRelease>(data, size, h, peek_ok);
   lease_grant(data, size, h, peek_ok);
   one<proto::LeaseEnded>(data, size, h, peek_ok);
+  leases_ended(data, size, h, peek_ok);
   one<proto::AccountingReport>(data, size, h, peek_ok);
   one<proto::LeaseProof>(data, size, h, peek_ok);
   if (peek_ok) {

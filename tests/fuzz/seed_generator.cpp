@@ -273,6 +273,20 @@ int main(int argc, char **argv) {
   proto::LeaseEnded lease_renewed = lease_ended;
   lease_renewed.why = proto::LeaseEndReason::Renewed;
   lease_renewed.expiry_ms += 30000;
+  // Three ends at once, as a resource manager sends what ended while its
+  // last message to the node was in flight.
+  std::vector<proto::LeaseEnded> ends(3, lease_ended);
+  ends[1].lease_id = 78;
+  ends[1].why = proto::LeaseEndReason::Released;
+  ends[2].lease_id = 79;
+  ends[2].why = proto::LeaseEndReason::Renewed;
+  std::vector<uint8_t> leases_ended_bytes(proto::leases_ended_size(3));
+  proto::LeasesEnded leases_ended_header;
+  if (!proto::encode(ends.data(), ends.size(), leases_ended_header, leases_ended_bytes.data(),
+                     leases_ended_bytes.size())) {
+    std::fprintf(stderr, "cannot encode LeasesEnded\n");
+    ++g_failures;
+  }
   proto::AccountingReport report;
   report.lease_id = 77;
   report.allocation_us = 5'000'000;
@@ -312,6 +326,7 @@ int main(int argc, char **argv) {
         grant_without_parts(proto::ErrorCode::Provisioning, 2000, "a node is being provisioned"));
   write(p, "lease_ended", bytes_of(lease_ended));
   write(p, "lease_ended_renewed", bytes_of(lease_renewed));
+  write(p, "leases_ended_3", leases_ended_bytes);
   write(p, "accounting_report", bytes_of(report));
   write(p, "lease_proof", bytes_of(proof));
   write(p, "lease_proof_anonymous", bytes_of(proof_anonymous));

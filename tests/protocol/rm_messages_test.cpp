@@ -188,6 +188,50 @@ TEST(RmMessages, NamesAndTextFieldsAreChecked) {
   EXPECT_FALSE(acc.validate().ok());
 }
 
+TEST(RmMessages, LeasesEndedCarriesItsNoticesInOrder) {
+  std::vector<p::LeaseEnded> ends(p::kMaxLeasesEndedEntries);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    ends[i].lease_id = 1000 + i;
+    ends[i].expiry_ms = 1'790'000'000'000ull + i;
+    ends[i].why = static_cast<p::LeaseEndReason>(i % (p::kMaxLeaseEndReason + 1));
+  }
+  std::vector<uint8_t> b(p::kMaxLeasesEndedSize);
+  p::LeasesEnded head;
+  p::WireResult r = p::encode(ends.data(), ends.size(), head, b.data(), b.size());
+  ASSERT_TRUE(r.ok()) << p::describe(r);
+  EXPECT_EQ(r.size, b.size());
+  EXPECT_EQ(head.count, p::kMaxLeasesEndedEntries);
+  EXPECT_FALSE(p::encode(ends.data(), ends.size(), head, b.data(), b.size() - 1).ok());
+
+  p::LeasesEnded back;
+  std::vector<p::LeaseEnded> got{sample<p::LeaseEnded>()}; // appended to
+  r = p::decode(b.data(), b.size(), back, got);
+  ASSERT_TRUE(r.ok()) << p::describe(r);
+  ASSERT_EQ(got.size(), ends.size() + 1);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    EXPECT_EQ(got[i + 1].lease_id, ends[i].lease_id);
+    EXPECT_EQ(got[i + 1].expiry_ms, ends[i].expiry_ms);
+    EXPECT_EQ(got[i + 1].why, ends[i].why);
+  }
+  // A message shorter than its count says is refused and appends nothing.
+  got.clear();
+  EXPECT_EQ(p::decode(b.data(), b.size() - 1, back, got).error, p::WireError::Truncated);
+  EXPECT_TRUE(got.empty());
+  // One bad entry refuses the whole message.
+  b[sizeof(p::LeasesEnded) + 5 * sizeof(p::LeaseEndedEntry) + 16] = 9; // why
+  EXPECT_EQ(p::decode(b.data(), b.size(), back, got).error, p::WireError::InvalidField);
+  EXPECT_TRUE(got.empty());
+  // Neither none nor more than the maximum.
+  EXPECT_FALSE(p::encode(ends.data(), 0, head, b.data(), b.size()).ok());
+  ends.push_back(ends.back());
+  EXPECT_EQ(p::encode(ends.data(), ends.size(), head, b.data(), b.size() + 64).error,
+            p::WireError::TooLarge);
+  b.assign(p::leases_ended_size(1), 0);
+  ASSERT_TRUE(p::encode(ends.data(), 1, head, b.data(), b.size()).ok());
+  b[8] = 200; // count beyond kMaxLeasesEndedEntries
+  EXPECT_EQ(p::decode(b.data(), b.size(), back, got).error, p::WireError::TooLarge);
+}
+
 TEST(RmMessages, LeaseGrantCarriesItsParts) {
   p::LeaseGrant g = sample<p::LeaseGrant>();
   g.parts = 2;
