@@ -279,9 +279,18 @@ void Manager::load_ended_leases() {
 void Manager::remember_ended(uint64_t lease_id, uint64_t expiry_ms) {
   if (!ended_out_.is_open() || expiry_ms <= wall_now_ms())
     return;
-  // Flushed at once: the point is to survive a crash of this process.
   ended_out_ << lease_id << ' ' << expiry_ms << '\n';
-  if (!ended_out_.flush()) {
+  ended_unflushed_ = true;
+}
+
+void Manager::flush_ended() {
+  if (!ended_unflushed_)
+    return;
+  ended_unflushed_ = false;
+  // The point is to survive a crash of this process: written before the
+  // loop takes its next client, once for all the notices one look brought
+  // (a write per notice cost a system call per lease a client released).
+  if (ended_out_.is_open() && !ended_out_.flush()) {
     spdlog::warn("cannot append to the ended-lease file {}: {}; leases that end from now on are "
                  "not kept across a restart",
                  cfg_.resource_manager_ended_file, std::strerror(errno));

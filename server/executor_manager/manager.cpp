@@ -186,6 +186,7 @@ int Manager::run() {
           lease_ended(e);
       }
       expire_leases();
+      flush_ended();
     }
     if (events_ != events_seen_ || !settled())
       last_activity_ = Clock::now();

@@ -101,7 +101,9 @@ private:
   /// start, so that a restarted manager refuses the tokens of leases that
   /// ended before, and appended to as leases end.
   void load_ended_leases();
+  /// Appends to the ended-lease file's buffer; flush_ended() writes it.
   void remember_ended(uint64_t lease_id, uint64_t expiry_ms);
+  void flush_ended();
   void report_lease(uint64_t lease_id, bool final);
   /// Posts Shutdown (LeaseInvalid) on the executor's accounting link, or
   /// leaves it for a later pass while the link is not up or its send area
@@ -188,6 +190,7 @@ private:
   std::map<uint64_t, uint64_t> lease_expiry_;
   /// The ended-lease file, open for appending (closed when it cannot be written).
   std::ofstream ended_out_;
+  bool ended_unflushed_ = false;
   /// When live allocations' accounting was last reported.
   Clock::time_point last_periodic_report_{};
   /// When the loop last looked for connection requests.
