@@ -98,16 +98,24 @@ void Manager::expire_leases() {
 void Manager::lease_ended(const proto::LeaseEnded &e) {
   const uint64_t now_ms = wall_now_ms();
   // A notice told again (after a registration) is written once.
-  if (!verifier_->knows_ended(e.lease_id))
+  if (verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms))
     remember_ended(e.lease_id, e.expiry_ms);
-  verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms);
   lease_expiry_.erase(e.lease_id);
   // Usage is reported only for a lease that had an allocation here: most
   // leases a busy client takes and releases never reach this node, and a
   // report of nothing would cost the resource manager a message and a row
-  // for each.
-  const bool used = lease_use_.count(e.lease_id) > 0;
-  lease_use_[e.lease_id].ended = true;
+  // for each (and this table an entry). One with allocations is marked
+  // ended before they are told below: an allocation that finishes meanwhile
+  // reports its lease's final use.
+  auto use = lease_use_.find(e.lease_id);
+  const bool used = use != lease_use_.end();
+  const bool allocated = std::any_of(allocations_.begin(), allocations_.end(), [&](const auto &kv) {
+    return kv.second->lease_id == e.lease_id;
+  });
+  if (used)
+    use->second.ended = true;
+  else if (allocated)
+    lease_use_[e.lease_id].ended = true;
   auto now = Clock::now();
   bool live = false;
   for (auto &kv : allocations_) {
@@ -152,12 +160,8 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       c->lease_ended = "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
                        proto::to_string(e.why) + ")";
     }
-  if (live)
-    return;
-  if (used)
+  if (!live && used)
     report_lease(e.lease_id, true);
-  else
-    lease_use_.erase(e.lease_id);
 }
 
 bool Manager::tell_lease_ended(Allocation &a) {

@@ -150,6 +150,9 @@ private:
   void activate(Peer &p);
   /// Whether `p` must be looked at again at the next pass.
   bool needs_pass(Peer &p);
+  /// A node's (or an unregistered peer's) link of its own with nothing to
+  /// do that only needs arming.
+  bool quiet_unarmed(Peer &p);
   /// Every peer: closes those silent beyond their idle timeout.
   void sweep(Clock::time_point now);
   /// Adds to the /metrics counters of the loop's work.

@@ -252,14 +252,15 @@ TokenVerdict TokenVerifier::verify(const LeaseClaim &claim, const LeaseToken &to
   return TokenVerdict::Ok;
 }
 
-void TokenVerifier::mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms) {
+bool TokenVerifier::mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms) {
   prune(now_ms);
   uint64_t keep_until = std::max(expiry_ms, now_ms + retention_ms_);
-  uint64_t &slot = ended_[lease_id];
-  if (keep_until > slot) {
-    slot = keep_until;
+  auto [it, fresh] = ended_.try_emplace(lease_id, 0);
+  if (keep_until > it->second) {
+    it->second = keep_until;
     forget_.emplace(keep_until, lease_id);
   }
+  return fresh;
 }
 
 void TokenVerifier::prune(uint64_t now_ms) {

@@ -87,8 +87,10 @@ TEST(LeaseToken, ReplayedTokenIsRefused) {
   TokenVerifier v("node-a", secret, 10'000);
   LeaseToken t = compute_token(claim(), secret);
   ASSERT_EQ(v.verify(claim(), t, 500), TokenVerdict::Ok);
-  v.mark_ended(claim().lease_id, claim().expiry_ms, 600);
+  EXPECT_TRUE(v.mark_ended(claim().lease_id, claim().expiry_ms, 600));
   EXPECT_EQ(v.verify(claim(), t, 700), TokenVerdict::Replayed);
+  // Told again (a node's registration repeats the ends it may have missed).
+  EXPECT_FALSE(v.mark_ended(claim().lease_id, claim().expiry_ms, 650));
   // Remembered until the expiry has passed, then refused as expired.
   v.mark_ended(42, 800, 700); // prunes nothing still relevant
   EXPECT_EQ(v.ended_count(), 2u);
