@@ -117,12 +117,10 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
   else if (allocated)
     lease_use_[e.lease_id].ended = true;
   auto now = Clock::now();
-  bool live = false;
   for (auto &kv : allocations_) {
     Allocation &a = *kv.second;
     if (a.lease_id != e.lease_id)
       continue;
-    live = true;
     if (!a.client_gone) {
       spdlog::info("lease {} {}: ending allocation {:x}", e.lease_id, proto::to_string(e.why),
                    a.id);
@@ -160,7 +158,7 @@ void Manager::lease_ended(const proto::LeaseEnded &e) {
       c->lease_ended = "lease_invalid: lease " + std::to_string(e.lease_id) + " ended (" +
                        proto::to_string(e.why) + ")";
     }
-  if (!live && used)
+  if (!allocated && used)
     report_lease(e.lease_id, true);
 }
 
