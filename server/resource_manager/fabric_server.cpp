@@ -904,10 +904,10 @@ void FabricServer::hold(const std::string &node, const proto::LeaseEnded &notice
       latencies_->fabric_work.notices_dropped.fetch_add(1, std::memory_order_relaxed);
     const auto now = Clock::now();
     if (now - drop_said_ >= std::chrono::seconds(1)) {
-      log()->error("fabric: node {} has {} lease-ended notices waiting; {} of the oldest "
-                   "dropped (the last, lease {}): their tokens stay valid on the node until "
-                   "they expire",
-                   node, backlog.size() + 1, drops_unsaid_, lease);
+      log()->error("fabric: {} lease-ended notice(s) dropped since the last such line, the "
+                   "oldest of nodes whose backlog was full (the last: lease {} of node {}, "
+                   "{} waiting): their tokens stay valid on the node until they expire",
+                   drops_unsaid_, lease, node, backlog.size() + 1);
       drop_said_ = now;
       drops_unsaid_ = 0;
     }
