@@ -159,6 +159,14 @@ struct HandshakeMessage {
 void self_process(uint32_t &pid, uint64_t &pid_namespace);
 /// True when process `pid` (same pid namespace) no longer runs: gone or a zombie.
 bool process_gone(uint32_t pid);
+/// How long one look at a peer's pidfd stands for it (Quirks::
+/// dead_peer_can_hang_progress). A killed process's pidfd turns readable
+/// only once its exit is done: 0.5 to 4.4 ms after the SIGKILL for processes
+/// of 0 to 64 MiB on this project's quiet 2-core host, up to 10 ms loaded.
+/// Entries into the provider go on meanwhile however often one looks, so
+/// 10 us more add little to that window, and a busy poller is spared a
+/// poll(2) per provider call (docs/BACKEND-BUGS.md has the counts).
+inline constexpr std::chrono::microseconds kPidfdLookLasts{10};
 /// A pidfd for process `pid` (pidfd_open), or -1 where the kernel has none.
 /// Shared by every link to the same live process, so that a manager serving
 /// many links of one client holds one descriptor for them; give it back with
@@ -731,13 +739,12 @@ struct ConnectionImpl final : LinkCore {
   void make_room(Queue q) noexcept;
   bool check_peer() noexcept;
   /// Quirks::dead_peer_can_hang_progress: the peer process is gone; the
-  /// provider is not entered any more. Asked before every entry where that
-  /// is exact and cheap (a pidfd: one poll()), else at most once per
-  /// millisecond: a peer that dies holding the provider's lock wedges the
-  /// first entry after its death for good, however soon it comes.
-  bool peer_gone() noexcept {
-    return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(peer_pidfd >= 0);
-  }
+  /// provider is not entered any more. Asked before every entry: with a
+  /// pidfd one poll() answers for lf::kPidfdLookLasts, without one a look
+  /// at /proc for a millisecond. A peer that dies holding the provider's
+  /// lock wedges the first entry after its death for good, however soon it
+  /// comes.
+  bool peer_gone() noexcept { return RDMALIB_UNLIKELY(peer_pid != 0) && peer_process_gone(); }
   size_t block(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
   /// block() on a link whose queues share `waitset`.
   size_t block_on_wait_set(Queue q, Completion *out, size_t max, int slice_ms) noexcept;
@@ -908,9 +915,10 @@ struct ConnectionImpl final : LinkCore {
   /// `pid_namespace`, for Quirks::dead_peer_can_hang_progress.
   void set_peer(const void *raw, size_t len, uint32_t pid, uint64_t pid_namespace);
   /// Quirks::dead_peer_can_hang_progress: true (and the link marked closed) when
-  /// the peer process is known to be gone. Looks at most once per millisecond
-  /// unless `now` (which needs peer_pidfd); cheap when not needed.
-  bool peer_process_gone(bool now = false) noexcept;
+  /// the peer process is known to be gone. Looks at most once per
+  /// lf::kPidfdLookLasts with a pidfd, else once per millisecond; cheap when
+  /// not needed.
+  bool peer_process_gone() noexcept;
   uint32_t peer_pid = 0;
   /// A pidfd of peer_pid (-1 when none could be opened): exact liveness for
   /// one poll(). Closed with the connection.

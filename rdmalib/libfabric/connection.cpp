@@ -518,16 +518,21 @@ std::string FabricImpl::sink_name(Fabric *handle) noexcept {
   return shm_sink_name;
 }
 
-bool ConnectionImpl::peer_process_gone(bool now) noexcept {
+bool ConnectionImpl::peer_process_gone() noexcept {
   if (!peer_pid)
     return false;
   if (peer_dead)
     return true;
-  if (!now || peer_pidfd < 0) {
+  {
+    // With a pidfd one look answers for kPidfdLookLasts (a busy poller
+    // entered the provider several times per message, a system call each);
+    // without one, /proc is read at most once per millisecond.
     auto t = std::chrono::steady_clock::now();
     if (t < next_liveness_check)
       return false;
-    next_liveness_check = t + std::chrono::milliseconds(1);
+    next_liveness_check =
+        t + (peer_pidfd >= 0 ? lf::kPidfdLookLasts
+                             : std::chrono::steady_clock::duration(std::chrono::milliseconds(1)));
   }
   if (!(peer_pidfd >= 0 ? lf::pidfd_exited(peer_pidfd) : lf::process_gone(peer_pid)))
     return false;
