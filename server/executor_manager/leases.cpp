@@ -45,6 +45,7 @@ void Manager::check_lease(Client &c, const uint8_t *msg, size_t len) {
       // A renewed lease's newer token carries its later expiry.
       uint64_t &expiry = lease_expiry_[proof.lease_id];
       expiry = std::max(expiry, proof.expiry_ms);
+      earliest_expiry_ms_ = std::min(earliest_expiry_ms_, expiry);
       c.lease_ok = true;
       c.lease_cores = proof.cores;
       c.lease_memory_mib = proof.memory_mib;
@@ -73,13 +74,24 @@ void Manager::lease_renewed(const proto::LeaseEnded &e) {
   spdlog::info("lease {} renewed until {} (the resource manager's notice)", e.lease_id,
                e.expiry_ms);
   it->second = e.expiry_ms;
+  // A renewal may bring the expiry forward: the skip in expire_leases()
+  // must not pass over it.
+  earliest_expiry_ms_ = std::min(earliest_expiry_ms_, e.expiry_ms);
 }
 
 void Manager::expire_leases() {
   const uint64_t now_ms = wall_now_ms();
+  // The loop comes here every millisecond while notices flow, and a busy
+  // node watches thousands of leases: look through them only once one may
+  // have expired.
+  if (now_ms < earliest_expiry_ms_)
+    return;
   std::vector<proto::LeaseEnded> due;
+  earliest_expiry_ms_ = UINT64_MAX;
   for (const auto &[id, expiry] : lease_expiry_)
-    if (expiry <= now_ms) {
+    if (expiry > now_ms) {
+      earliest_expiry_ms_ = std::min(earliest_expiry_ms_, expiry);
+    } else {
       proto::LeaseEnded e;
       e.lease_id = id;
       e.expiry_ms = expiry;

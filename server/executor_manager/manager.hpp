@@ -188,6 +188,11 @@ private:
   /// Per lease with a verified client here: the latest expiry (wall-clock
   /// ms) its tokens or the resource manager's renewal notices named.
   std::map<uint64_t, uint64_t> lease_expiry_;
+  /// No lease of lease_expiry_ expires before this (wall-clock ms; UINT64_MAX
+  /// when none is watched). Lowered by every insertion or renewal that
+  /// brings an expiry earlier, recomputed by each look through them; a lease
+  /// that ends otherwise may leave it early, which costs one look too many.
+  uint64_t earliest_expiry_ms_ = UINT64_MAX;
   /// The ended-lease file, open for appending (closed when it cannot be written).
   std::ofstream ended_out_;
   bool ended_unflushed_ = false;

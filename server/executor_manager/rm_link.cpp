@@ -233,16 +233,11 @@ bool RmLink::post(size_t size, InFlight what, const char *name) {
 void RmLink::report(const proto::AccountingReport &r) {
   // The report in flight stays as it is: its completion pops it.
   const size_t first = in_flight_ == InFlight::Report ? 1 : 0;
-  for (size_t i = first; i < outbox_.size(); ++i)
-    if (outbox_[i].lease_id == r.lease_id && !outbox_[i].final) {
-      outbox_[i] = r; // cumulative: the newer one says all the older one did
-      return;
-    }
+  // Cumulative: the newer one says all the older one did.
+  if (outbox_.replace(r, first))
+    return;
   if (outbox_.size() >= kMaxQueuedReports) {
-    auto periodic = std::find_if(outbox_.begin() + static_cast<std::ptrdiff_t>(first),
-                                 outbox_.end(), [](const auto &q) { return !q.final; });
-    if (periodic != outbox_.end()) {
-      outbox_.erase(periodic);
+    if (outbox_.drop_oldest_periodic(first)) {
       ++counters_.reports_dropped;
     } else if (!r.final) {
       ++counters_.reports_dropped;

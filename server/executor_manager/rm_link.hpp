@@ -42,7 +42,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +49,7 @@
 
 #include <rdmalib/rdmalib.hpp>
 
+#include "executor_manager/report_outbox.hpp"
 #include "protocol/control_channel.hpp"
 #include "protocol/rm_messages.hpp"
 #include "resource_manager/lease_token.hpp"
@@ -163,7 +163,7 @@ private:
   std::chrono::milliseconds heartbeat_{1000};
   uint64_t sequence_ = 0;
   uint64_t last_timestamp_ = 0;
-  std::deque<protocol::AccountingReport> outbox_;
+  ReportOutbox outbox_;
   InFlight in_flight_ = InFlight::None;
   /// When the message in flight was posted, or when a post first found no
   /// room (stalled_ then true).

@@ -136,6 +136,8 @@ private:
   /// Keeps a notice for `node` until its connection takes it (counted; the
   /// oldest is dropped beyond kMaxBacklog).
   void hold(const std::string &node, const protocol::LeaseEnded &notice);
+  /// Logs drops_unsaid_, a line per node, and clears it.
+  void say_drops(Clock::time_point now);
   void grant_reply(Peer &p, const Status &status, const Grant *grant, uint64_t lease_id);
   template <class M> void queue(Peer &p, const M &m);
   void queue_bytes(Peer &p, std::vector<uint8_t> bytes);
@@ -195,9 +197,16 @@ private:
   /// they register or beat again), and for a connected node, those that
   /// ended while its last message was on its way (sent together next).
   std::map<std::string, std::deque<protocol::LeaseEnded>> pending_;
-  /// Notices dropped since the last line that said so, and when that was.
-  uint64_t drops_unsaid_ = 0;
-  Clock::time_point drop_said_{};
+  /// Per node, notices dropped (its backlog full) since the last lines that
+  /// said so, and when those were written: a line per node with drops, at
+  /// most once a second for all of them.
+  struct Drops {
+    uint64_t count = 0;
+    /// The lease of the last notice dropped.
+    uint64_t last_lease = 0;
+  };
+  std::map<std::string, Drops> drops_unsaid_;
+  Clock::time_point drops_said_{};
   RequestLatencies *latencies_ = nullptr;
   NodeProvider *provider_ = nullptr;
 

@@ -997,6 +997,91 @@ TEST(RmFabric, LeasesAnsweredBeforeACrashAreKnownAfterARestart) {
   EXPECT_EQ(known[ids[0]]["expiry_ms"].get<uint64_t>(), renewed_expiry) << known[ids[0]].dump();
 }
 
+// A node whose backlog overflows (more than 65,536 notices wait) loses the
+// oldest: the resource manager's log says which node lost how many, at most
+// once a second, and every drop reaches the log, also those after its last
+// line (the periodic sweep writes them) and those just before it stops. The
+// overflow: ended leases with live tokens, written into the database while
+// the resource manager is stopped, are all told again when their node
+// registers, and the node reads none of them.
+TEST(RmFabric, EveryDroppedNoticeIsLoggedWithItsNode) {
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs the sqlite3 command";
+  ResourceManager own;
+  own.start();
+  struct Stop {
+    ResourceManager &m;
+    ~Stop() { m.stop(); }
+  } stop{own};
+  json body = {{"name", "lima"},
+               {"address", "127.0.0.1:20004"},
+               {"cores", 4},
+               {"memory_mib", 4096},
+               {"secret", secret_hex('d')}};
+  auto added = request(own.rest(), "POST", "/nodes", body.dump(), kToken);
+  ASSERT_EQ(added.status, 201) << added.body;
+  own.process().stop();
+  constexpr long long kEnded = 70000, kMaxBacklog = 65536;
+  const std::string now = std::to_string(wall_ms());
+  const std::string ids =
+      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < " +
+      std::to_string(kEnded) + ") ";
+  const std::string sql =
+      "BEGIN; " + ids +
+      "INSERT INTO leases (id, client, state, granted_ms, expiry_ms, ended_ms) SELECT 1000000 + "
+      "i, 'alice', 'released', " +
+      now + ", " + now + " + 3600000, " + now + " FROM n; " + ids +
+      "INSERT INTO lease_parts (lease_id, idx, node, cores, memory_mib) SELECT 1000000 + i, 0, "
+      "'lima', '0', 256 FROM n; COMMIT;";
+  ASSERT_EQ(std::system(("sqlite3 '" + own.database() + "' \"" + sql + "\"").c_str()), 0);
+  own.launch();
+  auto dropped = [&] {
+    const std::string page = request(own.rest(), "GET", "/metrics").body;
+    const std::string key = "\nrfaas_rm_fabric_notices_dropped_total ";
+    const size_t at = page.find(key);
+    return at == std::string::npos ? -1 : std::atoll(page.c_str() + at + key.size());
+  };
+  // The drop lines' counts, summed until they reach `total` or 5 s pass.
+  long long logged = 0;
+  int lines = 0;
+  auto read_lines = [&](long long total) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (logged < total && std::chrono::steady_clock::now() < deadline) {
+      std::string line = own.process().wait_for_line(" dropped since the last such line", 1s);
+      if (line.empty())
+        continue;
+      ++lines;
+      const std::string node = "fabric: node lima: ";
+      const size_t at = line.find(node);
+      ASSERT_NE(at, std::string::npos) << line;
+      logged += std::atoll(line.c_str() + at + node.size());
+    }
+  };
+  {
+    Peer node(&own);
+    ASSERT_EQ(node.register_node("lima", 'd').status, proto::ErrorCode::Ok);
+    // Told again at its registration, in one go: the oldest beyond the
+    // backlog's bound are dropped at once.
+    const long long first = dropped();
+    EXPECT_EQ(first, kEnded - kMaxBacklog);
+    // The first drop is said at once, the others by the sweep a second
+    // later: no drop follows that would say them.
+    read_lines(first);
+    EXPECT_EQ(logged, first);
+    EXPECT_EQ(lines, 2);
+  }
+  // Registering again (a restarted node), it is told again of what was
+  // dropped and what its first connection took: more drops, said at the
+  // stop that follows at once, within the second after the last line.
+  Peer again(&own);
+  ASSERT_EQ(again.register_node("lima", 'd').status, proto::ErrorCode::Ok);
+  const long long total = dropped();
+  EXPECT_GT(total, kEnded - kMaxBacklog);
+  ASSERT_EQ(kill(own.process().pid(), SIGTERM), 0);
+  read_lines(total);
+  EXPECT_EQ(logged, total);
+}
+
 /// CPU time (user + system) of process `pid` so far, in clock ticks.
 long cpu_ticks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
