@@ -19,8 +19,9 @@ packages=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
   # libraries
   libspdlog-dev libcxxopts-dev libpistache-dev libreaderwriterqueue-dev nlohmann-json3-dev
-  # resource manager: lease tokens (MACs), its SQLite store; curl for its REST tests
-  libsodium-dev libsqlite3-dev curl
+  # resource manager: lease tokens (MACs), its SQLite store; curl for its REST tests,
+  # sqlite3 for the tests that prepare a database behind its back
+  libsodium-dev libsqlite3-dev curl sqlite3
   # clients' identity: librfaas encodes MUNGE credentials, the resource manager decodes them
   libmunge-dev
   # executors' sandbox: seccomp filters; the oci kind and its tests (podman
