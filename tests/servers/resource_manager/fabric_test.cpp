@@ -141,6 +141,14 @@ private:
 };
 
 ResourceManager *rm = nullptr;
+
+/// A test's own resource manager, stopped when the test ends (also when an
+/// assertion returns early).
+struct StopAtEnd {
+  ResourceManager &m;
+  ~StopAtEnd() { m.stop(); }
+};
+
 rdmalib::Fabric *fabric = nullptr;
 
 /// A connection to the resource manager, as a node or a client.
@@ -258,14 +266,21 @@ struct Peer {
   }
 };
 
-void add_node(const std::string &name, char secret, uint32_t cores = 4) {
+/// Adds node `name` to `m` through REST, as an operator would. Its address
+/// is never dialled: the tests' nodes connect themselves.
+void add_node(ResourceManager &m, const std::string &name, char secret, uint32_t cores = 4) {
   json body = {{"name", name},
                {"address", "127.0.0.1:" + std::to_string(20000 + name.size())},
                {"cores", cores},
                {"memory_mib", 4096},
                {"secret", secret_hex(secret)}};
-  auto r = request(rm->rest(), "POST", "/nodes", body.dump(), kToken);
+  auto r = request(m.rest(), "POST", "/nodes", body.dump(), kToken);
   ASSERT_EQ(r.status, 201) << r.body;
+}
+
+/// The same on the resource manager the tests share.
+void add_node(const std::string &name, char secret, uint32_t cores = 4) {
+  add_node(*rm, name, secret, cores);
 }
 
 /// GET `path` of the REST API on `port` once its table is dated after this
@@ -652,10 +667,7 @@ TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
                    {"reserved_for_nodes", 2},
                    {"client_idle_timeout_ms", 1500},
                    {"idle_timeout_ms", 60000}});
-  struct Stop {
-    ResourceManager &m;
-    ~Stop() { m.stop(); }
-  } stop{small};
+  StopAtEnd stop{small};
   auto ask = [](Peer &c) {
     proto::LeaseRequest req;
     req.cores = 1000; // more than anyone has: the answer names the reason
@@ -676,12 +688,7 @@ TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
         << proto::get_text(refused.message);
   }
   // A node still registers: the slots beyond the clients' are its.
-  json body = {{"name", "golf"},
-               {"address", "127.0.0.1:20004"},
-               {"cores", 2},
-               {"memory_mib", 4096},
-               {"secret", secret_hex('d')}};
-  ASSERT_EQ(request(small.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  ASSERT_NO_FATAL_FAILURE(add_node(small, "golf", 'd', 2));
   Peer node(&small);
   ASSERT_EQ(node.register_node("golf", 'd', 2).status, proto::ErrorCode::Ok);
   // The idle clients are closed after client_idle_timeout_ms (reliable-
@@ -711,10 +718,7 @@ TEST(RmFabric, IdleClientsCloseAndSlotsStayFreeForNodes) {
 TEST(RmFabric, AStalledResourceManagerAnswersTheRequestThatWaitedBeforeClosingIdlePeers) {
   ResourceManager small;
   small.start(json{{"idle_timeout_ms", 300}, {"client_idle_timeout_ms", 60000}});
-  struct Stop {
-    ResourceManager &m;
-    ~Stop() { m.stop(); }
-  } stop{small};
+  StopAtEnd stop{small};
   Peer client(&small);
   // Taken by the loop first (its receives posted: on verbs a send to a
   // link nobody posted receives on waits for one).
@@ -806,21 +810,13 @@ TEST(RmFabric, MungeCredentialsAreCheckedAndTheOwnerRecorded) {
   ASSERT_EQ(why, "");
   ResourceManager secure;
   secure.start(json::object(), json{{"auth", "munge"}, {"munge_socket", realm.socket()}});
-  struct Stop {
-    ResourceManager &r;
-    ~Stop() { r.stop(); }
-  } stop{secure};
+  StopAtEnd stop{secure};
   EXPECT_NE(secure.fabric_line().find("auth munge"), std::string::npos) << secure.fabric_line();
   // The shared resource manager (auth none) says its clients are anonymous.
   EXPECT_NE(rm->fabric_line().find("clients are anonymous"), std::string::npos)
       << rm->fabric_line();
 
-  json body = {{"name", "mike"},
-               {"address", "127.0.0.1:20004"},
-               {"cores", 8},
-               {"memory_mib", 4096},
-               {"secret", secret_hex('5')}};
-  ASSERT_EQ(request(secure.rest(), "POST", "/nodes", body.dump(), kToken).status, 201);
+  ASSERT_NO_FATAL_FAILURE(add_node(secure, "mike", '5', 8));
   Peer node(&secure);
   ASSERT_EQ(node.register_node("mike", '5', 8).status, proto::ErrorCode::Ok);
 
@@ -940,17 +936,8 @@ TEST(RmFabric, WithAuthNoneLeasesAreAnonymous) {
 TEST(RmFabric, LeasesAnsweredBeforeACrashAreKnownAfterARestart) {
   ResourceManager own;
   own.start();
-  struct Stop {
-    ResourceManager &m;
-    ~Stop() { m.stop(); }
-  } stop{own};
-  json body = {{"name", "kilo"},
-               {"address", "127.0.0.1:20004"},
-               {"cores", 64},
-               {"memory_mib", 4096},
-               {"secret", secret_hex('c')}};
-  auto added = request(own.rest(), "POST", "/nodes", body.dump(), kToken);
-  ASSERT_EQ(added.status, 201) << added.body;
+  StopAtEnd stop{own};
+  ASSERT_NO_FATAL_FAILURE(add_node(own, "kilo", 'c', 64));
   std::vector<uint64_t> ids;
   uint64_t renewed_expiry = 0;
   {
@@ -1009,17 +996,8 @@ TEST(RmFabric, EveryDroppedNoticeIsLoggedWithItsNode) {
     GTEST_SKIP() << "needs the sqlite3 command";
   ResourceManager own;
   own.start();
-  struct Stop {
-    ResourceManager &m;
-    ~Stop() { m.stop(); }
-  } stop{own};
-  json body = {{"name", "lima"},
-               {"address", "127.0.0.1:20004"},
-               {"cores", 4},
-               {"memory_mib", 4096},
-               {"secret", secret_hex('d')}};
-  auto added = request(own.rest(), "POST", "/nodes", body.dump(), kToken);
-  ASSERT_EQ(added.status, 201) << added.body;
+  StopAtEnd stop{own};
+  ASSERT_NO_FATAL_FAILURE(add_node(own, "lima", 'd', 4));
   own.process().stop();
   constexpr long long kEnded = 70000, kMaxBacklog = 65536;
   const std::string now = std::to_string(wall_ms());
