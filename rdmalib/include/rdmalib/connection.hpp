@@ -59,14 +59,15 @@ struct ConnectionOptions {
   /// ignore it.
   bool accept_in_background = false;
   /// For loops that poll many links and must not hang on one (a server's
-  /// single thread): poll() looks at the peer before it reads completions, at
-  /// most once per millisecond for a peer process's liveness, instead of only
-  /// every 1024th empty poll. On providers where entering the provider after
-  /// a peer died can spin for ever (shm: a peer killed while it held a lock of
-  /// this endpoint's region), a peer known gone is then never entered again;
-  /// elsewhere the link's end is reported sooner. Costs a clock read per poll
-  /// and, once per millisecond, a look at /proc or the event queue: leave it
-  /// off on busy-polling data paths. wait() always looks.
+  /// single thread): poll() looks at the peer before it reads completions
+  /// instead of only every 1024th empty poll: a peer process's liveness at
+  /// most every 10 us with a pidfd (one poll(2)) or every millisecond without
+  /// one (/proc), its connection events at most every millisecond. On
+  /// providers where entering the provider after a peer died can spin for
+  /// ever (shm: a peer killed while it held a lock of this endpoint's
+  /// region), a peer known gone is then never entered again; elsewhere the
+  /// link's end is reported sooner. Costs a clock read per poll and those
+  /// looks: leave it off on busy-polling data paths. wait() always looks.
   bool check_peer_before_poll = false;
   /// Active side: when set, connect() gives up as soon as *cancel is
   /// non-zero (Error kind Timeout, "cancelled"), at its next look between two
