@@ -133,6 +133,12 @@ struct FabricServer::Peer {
   /// row arm() found something pending.
   int wait_fd = -2;
   int arm_failures = 0;
+  /// wait_fd, asking the connection the first time.
+  int descriptor() {
+    if (wait_fd == -2)
+      wait_fd = conn.wait_fd();
+    return wait_fd;
+  }
   /// The loop slept on wait_fd for this link: it is read again only once
   /// the descriptor fired (ready), so a pass touches the links that have
   /// something rather than every link (a provider call, often a system
@@ -379,9 +385,7 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
         activate(*p);
         continue;
       }
-      if (p->wait_fd == -2)
-        p->wait_fd = p->conn.wait_fd();
-      if (p->wait_fd < 0) {
+      if (p->descriptor() < 0) {
         fdless = true;
         activate(*p);
         continue;
@@ -429,9 +433,7 @@ int FabricServer::prepare_wait(std::vector<int> &fds) {
         break;
       }
     if (any) {
-      if (any->wait_fd == -2)
-        any->wait_fd = any->conn.wait_fd();
-      if (any->wait_fd >= 0 && any->conn.ops().arm()) {
+      if (any->descriptor() >= 0 && any->conn.ops().arm()) {
         shared_arm_failures_ = 0;
         fds.push_back(any->wait_fd);
       } else if (++shared_arm_failures_ <= 2) {
@@ -539,9 +541,7 @@ bool FabricServer::poll(Registry &registry) {
         spoke = read != 0;
         p->ready_idle = named && !spoke;
         if (!spoke && p->kind == Peer::Kind::Node) {
-          if (p->wait_fd == -2)
-            p->wait_fd = p->conn.wait_fd();
-          if (p->wait_fd < 0)
+          if (p->descriptor() < 0)
             p->next_quiet_read = now + kQuietNodeEvery;
         }
       }
@@ -595,9 +595,7 @@ bool FabricServer::poll(Registry &registry) {
     // (shm) is looked at again when the next sleep is prepared, with every
     // such link. Clients are in every pass and stay as they are.
     if (!deferred_.empty() && quiet_unarmed(*p)) {
-      if (p->wait_fd == -2)
-        p->wait_fd = p->conn.wait_fd();
-      if (p->wait_fd < 0)
+      if (p->descriptor() < 0)
         continue;
       if (p->conn.ops().arm()) {
         p->armed = true;
