@@ -1,4 +1,4 @@
-// The rFaaS wire protocol, version 7: every message exchanged by clients,
+// The rFaaS wire protocol, version 8: every message exchanged by clients,
 // executor managers and executors, defined once.
 //
 // Rules (docs/protocol.md explains the flow and the reasons):
@@ -36,7 +36,7 @@ namespace rfaas::protocol {
 constexpr uint32_t kMagic = 0x53414652u;
 /// The version this code speaks. A peer speaking another version is answered
 /// with ErrorCode::VersionMismatch and closed; the Header layout never changes.
-constexpr uint16_t kVersion = 7;
+constexpr uint16_t kVersion = 8;
 
 /// Most worker threads (leased cores) per allocation.
 constexpr uint32_t kMaxWorkers = 256;
@@ -1057,7 +1057,7 @@ template <class M, class = void> struct in_slot : std::false_type {};
 template <class M>
 struct in_slot<M, std::void_t<decltype(M::kInSlot)>> : std::integral_constant<bool, M::kInSlot> {};
 
-static_assert(kVersion == 7, "check_header's texts name the version");
+static_assert(kVersion == 8, "check_header's texts name the version");
 
 /// Header checks shared by decode() and peek(); fills `h` even on failure.
 /// Inline: it runs for every invocation.
@@ -1069,9 +1069,9 @@ inline WireResult check_header(const void *in, size_t len, Header &h) noexcept {
   if (h.magic != kMagic)
     return {WireError::BadMagic, 0, "Header.magic is not \"RFAS\""};
   if (h.version != kVersion)
-    return {WireError::VersionMismatch, 0, "Header.version is not 7"};
+    return {WireError::VersionMismatch, 0, "Header.version is not 8"};
   if (!is_known(h.type))
-    return {WireError::UnknownType, 0, "Header.type is not a version 7 message type"};
+    return {WireError::UnknownType, 0, "Header.type is not a version 8 message type"};
   return {WireError::Ok, sizeof(Header), ""};
 }
 

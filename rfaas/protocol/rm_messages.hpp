@@ -275,7 +275,13 @@ struct LeaseEnded {
   static constexpr const char *kName = "LeaseEnded";
   Header header{kMagic, kVersion, kType};
   uint64_t lease_id = 0;
-  /// The lease's last expiry (milliseconds since the Unix epoch).
+  /// Milliseconds since the Unix epoch. With `why` Renewed: the lease's new
+  /// expiry. For an end (since version 8): the latest expiry any token of
+  /// the lease carried, which a shortening renewal leaves above the lease's
+  /// last expiry; the node refuses the lease's tokens as replays until then
+  /// and may forget the end afterwards. 0: the resource manager does not
+  /// know it (a lease it recorded before version 8); the node keeps the end
+  /// for its own retention.
   uint64_t expiry_ms = 0;
   LeaseEndReason why = LeaseEndReason::Released;
   Reserved<uint16_t> reserved0;
@@ -295,7 +301,8 @@ struct LeaseEnded {
 /// One lease's end in a LeasesEnded: LeaseEnded without its header.
 struct LeaseEndedEntry {
   uint64_t lease_id = 0;
-  uint64_t expiry_ms = 0;
+  uint64_t expiry_ms = 0; ///< as LeaseEnded::expiry_ms
+
   LeaseEndReason why = LeaseEndReason::Released;
   Reserved<uint16_t> reserved0;
   Reserved<uint32_t> reserved1;

@@ -86,32 +86,35 @@ void Manager::expire_leases() {
   // have expired.
   if (now_ms < earliest_expiry_ms_)
     return;
-  std::vector<proto::LeaseEnded> due;
+  std::vector<std::pair<uint64_t, uint64_t>> due; // lease id, expiry
   earliest_expiry_ms_ = UINT64_MAX;
   for (const auto &[id, expiry] : lease_expiry_)
     if (expiry > now_ms) {
       earliest_expiry_ms_ = std::min(earliest_expiry_ms_, expiry);
     } else {
-      proto::LeaseEnded e;
-      e.lease_id = id;
-      e.expiry_ms = expiry;
-      e.why = proto::LeaseEndReason::Expired;
-      due.push_back(e);
+      due.emplace_back(id, expiry);
     }
-  for (const proto::LeaseEnded &e : due) {
+  for (const auto &[id, expiry] : due) {
     spdlog::warn("lease {} expired at {} by this node's clock ({} ms ago) without a renewal "
                  "reaching this node{}: ending its allocations",
-                 e.lease_id, e.expiry_ms, now_ms - e.expiry_ms,
+                 id, expiry, now_ms - expiry,
                  rm_->registered() ? "" : " (the resource manager is not reachable)");
+    // The latest expiry of its tokens is not known here (a renewal may not
+    // have reached this node): 0 keeps its end for the verifier's retention.
+    proto::LeaseEnded e;
+    e.lease_id = id;
+    e.expiry_ms = 0;
+    e.why = proto::LeaseEndReason::Expired;
     lease_ended(e);
   }
 }
 
 void Manager::lease_ended(const proto::LeaseEnded &e) {
   const uint64_t now_ms = wall_now_ms();
-  // A notice told again (after a registration) is written once.
-  if (verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms))
-    remember_ended(e.lease_id, e.expiry_ms);
+  // A notice told again (after a registration) is written once, and again
+  // only when it keeps the entry longer.
+  if (const uint64_t until = verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms))
+    remember_ended(e.lease_id, until);
   lease_expiry_.erase(e.lease_id);
   // Usage is reported only for a lease that had an allocation here: most
   // leases a busy client takes and releases never reach this node, and a
@@ -246,9 +249,11 @@ void Manager::report_live_leases() {
   }
 }
 
-// One line per ended lease: "<lease id> <last expiry ms>". Entries whose
-// expiry passed are dropped when the file is read: their tokens are refused
-// as expired anyway.
+// One line per ended lease: "<lease id> <kept until ms>" (the latest expiry
+// of its tokens, or the verifier's retention where that is not known; a
+// lease may appear again with a later date). Entries whose date passed are
+// dropped when the file is read: the lease's tokens are refused as expired
+// anyway.
 void Manager::load_ended_leases() {
   const std::string &path = cfg_.resource_manager_ended_file;
   if (path.empty())
@@ -290,10 +295,10 @@ void Manager::load_ended_leases() {
   spdlog::info("{} ended lease(s) whose tokens have not expired read from {}", live.size(), path);
 }
 
-void Manager::remember_ended(uint64_t lease_id, uint64_t expiry_ms) {
-  if (!ended_out_.is_open() || expiry_ms <= wall_now_ms())
+void Manager::remember_ended(uint64_t lease_id, uint64_t kept_until_ms) {
+  if (!ended_out_.is_open() || kept_until_ms <= wall_now_ms())
     return;
-  ended_out_ << lease_id << ' ' << expiry_ms << '\n';
+  ended_out_ << lease_id << ' ' << kept_until_ms << '\n';
   ended_unflushed_ = true;
 }
 

@@ -102,7 +102,7 @@ private:
   /// ended before, and appended to as leases end.
   void load_ended_leases();
   /// Appends to the ended-lease file's buffer; flush_ended() writes it.
-  void remember_ended(uint64_t lease_id, uint64_t expiry_ms);
+  void remember_ended(uint64_t lease_id, uint64_t kept_until_ms);
   void flush_ended();
   void report_lease(uint64_t lease_id, bool final);
   /// Posts Shutdown (LeaseInvalid) on the executor's accounting link, or

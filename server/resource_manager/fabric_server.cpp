@@ -865,7 +865,7 @@ void FabricServer::resend_ended(Peer &p, Registry &registry) {
       continue;
     proto::LeaseEnded notice;
     notice.lease_id = l.id;
-    notice.expiry_ms = l.expiry_ms;
+    notice.expiry_ms = l.tokens_until_ms;
     notice.why = end_reason(l.state);
     hold(p.node, notice);
   }

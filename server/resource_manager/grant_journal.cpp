@@ -126,6 +126,15 @@ private:
   const unsigned char *end_;
 };
 
+/// The body's last field, Lease::tokens_until_ms, came after the others: a
+/// record written before it ends without it (0: not known).
+bool tokens_until(Reader &in, Lease &l) {
+  l.tokens_until_ms = 0;
+  if (in.done())
+    return true;
+  return in.u64(l.tokens_until_ms) && in.done();
+}
+
 bool decode_body(const unsigned char *p, size_t n, GrantJournal::Record &r) {
   Reader in(p, n);
   uint8_t kind = 0, state = 0;
@@ -137,7 +146,7 @@ bool decode_body(const unsigned char *p, size_t n, GrantJournal::Record &r) {
   r.lease.state = static_cast<LeaseState>(state);
   if (kind == static_cast<uint8_t>(GrantJournal::Kind::Update)) {
     r.kind = GrantJournal::Kind::Update;
-    return in.done();
+    return tokens_until(in, r.lease);
   }
   if (kind != static_cast<uint8_t>(GrantJournal::Kind::Put))
     return false;
@@ -158,7 +167,7 @@ bool decode_body(const unsigned char *p, size_t n, GrantJournal::Record &r) {
         return false;
     r.lease.parts.push_back(std::move(part));
   }
-  return in.done();
+  return tokens_until(in, r.lease);
 }
 
 /// The record starting at `at` of `data`, if it is whole and its checksum
@@ -289,6 +298,7 @@ std::string GrantJournal::encode(uint64_t seq, Kind kind, const Lease &l) {
         put_u32(body, p.cores[c]);
     }
   }
+  put_u64(body, l.tokens_until_ms);
   std::string out;
   out.reserve(kHeader + body.size());
   put_u32(out, static_cast<uint32_t>(body.size()));

@@ -33,6 +33,12 @@ struct Lease {
   uint64_t granted_ms = 0;
   uint64_t expiry_ms = 0;
   uint64_t ended_ms = 0; ///< 0 while active
+  /// The latest expiry any of its tokens carried: a renewal may shorten
+  /// expiry_ms, and an earlier token stays valid until its own expiry, so a
+  /// node must refuse it as a replay until then. 0: not known (a lease
+  /// stored before this was recorded); nodes then keep its end for their
+  /// own retention.
+  uint64_t tokens_until_ms = 0;
   std::vector<LeasePart> parts;
   /// The uid its client authenticated with (MUNGE); kAnonymousOwner when the
   /// resource manager does not authenticate clients. Its tokens cover it, and

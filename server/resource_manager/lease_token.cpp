@@ -252,15 +252,15 @@ TokenVerdict TokenVerifier::verify(const LeaseClaim &claim, const LeaseToken &to
   return TokenVerdict::Ok;
 }
 
-bool TokenVerifier::mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms) {
+uint64_t TokenVerifier::mark_ended(uint64_t lease_id, uint64_t tokens_until_ms, uint64_t now_ms) {
   prune(now_ms);
-  uint64_t keep_until = std::max(expiry_ms, now_ms + retention_ms_);
-  auto [it, fresh] = ended_.try_emplace(lease_id, 0);
-  if (keep_until > it->second) {
-    it->second = keep_until;
-    forget_.emplace(keep_until, lease_id);
-  }
-  return fresh;
+  const uint64_t keep_until = tokens_until_ms != 0 ? tokens_until_ms : now_ms + retention_ms_;
+  auto it = ended_.try_emplace(lease_id, 0).first;
+  if (keep_until <= it->second)
+    return 0;
+  it->second = keep_until;
+  forget_.emplace(keep_until, lease_id);
+  return keep_until;
 }
 
 void TokenVerifier::prune(uint64_t now_ms) {

@@ -136,10 +136,11 @@ const char *reason_text(TokenVerdict v);
 /// Not thread-safe: one per executor manager loop.
 class TokenVerifier {
 public:
-  /// `retention_ms`: how long an ended lease is remembered at least. A lease
-  /// may have been renewed without this node hearing of it, so its last
-  /// expiry is not known here; the retention should exceed the longest lease
-  /// the resource manager grants (its max_duration_ms).
+  /// `retention_ms`: how long a lease this node ended on its own (its
+  /// expiry passed by this node's clock) is remembered. A renewal may have
+  /// been granted without reaching this node, so the latest expiry of the
+  /// lease's tokens is not known here; the retention should exceed the
+  /// longest lease the resource manager grants (its max_duration_ms).
   TokenVerifier(std::string node, const NodeSecret &secret,
                 uint64_t retention_ms = 24ull * 3600 * 1000);
 
@@ -148,13 +149,17 @@ public:
   TokenVerdict verify(const LeaseClaim &claim, const LeaseToken &token, uint64_t now_ms) const;
 
   /// Lease `lease_id` ended on this node (released, expired or revoked): its
-  /// token is refused as replayed from now on. Entries are kept until the
-  /// later of `expiry_ms` and now + retention; after that the token is refused
-  /// as expired anyway.
-  /// True when the lease was not remembered as ended before (one look-up
-  /// where knows_ended() and this took two: a node takes a notice per lease
-  /// a busy client releases, and the table holds every one not expired).
-  bool mark_ended(uint64_t lease_id, uint64_t expiry_ms, uint64_t now_ms);
+  /// token is refused as replayed from now on. `tokens_until_ms` is the
+  /// latest expiry any token of the lease carried, as the resource manager
+  /// tells it (LeaseEnded::expiry_ms): the entry is kept until then, since
+  /// every token of the lease is refused as expired afterwards. 0: not known
+  /// (the node ended the lease itself, or the resource manager does not
+  /// know): kept for the retention from now.
+  /// Returns the time the entry is now kept until when this call made that
+  /// later (a first notice, or one that knows of a later token), else 0: a
+  /// node writes the entry down only then, and takes a notice told again (a
+  /// registration repeats the ends a node may have missed) with one look-up.
+  uint64_t mark_ended(uint64_t lease_id, uint64_t tokens_until_ms, uint64_t now_ms);
 
   /// Leases remembered as ended (for tests and metrics).
   size_t ended_count() const { return ended_.size(); }

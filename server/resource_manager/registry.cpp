@@ -555,6 +555,7 @@ Result<Grant> Registry::grant(const LeaseRequest &request) {
   l.secret_hash = hash_lease_secret(secret);
   l.granted_ms = now;
   l.expiry_ms = now + (r.duration_ms ? r.duration_ms : options_.default_lease_ms);
+  l.tokens_until_ms = l.expiry_ms;
   for (const PlacementShare &s : *shares) {
     LeasePart p;
     p.node = s.node;
@@ -631,6 +632,10 @@ Result<Grant> Registry::renew(uint64_t lease_id, const std::string &client,
                                               std::to_string(options_.max_lease_ms) + " ms");
   Lease l = it->second;
   l.expiry_ms = clock_() + (duration_ms ? duration_ms : options_.default_lease_ms);
+  // The tokens of the grant and of earlier renewals stay valid until their
+  // own expiries when this one is shorter. Not known stays not known.
+  if (l.tokens_until_ms != 0)
+    l.tokens_until_ms = std::max(l.tokens_until_ms, l.expiry_ms);
   try {
     store_.update_lease(l);
   } catch (const StoreError &e) {
@@ -683,7 +688,7 @@ Status Registry::end_lease(uint64_t lease_id, LeaseState why) {
   }
   vacate(it);
   for (const LeasePart &p : l.parts)
-    events_.push_back(LeaseEnded{l.id, p.node, l.expiry_ms, why});
+    events_.push_back(LeaseEnded{l.id, p.node, l.tokens_until_ms, why});
   switch (why) {
   case LeaseState::Released:
     ++counters_.released;

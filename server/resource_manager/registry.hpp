@@ -130,6 +130,9 @@ struct Grant {
 struct LeaseEnded {
   uint64_t lease_id = 0;
   std::string node;
+  /// With `why` Active the new expiry; for an end the lease's
+  /// tokens_until_ms (0: not known), until which the node refuses its
+  /// tokens as replays.
   uint64_t expiry_ms = 0;
   LeaseState why = LeaseState::Released;
 };

@@ -279,6 +279,10 @@ const char *const kMigrations[] = {
     "CREATE TABLE grant_journal (id INTEGER PRIMARY KEY CHECK (id = 0),"
     "  applied INTEGER NOT NULL);"
     "INSERT INTO grant_journal (id, applied) VALUES (0, 0);",
+    // 6 -> 7: the latest expiry any token of a lease carried (a renewal may
+    // shorten expiry_ms, and a node keeps a lease's end until its tokens
+    // have all expired). 0: not known (leases granted before).
+    "ALTER TABLE leases ADD COLUMN tokens_until_ms INTEGER NOT NULL DEFAULT 0;",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == Store::kSchemaVersion,
               "one migration per schema version");
@@ -908,7 +912,8 @@ void Store::write_lease(const Lease &l, bool fresh) {
   {
     Stmt q(db_, *cache_,
            "INSERT OR REPLACE INTO leases (id, client, state, granted_ms, expiry_ms, "
-           "ended_ms, secret_hash, owner_uid, job_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+           "ended_ms, secret_hash, owner_uid, job_id, tokens_until_ms) "
+           "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
     q.bind(1, l.id);
     q.bind(2, l.client);
     q.bind(3, std::string(to_string(l.state)));
@@ -918,6 +923,7 @@ void Store::write_lease(const Lease &l, bool fresh) {
     q.bind_blob(7, l.secret_hash.data(), l.secret_hash.size());
     q.bind(8, static_cast<uint64_t>(l.owner_uid));
     q.bind(9, l.job_id);
+    q.bind(10, l.tokens_until_ms);
     q.run();
   }
   if (!fresh) {
@@ -955,11 +961,14 @@ void Store::update_lease(const Lease &l) {
 }
 
 bool Store::write_lease_change(const Lease &l) {
-  Stmt q(db_, *cache_, "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4 WHERE id = ?1");
+  Stmt q(db_, *cache_,
+         "UPDATE leases SET state = ?2, expiry_ms = ?3, ended_ms = ?4, tokens_until_ms = ?5 "
+         "WHERE id = ?1");
   q.bind(1, l.id);
   q.bind(2, std::string(to_string(l.state)));
   q.bind(3, l.expiry_ms);
   q.bind(4, l.ended_ms);
+  q.bind(5, l.tokens_until_ms);
   q.run();
   return sqlite3_changes(db_) == 1;
 }
@@ -990,8 +999,9 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
   // per lease for its parts.
   std::string sql =
       "SELECT l.id, l.client, l.state, l.granted_ms, l.expiry_ms, l.ended_ms, l.secret_hash, "
-      "l.owner_uid, l.job_id, p.node, p.cores, p.memory_mib FROM (SELECT id, client, state, "
-      "granted_ms, expiry_ms, ended_ms, secret_hash, owner_uid, job_id FROM leases ";
+      "l.owner_uid, l.job_id, l.tokens_until_ms, p.node, p.cores, p.memory_mib FROM (SELECT id, "
+      "client, state, granted_ms, expiry_ms, ended_ms, secret_hash, owner_uid, job_id, "
+      "tokens_until_ms FROM leases ";
   sql += where;
   sql += " ORDER BY granted_ms DESC, id LIMIT ?2) l LEFT JOIN lease_parts p ON p.lease_id = l.id "
          "ORDER BY l.granted_ms DESC, l.id, p.idx";
@@ -1023,10 +1033,11 @@ std::vector<Lease> Store::query_leases(const char *where, const std::string *tex
         std::memcpy(l.secret_hash.data(), hash.data(), hash.size());
       l.owner_uid = static_cast<uint32_t>(q.u64(7));
       l.job_id = q.text(8);
+      l.tokens_until_ms = q.u64(9);
       out.push_back(std::move(l));
     }
-    if (!q.is_null(9))
-      out.back().parts.push_back(LeasePart{q.text(9), split_cores(q.text(10)), q.u64(11)});
+    if (!q.is_null(10))
+      out.back().parts.push_back(LeasePart{q.text(10), split_cores(q.text(11)), q.u64(12)});
   }
   return out;
 }
@@ -1050,8 +1061,8 @@ std::optional<Lease> Store::load_lease(uint64_t id) const {
 }
 
 std::vector<Lease> Store::ended_unexpired_on(const std::string &node, uint64_t now_ms) const {
-  return query_leases("WHERE state != 'active' AND expiry_ms > ?3 AND id IN (SELECT lease_id "
-                      "FROM lease_parts WHERE node = ?1)",
+  return query_leases("WHERE state != 'active' AND max(expiry_ms, tokens_until_ms) > ?3 AND id IN "
+                      "(SELECT lease_id FROM lease_parts WHERE node = ?1)",
                       &node, static_cast<int64_t>(now_ms), SIZE_MAX);
 }
 

@@ -66,7 +66,7 @@ class Store {
 public:
   /// The schema version this code writes (PRAGMA user_version). Opening a
   /// file with an older version migrates it; a newer one is refused.
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   /// Opens (creating if needed) the database at `path`; ":memory:" works for
   /// tests. A file's log is checkpointed by a thread of its own (see
@@ -139,8 +139,9 @@ public:
   std::vector<Lease> load_leases(std::optional<LeaseState> state = std::nullopt,
                                  size_t limit = SIZE_MAX) const;
   std::optional<Lease> load_lease(uint64_t id) const;
-  /// Leases that ended but whose expiry is after `now_ms`, with a part on
-  /// `node`: their tokens would still verify on a node that forgot the end.
+  /// Leases that ended but whose expiry or latest token expiry
+  /// (Lease::tokens_until_ms) is after `now_ms`, with a part on `node`:
+  /// their tokens would still verify on a node that forgot the end.
   std::vector<Lease> ended_unexpired_on(const std::string &node, uint64_t now_ms) const;
 
   /// Inserts or replaces the record of (lease_id, node), unless the stored

@@ -926,7 +926,7 @@ TEST_F(E2E, VersionMismatchIsAnswered) {
   // Version 3 is the protocol before the slot headers lost their Header.
   Process probe({g.probe, g.devices, g.device, g.address, "3"}, g.workdir + "/probe.log");
   std::string line = probe.wait_for_line("probe: ", 30s);
-  EXPECT_NE(line.find("reply version_mismatch version 7"), std::string::npos)
+  EXPECT_NE(line.find("reply version_mismatch version 8"), std::string::npos)
       << "probe said: \"" << line << "\"";
   probe.stop();
 }

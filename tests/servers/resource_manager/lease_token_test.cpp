@@ -121,6 +121,30 @@ TEST(LeaseToken, ForgettingEndedLeasesDoesNotScan) {
   EXPECT_EQ(w.ended_count(), 1u);
 }
 
+// An end whose latest token expiry the resource manager told is kept until
+// then and no longer, however long the retention: a node's table holds the
+// leases whose tokens could still verify, not a day of churn. One the node
+// decided itself (0) is kept for the retention. mark_ended says when it
+// made the entry last longer, which is when a node writes it down.
+TEST(LeaseToken, AnEndIsKeptUntilItsLatestTokenExpiresWhenThatIsKnown) {
+  NodeSecret secret = generate_secret();
+  TokenVerifier v("node-a", secret); // the default day
+  EXPECT_EQ(v.mark_ended(1, 5'000, 1'000), 5'000u);
+  EXPECT_EQ(v.mark_ended(1, 5'000, 1'500), 0u) << "told again: nothing new";
+  EXPECT_EQ(v.mark_ended(1, 4'000, 1'600), 0u) << "never shortened";
+  EXPECT_EQ(v.mark_ended(2, 0, 2'000), 2'000u + 24ull * 3600 * 1000);
+  EXPECT_EQ(v.mark_ended(1, 7'000, 2'100), 7'000u) << "a later token is news";
+  v.mark_ended(3, 9'000, 7'000); // prunes lease 1, keeps 2
+  EXPECT_EQ(v.ended_count(), 2u);
+  LeaseClaim c = claim();
+  c.lease_id = 1;
+  c.expiry_ms = 7'000;
+  EXPECT_EQ(v.verify(c, compute_token(c, secret), 7'000), TokenVerdict::Expired);
+  c.expiry_ms = 9'000; // lease 3 is remembered until its tokens expire
+  c.lease_id = 3;
+  EXPECT_EQ(v.verify(c, compute_token(c, secret), 7'000), TokenVerdict::Replayed);
+}
+
 TEST(LeaseToken, ReasonsAreDistinctAndNameLeaseInvalid) {
   std::set<std::string> texts;
   for (TokenVerdict r : {TokenVerdict::Forged, TokenVerdict::Expired, TokenVerdict::Foreign,

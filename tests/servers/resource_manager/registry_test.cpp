@@ -946,3 +946,52 @@ TEST_F(Fixture, NewLeaseIdsAreAboveEveryStoredOne) {
   ASSERT_TRUE(g2.ok()) << g2.message;
   EXPECT_GT(g2.value.lease.id, g.value.lease.id);
 }
+
+// A renewal that shortens a lease leaves its first token valid until that
+// token's own expiry. The end's notice carries that later date, so a node
+// refuses the first token as a replay for as long as it would verify, also
+// with a retention shorter than the gap (the 24 h default otherwise hid a
+// lease longer than a day), and after a restart of the resource manager.
+TEST_F(Fixture, TheEndOfAShortenedLeaseIsKeptUntilItsLatestTokenExpires) {
+  two_nodes();
+  auto g = reg->grant(LeaseRequest{"alice", 1, 0, 80'000, 1, kAnonymousOwner, ""});
+  ASSERT_TRUE(g.ok()) << g.message;
+  const uint64_t id = g.value.lease.id;
+  const uint64_t first_expiry = g.value.lease.expiry_ms;
+  EXPECT_EQ(g.value.lease.tokens_until_ms, first_expiry);
+  now += 1'000;
+  auto shorter = reg->renew(id, "alice", g.value.secret, 5'000);
+  ASSERT_TRUE(shorter.ok()) << shorter.message;
+  EXPECT_EQ(shorter.value.lease.expiry_ms, now + 5'000);
+  EXPECT_EQ(shorter.value.lease.tokens_until_ms, first_expiry);
+  // Restarted: the bound comes back from the database.
+  reg = make();
+  ASSERT_TRUE(reg->active_lease(id));
+  EXPECT_EQ(reg->active_lease(id)->tokens_until_ms, first_expiry);
+  reg->take_events();
+  ASSERT_TRUE(reg->release(id, "alice", g.value.secret).ok());
+  std::vector<LeaseEnded> events = reg->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].why, LeaseState::Released);
+  EXPECT_EQ(events[0].expiry_ms, first_expiry);
+
+  const std::string &n = g.value.lease.parts[0].node;
+  TokenVerifier v(n, n == "a" ? secret_a : secret_b, 1'000);
+  v.mark_ended(id, events[0].expiry_ms, now);
+  // Past the shortened expiry and the retention, before the first token's.
+  const uint64_t later = now + 30'000;
+  v.mark_ended(id + 1, 0, later); // prunes what is due by then
+  EXPECT_EQ(v.verify(g.value.lease.claim(0), g.value.tokens[0], later), TokenVerdict::Replayed);
+  // Once every token expired, the entry goes: nothing could be replayed.
+  v.mark_ended(id + 2, 0, first_expiry);
+  EXPECT_EQ(v.ended_count(), 1u);
+  EXPECT_EQ(v.verify(g.value.lease.claim(0), g.value.tokens[0], first_expiry),
+            TokenVerdict::Expired);
+
+  // A node that registers again is told the end while a token could verify.
+  ASSERT_TRUE(reg->register_node(n, "10.0.0.9:1", 4, 4096, n == "a" ? secret_a : secret_b).ok());
+  auto told = store.ended_unexpired_on(n, now + 30'000);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].tokens_until_ms, first_expiry);
+  EXPECT_TRUE(store.ended_unexpired_on(n, first_expiry).empty());
+}
