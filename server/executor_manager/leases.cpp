@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -250,25 +253,33 @@ void Manager::report_live_leases() {
 }
 
 // One line per ended lease: "<lease id> <kept until ms>" (the latest expiry
-// of its tokens, or the verifier's retention where that is not known; a
-// lease may appear again with a later date). Entries whose date passed are
-// dropped when the file is read: the lease's tokens are refused as expired
-// anyway.
+// of its tokens, or the verifier's retention where that is not known); a
+// lease appears again when its date changes, and its last line holds. Leases
+// whose date passed are dropped when the file is read: their tokens are
+// refused as expired anyway.
 void Manager::load_ended_leases() {
   const std::string &path = cfg_.resource_manager_ended_file;
   if (path.empty())
     return;
   const uint64_t now_ms = wall_now_ms();
-  std::vector<std::pair<uint64_t, uint64_t>> live;
+  // A lease's last line holds its date (the resource manager's word may
+  // have replaced a guess with an earlier date).
+  std::unordered_map<uint64_t, uint64_t> last;
   {
     std::ifstream in(path);
-    uint64_t id = 0, expiry = 0;
-    while (in >> id >> expiry)
-      if (id != 0 && expiry > now_ms)
-        live.emplace_back(id, expiry);
+    uint64_t id = 0, until = 0;
+    while (in >> id >> until)
+      if (id != 0)
+        last[id] = until;
   }
-  for (const auto &[id, expiry] : live)
-    verifier_->mark_ended(id, expiry, now_ms);
+  std::vector<std::pair<uint64_t, uint64_t>> live;
+  for (const auto &[id, until] : last)
+    if (until > now_ms)
+      live.emplace_back(id, until);
+  // Taken as this node's dates: the resource manager's notices, told again
+  // as the node registers, replace them.
+  for (const auto &[id, until] : live)
+    verifier_->keep_ended_until(id, until, now_ms);
   // Rewritten with the live entries only, so the file stays as small as the
   // set of ended leases whose tokens could still verify.
   const std::string tmp = path + ".tmp";
@@ -296,7 +307,9 @@ void Manager::load_ended_leases() {
 }
 
 void Manager::remember_ended(uint64_t lease_id, uint64_t kept_until_ms) {
-  if (!ended_out_.is_open() || kept_until_ms <= wall_now_ms())
+  // Also a date that passed: it replaces the lease's earlier line (a guess)
+  // when the file is read.
+  if (!ended_out_.is_open())
     return;
   ended_out_ << lease_id << ' ' << kept_until_ms << '\n';
   ended_unflushed_ = true;

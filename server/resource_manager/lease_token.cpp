@@ -253,24 +253,37 @@ TokenVerdict TokenVerifier::verify(const LeaseClaim &claim, const LeaseToken &to
 }
 
 uint64_t TokenVerifier::mark_ended(uint64_t lease_id, uint64_t tokens_until_ms, uint64_t now_ms) {
+  if (tokens_until_ms != 0)
+    return keep(lease_id, tokens_until_ms, true, now_ms);
+  return keep(lease_id, now_ms + retention_ms_, false, now_ms);
+}
+
+uint64_t TokenVerifier::keep_ended_until(uint64_t lease_id, uint64_t until_ms, uint64_t now_ms) {
+  return keep(lease_id, until_ms, false, now_ms);
+}
+
+uint64_t TokenVerifier::keep(uint64_t lease_id, uint64_t until_ms, bool told, uint64_t now_ms) {
   prune(now_ms);
-  const uint64_t keep_until = tokens_until_ms != 0 ? tokens_until_ms : now_ms + retention_ms_;
-  auto it = ended_.try_emplace(lease_id, 0).first;
-  if (keep_until <= it->second)
-    return 0;
-  it->second = keep_until;
-  forget_.emplace(keep_until, lease_id);
-  return keep_until;
+  auto [it, fresh] = ended_.try_emplace(lease_id, Kept{until_ms, told});
+  if (!fresh) {
+    Kept &k = it->second;
+    // The later of two dates of the same kind; the resource manager's over
+    // a guess, earlier or not; never a guess over the resource manager's.
+    const bool replace = told == k.told ? until_ms > k.until : told;
+    if (!replace)
+      return 0;
+    forget_.erase({k.until, lease_id});
+    k = Kept{until_ms, told};
+  }
+  forget_.emplace(until_ms, lease_id);
+  return until_ms;
 }
 
 void TokenVerifier::prune(uint64_t now_ms) {
-  while (!forget_.empty() && forget_.top().first <= now_ms) {
+  while (!forget_.empty() && forget_.begin()->first <= now_ms) {
     ++prune_steps_;
-    const auto [until, id] = forget_.top();
-    forget_.pop();
-    auto it = ended_.find(id);
-    if (it != ended_.end() && it->second == until)
-      ended_.erase(it);
+    ended_.erase(forget_.begin()->second);
+    forget_.erase(forget_.begin());
   }
 }
 

@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <queue>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -152,14 +152,22 @@ public:
   /// token is refused as replayed from now on. `tokens_until_ms` is the
   /// latest expiry any token of the lease carried, as the resource manager
   /// tells it (LeaseEnded::expiry_ms): the entry is kept until then, since
-  /// every token of the lease is refused as expired afterwards. 0: not known
-  /// (the node ended the lease itself, or the resource manager does not
-  /// know): kept for the retention from now.
-  /// Returns the time the entry is now kept until when this call made that
-  /// later (a first notice, or one that knows of a later token), else 0: a
-  /// node writes the entry down only then, and takes a notice told again (a
-  /// registration repeats the ends a node may have missed) with one look-up.
+  /// every token of the lease is refused as expired afterwards. That is the
+  /// resource manager's word, which issued every token: it replaces a date
+  /// the node guessed (a lease the node ended by its own clock, which is
+  /// what most expiring leases are, is not kept a day once the resource
+  /// manager's notice comes). 0: not known (the node ended the lease itself,
+  /// or the resource manager does not know): kept for the retention from now.
+  /// Returns the date the entry is now kept until when this call changed it
+  /// (a first notice, the resource manager's word on a guess, a later
+  /// token), else 0: a node writes the entry down only then, and takes a
+  /// notice told again (a registration repeats the ends a node may have
+  /// missed) with one look-up.
   uint64_t mark_ended(uint64_t lease_id, uint64_t tokens_until_ms, uint64_t now_ms);
+  /// As mark_ended with a date the node chose (read back from its file of
+  /// ended leases): kept until at least `until_ms`, and the resource
+  /// manager's word still replaces it.
+  uint64_t keep_ended_until(uint64_t lease_id, uint64_t until_ms, uint64_t now_ms);
 
   /// Leases remembered as ended (for tests and metrics).
   size_t ended_count() const { return ended_.size(); }
@@ -169,17 +177,22 @@ public:
   const std::string &node() const { return node_; }
 
 private:
+  struct Kept {
+    uint64_t until = 0; ///< forget after (ms)
+    bool told = false;  ///< the resource manager's date, not a guess
+  };
+  uint64_t keep(uint64_t lease_id, uint64_t until_ms, bool told, uint64_t now_ms);
   void prune(uint64_t now_ms);
 
   std::string node_;
   NodeSecret secret_;
   uint64_t retention_ms_;
-  std::unordered_map<uint64_t, uint64_t> ended_; // lease id -> forget after (ms)
-  /// (forget after, lease id), soonest first: pruning pops only what is due.
-  /// An entry whose lease was marked again later is stale and skipped.
-  std::priority_queue<std::pair<uint64_t, uint64_t>, std::vector<std::pair<uint64_t, uint64_t>>,
-                      std::greater<>>
-      forget_;
+  std::unordered_map<uint64_t, Kept> ended_;
+  /// (forget after, lease id), soonest first: pruning takes only what is
+  /// due. An ordered set rather than a heap: a date moves earlier when the
+  /// resource manager's word replaces a guess, and a heap would hold the
+  /// old entry for the rest of the retention.
+  std::set<std::pair<uint64_t, uint64_t>> forget_;
   uint64_t prune_steps_ = 0;
 };
 

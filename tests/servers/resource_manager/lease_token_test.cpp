@@ -115,7 +115,7 @@ TEST(LeaseToken, ForgettingEndedLeasesDoesNotScan) {
   TokenVerifier w("node-a", secret, 1'000);
   w.mark_ended(7, 0, 0);      // until 1000
   w.mark_ended(7, 5'000, 10); // until 5000
-  w.mark_ended(8, 0, 2'000);  // the stale (1000, 7) is popped, 7 stays
+  w.mark_ended(8, 0, 2'000);  // 7 stays
   EXPECT_EQ(w.ended_count(), 2u);
   w.mark_ended(9, 0, 5'000); // now 7 and 8 are due
   EXPECT_EQ(w.ended_count(), 1u);
@@ -143,6 +143,23 @@ TEST(LeaseToken, AnEndIsKeptUntilItsLatestTokenExpiresWhenThatIsKnown) {
   c.expiry_ms = 9'000; // lease 3 is remembered until its tokens expire
   c.lease_id = 3;
   EXPECT_EQ(v.verify(c, compute_token(c, secret), 7'000), TokenVerdict::Replayed);
+
+  // The node ended lease 4 by its own clock (a guess: a day); the resource
+  // manager's notice, which knows every token, brings the date forward. The
+  // node's own date never replaces the resource manager's.
+  EXPECT_EQ(v.mark_ended(4, 0, 7'000), 7'000u + 24ull * 3600 * 1000);
+  EXPECT_EQ(v.mark_ended(4, 7'500, 7'100), 7'500u);
+  EXPECT_EQ(v.keep_ended_until(4, 90'000, 7'200), 0u);
+  EXPECT_EQ(v.mark_ended(4, 0, 7'300), 0u);
+  v.mark_ended(5, 0, 7'500);      // prunes lease 4 (nothing stale is left behind)
+  EXPECT_EQ(v.ended_count(), 3u); // 2, 3 and 5
+  LeaseClaim d = claim();
+  d.lease_id = 4;
+  d.expiry_ms = 7'500;
+  EXPECT_EQ(v.verify(d, compute_token(d, secret), 7'500), TokenVerdict::Expired);
+  // A date read back from the node's file is a guess too.
+  EXPECT_EQ(v.keep_ended_until(6, 50'000, 7'600), 50'000u);
+  EXPECT_EQ(v.mark_ended(6, 8'000, 7'700), 8'000u);
 }
 
 TEST(LeaseToken, ReasonsAreDistinctAndNameLeaseInvalid) {
