@@ -111,9 +111,16 @@ public:
   size_t queued() const { return outbox_.size(); }
   /// Whether notices came within the last 50 ms: leases end back to back
   /// (a client leasing and releasing at full rate), and the owner should
-  /// poll again within a millisecond rather than its idle tens.
+  /// poll again within a few milliseconds rather than its idle tens.
   bool notices_flowing() const {
     return std::chrono::steady_clock::now() - last_notice_ < std::chrono::milliseconds(50);
+  }
+  /// Whether a full LeasesEnded (kMaxLeasesEndedEntries) came within the
+  /// last 5 ms: more wait at the resource manager, which sends the next
+  /// message only once this one was read (on shm the send waits for the
+  /// reader), so the owner should look again within a millisecond.
+  bool notices_backed_up() const {
+    return std::chrono::steady_clock::now() - last_full_notices_ < std::chrono::milliseconds(5);
   }
   const RmLinkCounters &counters() const { return counters_; }
   /// Says goodbye when registered (the resource manager marks the node down
@@ -171,6 +178,7 @@ private:
   bool stalled_ = false;
   /// When the last lease-ended notice was read.
   std::chrono::steady_clock::time_point last_notice_{};
+  std::chrono::steady_clock::time_point last_full_notices_{};
   bool warned_ = false;
   bool drop_warned_ = false;
   int failures_ = 0;
