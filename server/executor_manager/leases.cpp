@@ -115,7 +115,7 @@ void Manager::expire_leases() {
 void Manager::lease_ended(const proto::LeaseEnded &e) {
   const uint64_t now_ms = wall_now_ms();
   // A notice told again (after a registration) is written once, and again
-  // only when it keeps the entry longer.
+  // only when it changes the entry's date.
   if (const uint64_t until = verifier_->mark_ended(e.lease_id, e.expiry_ms, now_ms))
     remember_ended(e.lease_id, until);
   lease_expiry_.erase(e.lease_id);
