@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -264,18 +265,16 @@ void Manager::load_ended_leases() {
   const uint64_t now_ms = wall_now_ms();
   // A lease's last line holds its date (the resource manager's word may
   // have replaced a guess with an earlier date).
-  std::unordered_map<uint64_t, uint64_t> last;
+  std::unordered_map<uint64_t, uint64_t> live;
   {
     std::ifstream in(path);
     uint64_t id = 0, until = 0;
     while (in >> id >> until)
       if (id != 0)
-        last[id] = until;
+        live[id] = until;
   }
-  std::vector<std::pair<uint64_t, uint64_t>> live;
-  for (const auto &[id, until] : last)
-    if (until > now_ms)
-      live.emplace_back(id, until);
+  for (auto it = live.begin(); it != live.end();)
+    it = it->second > now_ms ? std::next(it) : live.erase(it);
   // Taken as this node's dates: the resource manager's notices, told again
   // as the node registers, replace them.
   for (const auto &[id, until] : live)
@@ -285,8 +284,8 @@ void Manager::load_ended_leases() {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const auto &[id, expiry] : live)
-      out << id << ' ' << expiry << '\n';
+    for (const auto &[id, until] : live)
+      out << id << ' ' << until << '\n';
     if (!out.flush()) {
       spdlog::warn("cannot write the ended-lease file {}: {}; a restart of this manager will "
                    "accept the tokens of leases that ended before it until the resource "
