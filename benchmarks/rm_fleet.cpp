@@ -247,14 +247,21 @@ int run_client(const FleetSetup &s, int index, double rate, int stop_fd, int res
 // ---- REST latency while the fleet runs ------------------------------------------
 
 struct RestTimes {
-  std::vector<double> nodes_ms, metrics_ms;
+  /// GET /nodes (the whole table), GET /nodes?limit=100 (an operator's
+  /// page), GET /nodes/{name} (one node) and GET /metrics.
+  std::vector<double> nodes_ms, page_ms, node_ms, metrics_ms;
   uint64_t errors = 0;
 };
 
-void time_rest(uint16_t port, const std::string &token, uint32_t every_ms,
+void time_rest(uint16_t port, const std::string &token, uint32_t every_ms, const std::string &node,
                const std::atomic<bool> &stop, RestTimes &out) {
+  const std::pair<std::string, std::vector<double> *> probes[] = {
+      {"/nodes", &out.nodes_ms},
+      {"/nodes?limit=100", &out.page_ms},
+      {"/nodes/" + node, &out.node_ms},
+      {"/metrics", &out.metrics_ms}};
   while (!stop.load()) {
-    for (const char *path : {"/nodes", "/metrics"}) {
+    for (const auto &[path, times] : probes) {
       auto t0 = Clock::now();
       try {
         rfaas::http::Response a = rfaas::http::request(port, "GET", path, "", token, kRestTimeout);
@@ -263,8 +270,7 @@ void time_rest(uint16_t port, const std::string &token, uint32_t every_ms,
       } catch (const std::exception &) {
         ++out.errors;
       }
-      double ms = seconds_since(t0) * 1e3;
-      (path[1] == 'n' ? out.nodes_ms : out.metrics_ms).push_back(ms);
+      times->push_back(seconds_since(t0) * 1e3);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(every_ms));
   }
@@ -514,8 +520,10 @@ int run(const Run &r) {
   auto t_lease = Clock::now();
   std::thread rest_thread;
   if (r.rest_every_ms > 0)
-    rest_thread =
-        std::thread([&] { time_rest(r.rest_port, r.token, r.rest_every_ms, rest_stop, rest); });
+    rest_thread = std::thread([&] {
+      time_rest(r.rest_port, r.token, r.rest_every_ms, r.prefix + "-" + std::to_string(r.nodes / 2),
+                rest_stop, rest);
+    });
   std::this_thread::sleep_for(std::chrono::duration<double>(r.seconds));
   for (Child &c : clients) {
     close_end(c.stop);
@@ -573,9 +581,14 @@ int run(const Run &r) {
   put("rest_every_ms", std::to_string(r.rest_every_ms));
   put("rest_nodes_p50_ms", fmt(pct(rest.nodes_ms, 0.5), 2));
   put("rest_nodes_p99_ms", fmt(pct(rest.nodes_ms, 0.99), 2));
+  put("rest_page_p50_ms", fmt(pct(rest.page_ms, 0.5), 2));
+  put("rest_page_p99_ms", fmt(pct(rest.page_ms, 0.99), 2));
+  put("rest_node_p50_ms", fmt(pct(rest.node_ms, 0.5), 2));
+  put("rest_node_p99_ms", fmt(pct(rest.node_ms, 0.99), 2));
   put("rest_metrics_p50_ms", fmt(pct(rest.metrics_ms, 0.5), 2));
   put("rest_metrics_p99_ms", fmt(pct(rest.metrics_ms, 0.99), 2));
-  put("rest_samples", std::to_string(rest.nodes_ms.size() + rest.metrics_ms.size()));
+  put("rest_samples", std::to_string(rest.nodes_ms.size() + rest.page_ms.size() +
+                                     rest.node_ms.size() + rest.metrics_ms.size()));
   put("rest_errors", std::to_string(rest.errors));
 
   // 5. Until the resource manager holds a final accounting record for every
@@ -701,7 +714,7 @@ int main(int argc, char **argv) {
     ("seconds", "seconds of leasing", rfaas::cli::value<double>()->default_value("5"))
     ("idle-seconds", "seconds of heartbeats only", rfaas::cli::value<double>()->default_value("3"))
     ("register-timeout", "seconds the nodes may take to register", rfaas::cli::value<double>()->default_value("600"))
-    ("rest-every-ms", "pause between REST probes (GET /nodes, /metrics) while leasing; 0: none", rfaas::cli::value<uint32_t>()->default_value("100"))
+    ("rest-every-ms", "pause between REST probes (GET /nodes, /nodes?limit=100, /nodes/NAME, /metrics) while leasing; 0: none", rfaas::cli::value<uint32_t>()->default_value("100"))
     ("heartbeat-ms", "the heartbeat period the resource manager asks (for the per-heartbeat figure)", rfaas::cli::value<uint32_t>()->default_value("1000"))
     ("retention-days", "the resource manager's retention_days (for the extrapolation)", rfaas::cli::value<uint32_t>()->default_value("0"))
     ("cores", "cores per simulated node", rfaas::cli::value<uint32_t>()->default_value("8"))

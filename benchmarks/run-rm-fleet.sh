@@ -223,9 +223,9 @@ cols = [("device", "%-7s"), ("nodes", "%6s"), ("nodes_up", "%6s"), ("register_se
         ("rm_cpu_idle_cores", "%8s"), ("rm_cpu_per_heartbeat_us", "%7s"),
         ("rm_rss_mib", "%8s"), ("rm_fds", "%7s"), ("lease_p50_us", "%8s"), ("lease_p99_us", "%9s"),
         ("leases_per_s", "%7s"), ("rm_cpu_per_lease_us", "%8s"), ("rest_nodes_p99_ms", "%8s"),
-        ("rest_metrics_p99_ms", "%8s"), ("db_bytes_per_lease", "%7s")]
+        ("rest_page_p99_ms", "%7s"), ("rest_node_p99_ms", "%7s"), ("rest_metrics_p99_ms", "%8s"), ("db_bytes_per_lease", "%7s")]
 heads = ["device", "nodes", "up", "reg_s", "cpu_idle", "hb_us", "rss_MiB", "fds", "l_p50", "l_p99",
-         "lease/s", "cpu/l_us", "nodes_ms", "metr_ms", "db_B/l"]
+         "lease/s", "cpu/l_us", "nodes_ms", "page_ms", "node_ms", "metr_ms", "db_B/l"]
 print(" ".join((fmt % h) for (k, fmt), h in zip(cols, heads)))
 for r in rows:
     if r.get("failed") and "nodes_up" not in r:

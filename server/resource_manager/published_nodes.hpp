@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,9 +32,15 @@ public:
   /// memory), the next call hands over every node again.
   void publish(Registry &registry);
 
-  /// Any thread: every node by name, as of the newest publication
-  /// (PublishedRows::page).
-  Page page() { return rows_.page(); }
+  /// Any thread: the nodes by name, as of the newest publication: at most
+  /// `limit` of them, those whose names follow `after` (empty: from the
+  /// first) (PublishedRows::page).
+  Page page(size_t limit = std::numeric_limits<size_t>::max(), const std::string &after = {}) {
+    return rows_.page(limit, after);
+  }
+
+  /// Any thread: one node by name (`body` null when there is none).
+  Page node(const std::string &name) { return rows_.row(name); }
 
   /// Changes handed over and not yet read (for tests).
   size_t pending() { return rows_.pending(); }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -33,6 +34,9 @@ public:
     /// When the newest hand-over folded in was made (the registry's clock,
     /// ms since the Unix epoch): every change made before it is in `body`.
     uint64_t generated_ms = 0;
+    /// A shorter page than the table's rest: the key of its last row, to
+    /// ask for the next page with; empty when no row follows.
+    std::string next_after;
   };
   /// A row by its key (which orders the table); none: the row is gone.
   using Change = std::pair<std::string, std::optional<View>>;
@@ -91,18 +95,51 @@ public:
   /// next hand-over must be a reset.
   bool reset_requested() { return reset_requested_.exchange(false); }
 
-  /// Any thread: the table as of the newest hand-over, its first `limit`
-  /// rows. Renders what changed since the previous call (O(changes)) and the
-  /// array when anything did (O(rows), on the caller's thread); otherwise the
-  /// same body again. Serialised between readers.
-  Page page(size_t limit = std::numeric_limits<size_t>::max()) {
+  /// Any thread: the table as of the newest hand-over, at most `limit` rows
+  /// from the first key after `after` (empty: from the first row). Folds in
+  /// what changed since the previous read (O(changes)). The whole table is
+  /// rendered once per change and kept (O(rows), on the caller's thread); a
+  /// shorter page renders its own rows only (O(log rows + limit)), so an
+  /// operator who pages a large fleet does not pay for the whole array.
+  /// Serialised between readers.
+  Page page(size_t limit = std::numeric_limits<size_t>::max(), const std::string &after = {}) {
     std::lock_guard<std::mutex> build(build_mutex_);
+    if (!fold())
+      return {};
+    auto first = after.empty() ? rows_.begin() : rows_.upper_bound(after);
+    if (first == rows_.begin() && limit >= rows_.size()) {
+      if (!body_)
+        body_ = render(first, limit, nullptr);
+      return Page{body_, generated_ms_, {}};
+    }
+    Page p{nullptr, generated_ms_, {}};
+    p.body = render(first, limit, &p.next_after);
+    return p;
+  }
+
+  /// Any thread: one row's JSON (with a final newline) as of the newest
+  /// hand-over; `body` null when there is no such row or nothing was handed
+  /// over yet (`generated_ms` 0 then). O(changes + log rows).
+  Page row(const std::string &key) {
+    std::lock_guard<std::mutex> build(build_mutex_);
+    if (!fold())
+      return {};
+    Page p{nullptr, generated_ms_, {}};
+    if (auto it = rows_.find(key); it != rows_.end())
+      p.body = std::make_shared<const std::string>(it->second + "\n");
+    return p;
+  }
+
+private:
+  /// Folds the changes handed over since the last read into rows_ (under
+  /// build_mutex_); false when there is nothing to show yet.
+  bool fold() {
     std::unordered_map<std::string, std::optional<View>> changes;
     bool reset = false;
     {
       std::lock_guard<std::mutex> g(pending_mutex_);
       if (!pending_published_)
-        return {};
+        return false;
       changes.swap(pending_);
       std::swap(reset, pending_reset_);
       consumed_ = true;
@@ -110,10 +147,11 @@ public:
     }
     if (reset) {
       rows_.clear();
+      body_.reset();
       awaiting_reset_ = false;
     }
     if (awaiting_reset_)
-      return {};
+      return false;
     try {
       for (auto &[key, view] : changes) {
         if (view)
@@ -121,10 +159,6 @@ public:
         else
           rows_.erase(key);
       }
-      if (!body_ || !changes.empty() || reset)
-        body_ = render(rows_.size());
-      if (limit < rows_.size())
-        return Page{render(limit), generated_ms_};
     } catch (...) {
       // Changes taken but not folded in are lost: ask the loop for every
       // row again, and answer nothing until they arrive.
@@ -134,24 +168,33 @@ public:
       reset_requested_ = true;
       throw;
     }
-    return Page{body_, generated_ms_};
+    if (!changes.empty())
+      body_.reset(); // rendered again by the next read of the whole table
+    return true;
   }
 
-private:
-  std::shared_ptr<const std::string> render(size_t limit) const {
+  using Rows = std::map<std::string, std::string>;
+
+  /// At most `limit` rows from `first` as a JSON array; `next_after` (when
+  /// given) gets the last row's key if rows follow it.
+  std::shared_ptr<const std::string> render(Rows::const_iterator first, size_t limit,
+                                            std::string *next_after) const {
     size_t size = 3, n = 0;
-    for (auto it = rows_.begin(); it != rows_.end() && n < limit; ++it, ++n)
+    for (auto it = first; it != rows_.end() && n < limit; ++it, ++n)
       size += it->second.size() + 1;
     auto body = std::make_shared<std::string>();
     body->reserve(size);
     *body += '[';
     n = 0;
-    for (auto it = rows_.begin(); it != rows_.end() && n < limit; ++it, ++n) {
+    auto it = first;
+    for (; it != rows_.end() && n < limit; ++it, ++n) {
       if (n > 0)
         *body += ',';
       *body += it->second;
     }
     *body += "]\n";
+    if (next_after && n > 0 && it != rows_.end())
+      *next_after = std::prev(it)->first;
     return body;
   }
 
@@ -175,7 +218,7 @@ private:
   /// Readers' side, guarded by build_mutex_ (the loop never takes it).
   std::mutex build_mutex_;
   /// Key -> the row's JSON, rendered when it changed.
-  std::map<std::string, std::string> rows_;
+  Rows rows_;
   std::shared_ptr<const std::string> body_;
   uint64_t generated_ms_ = 0;
   /// Changes were lost: pages are empty until a reset arrives.

@@ -7,6 +7,8 @@
 
 #include <cctype>
 #include <chrono>
+#include <limits>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -79,6 +81,9 @@ private:
 struct GeneratedMsName {
   static constexpr const char *kName = "X-Rfaas-Generated-Ms";
 };
+struct NextAfterName {
+  static constexpr const char *kName = "X-Rfaas-Next-After";
+};
 struct WwwAuthenticateName {
   static constexpr const char *kName = "WWW-Authenticate";
 };
@@ -86,6 +91,8 @@ struct WwwAuthenticateName {
 /// (docs/resource_manager.md, "Snapshots").
 using GeneratedMs = TextHeader<GeneratedMsName>;
 using WwwAuthenticate = TextHeader<WwwAuthenticateName>;
+/// A page of GET /nodes that rows follow: the name to ask `after`.
+using NextAfter = TextHeader<NextAfterName>;
 
 json accounting_json(const std::vector<AccountingRecord> &records) {
   json rows = json::array();
@@ -321,23 +328,53 @@ struct RestServer::Routes {
     send_response(w, Code::Ok, render_metrics(*snap, s.latencies_));
   }
 
-  void list_nodes(const Request &, ResponseWriter &w) {
+  /// The node table's answer from `read` (a page or one row). Before the
+  /// loop's first publication a task makes it publish (or says why it
+  /// cannot); generated_ms 0 means nothing was published yet.
+  template <class Read>
+  std::optional<PublishedNodes::Page> read_nodes(Read read, ResponseWriter &w) {
+    PublishedNodes::Page page = read(s.loop_.published_nodes());
+    if (page.generated_ms == 0) {
+      s.loop_.call([](Registry &) { return 0; });
+      page = read(s.loop_.published_nodes());
+      if (page.generated_ms == 0) {
+        send_error(w, Code::Service_Unavailable, "busy",
+                   "the node table is being rebuilt; try again");
+        return std::nullopt;
+      }
+    }
+    return page;
+  }
+
+  void list_nodes(const Request &req, ResponseWriter &w) {
     // From the table the loop publishes (published_nodes.hpp), not a task:
     // as a task, a GET waited for the fabric pass in progress (p99 13-21 ms
     // while 16 clients leased) and its copy of every node held the loop.
-    PublishedNodes::Page page = s.loop_.published_nodes().page();
-    if (!page.body) {
-      // Nothing published yet: a task makes the loop publish (or says why
-      // it cannot).
-      s.loop_.call([](Registry &) { return 0; });
-      page = s.loop_.published_nodes().page();
-      if (!page.body)
-        return send_error(w, Code::Service_Unavailable, "busy",
-                          "the node table is being rebuilt; try again");
-    }
+    uint64_t limit = std::numeric_limits<uint64_t>::max();
+    if (auto l = query(req, "limit"); l && (!parse_u64(*l, limit) || limit == 0))
+      return send_error(w, Code::Bad_Request, "invalid", "limit must be a number >= 1");
+    const std::string after = query(req, "after").value_or("");
+    auto page =
+        read_nodes([&](PublishedNodes &t) { return t.page(static_cast<size_t>(limit), after); }, w);
+    if (!page)
+      return;
     w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
-    add_generated(w, page.generated_ms);
-    send_response(w, Code::Ok, *page.body);
+    add_generated(w, page->generated_ms);
+    if (!page->next_after.empty())
+      w.headers().add<NextAfter>(page->next_after);
+    send_response(w, Code::Ok, *page->body);
+  }
+
+  void get_node(const Request &req, ResponseWriter &w) {
+    const std::string name = req.param(":name").as<std::string>();
+    auto page = read_nodes([&](PublishedNodes &t) { return t.node(name); }, w);
+    if (!page)
+      return;
+    if (!page->body)
+      return send_error(w, Code::Not_Found, "not_found", "no node named \"" + name + "\"");
+    w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
+    add_generated(w, page->generated_ms);
+    send_response(w, Code::Ok, *page->body);
   }
 
   void add_node(const Request &req, ResponseWriter &w) {
@@ -664,6 +701,7 @@ void RestServer::start(const std::string &host, uint16_t port, uint32_t threads,
   Rest::Routes::Get(*router, "/metrics", routes->wrap(metrics, bind(&Routes::metrics)));
   Rest::Routes::Get(*router, "/nodes", routes->wrap(A::Read, bind(&Routes::list_nodes)));
   Rest::Routes::Post(*router, "/nodes", routes->wrap(A::Write, bind(&Routes::add_node)));
+  Rest::Routes::Get(*router, "/nodes/:name", routes->wrap(A::Read, bind(&Routes::get_node)));
   Rest::Routes::Post(*router, "/nodes/:name/drain",
                      routes->wrap(A::Write, bind(&Routes::drain_node)));
   Rest::Routes::Delete(*router, "/nodes/:name", routes->wrap(A::Write, bind(&Routes::remove_node)));

@@ -265,6 +265,73 @@ TEST_F(RestFixture, NodesComeFromThePublishedTableWithItsGenerationTime) {
   EXPECT_EQ(m.header("X-Rfaas-Generated-Ms"), "6000200") << m.headers;
 }
 
+// A fleet's node table in pages (?limit, ?after, X-Rfaas-Next-After) and one
+// node by name: the pages together are GET /nodes, a changed node shows in
+// the next read of either, and bad paging input or an unknown node is a
+// clear error.
+TEST_F(RestFixture, NodesComeInPagesAndOneByName) {
+  constexpr int kNodes = 25;
+  loop.call([&](Registry &r) {
+    for (int i = 0; i < kNodes; ++i) {
+      char name[8];
+      std::snprintf(name, sizeof name, "n%02d", i);
+      EXPECT_TRUE(r.register_node(name, "h:1", 4, 1024, generate_secret()).ok());
+    }
+    return 0;
+  });
+  auto whole = request(rest.port(), "GET", "/nodes", "", kReader);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.header("X-Rfaas-Next-After"), "") << "the whole table: nothing follows";
+  json all = json::parse(whole.body);
+  ASSERT_EQ(all.size(), static_cast<size_t>(kNodes));
+
+  json paged = json::array();
+  std::string after;
+  int pages = 0;
+  for (; pages < kNodes; ++pages) {
+    auto r = request(rest.port(), "GET",
+                     "/nodes?limit=10" + (after.empty() ? "" : "&after=" + after), "", kReader);
+    ASSERT_EQ(r.status, 200) << r.body;
+    json page = json::parse(r.body);
+    EXPECT_LE(page.size(), 10u);
+    for (const json &n : page)
+      paged.push_back(n);
+    after = r.header("X-Rfaas-Next-After");
+    if (after.empty())
+      break;
+    EXPECT_EQ(after, page.back()["name"]);
+  }
+  EXPECT_EQ(pages, 2) << "pages of 10, 10 and 5";
+  EXPECT_EQ(paged, all);
+  // A page after the last name, or after a name between two: the rows that follow.
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/nodes?after=n24", "", kReader).body),
+            json::array());
+  json tail = json::parse(request(rest.port(), "GET", "/nodes?after=n22x", "", kReader).body);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0]["name"], "n23");
+
+  auto one = request(rest.port(), "GET", "/nodes/n07", "", kReader);
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(json::parse(one.body), all[7]);
+  EXPECT_FALSE(one.header("X-Rfaas-Generated-Ms").empty());
+  now += 1000;
+  ASSERT_TRUE(loop.call([&](Registry &r) { return r.heartbeat("n07"); }).ok());
+  EXPECT_EQ(
+      json::parse(request(rest.port(), "GET", "/nodes/n07", "", kReader).body)["last_heartbeat_ms"],
+      now);
+  EXPECT_EQ(json::parse(request(rest.port(), "GET", "/nodes?limit=1&after=n06", "", kReader)
+                            .body)[0]["last_heartbeat_ms"],
+            now);
+
+  EXPECT_EQ(request(rest.port(), "GET", "/nodes/n99", "", kReader).status, 404);
+  EXPECT_EQ(request(rest.port(), "GET", "/nodes/n07").status, 401) << "reads need a token";
+  for (const char *bad : {"/nodes?limit=0", "/nodes?limit=x", "/nodes?limit=-1"}) {
+    auto r = request(rest.port(), "GET", bad, "", kReader);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_NE(r.body.find("limit"), std::string::npos) << r.body;
+  }
+}
+
 // GET /leases (active) answers from the table the loop publishes: grant
 // order, ?limit=, and an ended lease gone from it; ended ones still come
 // from the database.
