@@ -1,8 +1,8 @@
 // A table the loop publishes for the REST API's reads (GET /nodes, GET
 // /leases) so that they never wait for the loop: the loop hands over only
 // the rows that changed since its previous publication, and the HTTP
-// threads fold them into a table of their own and render it as a JSON array
-// once per change, not once per request. published_nodes.hpp and
+// threads fold them into a table of their own and render a row when a read
+// shows it after it changed, not once per request. published_nodes.hpp and
 // published_leases.hpp say which rows; docs/resource_manager.md
 // ("Snapshots") how stale they may be.
 #pragma once
@@ -97,11 +97,12 @@ public:
 
   /// Any thread: the table as of the newest hand-over, at most `limit` rows
   /// from the first key after `after` (empty: from the first row). Folds in
-  /// what changed since the previous read (O(changes)). The whole table is
-  /// rendered once per change and kept (O(rows), on the caller's thread); a
-  /// shorter page renders its own rows only (O(log rows + limit)), so an
-  /// operator who pages a large fleet does not pay for the whole array.
-  /// Serialised between readers.
+  /// what changed since the previous read (O(changes), a move each: a row is
+  /// rendered only when a read shows it). The whole table is assembled once
+  /// per change and kept (O(rows), on the caller's thread); a shorter page
+  /// assembles and renders its own rows only (O(log rows + limit)), so an
+  /// operator who pages a large fleet, where every heartbeat changes a row,
+  /// does not pay for the whole array. Serialised between readers.
   Page page(size_t limit = std::numeric_limits<size_t>::max(), const std::string &after = {}) {
     std::lock_guard<std::mutex> build(build_mutex_);
     if (!fold())
@@ -126,7 +127,7 @@ public:
       return {};
     Page p{nullptr, generated_ms_, {}};
     if (auto it = rows_.find(key); it != rows_.end())
-      p.body = std::make_shared<const std::string>(it->second + "\n");
+      p.body = std::make_shared<const std::string>(rendered(it->second) + "\n");
     return p;
   }
 
@@ -155,7 +156,7 @@ private:
     try {
       for (auto &[key, view] : changes) {
         if (view)
-          rows_.insert_or_assign(key, render_(*view));
+          rows_[key].view = std::move(view);
         else
           rows_.erase(key);
       }
@@ -173,15 +174,29 @@ private:
     return true;
   }
 
-  using Rows = std::map<std::string, std::string>;
+  /// A row: its JSON, and the view it is to be rendered from again when it
+  /// changed since.
+  struct Row {
+    std::optional<View> view;
+    std::string json;
+  };
+  using Rows = std::map<std::string, Row>;
+
+  const std::string &rendered(Row &r) {
+    if (r.view) {
+      r.json = render_(*r.view);
+      r.view.reset();
+    }
+    return r.json;
+  }
 
   /// At most `limit` rows from `first` as a JSON array; `next_after` (when
   /// given) gets the last row's key if rows follow it.
-  std::shared_ptr<const std::string> render(Rows::const_iterator first, size_t limit,
-                                            std::string *next_after) const {
+  std::shared_ptr<const std::string> render(typename Rows::iterator first, size_t limit,
+                                            std::string *next_after) {
     size_t size = 3, n = 0;
     for (auto it = first; it != rows_.end() && n < limit; ++it, ++n)
-      size += it->second.size() + 1;
+      size += rendered(it->second).size() + 1;
     auto body = std::make_shared<std::string>();
     body->reserve(size);
     *body += '[';
@@ -190,7 +205,7 @@ private:
     for (; it != rows_.end() && n < limit; ++it, ++n) {
       if (n > 0)
         *body += ',';
-      *body += it->second;
+      *body += it->second.json;
     }
     *body += "]\n";
     if (next_after && n > 0 && it != rows_.end())
@@ -217,7 +232,7 @@ private:
 
   /// Readers' side, guarded by build_mutex_ (the loop never takes it).
   std::mutex build_mutex_;
-  /// Key -> the row's JSON, rendered when it changed.
+  /// Key -> the row, rendered when a read shows it after it changed.
   Rows rows_;
   std::shared_ptr<const std::string> body_;
   uint64_t generated_ms_ = 0;
