@@ -31,9 +31,13 @@ public:
   /// memory), the next call hands over every active lease again.
   void publish(Registry &registry);
 
-  /// Any thread: the first `limit` active leases by grant time, as of the
-  /// newest publication (PublishedRows::page).
-  Page page(size_t limit = std::numeric_limits<size_t>::max()) { return rows_.page(limit); }
+  /// Any thread: at most `limit` active leases by grant time, as of the
+  /// newest publication, those after the cursor `after` (empty: from the
+  /// first; a page's `next_after`, which orders by grant time and id and
+  /// means nothing else) (PublishedRows::page).
+  Page page(size_t limit = std::numeric_limits<size_t>::max(), const std::string &after = {}) {
+    return rows_.page(limit, after);
+  }
 
   /// Changes handed over and not yet read (for tests).
   size_t pending() { return rows_.pending(); }

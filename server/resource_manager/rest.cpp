@@ -91,7 +91,8 @@ struct WwwAuthenticateName {
 /// (docs/resource_manager.md, "Snapshots").
 using GeneratedMs = TextHeader<GeneratedMsName>;
 using WwwAuthenticate = TextHeader<WwwAuthenticateName>;
-/// A page of GET /nodes that rows follow: the name to ask `after`.
+/// A page of GET /nodes or GET /leases that rows follow: what to ask
+/// `after` for the next.
 using NextAfter = TextHeader<NextAfterName>;
 
 json accounting_json(const std::vector<AccountingRecord> &records) {
@@ -490,20 +491,26 @@ struct RestServer::Routes {
     uint64_t limit = 1000;
     if (auto l = query(req, "limit"); l && !parse_u64(*l, limit))
       return send_error(w, Code::Bad_Request, "invalid", "limit must be a number");
+    const std::string after = query(req, "after").value_or("");
     if (filter == LeaseState::Active) {
       // What an operator polls: from the table the loop publishes, as /nodes.
-      PublishedLeases::Page page = s.loop_.published_leases().page(limit);
+      PublishedLeases::Page page = s.loop_.published_leases().page(limit, after);
       if (!page.body) {
         s.loop_.call([](Registry &) { return 0; }); // makes the loop publish
-        page = s.loop_.published_leases().page(limit);
+        page = s.loop_.published_leases().page(limit, after);
         if (!page.body)
           return send_error(w, Code::Service_Unavailable, "busy",
                             "the lease table is being rebuilt; try again");
       }
       w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
       add_generated(w, page.generated_ms);
+      if (!page.next_after.empty())
+        w.headers().add<NextAfter>(page.next_after);
       return send_response(w, Code::Ok, *page.body);
     }
+    if (!after.empty())
+      return send_error(w, Code::Bad_Request, "invalid",
+                        "after pages the active leases only; ended ones come by ?limit=");
     // Ended leases are in the database only: the loop reads them, this
     // thread builds the JSON.
     std::vector<Lease> leases =

@@ -387,6 +387,50 @@ TEST_F(RestFixture, ActiveLeasesComeFromThePublishedTable) {
   EXPECT_EQ(list[0]["id"], ids[1]);
 }
 
+// More active leases than one page: the cursor of X-Rfaas-Next-After walks
+// them in grant order, and the pages together are the whole table; ended
+// leases (from the database) take no cursor.
+TEST_F(RestFixture, ActiveLeasesComeInPages) {
+  NodeSecret s = generate_secret();
+  constexpr int kLeases = 25;
+  loop.call([&](Registry &r) {
+    EXPECT_TRUE(r.register_node("n1", "h:1", 64, 65536, s).ok());
+    for (int i = 0; i < kLeases; ++i) {
+      now += 1;
+      EXPECT_TRUE(r.grant({"client" + std::to_string(i), 1, 10, 0, 1, kAnonymousOwner, ""}).ok());
+    }
+    return 0;
+  });
+  auto whole = request(rest.port(), "GET", "/leases", "", kReader);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.header("X-Rfaas-Next-After"), "");
+  json all = json::parse(whole.body);
+  ASSERT_EQ(all.size(), static_cast<size_t>(kLeases));
+
+  json paged = json::array();
+  std::string after, first_cursor;
+  int pages = 1;
+  for (; pages <= kLeases; ++pages) {
+    auto r = request(rest.port(), "GET",
+                     "/leases?limit=10" + (after.empty() ? "" : "&after=" + after), "", kReader);
+    ASSERT_EQ(r.status, 200) << r.body;
+    for (const json &l : json::parse(r.body))
+      paged.push_back(l);
+    after = r.header("X-Rfaas-Next-After");
+    if (first_cursor.empty())
+      first_cursor = after;
+    if (after.empty())
+      break;
+  }
+  EXPECT_EQ(pages, 3) << "pages of 10, 10 and 5";
+  EXPECT_EQ(paged, all);
+
+  ASSERT_FALSE(first_cursor.empty());
+  auto ended = request(rest.port(), "GET", "/leases?state=all&after=" + first_cursor, "", kReader);
+  EXPECT_EQ(ended.status, 400);
+  EXPECT_NE(ended.body.find("active leases only"), std::string::npos) << ended.body;
+}
+
 TEST_F(RestFixture, AddDrainRemoveNode) {
   auto r =
       request(rest.port(), "POST", "/nodes",
