@@ -1252,8 +1252,12 @@ TEST(RmFabric, APassServesABoundedNumberOfNodesAndClientsFirst) {
   EXPECT_LE(largest, 64) << "a pass served more nodes than its budget";
   // ...and the deferring ended with the burst: quiet links waiting to be
   // armed by a sleep once kept every pass over the budget, so the loop
-  // never slept and deferred peers by the hundred thousand.
-  EXPECT_LE(deferred - deferred_before, 4 * kNodes) << "passes went on deferring quiet peers";
+  // never slept and deferred peers by the hundred thousand. How many
+  // deferrals a burst takes to drain depends on how the passes fall
+  // between the links' reads (625 once in a sanitizer build, over the
+  // 400 allowed then), so the bound sits well above that and far below the
+  // failure it guards against.
+  EXPECT_LE(deferred - deferred_before, 20 * kNodes) << "passes went on deferring quiet peers";
   // ...and left the rest to the next (else the burst never met one pass,
   // and the bound was not exercised). Certain where links share an
   // endpoint: the provider took every message in while the resource
