@@ -9,7 +9,8 @@
 #   hang:  the KVM attempt is started paused (-S; under TCG so that it behaves the
 #          same whether or not the host has KVM) with a 3 s sign-of-life deadline.
 # Each case must end with exit status 0, exactly one fallback line, and the
-# guest's output. scripts/run-verbs-tests.sh runs this before the verbs suites.
+# guest's output. A third case starts a TCG guest with a sign-of-life
+# deadline of 0 s: it must be started once more, in one line, and run. scripts/run-verbs-tests.sh runs this before the verbs suites.
 #
 # Usage: tests/softroce/runner-test.sh      (exit 0 when both cases pass)
 set -uo pipefail
@@ -42,4 +43,18 @@ check() { # name, then environment assignments for the runner
 check "kvm aborts at once" SOFTROCE_VM_KVM_ARGS="-cpu rfaas-no-such-cpu-model"
 check "kvm shows no sign of life" SOFTROCE_VM_KVM_ACCEL=tcg SOFTROCE_VM_KVM_ARGS=-S \
   SOFTROCE_VM_KVM_DEADLINE=3
+# A TCG guest that stays silent is started once more: a deadline of 0 s
+# makes the first start silent for certain.
+t0=$(date +%s)
+out=$(SOFTROCE_VM_ACCEL=tcg SOFTROCE_VM_TCG_DEADLINE=0 "$runner" --no-rxe --timeout 120 -- \
+  sh -c 'echo "guest says hello"' 2>&1)
+rc=$?
+again=$(grep -c 'showed no sign of life within 0 s; starting it once more' <<<"$out")
+if [[ $rc -eq 0 && $again -eq 1 ]] && grep -q '^guest says hello$' <<<"$out"; then
+  echo "runner-test: tcg silent at first: PASSED in $(($(date +%s) - t0)) s"
+else
+  echo "runner-test: tcg silent at first: FAILED (exit $rc, $again restart line(s)); runner output:"
+  sed 's/^/    /' <<<"$out"
+  failed=$((failed + 1))
+fi
 [[ $failed -eq 0 ]]
