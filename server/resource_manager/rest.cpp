@@ -329,22 +329,34 @@ struct RestServer::Routes {
     send_response(w, Code::Ok, render_metrics(*snap, s.latencies_));
   }
 
-  /// The node table's answer from `read` (a page or one row). Before the
-  /// loop's first publication a task makes it publish (or says why it
-  /// cannot); generated_ms 0 means nothing was published yet.
+  /// A published table's answer from `read` (a page or one row; `table`
+  /// names it in the error). Before the loop's first publication a task
+  /// makes it publish (or says why it cannot); generated_ms 0 means nothing
+  /// was published yet.
   template <class Read>
-  std::optional<PublishedNodes::Page> read_nodes(Read read, ResponseWriter &w) {
-    PublishedNodes::Page page = read(s.loop_.published_nodes());
+  auto read_published(Read read, const char *table, ResponseWriter &w)
+      -> std::optional<decltype(read())> {
+    auto page = read();
     if (page.generated_ms == 0) {
       s.loop_.call([](Registry &) { return 0; });
-      page = read(s.loop_.published_nodes());
+      page = read();
       if (page.generated_ms == 0) {
         send_error(w, Code::Service_Unavailable, "busy",
-                   "the node table is being rebuilt; try again");
+                   std::string("the ") + table + " table is being rebuilt; try again");
         return std::nullopt;
       }
     }
     return page;
+  }
+
+  /// A published table's page or row as JSON, dated, with the cursor of
+  /// the next page when rows follow.
+  template <class Page> void send_page(ResponseWriter &w, const Page &page) {
+    w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
+    add_generated(w, page.generated_ms);
+    if (!page.next_after.empty())
+      w.headers().add<NextAfter>(page.next_after);
+    send_response(w, Code::Ok, *page.body);
   }
 
   void list_nodes(const Request &req, ResponseWriter &w) {
@@ -355,27 +367,21 @@ struct RestServer::Routes {
     if (auto l = query(req, "limit"); l && (!parse_u64(*l, limit) || limit == 0))
       return send_error(w, Code::Bad_Request, "invalid", "limit must be a number >= 1");
     const std::string after = query(req, "after").value_or("");
-    auto page =
-        read_nodes([&](PublishedNodes &t) { return t.page(static_cast<size_t>(limit), after); }, w);
-    if (!page)
-      return;
-    w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
-    add_generated(w, page->generated_ms);
-    if (!page->next_after.empty())
-      w.headers().add<NextAfter>(page->next_after);
-    send_response(w, Code::Ok, *page->body);
+    auto page = read_published(
+        [&] { return s.loop_.published_nodes().page(static_cast<size_t>(limit), after); }, "node",
+        w);
+    if (page)
+      send_page(w, *page);
   }
 
   void get_node(const Request &req, ResponseWriter &w) {
     const std::string name = req.param(":name").as<std::string>();
-    auto page = read_nodes([&](PublishedNodes &t) { return t.node(name); }, w);
+    auto page = read_published([&] { return s.loop_.published_nodes().node(name); }, "node", w);
     if (!page)
       return;
     if (!page->body)
       return send_error(w, Code::Not_Found, "not_found", "no node named \"" + name + "\"");
-    w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
-    add_generated(w, page->generated_ms);
-    send_response(w, Code::Ok, *page->body);
+    send_page(w, *page);
   }
 
   void add_node(const Request &req, ResponseWriter &w) {
@@ -494,19 +500,11 @@ struct RestServer::Routes {
     const std::string after = query(req, "after").value_or("");
     if (filter == LeaseState::Active) {
       // What an operator polls: from the table the loop publishes, as /nodes.
-      PublishedLeases::Page page = s.loop_.published_leases().page(limit, after);
-      if (!page.body) {
-        s.loop_.call([](Registry &) { return 0; }); // makes the loop publish
-        page = s.loop_.published_leases().page(limit, after);
-        if (!page.body)
-          return send_error(w, Code::Service_Unavailable, "busy",
-                            "the lease table is being rebuilt; try again");
-      }
-      w.headers().add<Pistache::Http::Header::ContentType>(MIME(Application, Json));
-      add_generated(w, page.generated_ms);
-      if (!page.next_after.empty())
-        w.headers().add<NextAfter>(page.next_after);
-      return send_response(w, Code::Ok, *page.body);
+      auto page =
+          read_published([&] { return s.loop_.published_leases().page(limit, after); }, "lease", w);
+      if (page)
+        send_page(w, *page);
+      return;
     }
     if (!after.empty())
       return send_error(w, Code::Bad_Request, "invalid",
